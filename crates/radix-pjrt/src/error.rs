@@ -44,6 +44,10 @@ pub enum Error {
     /// A call was given an argument the C API would reject or abort on.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The plugin returned something radix does not model (e.g. an element
+    /// type without a [`crate::ElementType`]).
+    #[error("unsupported: {0}")]
+    Unsupported(String),
     /// A filesystem operation failed.
     #[error("{path}: {source}")]
     Io {
@@ -59,6 +63,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Error {
-        Error::Io { path: path.into(), source }
+        Error::Io {
+            path: path.into(),
+            source,
+        }
     }
 }

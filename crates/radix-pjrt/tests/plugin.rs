@@ -1,0 +1,119 @@
+//! Loading plugins: attributes, versions, and bad files.
+
+mod common;
+
+use std::io::Write;
+
+use radix_pjrt::{Error, Plugin, Value};
+
+#[test]
+fn attributes_and_versions() {
+    let plugin = common::cpu_plugin();
+    let (major, minor) = plugin.api_version();
+    assert_eq!(major, 0);
+    assert!(minor >= 81, "minor {minor}");
+    let current = plugin
+        .stablehlo_current_version()
+        .expect("stablehlo_current_version");
+    let minimum = plugin
+        .stablehlo_minimum_version()
+        .expect("stablehlo_minimum_version");
+    assert_eq!(current.len(), 3);
+    assert!(current >= minimum, "{current:?} < {minimum:?}");
+    assert!(matches!(
+        plugin.attribute("xla_version"),
+        Some(Value::Int64(_)) | None
+    ));
+    eprintln!("{plugin:?}: {:?}", plugin.attributes());
+}
+
+#[test]
+fn loading_twice_gives_the_same_plugin() {
+    let a = common::cpu_plugin();
+    let b = Plugin::load(a.path()).unwrap();
+    assert!(std::sync::Arc::ptr_eq(&a, &b));
+}
+
+#[test]
+fn sha256_is_hex_and_cached() {
+    let plugin = common::cpu_plugin();
+    let a = plugin.sha256().unwrap();
+    assert_eq!(a.len(), 64);
+    assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+    assert!(std::ptr::eq(a, plugin.sha256().unwrap()));
+}
+
+fn check_load_error(bytes: &[u8]) -> String {
+    let mut file = tempfile::Builder::new().suffix(".so").tempfile().unwrap();
+    file.write_all(bytes).unwrap();
+    file.flush().unwrap();
+    match Plugin::load(file.path()) {
+        Err(Error::PluginLoad { path, reason }) => {
+            assert_eq!(path, file.path());
+            reason
+        }
+        other => panic!("expected PluginLoad, got {other:?}"),
+    }
+}
+
+#[test]
+fn missing_file_is_an_error() {
+    let path = std::path::Path::new("/nonexistent/radix/plugin.so");
+    match Plugin::load(path) {
+        Err(Error::PluginLoad { path: p, .. }) => assert_eq!(p, path),
+        other => panic!("expected PluginLoad, got {other:?}"),
+    }
+}
+
+#[test]
+fn garbage_file_is_an_error() {
+    check_load_error(b"this is not a shared library");
+    check_load_error(b"");
+    check_load_error(&[0x7f, b'E', b'L', b'F', 2, 1, 1, 0]);
+}
+
+#[test]
+fn truncated_plugin_is_an_error() {
+    let real = std::fs::read(common::cpu_plugin().path()).unwrap();
+    for n in [4096, 64 * 1024, real.len() / 2] {
+        let reason = check_load_error(&real[..n]);
+        assert!(
+            reason.contains("truncated") || reason.contains("ELF"),
+            "{reason}"
+        );
+    }
+}
+
+#[test]
+fn corrupt_plugin_is_an_error() {
+    // A real ELF header followed by garbage.
+    let real = std::fs::read(common::cpu_plugin().path()).unwrap();
+    let mut bytes = real[..64].to_vec();
+    bytes.extend(std::iter::repeat_n(0xabu8, 8192));
+    check_load_error(&bytes);
+}
+
+#[test]
+fn library_without_get_pjrt_api_is_an_error() {
+    // glibc's compatibility stubs are complete, harmless shared objects.
+    let stubs = ["libdl.so.2", "libutil.so.1", "libanl.so.1"];
+    let dirs = [
+        "/lib/x86_64-linux-gnu",
+        "/usr/lib/x86_64-linux-gnu",
+        "/lib64",
+        "/usr/lib64",
+    ];
+    let stub = dirs
+        .iter()
+        .flat_map(|d| stubs.iter().map(move |s| std::path::Path::new(d).join(s)))
+        .find(|p| p.exists());
+    // FIXME: on a system without glibc's stubs this test checks nothing.
+    let Some(stub) = stub else { return };
+    match Plugin::load(&stub) {
+        Err(Error::PluginLoad { path, reason }) => {
+            assert_eq!(path, stub);
+            assert!(reason.contains("GetPjrtApi"), "{reason}");
+        }
+        other => panic!("expected PluginLoad, got {other:?}"),
+    }
+}
