@@ -27,8 +27,5 @@ pub fn locate(target: Target, explicit: Option<&Path>) -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("RADIX_PJRT_PLUGIN") {
         return Ok(PathBuf::from(p));
     }
-    Err(Error::Provision {
-        target: format!("{target:?}"),
-        reason: "set RADIX_PJRT_PLUGIN".into(),
-    })
+    Err(Error::Provision { target: format!("{target:?}"), reason: "set RADIX_PJRT_PLUGIN".into() })
 }
