@@ -247,6 +247,16 @@ impl Buffer {
         })
     }
 
+    /// The raw `PJRT_Buffer_Type` and the dimensions, for argument checks.
+    #[inline]
+    pub(crate) fn raw_shape(&self) -> Result<(i32, &[i64])> {
+        let mut ty = ffi::PJRT_Buffer_ElementType_Args::new();
+        ty.buffer = self.raw();
+        // SAFETY: valid args on a live buffer.
+        unsafe { call!(self.plugin(), PJRT_Buffer_ElementType, &mut ty) }?;
+        Ok((ty.type_, self.dims()?))
+    }
+
     /// The dimensions (shape) of the array.
     pub fn dims(&self) -> Result<&[i64]> {
         let mut args = ffi::PJRT_Buffer_Dimensions_Args::new();

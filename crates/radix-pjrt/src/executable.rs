@@ -3,11 +3,12 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use crate::buffer::{Buffer, Event, await_raw, destroy_event, no_result};
+use crate::buffer::{Buffer, ElementType, Event, await_raw, destroy_event, no_result};
 use crate::client::{Client, ClientInner, Device, raw_slice};
 use crate::compile_options::CompileOptions;
 use crate::ffi;
 use crate::plugin::{Plugin, lossy};
+use crate::program_shape::{ParamShape, parameter_shapes};
 use crate::{Error, Result};
 
 /// A compiled program loaded on its devices. Thread-safe, as PJRT's are.
@@ -20,6 +21,7 @@ pub struct LoadedExecutable {
     num_partitions: usize,
     num_replicas: usize,
     devices: Vec<Device>,
+    params: Option<Vec<ParamShape>>,
 }
 
 // SAFETY: PJRT executables are thread-safe; the rest is plain data.
@@ -164,6 +166,7 @@ impl LoadedExecutable {
             num_partitions: 1,
             num_replicas: 1,
             devices: Vec::new(),
+            params: None,
         };
         let e = exe.as_ptr();
         let mut name = ffi::PJRT_Executable_Name_Args::new();
@@ -205,6 +208,7 @@ impl LoadedExecutable {
                 })
             })
             .collect::<Result<_>>()?;
+        res.params = parameter_shapes(p, e);
         Ok(res)
     }
 
@@ -226,6 +230,11 @@ impl LoadedExecutable {
     /// The number of replicas it was compiled for.
     pub fn num_replicas(&self) -> usize {
         self.num_replicas
+    }
+
+    /// The number of parameters per device, where the plugin tells.
+    pub fn num_parameters(&self) -> Option<usize> {
+        self.params.as_ref().map(Vec::len)
     }
 
     /// The devices it runs on, in the order of `execute`'s argument lists.
@@ -288,6 +297,14 @@ impl LoadedExecutable {
             )));
         }
         let n_args = args.first().map_or(0, |a| a.as_ref().len());
+        if let Some(params) = &self.params
+            && params.len() != n_args
+        {
+            return Err(Error::InvalidArgument(format!(
+                "{n_args} arguments for a program of {} parameters",
+                params.len()
+            )));
+        }
         // The argument pointers, flat `[device][arg]`, then one pointer per device.
         let mut flat_args: Vec<*mut ffi::PJRT_Buffer> = Vec::with_capacity(n_devices * n_args);
         for (d, list) in args.iter().enumerate() {
@@ -303,6 +320,9 @@ impl LoadedExecutable {
                     return Err(Error::InvalidArgument(format!(
                         "argument {i} of device {d} belongs to another client"
                     )));
+                }
+                if let Some(params) = &self.params {
+                    check_param(b, &params[i], i, d)?;
                 }
                 flat_args.push(b.raw());
             }
@@ -406,6 +426,22 @@ impl Drop for LoadedExecutable {
         // SAFETY: as above.
         unsafe { destroy_loaded(p, self.raw.as_ptr()) };
     }
+}
+
+/// Checks argument `i` of device `d` against the compiled parameter shape.
+#[inline]
+fn check_param(b: &Buffer, param: &ParamShape, i: usize, d: usize) -> Result<()> {
+    let (ty, dims) = b.raw_shape()?;
+    let ty_ok = param.ty.is_none_or(|t| t.to_pjrt() == ty);
+    if ty_ok && dims == param.dims.as_slice() {
+        return Ok(());
+    }
+    let got = ElementType::from_pjrt(ty).map_or_else(|| format!("type {ty}"), |t| t.mlir_name().to_string());
+    let want = param.ty.map_or("?", |t| t.mlir_name());
+    Err(Error::InvalidArgument(format!(
+        "argument {i} of device {d} is {got}{dims:?}, the program takes {want}{:?}",
+        param.dims
+    )))
 }
 
 /// # Safety

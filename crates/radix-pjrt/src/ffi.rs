@@ -240,6 +240,7 @@ args! {
         dims: *const i64,
         dim_sizes: *const usize,
     }
+    PJRT_Executable_OptimizedProgram_Args { executable: *mut PJRT_Executable, program: *mut PJRT_Program }
     PJRT_Executable_Serialize_Args {
         executable: *const PJRT_Executable,
         serialized_bytes: *const c_char,
@@ -342,7 +343,7 @@ pub struct PJRT_Api {
     pub PJRT_Executable_SizeOfGeneratedCodeInBytes: Unused,
     pub PJRT_Executable_GetCostAnalysis: Unused,
     pub PJRT_Executable_OutputMemoryKinds: Unused,
-    pub PJRT_Executable_OptimizedProgram: Unused,
+    pub PJRT_Executable_OptimizedProgram: Fn<PJRT_Executable_OptimizedProgram_Args>,
     pub PJRT_Executable_Serialize: Fn<PJRT_Executable_Serialize_Args>,
 
     pub PJRT_LoadedExecutable_Destroy: Fn<PJRT_LoadedExecutable_Destroy_Args>,

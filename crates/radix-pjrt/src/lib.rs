@@ -45,6 +45,7 @@ mod executable;
 mod ffi;
 mod named_value;
 mod plugin;
+mod program_shape;
 pub mod provision;
 
 pub use buffer::{Buffer, ElementType, Event, byte_len};
