@@ -239,7 +239,7 @@ mod tests {
     fn default_bytes() {
         let bytes = CompileOptions::default().to_bytes().unwrap();
         // executable_build_options { device_ordinal: -1, num_replicas: 1, num_partitions: 1 }
-        let mut expected = vec![0x1a, 0x10, 0x08];
+        let mut expected = vec![0x1a, 0x0f, 0x08];
         expected.extend([0xff; 9]);
         expected.extend([0x01, 0x20, 0x01, 0x28, 0x01]);
         assert_eq!(bytes, expected);

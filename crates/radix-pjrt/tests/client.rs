@@ -1,0 +1,77 @@
+//! Clients, devices and buffers.
+
+mod common;
+
+use common::f32_buffer;
+use radix_pjrt::{Client, ClientOptions, ElementType, NamedValue, Value, byte_len};
+
+#[test]
+fn cpu_client_reports_platform_and_devices() {
+    let client = common::cpu_client(3);
+    assert_eq!(client.platform_name(), "cpu");
+    assert!(!client.platform_version().is_empty());
+    assert_eq!(client.process_index(), 0);
+    let devices = client.addressable_devices();
+    assert_eq!(devices.len(), 3);
+    assert_eq!(client.devices().len(), 3);
+    for (i, d) in devices.iter().enumerate() {
+        assert_eq!(d.id(), i as i32);
+        assert_eq!(d.process_index(), 0);
+        assert!(d.is_addressable());
+        assert_eq!(d.local_hardware_id(), i as i32);
+        assert!(d.kind().to_lowercase().contains("cpu"), "{}", d.kind());
+    }
+}
+
+#[test]
+fn default_options_and_extra_int64_count() {
+    let plugin = common::cpu_plugin();
+    let client = Client::new(plugin.clone(), &ClientOptions::default()).unwrap();
+    assert!(!client.addressable_devices().is_empty());
+    let options =
+        ClientOptions { extra: vec![NamedValue::new("cpu_device_count", Value::Int64(2))], ..ClientOptions::default() };
+    assert_eq!(Client::new(plugin, &options).unwrap().addressable_devices().len(), 2);
+}
+
+#[test]
+fn buffer_round_trip_and_metadata() {
+    let client = common::cpu_client(2);
+    let d1 = &client.addressable_devices()[1];
+    for ty in ElementType::ALL {
+        let dims = [2, 3];
+        let n = byte_len(ty, &dims).unwrap();
+        assert_eq!(n, 6 * ty.byte_size());
+        // PRED must hold 0 or 1.
+        let bytes: Vec<u8> = (0..n).map(|i| if ty == ElementType::Bool { (i % 2) as u8 } else { i as u8 }).collect();
+        let b = client.buffer_from_host(&bytes, ty, &dims, d1).unwrap();
+        assert_eq!(b.element_type().unwrap(), ty);
+        assert_eq!(b.dims().unwrap(), &dims);
+        assert_eq!(b.device().unwrap(), d1);
+        assert_eq!(b.host_size().unwrap(), n);
+        assert!(b.on_device_size().unwrap() >= n);
+        assert!(!b.is_deleted().unwrap());
+        b.ready_event().unwrap().wait().unwrap();
+        assert_eq!(b.to_host_vec().unwrap(), bytes, "{ty:?}");
+    }
+}
+
+#[test]
+fn scalars_and_empty_arrays() {
+    let client = common::cpu_client(1);
+    let s = f32_buffer(&client, &[7.5], &[]);
+    assert_eq!(s.dims().unwrap(), &[] as &[i64]);
+    assert_eq!(common::f32_values(&s), [7.5]);
+    let e = f32_buffer(&client, &[], &[0, 3]);
+    assert_eq!(e.dims().unwrap(), &[0, 3]);
+    assert!(e.to_host_vec().unwrap().is_empty());
+}
+
+#[test]
+fn element_type_codes_round_trip() {
+    for ty in ElementType::ALL {
+        assert_eq!(ElementType::from_pjrt(ty.to_pjrt()), Some(ty));
+    }
+    assert_eq!(ElementType::from_pjrt(0), None);
+    assert_eq!(ElementType::from_pjrt(11), Some(ElementType::F32));
+    assert_eq!(ElementType::from_pjrt(13), Some(ElementType::BF16));
+}
