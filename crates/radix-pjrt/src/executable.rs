@@ -440,7 +440,8 @@ fn check_param(b: &Buffer, param: &ParamShape, i: usize, d: usize) -> Result<()>
     if ty_ok && dims == param.dims.as_slice() {
         return Ok(());
     }
-    let got = ElementType::from_pjrt(ty).map_or_else(|| format!("type {ty}"), |t| t.mlir_name().to_string());
+    let got = ElementType::from_pjrt(ty)
+        .map_or_else(|| format!("type {ty}"), |t| t.mlir_name().to_string());
     let want = param.ty.map_or("?", |t| t.mlir_name());
     Err(Error::InvalidArgument(format!(
         "argument {i} of device {d} is {got}{dims:?}, the program takes {want}{:?}",

@@ -75,7 +75,10 @@ fn from_primitive_type(t: i32) -> Option<ElementType> {
 
 /// The parameter shapes of `exe`, or `None` where the plugin does not say
 /// (no `OptimizedProgram`, an unknown format, or a tupled entry).
-pub(crate) fn parameter_shapes(p: &Plugin, exe: *mut ffi::PJRT_Executable) -> Option<Vec<ParamShape>> {
+pub(crate) fn parameter_shapes(
+    p: &Plugin,
+    exe: *mut ffi::PJRT_Executable,
+) -> Option<Vec<ParamShape>> {
     const FORMAT: &str = "hlo_with_config";
     let mut program = ffi::PJRT_Program::new();
     program.format = FORMAT.as_ptr().cast();
@@ -94,7 +97,11 @@ pub(crate) fn parameter_shapes(p: &Plugin, exe: *mut ffi::PJRT_Executable) -> Op
     // SAFETY: the format string is owned by the plugin and valid for its size.
     let format = unsafe { raw_slice(program.format.cast::<u8>(), program.format_size) };
     let module = match format {
-        b"hlo_with_config" => HloModuleProtoWithConfig::decode(&code[..]).ok()?.hlo_module?,
+        b"hlo_with_config" => {
+            HloModuleProtoWithConfig::decode(&code[..])
+                .ok()?
+                .hlo_module?
+        }
         b"hlo" => HloModuleProto::decode(&code[..]).ok()?,
         _ => return None,
     };
@@ -106,7 +113,10 @@ pub(crate) fn parameter_shapes(p: &Plugin, exe: *mut ffi::PJRT_Executable) -> Op
     Some(
         params
             .into_iter()
-            .map(|s| ParamShape { ty: from_primitive_type(s.element_type), dims: s.dimensions })
+            .map(|s| ParamShape {
+                ty: from_primitive_type(s.element_type),
+                dims: s.dimensions,
+            })
             .collect(),
     )
 }

@@ -28,9 +28,17 @@ fn default_options_and_extra_int64_count() {
     let plugin = common::cpu_plugin();
     let client = Client::new(plugin.clone(), &ClientOptions::default()).unwrap();
     assert!(!client.addressable_devices().is_empty());
-    let options =
-        ClientOptions { extra: vec![NamedValue::new("cpu_device_count", Value::Int64(2))], ..ClientOptions::default() };
-    assert_eq!(Client::new(plugin, &options).unwrap().addressable_devices().len(), 2);
+    let options = ClientOptions {
+        extra: vec![NamedValue::new("cpu_device_count", Value::Int64(2))],
+        ..ClientOptions::default()
+    };
+    assert_eq!(
+        Client::new(plugin, &options)
+            .unwrap()
+            .addressable_devices()
+            .len(),
+        2
+    );
 }
 
 #[test]
@@ -42,7 +50,15 @@ fn buffer_round_trip_and_metadata() {
         let n = byte_len(ty, &dims).unwrap();
         assert_eq!(n, 6 * ty.byte_size());
         // PRED must hold 0 or 1.
-        let bytes: Vec<u8> = (0..n).map(|i| if ty == ElementType::Bool { (i % 2) as u8 } else { i as u8 }).collect();
+        let bytes: Vec<u8> = (0..n)
+            .map(|i| {
+                if ty == ElementType::Bool {
+                    (i % 2) as u8
+                } else {
+                    i as u8
+                }
+            })
+            .collect();
         let b = client.buffer_from_host(&bytes, ty, &dims, d1).unwrap();
         assert_eq!(b.element_type().unwrap(), ty);
         assert_eq!(b.dims().unwrap(), &dims);

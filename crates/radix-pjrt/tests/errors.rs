@@ -3,16 +3,25 @@
 mod common;
 
 use common::{compile, f32_buffer};
-use radix_pjrt::{Client, ClientOptions, CompileOptions, ElementType, Error, ExecuteOptions, NamedValue, Value};
+use radix_pjrt::{
+    Client, ClientOptions, CompileOptions, ElementType, Error, ExecuteOptions, NamedValue, Value,
+};
 
 /// Compiles `mlir` and expects a PJRT compile error whose message contains `needle`.
 fn check_compile_error(mlir: &str, needle: &str) {
     let client = common::cpu_client(1);
     match client.compile(mlir, &CompileOptions::default()) {
-        Err(Error::Pjrt { call, code, message }) => {
+        Err(Error::Pjrt {
+            call,
+            code,
+            message,
+        }) => {
             assert_eq!(call, "PJRT_Client_Compile");
             assert_ne!(code, "OK");
-            assert!(message.contains(needle), "expected {needle:?} in:\n{message}");
+            assert!(
+                message.contains(needle),
+                "expected {needle:?} in:\n{message}"
+            );
         }
         Err(e) => panic!("expected a PJRT error, got {e}"),
         Ok(_) => panic!("compiled:\n{mlir}"),
@@ -65,17 +74,33 @@ fn missing_main() {
 fn zero_replicas_or_partitions() {
     let client = common::cpu_client(1);
     for (num_replicas, num_partitions) in [(0, 1), (1, 0), (0, 0)] {
-        let options = CompileOptions { num_replicas, num_partitions, ..CompileOptions::default() };
-        assert!(matches!(client.compile(ADD, &options), Err(Error::InvalidArgument(_))));
+        let options = CompileOptions {
+            num_replicas,
+            num_partitions,
+            ..CompileOptions::default()
+        };
+        assert!(matches!(
+            client.compile(ADD, &options),
+            Err(Error::InvalidArgument(_))
+        ));
     }
 }
 
 #[test]
 fn bad_device_assignment() {
     let client = common::cpu_client(1);
-    let options = CompileOptions { device_assignment: Some(vec![0, 1]), ..CompileOptions::default() };
-    assert!(matches!(client.compile(ADD, &options), Err(Error::InvalidArgument(_))));
-    let options = CompileOptions { device_assignment: Some(vec![7]), ..CompileOptions::default() };
+    let options = CompileOptions {
+        device_assignment: Some(vec![0, 1]),
+        ..CompileOptions::default()
+    };
+    assert!(matches!(
+        client.compile(ADD, &options),
+        Err(Error::InvalidArgument(_))
+    ));
+    let options = CompileOptions {
+        device_assignment: Some(vec![7]),
+        ..CompileOptions::default()
+    };
     assert!(client.compile(ADD, &options).is_err());
 }
 
@@ -94,8 +119,14 @@ fn wrong_argument_count() {
     }
     // One argument list per device of the executable.
     let none: [Vec<&radix_pjrt::Buffer>; 0] = [];
-    assert!(matches!(exe.execute(&none, &options), Err(Error::InvalidArgument(_))));
-    assert!(matches!(exe.execute(&[vec![&a, &a], vec![&a, &a]], &options), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        exe.execute(&none, &options),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        exe.execute(&[vec![&a, &a], vec![&a, &a]], &options),
+        Err(Error::InvalidArgument(_))
+    ));
 }
 
 #[test]
@@ -105,7 +136,9 @@ fn wrong_argument_shape_or_dtype() {
     let device = &client.addressable_devices()[0];
     let a = f32_buffer(&client, &[1., 2.], &[2]);
     let long = f32_buffer(&client, &[1., 2., 3.], &[3]);
-    let int = client.buffer_from_host(&[0u8; 8], ElementType::S32, &[2], device).unwrap();
+    let int = client
+        .buffer_from_host(&[0u8; 8], ElementType::S32, &[2], device)
+        .unwrap();
     let options = ExecuteOptions::default();
     // The plugin itself only rejects a wrong byte size: an i32[2] passes as
     // an f32[2]. The compiled parameter shapes catch both.
@@ -114,7 +147,9 @@ fn wrong_argument_shape_or_dtype() {
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
     match exe.execute(&[[&int, &a]], &options) {
-        Err(Error::InvalidArgument(m)) => assert!(m.contains("argument 0") && m.contains("i32"), "{m}"),
+        Err(Error::InvalidArgument(m)) => {
+            assert!(m.contains("argument 0") && m.contains("i32"), "{m}")
+        }
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
 }
@@ -124,7 +159,10 @@ fn wrong_host_buffer_size() {
     let client = common::cpu_client(1);
     let device = &client.addressable_devices()[0];
     let check = |bytes: &[u8], ty, dims: &[i64]| {
-        assert!(matches!(client.buffer_from_host(bytes, ty, dims, device), Err(Error::InvalidArgument(_))))
+        assert!(matches!(
+            client.buffer_from_host(bytes, ty, dims, device),
+            Err(Error::InvalidArgument(_))
+        ))
     };
     check(&[0; 7], ElementType::F32, &[2]);
     check(&[0; 9], ElementType::F32, &[2]);
@@ -133,7 +171,10 @@ fn wrong_host_buffer_size() {
     check(&[], ElementType::F32, &[i64::MAX, i64::MAX]);
     let a = f32_buffer(&client, &[1., 2.], &[2]);
     let mut short = [0u8; 7];
-    assert!(matches!(a.to_host(&mut short), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        a.to_host(&mut short),
+        Err(Error::InvalidArgument(_))
+    ));
     let mut exact = [0u8; 8];
     a.to_host(&mut exact).unwrap();
 }
@@ -147,18 +188,38 @@ fn device_of_another_client() {
     assert!(matches!(r, Err(Error::InvalidArgument(_))));
     let exe = compile(&one, ADD);
     let b = f32_buffer(&other, &[1., 2.], &[2]);
-    assert!(matches!(exe.execute(&[[&b, &b]], &ExecuteOptions::default()), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        exe.execute(&[[&b, &b]], &ExecuteOptions::default()),
+        Err(Error::InvalidArgument(_))
+    ));
 }
 
 #[test]
 fn bad_client_options() {
     let plugin = common::cpu_plugin();
-    let zero = ClientOptions { cpu_device_count: Some(0), ..ClientOptions::default() };
-    assert!(matches!(Client::new(plugin.clone(), &zero), Err(Error::InvalidArgument(_))));
+    let zero = ClientOptions {
+        cpu_device_count: Some(0),
+        ..ClientOptions::default()
+    };
+    assert!(matches!(
+        Client::new(plugin.clone(), &zero),
+        Err(Error::InvalidArgument(_))
+    ));
     // The plugin aborts on a non-int64 cpu_device_count, so it never sees one.
-    for value in [Value::Bool(true), Value::Float(2.0), Value::String("2".into()), Value::Int64List(vec![2])] {
-        let options = ClientOptions { extra: vec![NamedValue::new("cpu_device_count", value)], ..ClientOptions::default() };
-        assert!(matches!(Client::new(plugin.clone(), &options), Err(Error::InvalidArgument(_))));
+    for value in [
+        Value::Bool(true),
+        Value::Float(2.0),
+        Value::String("2".into()),
+        Value::Int64List(vec![2]),
+    ] {
+        let options = ClientOptions {
+            extra: vec![NamedValue::new("cpu_device_count", value)],
+            ..ClientOptions::default()
+        };
+        assert!(matches!(
+            Client::new(plugin.clone(), &options),
+            Err(Error::InvalidArgument(_))
+        ));
     }
 }
 
@@ -166,8 +227,16 @@ fn bad_client_options() {
 fn garbage_serialized_executable() {
     let client = common::cpu_client(1);
     assert!(client.deserialize_and_load(&[]).is_err());
-    assert!(client.deserialize_and_load(b"not an executable at all").is_err());
+    assert!(
+        client
+            .deserialize_and_load(b"not an executable at all")
+            .is_err()
+    );
     let exe = compile(&client, ADD);
     let bytes = exe.serialize().unwrap();
-    assert!(client.deserialize_and_load(&bytes[..bytes.len() / 2]).is_err());
+    assert!(
+        client
+            .deserialize_and_load(&bytes[..bytes.len() / 2])
+            .is_err()
+    );
 }

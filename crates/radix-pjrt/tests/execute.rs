@@ -70,7 +70,11 @@ func.func @main(%a: tensor<2x3xf32>, %b: tensor<3x2xf32>, %x: tensor<2x2x3xf32>,
     assert_eq!(exe.num_outputs(), 2);
     let a = f32_buffer(&client, &[1., 2., 3., 4., 5., 6.], &[2, 3]);
     let b = f32_buffer(&client, &[1., 0., 0., 1., 1., 1.], &[3, 2]);
-    let x = f32_buffer(&client, &[1., 2., 3., 4., 5., 6., 1., 1., 1., 2., 2., 2.], &[2, 2, 3]);
+    let x = f32_buffer(
+        &client,
+        &[1., 2., 3., 4., 5., 6., 1., 1., 1., 2., 2., 2.],
+        &[2, 2, 3],
+    );
     let y = f32_buffer(&client, &[1., 1., 1., 1., 2., 3.], &[2, 3, 1]);
     let out = run(&exe, &[&a, &b, &x, &y]);
     // [[1,2,3],[4,5,6]] . [[1,0],[0,1],[1,1]] = [[4,5],[10,11]]
@@ -105,7 +109,9 @@ func.func @main(%n: tensor<i32>) -> tensor<i32> {
 }"#,
     );
     let device = &client.addressable_devices()[0];
-    let n = client.buffer_from_host(&10i32.to_le_bytes(), ElementType::S32, &[], device).unwrap();
+    let n = client
+        .buffer_from_host(&10i32.to_le_bytes(), ElementType::S32, &[], device)
+        .unwrap();
     let out = run(&exe, &[&n]);
     assert_eq!(out[0].dims().unwrap(), &[] as &[i64]);
     assert_eq!(i32_values(&out[0]), [45]);
@@ -152,18 +158,36 @@ func.func @main(%a: tensor<4xbf16>, %b: tensor<4xf16>) -> (tensor<4xf16>, tensor
 }"#,
     );
     let device = &client.addressable_devices()[0];
-    let a: Vec<u8> = [1.5f32, -2., 0.25, 8.].iter().flat_map(|&v| bf16::from_f32(v).to_le_bytes()).collect();
-    let b: Vec<u8> = [2f32, 3., -4., 0.5].iter().flat_map(|&v| f16::from_f32(v).to_le_bytes()).collect();
-    let a = client.buffer_from_host(&a, ElementType::BF16, &[4], device).unwrap();
-    let b = client.buffer_from_host(&b, ElementType::F16, &[4], device).unwrap();
+    let a: Vec<u8> = [1.5f32, -2., 0.25, 8.]
+        .iter()
+        .flat_map(|&v| bf16::from_f32(v).to_le_bytes())
+        .collect();
+    let b: Vec<u8> = [2f32, 3., -4., 0.5]
+        .iter()
+        .flat_map(|&v| f16::from_f32(v).to_le_bytes())
+        .collect();
+    let a = client
+        .buffer_from_host(&a, ElementType::BF16, &[4], device)
+        .unwrap();
+    let b = client
+        .buffer_from_host(&b, ElementType::F16, &[4], device)
+        .unwrap();
     assert_eq!(a.on_device_size().unwrap(), 8);
     let out = run(&exe, &[&a, &b]);
     assert_eq!(out[0].element_type().unwrap(), ElementType::F16);
     assert_eq!(out[1].element_type().unwrap(), ElementType::BF16);
-    let p: Vec<f32> =
-        out[0].to_host_vec().unwrap().chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect();
-    let aa: Vec<f32> =
-        out[1].to_host_vec().unwrap().chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect();
+    let p: Vec<f32> = out[0]
+        .to_host_vec()
+        .unwrap()
+        .chunks_exact(2)
+        .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
+        .collect();
+    let aa: Vec<f32> = out[1]
+        .to_host_vec()
+        .unwrap()
+        .chunks_exact(2)
+        .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
+        .collect();
     assert_eq!(p, [3., -6., -1., 4.]);
     assert_eq!(aa, [3., -4., 0.5, 16.]);
 }
@@ -208,7 +232,9 @@ fn donated_argument_is_deleted() {
     assert!(a.is_deleted().unwrap());
     assert!(!b.is_deleted().unwrap());
     match exe.execute(&[[&a, &b]], &ExecuteOptions::default()) {
-        Err(radix_pjrt::Error::Pjrt { message, .. }) => assert!(message.contains("deleted or donated"), "{message}"),
+        Err(radix_pjrt::Error::Pjrt { message, .. }) => {
+            assert!(message.contains("deleted or donated"), "{message}")
+        }
         other => panic!("expected a PJRT error, got {other:?}"),
     }
     assert!(a.to_host_vec().is_err());
@@ -224,7 +250,9 @@ fn non_donatable_input_is_kept() {
     let exe = compile(&client, DONATING_ADD);
     let a = f32_buffer(&client, &[1., 2., 3., 4.], &[4]);
     let b = f32_buffer(&client, &[1., 1., 1., 1.], &[4]);
-    let options = ExecuteOptions { non_donatable_input_indices: vec![0] };
+    let options = ExecuteOptions {
+        non_donatable_input_indices: vec![0],
+    };
     let out = exe.execute(&[[&a, &b]], &options).unwrap();
     assert_eq!(f32_values(&out[0][0]), [2., 3., 4., 5.]);
     assert!(!a.is_deleted().unwrap());
@@ -237,7 +265,9 @@ fn execute_async_returns_events() {
     let exe = compile(&client, DONATING_ADD);
     let a = f32_buffer(&client, &[1., 2., 3., 4.], &[4]);
     let b = f32_buffer(&client, &[1., 1., 1., 1.], &[4]);
-    let pending = exe.execute_async(&[[&a, &b]], &ExecuteOptions::default()).unwrap();
+    let pending = exe
+        .execute_async(&[[&a, &b]], &ExecuteOptions::default())
+        .unwrap();
     assert_eq!(pending.done.len(), 1);
     pending.done[0].wait().unwrap();
     assert!(pending.done[0].is_ready().unwrap());

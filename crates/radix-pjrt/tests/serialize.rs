@@ -37,7 +37,9 @@ func.func @main(%a: tensor<2x2xf32>, %b: tensor<2x2xf32>) -> (tensor<2x2xf32>, t
     // that load but lack compiled kernels (the CPU plugins 0.81 and 0.115 say
     // "Function dot.1_kernel not found"). Caches must store the bytes of the
     // executable they compiled. What matters here: a clean error, no abort.
-    let again = client.deserialize_and_load(&loaded.serialize().unwrap()).unwrap();
+    let again = client
+        .deserialize_and_load(&loaded.serialize().unwrap())
+        .unwrap();
     match again.execute(&[[&a, &b]], &ExecuteOptions::default()) {
         Ok(out) => assert_eq!(f32_values(&out[0][0]), [19., 22., 43., 50.]),
         Err(radix_pjrt::Error::Pjrt { code, message, .. }) => {
@@ -48,15 +50,28 @@ func.func @main(%a: tensor<2x2xf32>, %b: tensor<2x2xf32>) -> (tensor<2x2xf32>, t
     }
     // The argument checks survive the round trip.
     let int = client
-        .buffer_from_host(&[0u8; 16], ElementType::S32, &[2, 2], &client.addressable_devices()[0])
+        .buffer_from_host(
+            &[0u8; 16],
+            ElementType::S32,
+            &[2, 2],
+            &client.addressable_devices()[0],
+        )
         .unwrap();
-    assert!(loaded.execute(&[[&int, &b]], &ExecuteOptions::default()).is_err());
+    assert!(
+        loaded
+            .execute(&[[&int, &b]], &ExecuteOptions::default())
+            .is_err()
+    );
 }
 
 #[test]
 fn spmd_executable_round_trips() {
     let client = common::cpu_client(2);
-    let options = CompileOptions { num_partitions: 2, spmd: true, ..CompileOptions::default() };
+    let options = CompileOptions {
+        num_partitions: 2,
+        spmd: true,
+        ..CompileOptions::default()
+    };
     let exe = client
         .compile(
             r#"
@@ -69,13 +84,21 @@ module @m attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32
             &options,
         )
         .unwrap();
-    let loaded = client.deserialize_and_load(&exe.serialize().unwrap()).unwrap();
+    let loaded = client
+        .deserialize_and_load(&exe.serialize().unwrap())
+        .unwrap();
     assert_eq!(loaded.num_partitions(), 2);
     assert_eq!(loaded.devices().len(), 2);
     let d = loaded.devices().to_vec();
-    let x0 = client.buffer_from_host(&common::f32_bytes(&[1., 2.]), ElementType::F32, &[2], &d[0]).unwrap();
-    let x1 = client.buffer_from_host(&common::f32_bytes(&[3., 4.]), ElementType::F32, &[2], &d[1]).unwrap();
-    let out = loaded.execute(&[[&x0], [&x1]], &ExecuteOptions::default()).unwrap();
+    let x0 = client
+        .buffer_from_host(&common::f32_bytes(&[1., 2.]), ElementType::F32, &[2], &d[0])
+        .unwrap();
+    let x1 = client
+        .buffer_from_host(&common::f32_bytes(&[3., 4.]), ElementType::F32, &[2], &d[1])
+        .unwrap();
+    let out = loaded
+        .execute(&[[&x0], [&x1]], &ExecuteOptions::default())
+        .unwrap();
     assert_eq!(f32_values(&out[0][0]), [-1., -2.]);
     assert_eq!(f32_values(&out[1][0]), [-3., -4.]);
 }

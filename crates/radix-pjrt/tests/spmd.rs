@@ -40,24 +40,35 @@ fn four_partitions_give_the_right_shards() {
     let x: Vec<f32> = (0..16).map(|v| v as f32).collect();
     let shard = |values: &[f32], i: usize| -> Buffer {
         let rows = &values[i * 4..(i + 1) * 4];
-        client.buffer_from_host(&f32_bytes(rows), ElementType::F32, &[2, 2], &devices[i]).unwrap()
+        client
+            .buffer_from_host(&f32_bytes(rows), ElementType::F32, &[2, 2], &devices[i])
+            .unwrap()
     };
     let xs: Vec<Buffer> = (0..4).map(|i| shard(&x, i)).collect();
     let ys: Vec<Buffer> = (0..4).map(|i| shard(&[2.0; 16], i)).collect();
     let args: Vec<Vec<&Buffer>> = (0..4).map(|i| vec![&xs[i], &ys[i]]).collect();
     let out = exe.execute(&args, &ExecuteOptions::default()).unwrap();
     assert_eq!(out.len(), 4);
-    let column_sums = [(0..8).map(|r| 2 * r).sum::<i32>() as f32, (0..8).map(|r| 2 * r + 1).sum::<i32>() as f32];
+    let column_sums = [
+        (0..8).map(|r| 2 * r).sum::<i32>() as f32,
+        (0..8).map(|r| 2 * r + 1).sum::<i32>() as f32,
+    ];
     for (i, outputs) in out.iter().enumerate() {
         assert_eq!(outputs[0].dims().unwrap(), &[2, 2]);
         assert_eq!(outputs[0].device().unwrap(), &devices[i]);
         let expected: Vec<f32> = x[i * 4..(i + 1) * 4].iter().map(|v| v * 2.0).collect();
         assert_eq!(f32_values(&outputs[0]), expected, "shard {i}");
-        assert_eq!(f32_values(&outputs[1]), column_sums, "replicated sum on device {i}");
+        assert_eq!(
+            f32_values(&outputs[1]),
+            column_sums,
+            "replicated sum on device {i}"
+        );
     }
 
     // A shard of the wrong shape is caught before the plugin.
-    let whole = client.buffer_from_host(&f32_bytes(&x), ElementType::F32, &[8, 2], &devices[0]).unwrap();
+    let whole = client
+        .buffer_from_host(&f32_bytes(&x), ElementType::F32, &[8, 2], &devices[0])
+        .unwrap();
     let mut bad = args.clone();
     bad[0][0] = &whole;
     assert!(exe.execute(&bad, &ExecuteOptions::default()).is_err());
