@@ -24,6 +24,8 @@
 //! # }
 //! ```
 
+#![warn(missing_docs)]
+
 /// Calls the PJRT entry point `$name` of `$plugin` (a `&Plugin`) with `$args`
 /// (a `&mut` args struct) and converts its error. Unsafe: the args struct
 /// must be valid for that call.

@@ -91,3 +91,16 @@ fn element_type_codes_round_trip() {
     assert_eq!(ElementType::from_pjrt(11), Some(ElementType::F32));
     assert_eq!(ElementType::from_pjrt(13), Some(ElementType::BF16));
 }
+
+#[test]
+fn thread_safety_follows_pjrt() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<radix_pjrt::Plugin>();
+    send_sync::<Client>();
+    send_sync::<radix_pjrt::Device>();
+    send_sync::<radix_pjrt::Buffer>();
+    send_sync::<radix_pjrt::LoadedExecutable>();
+    send::<radix_pjrt::Event>();
+    send::<radix_pjrt::Execution>();
+}

@@ -240,3 +240,41 @@ fn garbage_serialized_executable() {
             .is_err()
     );
 }
+
+const DONATING_ADD: &str = r#"
+func.func @main(%a: tensor<4xf32> {tf.aliasing_output = 0 : i32}, %b: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.add %a, %b : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}"#;
+
+#[test]
+fn buffer_on_the_wrong_device() {
+    let client = common::cpu_client(2);
+    let exe = compile(&client, DONATING_ADD);
+    let d1 = &client.addressable_devices()[1];
+    let x = client
+        .buffer_from_host(
+            &common::f32_bytes(&[1., 2., 3., 4.]),
+            ElementType::F32,
+            &[4],
+            d1,
+        )
+        .unwrap();
+    let y = f32_buffer(&client, &[1., 1., 1., 1.], &[4]);
+    match exe.execute(&[[&x, &y]], &ExecuteOptions::default()) {
+        Err(Error::Pjrt { message, .. }) => assert!(message.contains("device"), "{message}"),
+        other => panic!("expected a PJRT error, got {other:?}"),
+    }
+    assert!(!x.is_deleted().unwrap());
+}
+
+#[test]
+fn donated_buffer_passed_twice() {
+    let client = common::cpu_client(1);
+    let exe = compile(&client, DONATING_ADD);
+    let y = f32_buffer(&client, &[1., 1., 1., 1.], &[4]);
+    match exe.execute(&[[&y, &y]], &ExecuteOptions::default()) {
+        Err(Error::Pjrt { message, .. }) => assert!(message.contains("donated"), "{message}"),
+        other => panic!("expected a PJRT error, got {other:?}"),
+    }
+}
