@@ -1,0 +1,82 @@
+//! Fetching pinned wheels into the cache: digest checks, a fresh cache per
+//! test (through `RADIX_CACHE_DIR`), and several fetchers at once. Uses the
+//! small `six` wheel so the tests cost little network.
+
+use std::sync::Mutex;
+
+use radix_pjrt::Error;
+use radix_pjrt::provision::{Package, fetch_package};
+
+const SIX: Package = Package {
+    name: "six",
+    version: "1.16.0",
+    wheel_sha256: "8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254",
+};
+
+// RADIX_CACHE_DIR is process-wide: tests that set it take turns.
+static ENV: Mutex<()> = Mutex::new(());
+
+fn with_cache<T>(f: impl FnOnce(&std::path::Path) -> T) -> T {
+    let _guard = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    // SAFETY: the lock above serialises every test in this file that reads or
+    // writes the variable, and no other thread of this binary reads it.
+    unsafe { std::env::set_var("RADIX_CACHE_DIR", dir.path()) };
+    let res = f(dir.path());
+    unsafe { std::env::remove_var("RADIX_CACHE_DIR") };
+    res
+}
+
+#[test]
+fn wrong_sha256_fails_and_leaves_nothing_in_the_cache() {
+    with_cache(|cache| {
+        let pkg = Package {
+            wheel_sha256: "abababababababababababababababababababababababababababababababab",
+            ..SIX
+        };
+        let err = fetch_package(&pkg).unwrap_err();
+        assert!(matches!(err, Error::Checksum { .. }), "{err}");
+        assert!(err.to_string().contains("six-1.16.0"), "{err}");
+        assert!(!pkg.cache_path().exists());
+        assert!(pkg.cache_path().starts_with(cache));
+    });
+}
+
+#[test]
+fn fetch_unpacks_once_and_concurrent_fetchers_agree() {
+    with_cache(|_| {
+        let dirs: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..3).map(|_| s.spawn(|| fetch_package(&SIX))).collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap().unwrap())
+                .collect()
+        });
+        assert!(dirs.iter().all(|d| d == &dirs[0]));
+        assert!(dirs[0].join("six.py").is_file());
+        let before = std::fs::metadata(dirs[0].join("six.py"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        // A second fetch finds the folder and does not download again.
+        let again = fetch_package(&SIX).unwrap();
+        let after = std::fs::metadata(again.join("six.py"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        assert_eq!(before, after);
+    });
+}
+
+#[test]
+fn unknown_package_is_an_error_saying_what_to_do() {
+    with_cache(|_| {
+        let pkg = Package {
+            name: "radix-no-such-package-xyz",
+            version: "0.0.0",
+            ..SIX
+        };
+        let err = fetch_package(&pkg).unwrap_err().to_string();
+        assert!(err.contains("pip download"), "{err}");
+    });
+}
