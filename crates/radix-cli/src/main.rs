@@ -1,1 +1,80 @@
-fn main() {}
+//! The `radix` command: devices, plugins, and (in later commands) models.
+
+mod devices;
+mod plugin;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Run machine-learning models on any accelerator through PJRT.
+#[derive(Parser)]
+#[command(name = "radix", version, about, propagate_version = true)]
+struct Cli {
+    /// Which plugin to run on: `auto` picks an accelerator when its plugin and a
+    /// device are present, the CPU otherwise.
+    #[arg(long, global = true, value_enum, default_value_t = PlatformArg::Auto)]
+    platform: PlatformArg,
+    /// Number of CPU devices (CPU plugin only).
+    #[arg(long, global = true, value_name = "N")]
+    devices: Option<i64>,
+    /// A PJRT plugin file to use instead of the pinned one.
+    #[arg(long, global = true, value_name = "PATH")]
+    plugin: Option<PathBuf>,
+    /// More logging (-v info, -vv debug); `RUST_LOG` overrides it.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum PlatformArg {
+    Auto,
+    Cpu,
+    Cuda,
+    Rocm,
+    Tpu,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show the platform, its plugin, PJRT and StableHLO versions, and devices.
+    Devices {
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Find, fetch and show PJRT plugins.
+    #[command(subcommand)]
+    Plugin(plugin::PluginCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let res = match &cli.command {
+        Command::Devices { json } => devices::run(&cli, *json),
+        Command::Plugin(cmd) => plugin::run(cmd),
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            // One line: the error and its causes, no backtrace.
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}

@@ -49,6 +49,7 @@ mod named_value;
 mod plugin;
 mod program_shape;
 pub mod provision;
+mod select;
 
 pub use buffer::{Buffer, ElementType, Event, byte_len};
 pub use client::{Client, ClientOptions, Device};
@@ -57,3 +58,4 @@ pub use error::{Error, Result};
 pub use executable::{ExecuteOptions, Execution, LoadedExecutable};
 pub use named_value::{NamedValue, Value};
 pub use plugin::{PJRT_API_MAJOR, PJRT_API_MINOR, Plugin};
+pub use select::open;
