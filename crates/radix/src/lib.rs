@@ -2,5 +2,6 @@
 //! StableHLO, compile it through a PJRT plugin and run it on device buffers.
 
 pub mod dtype;
+pub mod io;
 
 pub use dtype::{DType, Element};

@@ -1,0 +1,138 @@
+//! Looking weights up by name across files, with a name-mapping hook.
+
+use std::path::Path;
+
+use super::{Error, Gguf, HostTensor, Result, Safetensors};
+
+/// A file of named tensors: [`Safetensors`] and [`Gguf`] are sources.
+pub trait TensorSource: Send + Sync {
+    /// The file the source was opened from.
+    fn path(&self) -> &Path;
+    /// The stored tensor names, sorted.
+    fn names(&self) -> Vec<String>;
+    /// The row-major dims tensor `name` will have when read, if present.
+    fn dims(&self, name: &str) -> Option<Vec<i64>>;
+    /// Tensor `name`, or `None` if absent; `Err` if present but unreadable.
+    fn tensor(&self, name: &str) -> Result<Option<HostTensor>>;
+}
+
+/// Tensors looked up by the names a model uses (its field paths), mapped to the
+/// names its files use, across one or more sources searched in order.
+///
+/// ```no_run
+/// # fn main() -> radix::io::Result<()> {
+/// use radix::io::{Gguf, WeightStore};
+/// let gguf = Gguf::open("SmolLM2-135M-Instruct.Q4_1.gguf".as_ref())?;
+/// let store = WeightStore::new(vec![Box::new(gguf)], |name: &str| name.replace("layers.", "blk."));
+/// let norm = store.get("layers.0.attn_norm.weight", &[576])?;
+/// # Ok(()) }
+/// ```
+pub struct WeightStore {
+    sources: Vec<Box<dyn TensorSource>>,
+    map_name: Box<dyn Fn(&str) -> String + Send + Sync>,
+}
+
+impl WeightStore {
+    /// A store over `sources` (searched in order) that looks a model name up as
+    /// `map_name(name)`.
+    pub fn new(
+        sources: Vec<Box<dyn TensorSource>>,
+        map_name: impl Fn(&str) -> String + Send + Sync + 'static,
+    ) -> Self {
+        WeightStore {
+            sources,
+            map_name: Box::new(map_name),
+        }
+    }
+
+    /// A store over the files at `paths`, each opened by its extension (`.gguf`,
+    /// `.safetensors`, `.safetensors.index.json`), with names used as stored.
+    pub fn open(paths: &[&Path]) -> Result<Self> {
+        let mut sources: Vec<Box<dyn TensorSource>> = Vec::new();
+        for &p in paths {
+            if p.extension().is_some_and(|e| e == "gguf") {
+                sources.push(Box::new(Gguf::open(p)?));
+            } else {
+                sources.push(Box::new(Safetensors::open(p)?));
+            }
+        }
+        Ok(WeightStore::new(sources, str::to_string))
+    }
+
+    /// The same sources with another name mapping.
+    pub fn with_name_map(self, map_name: impl Fn(&str) -> String + Send + Sync + 'static) -> Self {
+        WeightStore {
+            sources: self.sources,
+            map_name: Box::new(map_name),
+        }
+    }
+
+    /// The sources, in search order.
+    pub fn sources(&self) -> &[Box<dyn TensorSource>] {
+        &self.sources
+    }
+
+    /// The stored name that model name `name` maps to.
+    pub fn stored_name(&self, name: &str) -> String {
+        (self.map_name)(name)
+    }
+
+    /// Tensor `name` (a model name, mapped first) in whatever shape it is stored.
+    /// `Err` naming both names and the files searched if no source has it.
+    pub fn get_any_shape(&self, name: &str) -> Result<HostTensor> {
+        let stored = self.stored_name(name);
+        for s in &self.sources {
+            if let Some(t) = s.tensor(&stored)? {
+                return Ok(t);
+            }
+        }
+        Err(self.missing(name, stored))
+    }
+
+    /// Tensor `name` (a model name, mapped first), which must have row-major dims
+    /// `expected`: `Err` naming the file, both names and both shapes if not.
+    /// The shape is checked before any data is read or dequantized.
+    pub fn get(&self, name: &str, expected: &[i64]) -> Result<HostTensor> {
+        let stored = self.stored_name(name);
+        for s in &self.sources {
+            let Some(found) = s.dims(&stored) else {
+                continue;
+            };
+            if found != expected {
+                return Err(Error::ShapeMismatch {
+                    path: s.path().to_path_buf(),
+                    name: name.to_string(),
+                    stored,
+                    expected: expected.to_vec(),
+                    found,
+                });
+            }
+            if let Some(t) = s.tensor(&stored)? {
+                return Ok(t);
+            }
+        }
+        Err(self.missing(name, stored))
+    }
+
+    fn missing(&self, name: &str, stored: String) -> Error {
+        let files: Vec<String> = self
+            .sources
+            .iter()
+            .map(|s| s.path().display().to_string())
+            .collect();
+        Error::MissingTensor {
+            name: name.to_string(),
+            stored,
+            files: files.join(", "),
+        }
+    }
+}
+
+impl std::fmt::Debug for WeightStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let files: Vec<&Path> = self.sources.iter().map(|s| s.path()).collect();
+        f.debug_struct("WeightStore")
+            .field("sources", &files)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,214 @@
+//! Host arrays read from model files.
+
+use std::fmt;
+use std::sync::Arc;
+
+use memmap2::Mmap;
+
+use super::{Error, Result};
+use crate::{DType, Element};
+
+/// A dense row-major array in host memory: a dtype, dims and bytes that are
+/// either owned or a window into a memory-mapped file.
+#[derive(Clone)]
+pub struct HostTensor {
+    dtype: DType,
+    dims: Vec<i64>,
+    data: Bytes,
+}
+
+/// The bytes of a [`HostTensor`].
+#[derive(Clone)]
+enum Bytes {
+    /// Owned bytes, kept in `u64`s so that every element type is aligned.
+    Owned { words: Vec<u64>, len: usize },
+    /// `len` bytes at `start` of a shared memory map.
+    Mapped {
+        map: Arc<Mmap>,
+        start: usize,
+        len: usize,
+    },
+}
+
+impl HostTensor {
+    /// A tensor owning a copy of `data` (row-major, `dims` may be empty for a scalar).
+    ///
+    /// Panics if `data.len()` is not the product of `dims`: that is a caller bug.
+    pub fn from_slice<T: Element>(dims: &[i64], data: &[T]) -> Self {
+        let n: i64 = dims.iter().product();
+        assert_eq!(
+            n as usize,
+            data.len(),
+            "HostTensor::from_slice: dims {dims:?} do not match {} elements",
+            data.len()
+        );
+        let len = std::mem::size_of_val(data);
+        let mut words = vec![0u64; len.div_ceil(8)];
+        // SAFETY: `words` holds at least `len` bytes and does not overlap `data`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr().cast::<u8>(),
+                words.as_mut_ptr().cast::<u8>(),
+                len,
+            )
+        };
+        HostTensor {
+            dtype: T::DTYPE,
+            dims: dims.to_vec(),
+            data: Bytes::Owned { words, len },
+        }
+    }
+
+    /// A tensor over `len` bytes at `start` of `map`; the caller has checked the
+    /// range and that `len` matches `dtype` and `dims`.
+    pub(crate) fn mapped(
+        dtype: DType,
+        dims: Vec<i64>,
+        map: Arc<Mmap>,
+        start: usize,
+        len: usize,
+    ) -> Self {
+        debug_assert!(start + len <= map.len());
+        HostTensor {
+            dtype,
+            dims,
+            data: Bytes::Mapped { map, start, len },
+        }
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The dims, row-major (the last axis is the fastest).
+    pub fn dims(&self) -> &[i64] {
+        &self.dims
+    }
+
+    /// The number of elements.
+    pub fn n_elements(&self) -> usize {
+        self.dims.iter().product::<i64>() as usize
+    }
+
+    /// Whether the bytes are a window into a memory-mapped file (no copy was made).
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.data, Bytes::Mapped { .. })
+    }
+
+    /// The raw little-endian bytes, row-major.
+    pub fn bytes(&self) -> &[u8] {
+        match &self.data {
+            // SAFETY: `words` holds at least `len` initialized bytes.
+            Bytes::Owned { words, len } => unsafe {
+                std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), *len)
+            },
+            Bytes::Mapped { map, start, len } => &map[*start..*start + *len],
+        }
+    }
+
+    /// The elements as a slice of `T`, without a copy. `Err` if `T` is not this
+    /// tensor's dtype or the bytes are not aligned for `T` (possible for mapped
+    /// safetensors data; [`HostTensor::to_vec`] always works).
+    pub fn as_slice<T: Element>(&self) -> Result<&[T]> {
+        self.check_dtype::<T>()?;
+        let bytes = self.bytes();
+        let align = std::mem::align_of::<T>();
+        if bytes.as_ptr() as usize % align != 0 {
+            return Err(Error::Misaligned {
+                addr: bytes.as_ptr() as usize,
+                align,
+                dtype: self.dtype,
+            });
+        }
+        if T::DTYPE == DType::Bool && bytes.iter().any(|&b| b > 1) {
+            // Only 0 and 1 are valid `bool`s; copy through `to_vec` instead.
+            return Err(Error::DTypeMismatch {
+                found: self.dtype,
+                asked: T::DTYPE,
+            });
+        }
+        // SAFETY: the dtype matches `T` (so the length is a multiple of its size),
+        // the pointer is aligned, every bit pattern is a valid `T` (bools were
+        // checked above), and the slice borrows `self`.
+        Ok(unsafe {
+            std::slice::from_raw_parts(
+                bytes.as_ptr().cast::<T>(),
+                bytes.len() / std::mem::size_of::<T>(),
+            )
+        })
+    }
+
+    /// The elements copied into a `Vec<T>` (works for unaligned data). `Err` if
+    /// `T` is not this tensor's dtype.
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        self.check_dtype::<T>()?;
+        let size = std::mem::size_of::<T>();
+        Ok(self
+            .bytes()
+            .chunks_exact(size)
+            .map(|c| {
+                if T::DTYPE == DType::Bool {
+                    return T::from_f64(f64::from(c[0] != 0));
+                }
+                // SAFETY: `c` has `size_of::<T>()` bytes and every bit pattern is a valid `T`.
+                unsafe { std::ptr::read_unaligned(c.as_ptr().cast::<T>()) }
+            })
+            .collect())
+    }
+
+    /// The elements converted to `f32` (exact for `f16`, `bf16` and `f32`; rounded
+    /// for `f64` and wide integers).
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        fn conv<T: Element>(t: &HostTensor) -> Vec<f32> {
+            t.to_vec::<T>()
+                .map(|v| v.into_iter().map(|x| x.to_f64() as f32).collect())
+                .unwrap_or_default()
+        }
+        match self.dtype {
+            DType::F32 => self.to_vec::<f32>().unwrap_or_default(),
+            DType::F16 => self
+                .to_vec::<half::f16>()
+                .unwrap_or_default()
+                .into_iter()
+                .map(f32::from)
+                .collect(),
+            DType::BF16 => self
+                .to_vec::<half::bf16>()
+                .unwrap_or_default()
+                .into_iter()
+                .map(f32::from)
+                .collect(),
+            DType::Bool => conv::<bool>(self),
+            DType::I8 => conv::<i8>(self),
+            DType::I16 => conv::<i16>(self),
+            DType::I32 => conv::<i32>(self),
+            DType::I64 => conv::<i64>(self),
+            DType::U8 => conv::<u8>(self),
+            DType::U16 => conv::<u16>(self),
+            DType::U32 => conv::<u32>(self),
+            DType::U64 => conv::<u64>(self),
+            DType::F64 => conv::<f64>(self),
+        }
+    }
+
+    fn check_dtype<T: Element>(&self) -> Result<()> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::DTypeMismatch {
+                found: self.dtype,
+                asked: T::DTYPE,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for HostTensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostTensor")
+            .field("dtype", &self.dtype)
+            .field("dims", &self.dims)
+            .field("mapped", &self.is_mapped())
+            .finish()
+    }
+}
