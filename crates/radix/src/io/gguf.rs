@@ -93,7 +93,7 @@ pub struct GgufTensorInfo {
 
 impl Gguf {
     /// Opens and maps `path`, parsing and checking its header, metadata and
-    /// tensor infos (every supported tensor's data must lie inside the file).
+    /// tensor infos (every tensor's data must lie inside the file).
     pub fn open(path: &Path) -> Result<Self> {
         let file = File::open(path).map_err(|source| Error::Io {
             path: path.to_path_buf(),
@@ -176,7 +176,6 @@ impl Gguf {
             supported: SUPPORTED,
         };
         let n = info.dims.iter().product::<i64>() as usize;
-        // `parse` checked that every supported tensor's bytes lie inside the file.
         let Some(len) = info.ty.n_bytes(n) else {
             return Err(unsupported());
         };
@@ -344,20 +343,55 @@ impl GgmlType {
 
     /// `(elements per block, bytes per block)` for the types radix reads.
     fn block(self) -> Option<(usize, usize)> {
-        Some(match self {
-            GgmlType::F32 => (1, 4),
-            GgmlType::F16 | GgmlType::BF16 => (1, 2),
-            GgmlType::Q4_0 => (32, 18),
-            GgmlType::Q4_1 => (32, 20),
-            GgmlType::Q8_0 => (32, 34),
+        match self {
+            GgmlType::F32
+            | GgmlType::F16
+            | GgmlType::BF16
+            | GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q8_0 => self.storage(),
+            _ => None,
+        }
+    }
+
+    /// `(elements per block, bytes per block)` for every type ggml knows (as in
+    /// ggml's `type_traits`), so that the data range of any tensor can be checked.
+    fn storage(self) -> Option<(usize, usize)> {
+        Some(match self.0 {
+            0 => (1, 4),
+            1 | 30 => (1, 2),
+            2 | 20 => (32, 18),
+            3 => (32, 20),
+            6 => (32, 22),
+            7 => (32, 24),
+            8 => (32, 34),
+            9 => (32, 36),
+            10 => (256, 84),
+            11 | 21 => (256, 110),
+            12 => (256, 144),
+            13 => (256, 176),
+            14 => (256, 210),
+            15 => (256, 292),
+            16 | 35 => (256, 66),
+            17 => (256, 74),
+            18 => (256, 98),
+            19 => (256, 50),
+            22 => (256, 82),
+            23 => (256, 136),
+            24 => (1, 1),
+            25 => (1, 2),
+            26 => (1, 4),
+            27 | 28 => (1, 8),
+            29 => (256, 56),
+            34 => (256, 54),
+            39 => (32, 17),
             _ => return None,
         })
     }
 
-    /// The bytes `n` elements take, for the types radix reads (`n` a whole
-    /// number of blocks).
+    /// The bytes `n` elements take (`n` a whole number of blocks).
     fn n_bytes(self, n: usize) -> Option<usize> {
-        let (block, size) = self.block()?;
+        let (block, size) = self.storage()?;
         (n / block).checked_mul(size)
     }
 }
@@ -495,8 +529,7 @@ fn parse(buf: &[u8]) -> std::result::Result<Parsed, String> {
     })
 }
 
-/// Checks a tensor's element count, block structure and data range (the data
-/// range only for the types radix reads: it knows no other type's size).
+/// Checks a tensor's element count, block structure and data range.
 fn check_tensor(
     t: &GgufTensorInfo,
     alignment: u64,
@@ -515,8 +548,17 @@ fn check_tensor(
             t.offset
         ));
     }
-    let Some((block, _)) = t.ty.block() else {
-        return Ok(());
+    // A type ggml does not know: its size is unknown, so only its start is checked.
+    let Some((block, _)) = t.ty.storage() else {
+        let start = usize::try_from(t.offset)
+            .ok()
+            .and_then(|o| o.checked_add(data_start));
+        return match start {
+            Some(s) if s <= file_len => Ok(()),
+            _ => Err(format!(
+                "tensor `{name}` starts past the end of the file (truncated?)"
+            )),
+        };
     };
     let fastest = t.dims.last().copied().unwrap_or(1);
     if fastest % block as i64 != 0 {
