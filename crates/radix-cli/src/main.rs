@@ -1,7 +1,9 @@
 //! The `radix` command: devices, plugins, and (in later commands) models.
 
 mod devices;
+mod npy;
 mod plugin;
+mod run;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,6 +51,8 @@ enum Command {
     /// Find, fetch and show PJRT plugins.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
+    /// Run a StableHLO module (e.g. exported by JAX) on NumPy inputs.
+    Run(run::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -57,6 +61,7 @@ fn main() -> ExitCode {
     let res = match &cli.command {
         Command::Devices { json } => devices::run(&cli, *json),
         Command::Plugin(cmd) => plugin::run(cmd),
+        Command::Run(args) => run::run(&cli, args),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
