@@ -1,7 +1,46 @@
 //! radix: write a model as Rust structs of tensors, trace its `forward` into
 //! StableHLO, compile it through a PJRT plugin and run it on device buffers.
+//!
+//! ```no_run
+//! # fn main() -> radix::Result<()> {
+//! use radix::{Buffer, DType, Platform, Shape, Tensor};
+//! let platform = Platform::cpu()?;
+//! let shape = Shape::tagged(DType::F32, &[("b", 2), ("d", 3)]);
+//! let exe = radix::compile(&platform, &(), &Tensor::param(shape), |_, x| x.softmax("d"))?;
+//! let x = Buffer::from_slice(&platform, &[1f32, 2., 3., 4., 5., 6.], shape)?;
+//! let y = exe.call(&[&x])?;
+//! assert_eq!(y[0].shape(), shape);
+//! # Ok(())
+//! # }
+//! ```
 
+#![warn(missing_docs)]
+
+extern crate self as radix;
+
+mod buffer;
+mod compile;
 pub mod dtype;
-pub mod io;
+mod error;
+mod exe;
+pub mod ir;
+mod literal;
+pub mod module;
+mod platform;
+pub mod shape;
+mod tensor;
+pub mod testing;
 
+pub use buffer::Buffer;
+pub use compile::{ArgSpec, Program, compile, compile_program, trace};
 pub use dtype::{DType, Element};
+pub use error::{Error, Result, TraceError};
+pub use exe::Executable;
+pub use ir::ops::dot::DotDims;
+pub use ir::ops::shape_ops::{PadSpec, SliceSpec};
+pub use literal::Literal;
+pub use module::Module;
+pub use platform::Platform;
+pub use radix_macros::Module;
+pub use shape::{Axes, AxisRef, Shape, Tag};
+pub use tensor::Tensor;

@@ -201,6 +201,13 @@ impl TensorSource for Safetensors {
         &self.path
     }
 
+    fn file_of(&self, name: &str) -> &Path {
+        match self.tensors.get(name) {
+            Some(e) => &self.shards[e.shard].path,
+            None => &self.path,
+        }
+    }
+
     fn names(&self) -> Vec<String> {
         self.tensors.keys().cloned().collect()
     }

@@ -8,6 +8,12 @@ use super::{Error, Gguf, HostTensor, Result, Safetensors};
 pub trait TensorSource: Send + Sync {
     /// The file the source was opened from.
     fn path(&self) -> &Path;
+    /// The file holding tensor `name` (a shard of a sharded checkpoint); the
+    /// source's own path by default.
+    fn file_of(&self, name: &str) -> &Path {
+        let _ = name;
+        self.path()
+    }
     /// The stored tensor names, sorted.
     fn names(&self) -> Vec<String>;
     /// The row-major dims tensor `name` will have when read, if present.
@@ -100,7 +106,7 @@ impl WeightStore {
             };
             if found != expected {
                 return Err(Error::ShapeMismatch {
-                    path: s.path().to_path_buf(),
+                    path: s.file_of(&stored).to_path_buf(),
                     name: name.to_string(),
                     stored,
                     expected: expected.to_vec(),

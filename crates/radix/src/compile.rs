@@ -1,0 +1,153 @@
+//! Tracing a model's `forward` into a [`Program`] and compiling it into an
+//! [`Executable`].
+
+use radix_pjrt::CompileOptions;
+
+use crate::error::Error;
+use crate::exe::Executable;
+use crate::ir::{Function, interp, print};
+use crate::literal::Literal;
+use crate::module::{Module, with_field};
+use crate::tensor::{check_result, parameter, with_trace};
+use crate::{Platform, Result, Shape, Tensor};
+
+/// One argument or result of a program: its path in the model or input tree
+/// (inputs under `input`, results under `output`) and its shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArgSpec {
+    /// The dotted path, e.g. `layers.0.weight` or `input.1`.
+    pub path: String,
+    /// The shape, with tags.
+    pub shape: Shape,
+}
+
+/// A traced function: the IR, its arguments (weights, then inputs) and results.
+#[derive(Debug, Clone)]
+pub struct Program {
+    function: Function,
+    args: Vec<ArgSpec>,
+    n_weights: usize,
+    results: Vec<ArgSpec>,
+}
+
+impl Program {
+    /// The StableHLO module text (deterministic).
+    pub fn stablehlo(&self) -> String {
+        print::print_module(&self.function)
+    }
+
+    /// The arguments in ABI order: the model's tensors, then the inputs'.
+    pub fn args(&self) -> &[ArgSpec] {
+        &self.args
+    }
+
+    /// How many leading arguments are model weights.
+    pub fn n_weights(&self) -> usize {
+        self.n_weights
+    }
+
+    /// The results in order.
+    pub fn results(&self) -> &[ArgSpec] {
+        &self.results
+    }
+
+    /// Runs the reference interpreter on `args` (one literal per argument).
+    pub fn interpret(&self, args: &[Literal]) -> Vec<Literal> {
+        interp::eval(&self.function, args)
+    }
+}
+
+/// Traces `forward(model, inputs)`: every tensor of `model` and `inputs`
+/// (made with [`Tensor::param`]) becomes an argument, in their visit order.
+/// The first misuse of an op while tracing comes back as [`Error::Trace`].
+#[track_caller]
+pub fn trace<M, I, O, F>(model: &M, inputs: &I, forward: F) -> Result<Program>
+where
+    M: Module + Clone,
+    I: Module + Clone,
+    O: Module,
+    F: FnOnce(&M, I) -> O,
+{
+    let mut args = vec![];
+    let ((n_weights, results), mut function, error) = with_trace(|| {
+        let mut bind = |path: &str, t: &mut Tensor| {
+            *t = parameter(args.len(), t.shape());
+            args.push(ArgSpec {
+                path: path.to_string(),
+                shape: t.shape(),
+            });
+        };
+        let mut model = model.clone();
+        let mut n_weights = 0;
+        model.visit_mut(&mut String::new(), &mut |p, t| {
+            bind(p, t);
+            n_weights += 1;
+        });
+        let mut inputs = inputs.clone();
+        with_field(&mut String::new(), "input", |p| {
+            inputs.visit_mut(p, &mut bind)
+        });
+        let out = forward(&model, inputs);
+        let mut results = vec![];
+        with_field(&mut String::new(), "output", |p| {
+            out.visit(p, &mut |path, t| {
+                results.push((
+                    ArgSpec {
+                        path: path.to_string(),
+                        shape: t.shape(),
+                    },
+                    check_result(*t),
+                ))
+            })
+        });
+        (n_weights, results)
+    });
+    if let Some(e) = error {
+        return Err(Error::Trace(e));
+    }
+    function.results = results.iter().map(|r| r.1).collect();
+    let results = results.into_iter().map(|r| r.0).collect();
+    Ok(Program {
+        function,
+        args,
+        n_weights,
+        results,
+    })
+}
+
+/// Traces `forward(model, inputs)` (see [`trace`]) and compiles it for `platform`.
+///
+/// ```no_run
+/// # fn main() -> radix::Result<()> {
+/// use radix::{DType, Platform, Shape, Tensor};
+/// let platform = Platform::cpu()?;
+/// let x = Tensor::param(Shape::tagged(DType::F32, &[("b", 2), ("d", 3)]));
+/// let exe = radix::compile(&platform, &(), &x, |_, x| (x * 2.0).sum("d"))?;
+/// # Ok(())
+/// # }
+/// ```
+#[track_caller]
+pub fn compile<M, I, O, F>(
+    platform: &Platform,
+    model: &M,
+    inputs: &I,
+    forward: F,
+) -> Result<Executable>
+where
+    M: Module + Clone,
+    I: Module + Clone,
+    O: Module,
+    F: FnOnce(&M, I) -> O,
+{
+    let program = trace(model, inputs, forward)?;
+    compile_program(platform, program)
+}
+
+/// Compiles a traced program for `platform`.
+pub fn compile_program(platform: &Platform, program: Program) -> Result<Executable> {
+    let text = program.stablehlo();
+    let exe = platform
+        .client()
+        .compile(&text, &CompileOptions::default())?;
+    Ok(Executable::new(platform.clone(), exe, program))
+}

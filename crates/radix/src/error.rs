@@ -1,0 +1,93 @@
+//! The radix error type.
+
+use std::fmt;
+
+use crate::Shape;
+
+/// A radix result.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What can go wrong while tracing, compiling or running.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An op was misused while tracing (the first such misuse of a trace).
+    #[error("{0}")]
+    Trace(TraceError),
+    /// An argument given to [`crate::Executable::call`] or `bind` does not
+    /// match what the executable was compiled for.
+    #[error("argument {index} ({path}): expected {expected}, got {got}")]
+    Argument {
+        /// The argument's position in the executable's ABI (weights first).
+        index: usize,
+        /// The argument's path in the model or input tree (`layers.0.weight`).
+        path: String,
+        /// What was expected.
+        expected: String,
+        /// What was given.
+        got: String,
+    },
+    /// The wrong number of arguments was given.
+    #[error("{what}: expected {expected} arguments, got {got}")]
+    ArgumentCount {
+        /// Which list (`weights` or `inputs`).
+        what: &'static str,
+        /// How many were expected.
+        expected: usize,
+        /// How many were given.
+        got: usize,
+    },
+    /// Host data does not fit the shape it is given for.
+    #[error("host data: {0}")]
+    Host(String),
+    /// The PJRT runtime failed (compile or execute).
+    #[error(transparent)]
+    Runtime(#[from] radix_pjrt::Error),
+}
+
+impl Error {
+    /// The trace error, if this is one.
+    pub fn as_trace(&self) -> Option<&TraceError> {
+        match self {
+            Error::Trace(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// A misused op: which op, why, on which shapes, and where in the user's code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceError {
+    /// The op's name (`add`, `dot`, ...).
+    pub op: &'static str,
+    /// What is wrong.
+    pub message: String,
+    /// The shapes of the op's tensor operands.
+    pub shapes: Vec<Shape>,
+    /// The source file of the call.
+    pub file: &'static str,
+    /// The source line of the call.
+    pub line: u32,
+    /// The source column of the call.
+    pub column: u32,
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: {}: {}",
+            self.file, self.line, self.column, self.op, self.message
+        )?;
+        if !self.shapes.is_empty() {
+            f.write_str(" (shapes: ")?;
+            for (i, s) in self.shapes.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{s}")?;
+            }
+            f.write_str(")")?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,32 @@
+//! The reference interpreter: evaluates a [`Function`] on host literals with
+//! each op's reference semantics (f64 arithmetic, rounded to the result dtype).
+
+use crate::ir::{Function, Op};
+use crate::literal::Literal;
+
+/// The results of `f` applied to `args` (one per parameter, in order).
+pub(crate) fn eval(f: &Function, args: &[Literal]) -> Vec<Literal> {
+    let live = f.reachable();
+    let mut values: Vec<Option<Literal>> = vec![None; f.nodes.len()];
+    for (i, node) in f.nodes.iter().enumerate() {
+        if !live[i] {
+            continue;
+        }
+        let v = match &node.op {
+            Op::Parameter(k) => args[*k].clone(),
+            op => {
+                let a: Vec<&Literal> = node
+                    .args
+                    .iter()
+                    .map(|a| values[a.0 as usize].as_ref().expect("operand evaluated"))
+                    .collect();
+                op.eval(&a, node.shape)
+            }
+        };
+        values[i] = Some(v);
+    }
+    f.results
+        .iter()
+        .map(|r| values[r.0 as usize].clone().expect("result evaluated"))
+        .collect()
+}

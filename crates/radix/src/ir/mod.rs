@@ -1,0 +1,68 @@
+//! The IR: an SSA graph of ops recorded while tracing.
+//!
+//! A [`Function`] holds nodes in creation order (so every operand precedes
+//! its user), its parameters and its results. Each node is one op producing
+//! one tensor. The op set is a small closed enum, [`Op`]; each op family lives
+//! in one file under [`ops`] with its public `Tensor` methods, shape rule,
+//! StableHLO printing and reference semantics side by side. Composites
+//! (softmax, gelu, mean, ...) are built from these primitives and add no op.
+//!
+//! Nested blocks: an op that needs a region (today `reduce`, with a fixed
+//! body kind) prints it from its own data; user-written bodies (issue 4) will
+//! be nested `Function`s held by the op, hermetic or open.
+
+pub(crate) mod interp;
+pub mod ops;
+pub(crate) mod print;
+
+use std::panic::Location;
+
+use crate::Shape;
+
+pub(crate) use ops::Op;
+
+/// The id of a node (and of the value it produces) in its function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct ValueId(pub(crate) u32);
+
+/// One op application.
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    pub(crate) op: Op,
+    pub(crate) args: Vec<ValueId>,
+    pub(crate) shape: Shape,
+    pub(crate) loc: &'static Location<'static>,
+}
+
+/// A traced function: nodes in creation order, parameters, results.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Function {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) params: Vec<ValueId>,
+    pub(crate) results: Vec<ValueId>,
+}
+
+impl Function {
+    pub(crate) fn node(&self, id: ValueId) -> &Node {
+        &self.nodes[id.0 as usize]
+    }
+
+    pub(crate) fn push(&mut self, node: Node) -> ValueId {
+        let id = ValueId(self.nodes.len() as u32);
+        self.nodes.push(node);
+        id
+    }
+
+    /// Which nodes the results depend on (parameters always count).
+    pub(crate) fn reachable(&self) -> Vec<bool> {
+        let mut live = vec![false; self.nodes.len()];
+        let mut stack: Vec<ValueId> = self.results.clone();
+        stack.extend(&self.params);
+        while let Some(id) = stack.pop() {
+            if !std::mem::replace(&mut live[id.0 as usize], true) {
+                stack.extend(&self.node(id).args);
+            }
+        }
+        live
+    }
+}

@@ -1,0 +1,103 @@
+//! Constants: scalars, host arrays, `iota`/`arange`, filled tensors.
+
+use std::sync::Arc;
+
+use crate::ir::Op;
+use crate::ir::print::{OpPrinter, dense};
+use crate::literal::{Literal, decode, encode, strides};
+use crate::tensor::{emit, fail};
+use crate::{DType, Element, Shape, Tensor};
+
+impl Tensor {
+    /// A rank-0 constant `v` of `dtype` (`stablehlo.constant`).
+    #[track_caller]
+    pub fn scalar(v: f64, dtype: DType) -> Tensor {
+        let shape = Shape::scalar(dtype);
+        emit(Op::Constant(encode(dtype, &[v]).into()), &[], shape)
+    }
+
+    /// A constant holding `values` with sizes `dims` (`stablehlo.constant`).
+    #[track_caller]
+    pub fn from_slice<T: Element>(values: &[T], dims: &[i64]) -> Tensor {
+        Tensor::constant(&Literal::from_slice(values, dims))
+    }
+
+    /// A constant holding `literal` (`stablehlo.constant`).
+    #[track_caller]
+    pub fn constant(literal: &Literal) -> Tensor {
+        emit(
+            Op::Constant(Arc::from(literal.to_bytes())),
+            &[],
+            literal.shape(),
+        )
+    }
+
+    /// A tensor of `shape` filled with `v` (a splat `stablehlo.constant`).
+    #[track_caller]
+    pub fn full(shape: Shape, v: f64) -> Tensor {
+        emit(Op::Constant(encode(shape.dtype(), &[v]).into()), &[], shape)
+    }
+
+    /// A tensor of `shape` filled with zeros.
+    #[track_caller]
+    pub fn zeros(shape: Shape) -> Tensor {
+        Tensor::full(shape, 0.0)
+    }
+
+    /// A tensor of `shape` whose values count 0, 1, 2, ... along `axis`
+    /// (`stablehlo.iota`).
+    #[track_caller]
+    pub fn iota(shape: Shape, axis: impl Into<crate::AxisRef>) -> Tensor {
+        let axis = axis.into();
+        match shape.axis(axis) {
+            Some(i) if shape.dtype() != DType::Bool => emit(Op::Iota(i), &[], shape),
+            Some(_) => fail("iota", "iota of bools".into(), &[], shape),
+            None => fail("iota", format!("no axis {axis} in {shape}"), &[], shape),
+        }
+    }
+
+    /// `[0, 1, ..., n-1]` of `dtype` (`stablehlo.iota`).
+    #[track_caller]
+    pub fn arange(n: i64, dtype: DType) -> Tensor {
+        Tensor::iota(Shape::new(dtype, &[n]), 0)
+    }
+}
+
+pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
+    match op {
+        Op::Constant(bytes) => {
+            let shape = p.shape();
+            p.generic(
+                "stablehlo.constant",
+                &format!("value = {}", dense(&shape, bytes)),
+            )
+        }
+        Op::Iota(axis) => p.generic("stablehlo.iota", &format!("iota_dimension = {axis} : i64")),
+        _ => unreachable!(),
+    }
+}
+
+pub(crate) fn eval(op: &Op, shape: Shape) -> Literal {
+    match op {
+        Op::Constant(bytes) => {
+            let values = decode(shape.dtype(), bytes);
+            let data = if values.len() == 1 {
+                vec![values[0]; shape.count()]
+            } else {
+                values
+            };
+            Literal::new(shape, data)
+        }
+        Op::Iota(axis) => {
+            let st = strides(shape.dims());
+            let d = shape.dims()[*axis] as usize;
+            Literal::new(
+                shape,
+                (0..shape.count())
+                    .map(|i| ((i / st[*axis]) % d) as f64)
+                    .collect(),
+            )
+        }
+        _ => unreachable!(),
+    }
+}

@@ -1,0 +1,152 @@
+//! The op set: one file per op family. Each file holds the public `Tensor`
+//! methods (whose docs name the StableHLO op), the shape rules, the printing
+//! and the reference semantics of its ops, and its tests.
+
+pub mod composite;
+pub mod constant;
+pub mod convert;
+pub mod dot;
+pub mod elementwise;
+pub mod indexing;
+pub mod reduce;
+pub mod shape_ops;
+
+use crate::Shape;
+use crate::ir::print::OpPrinter;
+use crate::literal::Literal;
+
+pub use elementwise::{Binary, Compare, Unary};
+pub use reduce::Reducer;
+
+/// An op of the IR: a small closed set of StableHLO primitives.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Op {
+    /// Argument `i` of the function.
+    Parameter(usize),
+    /// The placeholder produced by a misused op; never printed.
+    Poison,
+    /// `stablehlo.constant` with little-endian bytes (one element: a splat).
+    Constant(std::sync::Arc<[u8]>),
+    /// `stablehlo.iota` along an axis.
+    Iota(usize),
+    /// A one-operand elementwise op.
+    Unary(Unary),
+    /// A two-operand elementwise op.
+    Binary(Binary),
+    /// `stablehlo.compare`.
+    Compare(Compare),
+    /// `stablehlo.select(pred, on_true, on_false)`.
+    Select,
+    /// `stablehlo.clamp(min, x, max)`.
+    Clamp,
+    /// `stablehlo.convert`.
+    Convert,
+    /// `stablehlo.bitcast_convert` (same element width).
+    Bitcast,
+    /// `stablehlo.dot_general`.
+    DotGeneral(dot::DotDims),
+    /// `stablehlo.reshape`.
+    Reshape,
+    /// `stablehlo.transpose` with a permutation.
+    Transpose(Vec<usize>),
+    /// `stablehlo.broadcast_in_dim`: where each operand axis goes.
+    Broadcast(Vec<usize>),
+    /// `stablehlo.slice`.
+    Slice(shape_ops::SliceSpec),
+    /// `stablehlo.concatenate` along an axis.
+    Concatenate(usize),
+    /// `stablehlo.pad` (operand, padding value).
+    Pad(shape_ops::PadSpec),
+    /// `stablehlo.reverse` of some axes.
+    Reverse(Vec<usize>),
+    /// `stablehlo.dynamic_slice` (operand, scalar starts...) with slice sizes.
+    DynamicSlice(Vec<i64>),
+    /// `stablehlo.dynamic_update_slice` (operand, update, scalar starts...).
+    DynamicUpdateSlice,
+    /// `stablehlo.gather` of slices along an axis (operand, indices).
+    Gather(usize),
+    /// `stablehlo.scatter` of slices along an axis (operand, indices, updates), overriding.
+    Scatter(usize),
+    /// `stablehlo.reduce` over axes with a fixed body.
+    Reduce(Reducer, Vec<usize>),
+}
+
+impl Op {
+    /// The op's short name for error messages.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Op::Parameter(_) => "parameter",
+            Op::Poison => "poison",
+            Op::Constant(_) => "constant",
+            Op::Iota(_) => "iota",
+            Op::Unary(u) => u.name(),
+            Op::Binary(b) => b.name(),
+            Op::Compare(_) => "compare",
+            Op::Select => "select",
+            Op::Clamp => "clamp",
+            Op::Convert => "convert",
+            Op::Bitcast => "bitcast",
+            Op::DotGeneral(_) => "dot_general",
+            Op::Reshape => "reshape",
+            Op::Transpose(_) => "transpose",
+            Op::Broadcast(_) => "broadcast",
+            Op::Slice(_) => "slice",
+            Op::Concatenate(_) => "concatenate",
+            Op::Pad(_) => "pad",
+            Op::Reverse(_) => "reverse",
+            Op::DynamicSlice(_) => "dynamic_slice",
+            Op::DynamicUpdateSlice => "dynamic_update_slice",
+            Op::Gather(_) => "gather",
+            Op::Scatter(_) => "scatter",
+            Op::Reduce(..) => "reduce",
+        }
+    }
+
+    /// Prints the op (parameters are printed by the function signature).
+    pub(crate) fn print(&self, p: &mut OpPrinter<'_>) {
+        match self {
+            Op::Parameter(_) | Op::Poison => unreachable!("{self:?} is not printed"),
+            Op::Constant(_) | Op::Iota(_) => constant::print(self, p),
+            Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::Select | Op::Clamp => {
+                elementwise::print(self, p)
+            }
+            Op::Convert | Op::Bitcast => convert::print(self, p),
+            Op::DotGeneral(d) => dot::print(d, p),
+            Op::Reshape
+            | Op::Transpose(_)
+            | Op::Broadcast(_)
+            | Op::Slice(_)
+            | Op::Concatenate(_)
+            | Op::Pad(_)
+            | Op::Reverse(_) => shape_ops::print(self, p),
+            Op::DynamicSlice(_) | Op::DynamicUpdateSlice | Op::Gather(_) | Op::Scatter(_) => {
+                indexing::print(self, p)
+            }
+            Op::Reduce(r, axes) => reduce::print(*r, axes, p),
+        }
+    }
+
+    /// The reference semantics: the result of `shape` from `args`.
+    pub(crate) fn eval(&self, args: &[&Literal], shape: Shape) -> Literal {
+        match self {
+            Op::Parameter(_) | Op::Poison => unreachable!("{self:?} is not evaluated"),
+            Op::Constant(_) | Op::Iota(_) => constant::eval(self, shape),
+            Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::Select | Op::Clamp => {
+                elementwise::eval(self, args, shape)
+            }
+            Op::Convert | Op::Bitcast => convert::eval(self, args, shape),
+            Op::DotGeneral(d) => dot::eval(d, args, shape),
+            Op::Reshape
+            | Op::Transpose(_)
+            | Op::Broadcast(_)
+            | Op::Slice(_)
+            | Op::Concatenate(_)
+            | Op::Pad(_)
+            | Op::Reverse(_) => shape_ops::eval(self, args, shape),
+            Op::DynamicSlice(_) | Op::DynamicUpdateSlice | Op::Gather(_) | Op::Scatter(_) => {
+                indexing::eval(self, args, shape)
+            }
+            Op::Reduce(r, axes) => reduce::eval(*r, axes, args, shape),
+        }
+    }
+}

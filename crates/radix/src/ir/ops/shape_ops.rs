@@ -1,0 +1,481 @@
+//! Ops that move elements without computing: reshape, transpose, broadcast,
+//! slice, concatenate, pad, reverse, and the tag-preserving helpers built on
+//! them (squeeze/unsqueeze, split/merge axes, stack, rename).
+
+use crate::ir::Op;
+use crate::ir::print::{OpPrinter, i64_array};
+use crate::literal::{Literal, strides, unravel};
+use crate::shape::{Axes, AxisRef};
+use crate::tensor::{fail, record};
+use crate::{Shape, Tensor};
+
+/// Where a `stablehlo.slice` starts, stops (exclusive) and its steps, per axis.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SliceSpec {
+    /// First index per axis.
+    pub start: Vec<i64>,
+    /// One past the last index per axis.
+    pub limit: Vec<i64>,
+    /// Step per axis (>= 1).
+    pub strides: Vec<i64>,
+}
+
+/// Padding of a `stablehlo.pad` per axis.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PadSpec {
+    /// Elements added before (negative removes).
+    pub low: Vec<i64>,
+    /// Elements added after (negative removes).
+    pub high: Vec<i64>,
+    /// Elements added between neighbours (>= 0).
+    pub interior: Vec<i64>,
+}
+
+impl Tensor {
+    /// The same values with sizes `dims` (one may be `-1`, inferred); tags
+    /// are dropped (`stablehlo.reshape`).
+    #[track_caller]
+    pub fn reshape(self, dims: &[i64]) -> Tensor {
+        let res =
+            infer_dims(self.shape(), dims).map(|d| (Op::Reshape, Shape::new(self.dtype(), &d)));
+        record("reshape", &[self], res)
+    }
+
+    /// The same values with shape `shape` (same count and dtype; tags kept
+    /// from `shape`) (`stablehlo.reshape`).
+    #[track_caller]
+    pub fn reshape_to(self, shape: Shape) -> Tensor {
+        let res = if shape.count() != self.shape().count() || shape.dtype() != self.dtype() {
+            Err(format!("cannot reshape to {shape}"))
+        } else {
+            Ok((Op::Reshape, shape))
+        };
+        record("reshape", &[self], res)
+    }
+
+    /// The axes reordered: axis `i` of the result is axis `axes[i]` of `self`,
+    /// by position or tag (`stablehlo.transpose`).
+    #[track_caller]
+    pub fn transpose(self, axes: impl Axes) -> Tensor {
+        let s = self.shape();
+        let res = s.resolve(&axes).and_then(|perm| {
+            let mut sorted = perm.clone();
+            sorted.sort();
+            if sorted != (0..s.rank()).collect::<Vec<_>>() {
+                return Err(format!("{perm:?} is not a permutation of the axes of {s}"));
+            }
+            let mut out = Shape::scalar(s.dtype());
+            for (k, &p) in perm.iter().enumerate() {
+                out = out
+                    .insert_axis(k, s.dims()[p], s.tag(p).map_or("", |t| t.as_str()))
+                    .unwrap_or(out);
+            }
+            Ok((Op::Transpose(perm), out))
+        });
+        record("transpose", &[self], res)
+    }
+
+    /// Broadcasts to `shape` (its dims and tags; dtype kept): axis `k` of
+    /// `self` becomes axis `axes[k]`; a size-1 axis stretches
+    /// (`stablehlo.broadcast_in_dim`).
+    #[track_caller]
+    pub fn broadcast_in_dim(self, shape: Shape, axes: &[usize]) -> Tensor {
+        let s = self.shape();
+        let target = shape.with_dtype(s.dtype());
+        let res = (|| {
+            if axes.len() != s.rank() {
+                return Err(format!("{} axes given for rank {}", axes.len(), s.rank()));
+            }
+            let mut out = target;
+            for (k, &a) in axes.iter().enumerate() {
+                if a >= target.rank() || axes[..k].contains(&a) {
+                    return Err(format!("bad target axis {a}"));
+                }
+                if s.dims()[k] != 1 && s.dims()[k] != target.dims()[a] {
+                    return Err(format!(
+                        "axis {k} of size {} cannot stretch to {}",
+                        s.dims()[k],
+                        target.dims()[a]
+                    ));
+                }
+                if let (None, Some(t)) = (target.tag(a), s.tag(k)) {
+                    out = out.with_tag(a, t.as_str()).unwrap_or(out);
+                }
+            }
+            Ok((Op::Broadcast(axes.to_vec()), out))
+        })();
+        record("broadcast", &[self], res)
+    }
+
+    /// Broadcasts to `shape` matching axes by tag: every axis of `self` must
+    /// be tagged and its tag present in `shape` (`stablehlo.broadcast_in_dim`).
+    #[track_caller]
+    pub fn broadcast(self, shape: Shape) -> Tensor {
+        let s = self.shape();
+        let axes: Result<Vec<usize>, String> = s
+            .tags()
+            .iter()
+            .enumerate()
+            .map(|(k, t)| match t {
+                Some(t) => shape
+                    .axis(*t)
+                    .ok_or_else(|| format!("no axis .{t} in {shape}")),
+                None => Err(format!("axis {k} has no tag")),
+            })
+            .collect();
+        match axes {
+            Ok(axes) => self.broadcast_in_dim(shape, &axes),
+            Err(msg) => fail("broadcast", msg, &[self], shape.with_dtype(s.dtype())),
+        }
+    }
+
+    /// Broadcasts to `shape`, `self`'s axes becoming its first axes.
+    #[track_caller]
+    pub fn broadcast_left(self, shape: Shape) -> Tensor {
+        let axes: Vec<usize> = (0..self.rank()).collect();
+        self.broadcast_in_dim(shape, &axes)
+    }
+
+    /// Broadcasts to `shape`, `self`'s axes becoming its last axes (as numpy does).
+    #[track_caller]
+    pub fn broadcast_right(self, shape: Shape) -> Tensor {
+        let off = shape.rank().saturating_sub(self.rank());
+        let axes: Vec<usize> = (off..off + self.rank()).collect();
+        self.broadcast_in_dim(shape, &axes)
+    }
+
+    /// Elements `start..end` by `step` along `axis`; negative `start`/`end`
+    /// count from the end (`stablehlo.slice`).
+    #[track_caller]
+    pub fn slice(self, axis: impl Into<AxisRef>, start: i64, end: i64, step: i64) -> Tensor {
+        let s = self.shape();
+        let axis = axis.into();
+        let Some(a) = s.axis(axis) else {
+            return fail("slice", format!("no axis {axis}"), &[self], s);
+        };
+        let d = s.dims()[a];
+        let fix = |i: i64| if i < 0 { i + d } else { i };
+        let (st, en) = (fix(start), fix(end));
+        let mut spec = SliceSpec {
+            start: vec![0; s.rank()],
+            limit: s.dims().to_vec(),
+            strides: vec![1; s.rank()],
+        };
+        spec.start[a] = st;
+        spec.limit[a] = en;
+        spec.strides[a] = step;
+        self.slice_all(spec)
+    }
+
+    /// A strided box of the tensor (`stablehlo.slice`).
+    #[track_caller]
+    pub fn slice_all(self, spec: SliceSpec) -> Tensor {
+        let s = self.shape();
+        let res = (|| {
+            let r = s.rank();
+            if spec.start.len() != r || spec.limit.len() != r || spec.strides.len() != r {
+                return Err(format!("slice spec of the wrong rank for {s}"));
+            }
+            let mut out = s;
+            for i in 0..r {
+                let (st, li, step) = (spec.start[i], spec.limit[i], spec.strides[i]);
+                if st < 0 || li > s.dims()[i] || st > li || step < 1 {
+                    return Err(format!(
+                        "slice {st}..{li} by {step} out of range for axis {i} of size {}",
+                        s.dims()[i]
+                    ));
+                }
+                let n = (li - st + step - 1) / step;
+                out = out
+                    .remove_axis(i)
+                    .and_then(|o| o.insert_axis(i, n, s.tag(i).map_or("", |t| t.as_str())))
+                    .unwrap_or(out);
+            }
+            Ok((Op::Slice(spec), out))
+        })();
+        record("slice", &[self], res)
+    }
+
+    /// `tensors` joined along `axis` (`stablehlo.concatenate`).
+    #[track_caller]
+    pub fn concatenate(tensors: &[Tensor], axis: impl Into<AxisRef>) -> Tensor {
+        let axis = axis.into();
+        let Some(first) = tensors.first() else {
+            return fail(
+                "concatenate",
+                "no tensors".into(),
+                &[],
+                Shape::scalar(crate::DType::F32),
+            );
+        };
+        let s = first.shape();
+        let res = (|| {
+            let a = s.axis(axis).ok_or_else(|| format!("no axis {axis}"))?;
+            let mut total = 0;
+            for t in tensors {
+                let ts = t.shape();
+                let same = ts.rank() == s.rank()
+                    && ts.dtype() == s.dtype()
+                    && (0..s.rank()).all(|i| i == a || ts.dims()[i] == s.dims()[i]);
+                if !same {
+                    return Err(format!("{ts} does not fit {s} along axis {a}"));
+                }
+                total += ts.dims()[a];
+            }
+            let out = s
+                .remove_axis(a)
+                .and_then(|o| o.insert_axis(a, total, s.tag(a).map_or("", |t| t.as_str())));
+            Ok((Op::Concatenate(a), out.unwrap_or(s)))
+        })();
+        record("concatenate", tensors, res)
+    }
+
+    /// `tensors` (equal shapes) stacked along a new axis at `at` tagged `tag`.
+    #[track_caller]
+    pub fn stack(tensors: &[Tensor], at: usize, tag: &str) -> Tensor {
+        let parts: Vec<Tensor> = tensors.iter().map(|t| t.unsqueeze(at, tag)).collect();
+        Tensor::concatenate(&parts, at)
+    }
+
+    /// Pads with `value`: `low`/`high` elements before/after each axis and
+    /// `interior` between elements (`stablehlo.pad`).
+    #[track_caller]
+    pub fn pad(self, value: f64, spec: PadSpec) -> Tensor {
+        let s = self.shape();
+        let pad_value = Tensor::scalar(value, s.dtype());
+        let res = (|| {
+            let r = s.rank();
+            if spec.low.len() != r || spec.high.len() != r || spec.interior.len() != r {
+                return Err(format!("pad spec of the wrong rank for {s}"));
+            }
+            let mut out = s;
+            for i in 0..r {
+                let d = s.dims()[i];
+                let n = spec.low[i] + spec.high[i] + d + (d - 1).max(0) * spec.interior[i];
+                if spec.interior[i] < 0 || n < 0 {
+                    return Err(format!("bad padding of axis {i}"));
+                }
+                out = out
+                    .remove_axis(i)
+                    .and_then(|o| o.insert_axis(i, n, s.tag(i).map_or("", |t| t.as_str())))
+                    .unwrap_or(out);
+            }
+            Ok((Op::Pad(spec), out))
+        })();
+        record("pad", &[self, pad_value], res)
+    }
+
+    /// The order of elements reversed along `axes` (`stablehlo.reverse`).
+    #[track_caller]
+    pub fn reverse(self, axes: impl Axes) -> Tensor {
+        let res = self
+            .shape()
+            .resolve(&axes)
+            .map(|a| (Op::Reverse(a), self.shape()));
+        record("reverse", &[self], res)
+    }
+
+    /// Without the size-1 `axis` (`stablehlo.reshape`, tags kept).
+    #[track_caller]
+    pub fn squeeze(self, axis: impl Into<AxisRef>) -> Tensor {
+        let s = self.shape();
+        let axis = axis.into();
+        let res = match s.axis(axis) {
+            Some(a) if s.dims()[a] == 1 => Ok((Op::Reshape, s.remove_axis(a).unwrap_or(s))),
+            Some(a) => Err(format!("axis {a} has size {}, not 1", s.dims()[a])),
+            None => Err(format!("no axis {axis}")),
+        };
+        record("squeeze", &[self], res)
+    }
+
+    /// With a new size-1 axis at `at` tagged `tag` (untagged if empty)
+    /// (`stablehlo.reshape`).
+    #[track_caller]
+    pub fn unsqueeze(self, at: usize, tag: &str) -> Tensor {
+        let s = self.shape();
+        let res = s
+            .insert_axis(at, 1, tag)
+            .map(|o| (Op::Reshape, o))
+            .ok_or_else(|| format!("cannot insert an axis at {at}"));
+        record("unsqueeze", &[self], res)
+    }
+
+    /// `axis` split into `(tag, size)` parts (one size may be -1)
+    /// (`stablehlo.reshape`).
+    #[track_caller]
+    pub fn split_axis(self, axis: impl Into<AxisRef>, parts: &[(&str, i64)]) -> Tensor {
+        let axis = axis.into();
+        let res = self
+            .shape()
+            .split_axis(axis, parts)
+            .map(|o| (Op::Reshape, o))
+            .ok_or_else(|| format!("cannot split axis {axis} into {parts:?}"));
+        record("split_axis", &[self], res)
+    }
+
+    /// Consecutive `axes` merged into one axis tagged `tag` (`stablehlo.reshape`).
+    #[track_caller]
+    pub fn merge_axes(self, axes: impl Axes, tag: &str) -> Tensor {
+        let refs = axes.to_refs();
+        let res = self
+            .shape()
+            .merge_axes(&refs, tag)
+            .map(|o| (Op::Reshape, o))
+            .ok_or_else(|| format!("cannot merge axes {refs:?}"));
+        record("merge_axes", &[self], res)
+    }
+
+    /// The same tensor with axis tag `from` renamed `to` (no op is emitted).
+    #[track_caller]
+    pub fn rename(self, from: &str, to: &str) -> Tensor {
+        match self.shape().rename(from, to) {
+            Some(s) => self.retag(s),
+            None => fail("rename", format!("no axis .{from}"), &[self], self.shape()),
+        }
+    }
+
+    /// The same tensor with its axes tagged `tags` in order (no op is emitted).
+    #[track_caller]
+    pub fn with_tags(self, tags: &[&str]) -> Tensor {
+        if tags.len() != self.rank() {
+            return fail(
+                "with_tags",
+                format!("{} tags for rank {}", tags.len(), self.rank()),
+                &[self],
+                self.shape(),
+            );
+        }
+        self.retag(self.shape().with_tags(tags))
+    }
+}
+
+fn infer_dims(s: Shape, dims: &[i64]) -> Result<Vec<i64>, String> {
+    let known: i64 = dims.iter().filter(|&&d| d != -1).product();
+    let n_infer = dims.iter().filter(|&&d| d == -1).count();
+    let count = s.count() as i64;
+    let ok = dims.len() <= crate::shape::MAX_RANK
+        && dims.iter().all(|&d| d >= -1)
+        && match n_infer {
+            0 => known == count,
+            1 => known != 0 && count % known == 0,
+            _ => false,
+        };
+    if !ok {
+        return Err(format!("cannot reshape {s} to {dims:?}"));
+    }
+    Ok(dims
+        .iter()
+        .map(|&d| if d == -1 { count / known } else { d })
+        .collect())
+}
+
+pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
+    let arr = |v: &[usize]| i64_array(v.iter().map(|&x| x as i64));
+    match op {
+        Op::Reshape => p.generic("stablehlo.reshape", ""),
+        Op::Transpose(perm) => p.generic(
+            "stablehlo.transpose",
+            &format!("permutation = {}", arr(perm)),
+        ),
+        Op::Broadcast(axes) => p.generic(
+            "stablehlo.broadcast_in_dim",
+            &format!("broadcast_dimensions = {}", arr(axes)),
+        ),
+        Op::Slice(s) => {
+            let attrs = format!(
+                "start_indices = {}, limit_indices = {}, strides = {}",
+                i64_array(s.start.iter().copied()),
+                i64_array(s.limit.iter().copied()),
+                i64_array(s.strides.iter().copied())
+            );
+            p.generic("stablehlo.slice", &attrs)
+        }
+        Op::Concatenate(a) => p.generic("stablehlo.concatenate", &format!("dimension = {a} : i64")),
+        Op::Pad(s) => {
+            let attrs = format!(
+                "edge_padding_low = {}, edge_padding_high = {}, interior_padding = {}",
+                i64_array(s.low.iter().copied()),
+                i64_array(s.high.iter().copied()),
+                i64_array(s.interior.iter().copied())
+            );
+            p.generic("stablehlo.pad", &attrs)
+        }
+        Op::Reverse(axes) => p.generic("stablehlo.reverse", &format!("dimensions = {}", arr(axes))),
+        _ => unreachable!(),
+    }
+}
+
+/// Fills a result of `shape` by mapping each output index to an input value.
+pub(crate) fn gather_by_index(shape: Shape, mut f: impl FnMut(&[usize]) -> f64) -> Literal {
+    let data = (0..shape.count())
+        .map(|i| f(&unravel(i, shape.dims())))
+        .collect();
+    Literal::new(shape, data)
+}
+
+fn offset(idx: &[usize], st: &[usize]) -> usize {
+    idx.iter().zip(st).map(|(a, b)| a * b).sum()
+}
+
+pub(crate) fn eval(op: &Op, args: &[&Literal], shape: Shape) -> Literal {
+    let x = args[0];
+    let xs = x.shape();
+    let st = strides(xs.dims());
+    let mut ii = vec![0usize; xs.rank()];
+    match op {
+        Op::Reshape => Literal::new(shape, x.data().to_vec()),
+        Op::Transpose(perm) => gather_by_index(shape, |oi| {
+            for (k, &p) in perm.iter().enumerate() {
+                ii[p] = oi[k];
+            }
+            x.data()[offset(&ii, &st)]
+        }),
+        Op::Broadcast(axes) => gather_by_index(shape, |oi| {
+            for (k, &a) in axes.iter().enumerate() {
+                ii[k] = if xs.dims()[k] == 1 { 0 } else { oi[a] };
+            }
+            x.data()[offset(&ii, &st)]
+        }),
+        Op::Slice(s) => gather_by_index(shape, |oi| {
+            for k in 0..ii.len() {
+                ii[k] = (s.start[k] + oi[k] as i64 * s.strides[k]) as usize;
+            }
+            x.data()[offset(&ii, &st)]
+        }),
+        Op::Concatenate(a) => gather_by_index(shape, |oi| {
+            let mut pos = oi[*a] as i64;
+            for t in args {
+                let d = t.shape().dims()[*a];
+                if pos < d {
+                    let mut ti = oi.to_vec();
+                    ti[*a] = pos as usize;
+                    return t.data()[offset(&ti, &strides(t.shape().dims()))];
+                }
+                pos -= d;
+            }
+            unreachable!()
+        }),
+        Op::Pad(s) => gather_by_index(shape, |oi| {
+            for k in 0..ii.len() {
+                let p = oi[k] as i64 - s.low[k];
+                let step = s.interior[k] + 1;
+                if p < 0 || p % step != 0 || p / step >= xs.dims()[k] {
+                    return args[1].data()[0];
+                }
+                ii[k] = (p / step) as usize;
+            }
+            x.data()[offset(&ii, &st)]
+        }),
+        Op::Reverse(axes) => gather_by_index(shape, |oi| {
+            for k in 0..ii.len() {
+                ii[k] = if axes.contains(&k) {
+                    xs.dims()[k] as usize - 1 - oi[k]
+                } else {
+                    oi[k]
+                };
+            }
+            x.data()[offset(&ii, &st)]
+        }),
+        _ => unreachable!(),
+    }
+}

@@ -1,0 +1,235 @@
+//! Printing a [`Function`] as a StableHLO module in MLIR's generic op form.
+//!
+//! Deterministic: values are numbered in node order, and only nodes the
+//! results depend on are printed. Each op carries `loc("file":line:col)`
+//! from the user's call site.
+
+use std::fmt::Write;
+
+use crate::Shape;
+use crate::ir::{Function, Op};
+use crate::literal::encode;
+
+/// The module text of `f` as `@main`.
+pub(crate) fn print_module(f: &Function) -> String {
+    let mut out = String::with_capacity(f.nodes.len() * 120 + 256);
+    let mut names: Vec<String> = vec![String::new(); f.nodes.len()];
+    let live = f.reachable();
+    out.push_str("module @radix {\n  func.func @main(");
+    for (i, &p) in f.params.iter().enumerate() {
+        let name = format!("%arg{i}");
+        let node = f.node(p);
+        if i > 0 {
+            out.push_str(", ");
+        }
+        let _ = write!(
+            out,
+            "{name}: {} loc({})",
+            tensor_type(&node.shape),
+            loc(node.loc)
+        );
+        names[p.0 as usize] = name;
+    }
+    out.push_str(") -> (");
+    push_types(&mut out, f.results.iter().map(|&r| &f.node(r).shape));
+    out.push_str(") {\n");
+    let mut next = 0usize;
+    for (i, node) in f.nodes.iter().enumerate() {
+        if !live[i] || matches!(node.op, Op::Parameter(_)) {
+            continue;
+        }
+        let name = format!("%{next}");
+        next += 1;
+        let args: Vec<&str> = node
+            .args
+            .iter()
+            .map(|a| names[a.0 as usize].as_str())
+            .collect();
+        let arg_shapes: Vec<Shape> = node.args.iter().map(|&a| f.node(a).shape).collect();
+        let mut p = OpPrinter {
+            out: &mut out,
+            res: &name,
+            args: &args,
+            arg_shapes: &arg_shapes,
+            shape: node.shape,
+            loc: loc(node.loc),
+            n_aux: 0,
+        };
+        node.op.print(&mut p);
+        names[i] = name;
+    }
+    out.push_str("    \"func.return\"(");
+    push_list(
+        &mut out,
+        f.results.iter().map(|r| names[r.0 as usize].as_str()),
+    );
+    out.push_str(") : (");
+    push_types(&mut out, f.results.iter().map(|&r| &f.node(r).shape));
+    out.push_str(") -> ()\n  }\n}\n");
+    out
+}
+
+/// What an op's printer sees: its result name, operands, shapes and location.
+pub(crate) struct OpPrinter<'a> {
+    out: &'a mut String,
+    res: &'a str,
+    args: &'a [&'a str],
+    arg_shapes: &'a [Shape],
+    shape: Shape,
+    loc: String,
+    n_aux: usize,
+}
+
+impl OpPrinter<'_> {
+    /// The result's shape.
+    pub(crate) fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    /// The operands' shapes.
+    pub(crate) fn arg_shapes(&self) -> &[Shape] {
+        self.arg_shapes
+    }
+
+    /// Prints `%res = "op"(args) ({region}) {attrs} : (types) -> type loc`.
+    pub(crate) fn generic(&mut self, op: &str, attrs: &str) {
+        self.generic_with(op, &[], "", attrs);
+    }
+
+    /// Like [`OpPrinter::generic`], with extra leading `pre` operands (names
+    /// from [`OpPrinter::scalar_constant`]) and a region text.
+    pub(crate) fn generic_with(
+        &mut self,
+        op: &str,
+        extra: &[(String, Shape)],
+        region: &str,
+        attrs: &str,
+    ) {
+        let o = &mut *self.out;
+        let _ = write!(o, "    {} = \"{op}\"(", self.res);
+        push_list(
+            o,
+            self.args
+                .iter()
+                .copied()
+                .chain(extra.iter().map(|e| e.0.as_str())),
+        );
+        o.push(')');
+        if !region.is_empty() {
+            let _ = write!(o, " ({{\n{region}    }})");
+        }
+        if !attrs.is_empty() {
+            let _ = write!(o, " {{{attrs}}}");
+        }
+        o.push_str(" : (");
+        push_types(o, self.arg_shapes.iter().chain(extra.iter().map(|e| &e.1)));
+        let _ = writeln!(o, ") -> {} loc({})", tensor_type(&self.shape), self.loc);
+    }
+
+    /// Prints a scalar constant of `shape`'s dtype with value `v` before the
+    /// op and returns its name and shape (for reduce init values and the like).
+    pub(crate) fn scalar_constant(&mut self, shape: Shape, v: f64) -> (String, Shape) {
+        let name = format!("{}_c{}", self.res, self.n_aux);
+        self.n_aux += 1;
+        let ty = tensor_type(&shape);
+        let _ = writeln!(
+            self.out,
+            "    {name} = \"stablehlo.constant\"() {{value = {}}} : () -> {ty} loc({})",
+            dense(&shape, &encode(shape.dtype(), &[v])),
+            self.loc
+        );
+        (name, shape)
+    }
+
+    /// A unique prefix for names inside this op's regions.
+    pub(crate) fn region_prefix(&self) -> String {
+        format!("%r{}", &self.res[1..])
+    }
+}
+
+/// `tensor<2x3xf32>`.
+pub(crate) fn tensor_type(shape: &Shape) -> String {
+    let mut s = String::from("tensor<");
+    for d in shape.dims() {
+        let _ = write!(s, "{d}x");
+    }
+    s.push_str(shape.dtype().mlir_name());
+    s.push('>');
+    s
+}
+
+/// A `dense<...> : tensor<...>` attribute for the little-endian `bytes` of
+/// `shape` (hex; one element's bytes mean a splat).
+pub(crate) fn dense(shape: &Shape, bytes: &[u8]) -> String {
+    let ty = tensor_type(shape);
+    if shape.dtype() == crate::DType::Bool {
+        let all_same = bytes.windows(2).all(|w| w[0] == w[1]);
+        if all_same && !bytes.is_empty() {
+            return format!("dense<{}> : {ty}", bytes[0] != 0);
+        }
+        let mut s = String::new();
+        nested(&mut s, shape.dims(), bytes);
+        return format!("dense<{s}> : {ty}");
+    }
+    let mut hex = String::with_capacity(bytes.len() * 2 + 2);
+    hex.push_str("0x");
+    for b in bytes {
+        let _ = write!(hex, "{b:02X}");
+    }
+    format!("dense<\"{hex}\"> : {ty}")
+}
+
+fn nested(s: &mut String, dims: &[i64], bytes: &[u8]) {
+    match dims.split_first() {
+        None => s.push_str(if bytes[0] != 0 { "true" } else { "false" }),
+        Some((&d, rest)) => {
+            let step = bytes.len() / (d.max(1) as usize);
+            s.push('[');
+            for i in 0..d as usize {
+                if i > 0 {
+                    s.push_str(", ");
+                }
+                nested(s, rest, &bytes[i * step..(i + 1) * step]);
+            }
+            s.push(']');
+        }
+    }
+}
+
+/// `array<i64: 1, 2>`.
+pub(crate) fn i64_array(values: impl IntoIterator<Item = i64>) -> String {
+    let mut s = String::from("array<i64");
+    for (i, v) in values.into_iter().enumerate() {
+        let _ = write!(s, "{}{v}", if i == 0 { ": " } else { ", " });
+    }
+    s.push('>');
+    s
+}
+
+/// `[1, 2]`.
+pub(crate) fn i64_list(values: impl IntoIterator<Item = i64>) -> String {
+    let v: Vec<String> = values.into_iter().map(|v| v.to_string()).collect();
+    format!("[{}]", v.join(", "))
+}
+
+fn loc(l: &std::panic::Location<'_>) -> String {
+    format!("{:?}:{}:{}", l.file(), l.line(), l.column())
+}
+
+fn push_list<'s>(out: &mut String, items: impl Iterator<Item = &'s str>) {
+    for (i, s) in items.enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        out.push_str(s);
+    }
+}
+
+fn push_types<'s>(out: &mut String, shapes: impl Iterator<Item = &'s Shape>) {
+    for (i, s) in shapes.enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        out.push_str(&tensor_type(s));
+    }
+}

@@ -1,0 +1,209 @@
+//! `Tensor`: a handle to a value of the function being traced, and the
+//! thread-local builder that records ops into it.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::panic::Location;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::error::TraceError;
+use crate::ir::{Function, Node, Op, ValueId};
+use crate::{DType, Shape};
+
+/// A tensor of the function being traced: a cheap `Copy` handle (a value id
+/// and its [`Shape`]). Ops on tensors record nodes into the current trace;
+/// a misuse records an error (returned later by `compile`) and yields a
+/// placeholder so tracing can go on.
+#[derive(Clone, Copy)]
+pub struct Tensor {
+    id: u32,
+    trace: u32,
+    shape: Shape,
+}
+
+impl Tensor {
+    /// A tensor standing for an argument: only its shape is known. `compile`
+    /// turns the tensors of a model and of the inputs into the executable's
+    /// parameters.
+    pub fn param(shape: Shape) -> Tensor {
+        Tensor {
+            id: u32::MAX,
+            trace: 0,
+            shape,
+        }
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.shape.dtype()
+    }
+
+    /// The number of axes.
+    pub fn rank(&self) -> usize {
+        self.shape.rank()
+    }
+
+    /// The sizes of the axes.
+    pub fn dims(&self) -> Vec<i64> {
+        self.shape.dims().to_vec()
+    }
+
+    /// The same value with a different shape annotation (same dims and dtype);
+    /// used by tag-only ops.
+    pub(crate) fn retag(self, shape: Shape) -> Tensor {
+        debug_assert_eq!(shape.dims(), self.shape.dims());
+        Tensor { shape, ..self }
+    }
+
+    pub(crate) fn value(self) -> ValueId {
+        ValueId(self.id)
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor(%{} {})", self.id, self.shape)
+    }
+}
+
+/// The recording state of one trace.
+pub(crate) struct Builder {
+    trace: u32,
+    pub(crate) function: Function,
+    error: Option<TraceError>,
+}
+
+thread_local! {
+    static BUILDER: RefCell<Builder> = RefCell::new(Builder::new());
+}
+
+impl Builder {
+    fn new() -> Builder {
+        static NEXT: AtomicU32 = AtomicU32::new(1);
+        Builder {
+            trace: NEXT.fetch_add(1, Ordering::Relaxed),
+            function: Function::default(),
+            error: None,
+        }
+    }
+}
+
+/// Runs `f` under a fresh builder and returns what it recorded, with the
+/// first trace error if any. Nested traces are allowed.
+pub(crate) fn with_trace<R>(f: impl FnOnce() -> R) -> (R, Function, Option<TraceError>) {
+    let saved = BUILDER.with(|b| std::mem::replace(&mut *b.borrow_mut(), Builder::new()));
+    let res = f();
+    let done = BUILDER.with(|b| std::mem::replace(&mut *b.borrow_mut(), saved));
+    (res, done.function, done.error)
+}
+
+/// Adds parameter `index` of `shape` to the current trace.
+#[track_caller]
+pub(crate) fn parameter(index: usize, shape: Shape) -> Tensor {
+    push(Op::Parameter(index), &[], shape, |f, id| f.params.push(id))
+}
+
+/// Records `op` applied to `args`, producing a value of `shape`.
+#[track_caller]
+pub(crate) fn emit(op: Op, args: &[Tensor], shape: Shape) -> Tensor {
+    let name = op.name();
+    for a in args {
+        if let Err(msg) = check_live(a) {
+            return fail(name, msg, args, shape);
+        }
+    }
+    push(op, args, shape, |_, _| {})
+}
+
+/// Records `res` (an op and its result shape, or why the op is misused).
+#[track_caller]
+pub(crate) fn record(
+    name: &'static str,
+    args: &[Tensor],
+    res: Result<(Op, Shape), String>,
+) -> Tensor {
+    match res {
+        Ok((op, shape)) => emit(op, args, shape),
+        Err(msg) => {
+            let fallback = args.first().map_or(Shape::scalar(DType::F32), |a| a.shape);
+            fail(name, msg, args, fallback)
+        }
+    }
+}
+
+/// Records a misuse of op `name` and returns a placeholder of `shape`.
+#[track_caller]
+pub(crate) fn fail(name: &'static str, message: String, args: &[Tensor], shape: Shape) -> Tensor {
+    let loc = Location::caller();
+    BUILDER.with(|b| {
+        let mut b = b.borrow_mut();
+        if b.error.is_none() {
+            b.error = Some(TraceError {
+                op: name,
+                message,
+                shapes: args.iter().map(|a| a.shape).collect(),
+                file: loc.file(),
+                line: loc.line(),
+                column: loc.column(),
+            });
+        }
+    });
+    push(Op::Poison, &[], shape, |_, _| {})
+}
+
+/// The value of result `t`, recording an error if it is not of this trace.
+#[track_caller]
+pub(crate) fn check_result(t: Tensor) -> ValueId {
+    match check_live(&t) {
+        Ok(()) => t.value(),
+        Err(msg) => fail("result", msg, &[t], t.shape).value(),
+    }
+}
+
+fn check_live(t: &Tensor) -> Result<(), String> {
+    let trace = BUILDER.with(|b| b.borrow().trace);
+    if t.id == u32::MAX {
+        Err(format!(
+            "a Tensor::param {} used outside compile; pass it as an input",
+            t.shape
+        ))
+    } else if t.trace != trace {
+        Err(format!(
+            "a tensor {} of another trace (captured from outside?)",
+            t.shape
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+#[track_caller]
+fn push(
+    op: Op,
+    args: &[Tensor],
+    shape: Shape,
+    then: impl FnOnce(&mut Function, ValueId),
+) -> Tensor {
+    let loc = Location::caller();
+    BUILDER.with(|b| {
+        let mut b = b.borrow_mut();
+        let node = Node {
+            op,
+            args: args.iter().map(|a| a.value()).collect(),
+            shape,
+            loc,
+        };
+        let id = b.function.push(node);
+        then(&mut b.function, id);
+        Tensor {
+            id: id.0,
+            trace: b.trace,
+            shape,
+        }
+    })
+}

@@ -1,0 +1,137 @@
+//! Tracing, printing, compiling and calling whole programs.
+
+use expect_test::{Expect, expect};
+use radix::testing::platform;
+use radix::{Buffer, DType, Module, Shape, Tensor};
+
+/// A linear layer.
+#[derive(Clone, Module)]
+struct Linear {
+    weight: Tensor,
+    bias: Option<Tensor>,
+    #[module(skip)]
+    _name: &'static str,
+    n_out: usize,
+}
+
+impl Linear {
+    fn new(d_in: i64, d_out: i64) -> Linear {
+        Linear {
+            weight: Tensor::param(Shape::tagged(DType::F32, &[("dout", d_out), ("d", d_in)])),
+            bias: Some(Tensor::param(Shape::tagged(DType::F32, &[("dout", d_out)]))),
+            _name: "linear",
+            n_out: d_out as usize,
+        }
+    }
+
+    fn forward(&self, x: Tensor) -> Tensor {
+        let y = x.dot(self.weight, "d");
+        let y = match self.bias {
+            Some(b) => y + b.broadcast(y.shape()),
+            None => y,
+        };
+        y.rename("dout", "d")
+    }
+}
+
+#[derive(Clone, Module)]
+struct Stack {
+    layers: Vec<Linear>,
+    extra: [Option<Tensor>; 2],
+    pair: (Tensor, f32),
+}
+
+fn check_stablehlo(f: impl FnOnce(Tensor) -> Tensor, x: Shape, want: Expect) {
+    let program = radix::trace(&(), &Tensor::param(x), |_, x| f(x)).unwrap();
+    want.assert_eq(&program.stablehlo());
+}
+
+#[test]
+fn module_paths_in_declaration_order() {
+    let stack = Stack {
+        layers: vec![Linear::new(3, 4), Linear::new(4, 4)],
+        extra: [None, Some(Tensor::param(Shape::new(DType::I32, &[])))],
+        pair: (Tensor::param(Shape::new(DType::F32, &[1])), 1.0),
+    };
+    let paths: Vec<String> = radix::module::tensors(&stack)
+        .into_iter()
+        .map(|(p, t)| format!("{p}: {}", t.shape()))
+        .collect();
+    expect![[r#"
+        layers.0.weight: {dout=4, d=3, f32}
+        layers.0.bias: {dout=4, f32}
+        layers.1.weight: {dout=4, d=4, f32}
+        layers.1.bias: {dout=4, f32}
+        extra.1: {i32}
+        pair.0: {1, f32}"#]]
+    .assert_eq(&paths.join("\n"));
+}
+
+#[test]
+fn prints_generic_stablehlo_with_locations() {
+    check_stablehlo(
+        |x| (x * 2.0).sum("d"),
+        Shape::tagged(DType::F32, &[("b", 2), ("d", 3)]),
+        expect![[r#"
+            module @radix {
+              func.func @main(%arg0: tensor<2x3xf32> loc("crates/radix/src/compile.rs":74:18)) -> (tensor<2xf32>) {
+                %0 = "stablehlo.constant"() {value = dense<"0x00000040"> : tensor<f32>} : () -> tensor<f32> loc("crates/radix/tests/compile.rs":70:13)
+                %1 = "stablehlo.broadcast_in_dim"(%0) {broadcast_dimensions = array<i64>} : (tensor<f32>) -> tensor<2x3xf32> loc("crates/radix/tests/compile.rs":70:13)
+                %2 = "stablehlo.multiply"(%arg0, %1) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32> loc("crates/radix/tests/compile.rs":70:13)
+                %3_c0 = "stablehlo.constant"() {value = dense<"0x00000000"> : tensor<f32>} : () -> tensor<f32> loc("crates/radix/tests/compile.rs":70:23)
+                %3 = "stablehlo.reduce"(%2, %3_c0) ({
+                  ^bb0(%r3_a: tensor<f32>, %r3_b: tensor<f32>):
+                    %r3_c = "stablehlo.add"(%r3_a, %r3_b) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+                    "stablehlo.return"(%r3_c) : (tensor<f32>) -> ()
+                }) {dimensions = array<i64: 1>} : (tensor<2x3xf32>, tensor<f32>) -> tensor<2xf32> loc("crates/radix/tests/compile.rs":70:23)
+                "func.return"(%3) : (tensor<2xf32>) -> ()
+              }
+            }
+        "#]],
+    );
+}
+
+#[test]
+fn linear_end_to_end() {
+    let platform = platform();
+    let model = Linear::new(3, 2);
+    let x = Tensor::param(Shape::tagged(DType::F32, &[("b", 2), ("d", 3)]));
+    let mut exe = radix::compile(&platform, &model, &x, |m, x| m.forward(x)).unwrap();
+    let args: Vec<String> = exe
+        .program()
+        .args()
+        .iter()
+        .map(|a| format!("{}: {}", a.path, a.shape))
+        .collect();
+    expect!["weight: {dout=2, d=3, f32}, bias: {dout=2, f32}, input: {b=2, d=3, f32}"]
+        .assert_eq(&args.join(", "));
+    let w =
+        Buffer::from_slice(&platform, &[1f32, 0., 1., 0., 1., 0.], model.weight.shape()).unwrap();
+    let b = Buffer::from_slice(&platform, &[10f32, 20.], model.bias.unwrap().shape()).unwrap();
+    exe.bind(vec![w, b]).unwrap();
+    let x = Buffer::from_slice(&platform, &[1f32, 2., 3., 4., 5., 6.], x.shape()).unwrap();
+    let y = exe.call(&[&x]).unwrap();
+    assert_eq!(
+        y[0].shape(),
+        Shape::tagged(DType::F32, &[("b", 2), ("d", 2)])
+    );
+    assert_eq!(y[0].to_vec::<f32>().unwrap(), vec![14., 22., 20., 25.]);
+    assert_eq!(model.n_out, 2);
+}
+
+#[test]
+fn printing_is_deterministic_and_skips_dead_ops() {
+    let f = |x: Tensor| {
+        let _dead = x.exp();
+        x + x
+    };
+    let s = Shape::new(DType::F32, &[2]);
+    let a = radix::trace(&(), &Tensor::param(s), |_, x| f(x))
+        .unwrap()
+        .stablehlo();
+    let b = radix::trace(&(), &Tensor::param(s), |_, x| f(x))
+        .unwrap()
+        .stablehlo();
+    assert_eq!(a, b);
+    assert!(!a.contains("exponential"), "{a}");
+}
