@@ -68,10 +68,11 @@ where
     O: Module,
     F: FnOnce(&M, I) -> O,
 {
+    let loc = std::panic::Location::caller();
     let mut args = vec![];
     let ((n_weights, results), mut function, error) = with_trace(|| {
         let mut bind = |path: &str, t: &mut Tensor| {
-            *t = parameter(args.len(), t.shape());
+            *t = parameter(args.len(), t.shape(), loc);
             args.push(ArgSpec {
                 path: path.to_string(),
                 shape: t.shape(),

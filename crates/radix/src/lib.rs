@@ -23,6 +23,7 @@ mod compile;
 pub mod dtype;
 mod error;
 mod exe;
+pub mod io;
 pub mod ir;
 mod literal;
 pub mod module;

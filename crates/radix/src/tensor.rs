@@ -103,9 +103,8 @@ pub(crate) fn with_trace<R>(f: impl FnOnce() -> R) -> (R, Function, Option<Trace
 }
 
 /// Adds parameter `index` of `shape` to the current trace.
-#[track_caller]
-pub(crate) fn parameter(index: usize, shape: Shape) -> Tensor {
-    push(Op::Parameter(index), &[], shape, |f, id| f.params.push(id))
+pub(crate) fn parameter(index: usize, shape: Shape, loc: &'static Location<'static>) -> Tensor {
+    push_at(Op::Parameter(index), &[], shape, loc, |f, id| f.params.push(id))
 }
 
 /// Records `op` applied to `args`, producing a value of `shape`.
@@ -189,7 +188,16 @@ fn push(
     shape: Shape,
     then: impl FnOnce(&mut Function, ValueId),
 ) -> Tensor {
-    let loc = Location::caller();
+    push_at(op, args, shape, Location::caller(), then)
+}
+
+fn push_at(
+    op: Op,
+    args: &[Tensor],
+    shape: Shape,
+    loc: &'static Location<'static>,
+    then: impl FnOnce(&mut Function, ValueId),
+) -> Tensor {
     BUILDER.with(|b| {
         let mut b = b.borrow_mut();
         let node = Node {

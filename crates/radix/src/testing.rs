@@ -104,3 +104,25 @@ pub fn assert_close(got: &Literal, want: &[f64], tol: Tol) {
         panic!("{} {msg}", got.shape());
     }
 }
+
+/// Runs `f` on `inputs` through the CPU plugin and through the reference
+/// interpreter, asserts both hold `want` within `tol`, and returns the
+/// plugin's result.
+///
+/// # Panics
+/// When tracing or running fails or a value is off (this is a test assertion).
+#[track_caller]
+pub fn check(inputs: &[Literal], f: impl FnOnce(&[Tensor]) -> Tensor, want: &[f64], tol: Tol) -> Literal {
+    let program = trace_fn(inputs, f).unwrap_or_else(|e| panic!("trace failed: {e}"));
+    let interp = program.interpret(inputs).remove(0);
+    let text = program.stablehlo();
+    let got = run_program(program, inputs).unwrap_or_else(|e| panic!("run failed: {e}\n{text}")).remove(0);
+    if let Err(msg) = compare(got.data(), want, tol) {
+        panic!("plugin: {} {msg}\n{text}", got.shape());
+    }
+    if let Err(msg) = compare(interp.data(), want, tol) {
+        panic!("interpreter: {} {msg}", interp.shape());
+    }
+    assert_eq!(got.shape(), interp.shape());
+    got
+}

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use half::{bf16, f16};
 use io_common::{Rng, reference_dir, smollm2_gguf, write};
 use radix::io::gguf::{GgmlType, GgufValue};
-use radix::io::{Error, Gguf, Safetensors, TensorSource, WeightStore};
+use radix::io::{Error, Gguf, Safetensors, WeightStore};
 
 /// Opens `bytes` as a GGUF file in a temporary folder.
 fn open_bytes(bytes: &[u8]) -> (tempfile::TempDir, Result<Gguf, Error>) {
@@ -155,7 +155,7 @@ fn synthetic() -> (Vec<u8>, BTreeMap<&'static str, Vec<f32>>) {
     for (b, d) in [0.5f32, -0.125].into_iter().enumerate() {
         data.extend(f16::from_f32(d).to_le_bytes());
         for j in 0..32 {
-            let q = (j as i32 * 7 - 100 + b as i32) as i8;
+            let q = (j * 7 - 100 + b as i32) as i8;
             data.push(q as u8);
             v.push(d * f32::from(q));
         }

@@ -341,19 +341,6 @@ impl GgmlType {
         }
     }
 
-    /// `(elements per block, bytes per block)` for the types radix reads.
-    fn block(self) -> Option<(usize, usize)> {
-        match self {
-            GgmlType::F32
-            | GgmlType::F16
-            | GgmlType::BF16
-            | GgmlType::Q4_0
-            | GgmlType::Q4_1
-            | GgmlType::Q8_0 => self.storage(),
-            _ => None,
-        }
-    }
-
     /// `(elements per block, bytes per block)` for every type ggml knows (as in
     /// ggml's `type_traits`), so that the data range of any tensor can be checked.
     fn storage(self) -> Option<(usize, usize)> {
@@ -542,7 +529,7 @@ fn check_tensor(
         .iter()
         .try_fold(1i64, |acc, &d| acc.checked_mul(d))
         .ok_or(format!("tensor `{name}` is too large"))?;
-    if t.offset % alignment != 0 {
+    if !t.offset.is_multiple_of(alignment) {
         return Err(format!(
             "tensor `{name}` has offset {} not aligned to {alignment}",
             t.offset

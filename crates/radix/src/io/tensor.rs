@@ -114,7 +114,7 @@ impl HostTensor {
         self.check_dtype::<T>()?;
         let bytes = self.bytes();
         let align = std::mem::align_of::<T>();
-        if bytes.as_ptr() as usize % align != 0 {
+        if !(bytes.as_ptr() as usize).is_multiple_of(align) {
             return Err(Error::Misaligned {
                 addr: bytes.as_ptr() as usize,
                 align,
