@@ -71,11 +71,14 @@ pub fn read_npz(path: &Path) -> Result<Vec<(String, Array)>> {
         };
         let mut bytes = Vec::with_capacity(entry.size() as usize);
         entry.read_to_end(&mut bytes)?;
-        let array = parse_npy(&bytes)
-            .with_context(|| format!("array {name} of {}", path.display()))?;
+        let array =
+            parse_npy(&bytes).with_context(|| format!("array {name} of {}", path.display()))?;
         res.push((name, array));
     }
-    let index = |name: &str| name.strip_prefix("arr_").and_then(|n| n.parse::<usize>().ok());
+    let index = |name: &str| {
+        name.strip_prefix("arr_")
+            .and_then(|n| n.parse::<usize>().ok())
+    };
     if res.iter().all(|(name, _)| index(name).is_some()) {
         res.sort_by_key(|(name, _)| index(name));
     }
@@ -94,7 +97,8 @@ pub fn write_npz(path: &Path, arrays: &[(String, Array)]) -> Result<()> {
         zip.start_file(format!("{name}.npy"), options)?;
         zip.write_all(&npy_bytes(array)?)?;
     }
-    zip.finish().with_context(|| format!("cannot write {}", path.display()))?;
+    zip.finish()
+        .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
 }
 
@@ -117,14 +121,20 @@ fn parse_npy(bytes: &[u8]) -> Result<Array> {
     let mut reader = Cursor::new(bytes);
     let header = npyz::NpyHeader::from_reader(&mut reader)?;
     let DType::Plain(descr) = header.dtype() else {
-        bail!("structured dtype {} is not supported", header.dtype().descr());
+        bail!(
+            "structured dtype {} is not supported",
+            header.dtype().descr()
+        );
     };
     let ty = element_type(&descr)?;
     let dims: Vec<i64> = header.shape().iter().map(|&d| d as i64).collect();
     let start = reader.position() as usize;
     let want = radix_pjrt::byte_len(ty, &dims)?;
     let Some(raw) = bytes.get(start..start + want) else {
-        bail!("{want} data bytes expected, {} present", bytes.len() - start);
+        bail!(
+            "{want} data bytes expected, {} present",
+            bytes.len() - start
+        );
     };
     let mut data = raw.to_vec();
     if descr.endianness() == Endianness::Big {

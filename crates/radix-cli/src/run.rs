@@ -57,7 +57,10 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<()> {
     if let Some(sig) = &signature {
         sig.check_inputs(&inputs)?;
     } else if n_parts > 1 {
-        bail!("cannot read the @main signature of {}, which a sharded run needs", path.display());
+        bail!(
+            "cannot read the @main signature of {}, which a sharded run needs",
+            path.display()
+        );
     }
     let shardy = text.contains("sdy.sharding") || text.contains("sdy.mesh");
     let split = match &signature {
@@ -65,7 +68,10 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<()> {
             .args
             .iter()
             .enumerate()
-            .map(|(i, p)| p.tiling(&text, n_parts).with_context(|| format!("argument {i}")))
+            .map(|(i, p)| {
+                p.tiling(&text, n_parts)
+                    .with_context(|| format!("argument {i}"))
+            })
             .collect::<Result<Vec<_>>>()?,
         None => vec![Tiling::replicated(0, 1); inputs.len()],
     };
@@ -76,16 +82,32 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<()> {
         num_partitions: n_parts,
         spmd: n_parts > 1,
         use_shardy: shardy,
-        device_assignment: Some(devices[..n_parts].iter().map(|d| i64::from(d.id())).collect()),
+        device_assignment: Some(
+            devices[..n_parts]
+                .iter()
+                .map(|d| i64::from(d.id()))
+                .collect(),
+        ),
         ..CompileOptions::default()
     };
-    let exe = client
-        .compile(&text, &options)
-        .with_context(|| format!("cannot compile {}", path.display()))?;
+    // The plugin's MLIR diagnostics span lines; the error is one line.
+    let exe = client.compile(&text, &options).map_err(|e| {
+        let msg = e.to_string();
+        let lines: Vec<&str> = msg
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        anyhow::anyhow!("cannot compile {}: {}", path.display(), lines.join(" | "))
+    })?;
     if signature.is_none()
         && let Some(n) = exe.num_parameters()
     {
-        ensure!(n == inputs.len(), "the module takes {n} arguments, {} inputs given", inputs.len());
+        ensure!(
+            n == inputs.len(),
+            "the module takes {n} arguments, {} inputs given",
+            inputs.len()
+        );
     }
 
     // One argument list per partition, each input cut to that partition's block.
@@ -106,8 +128,11 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<()> {
     let outputs = exe.execute(&arg_refs, &ExecuteOptions::default())?;
     let results = gather(&outputs, signature.as_ref(), &text, n_parts)?;
 
-    let named: Vec<(String, Array)> =
-        results.into_iter().enumerate().map(|(i, a)| (format!("out{i}"), a)).collect();
+    let named: Vec<(String, Array)> = results
+        .into_iter()
+        .enumerate()
+        .map(|(i, a)| (format!("out{i}"), a))
+        .collect();
     if let Some(out) = &args.output {
         npy::write_npz(out, &named)?;
     }
@@ -129,7 +154,11 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<()> {
             let vals = values(a);
             let first: Vec<String> = vals.iter().take(8).map(Value::to_string).collect();
             let more = if vals.len() > 8 { ", …" } else { "" };
-            println!("{name}: {} [{}{more}]", tensor_str(a.ty(), a.dims()), first.join(", "));
+            println!(
+                "{name}: {} [{}{more}]",
+                tensor_str(a.ty(), a.dims()),
+                first.join(", ")
+            );
         }
     }
     Ok(())
@@ -158,9 +187,15 @@ fn read_inputs(args: &RunArgs) -> Result<Vec<(String, Array)>> {
     if let Some(path) = &args.inputs {
         let arrays = npy::read_npz(path)?;
         let file = path.display();
-        return Ok(arrays.into_iter().map(|(name, a)| (format!("{name} of {file}"), a)).collect());
+        return Ok(arrays
+            .into_iter()
+            .map(|(name, a)| (format!("{name} of {file}"), a))
+            .collect());
     }
-    args.npy.iter().map(|p| Ok((p.display().to_string(), npy::read_npy(p)?))).collect()
+    args.npy
+        .iter()
+        .map(|p| Ok((p.display().to_string(), npy::read_npy(p)?)))
+        .collect()
 }
 
 /// The module's `mhlo.num_partitions` attribute.
@@ -275,7 +310,9 @@ impl Param {
         let attrs = inner[end..].trim_start();
         let sharding = if let Some(s) = attr(attrs, "mhlo.sharding") {
             let s = s.trim_start_matches('"');
-            Some(ShardingAttr::Gspmd(s[..s.find('"').unwrap_or(s.len())].to_string()))
+            Some(ShardingAttr::Gspmd(
+                s[..s.find('"').unwrap_or(s.len())].to_string(),
+            ))
         } else {
             attr(attrs, "sdy.sharding").map(|s| ShardingAttr::Shardy(s.to_string()))
         };
@@ -288,10 +325,12 @@ impl Param {
         let tiling = match &self.sharding {
             _ if n_parts == 1 => return Ok(Tiling::replicated(rank, 1)),
             None => Tiling::replicated(rank, n_parts),
-            Some(ShardingAttr::Gspmd(s)) => gspmd_tiling(s, rank, n_parts)
-                .with_context(|| format!("sharding \"{s}\""))?,
-            Some(ShardingAttr::Shardy(s)) => shardy_tiling(s, module, rank, n_parts)
-                .with_context(|| format!("sharding {s}"))?,
+            Some(ShardingAttr::Gspmd(s)) => {
+                gspmd_tiling(s, rank, n_parts).with_context(|| format!("sharding \"{s}\""))?
+            }
+            Some(ShardingAttr::Shardy(s)) => {
+                shardy_tiling(s, module, rank, n_parts).with_context(|| format!("sharding {s}"))?
+            }
         };
         for (d, (&size, &count)) in self.dims.iter().zip(&tiling.counts).enumerate() {
             ensure!(
@@ -326,7 +365,10 @@ struct Tiling {
 impl Tiling {
     /// The whole array on each of `n_parts` partitions.
     fn replicated(rank: usize, n_parts: usize) -> Tiling {
-        Tiling { counts: vec![1; rank], coords: vec![vec![0; rank]; n_parts] }
+        Tiling {
+            counts: vec![1; rank],
+            coords: vec![vec![0; rank]; n_parts],
+        }
     }
 
     /// The start and size of partition `p`'s block of an array of `dims`.
@@ -344,7 +386,11 @@ impl Tiling {
 /// and tilings `{devices=[a,b,…]<=[N]}`, `<=[r…]T(perm)`, explicit device
 /// lists, with or without `last_tile_dim_replicate`.
 fn gspmd_tiling(s: &str, rank: usize, n_parts: usize) -> Result<Tiling> {
-    let body = s.trim().trim_start_matches('{').trim_end_matches('}').trim();
+    let body = s
+        .trim()
+        .trim_start_matches('{')
+        .trim_end_matches('}')
+        .trim();
     if body == "replicated" {
         return Ok(Tiling::replicated(rank, n_parts));
     }
@@ -371,31 +417,51 @@ fn gspmd_tiling(s: &str, rank: usize, n_parts: usize) -> Result<Tiling> {
     } else {
         int_list(list)?
     };
-    ensure!(devices.len() as i64 == n, "{} devices for {n} tiles", devices.len());
+    ensure!(
+        devices.len() as i64 == n,
+        "{} devices for {n} tiles",
+        devices.len()
+    );
     ensure!(
         n == n_parts as i64,
         "the sharding is over {n} devices, the run has {n_parts} partitions (see --partitions)"
     );
     let data_rank = tile.len() - usize::from(replicate_last);
-    ensure!(data_rank == rank, "a {}-axis tiling of a rank-{rank} array", data_rank);
+    ensure!(
+        data_rank == rank,
+        "a {}-axis tiling of a rank-{rank} array",
+        data_rank
+    );
     let mut coords = vec![Vec::new(); n_parts];
     for (idx, &device) in devices.iter().enumerate() {
-        let slot = coords.get_mut(device as usize).context("device out of range")?;
+        let slot = coords
+            .get_mut(device as usize)
+            .context("device out of range")?;
         *slot = unravel(idx as i64, &tile)[..rank].to_vec();
     }
-    Ok(Tiling { counts: tile[..rank].to_vec(), coords })
+    Ok(Tiling {
+        counts: tile[..rank].to_vec(),
+        coords,
+    })
 }
 
 /// Reads a Shardy sharding `#sdy.sharding<@mesh, [{"x"}, {}], replicated={…}>`
 /// against its mesh (`sdy.mesh @mesh = <["x"=2, …], device_ids=[…]>` in the
 /// module, or inline `mesh<[…]>`).
 fn shardy_tiling(s: &str, module: &str, rank: usize, n_parts: usize) -> Result<Tiling> {
-    let inner = s.strip_prefix("#sdy.sharding<").context("not an #sdy.sharding")?.trim();
+    let inner = s
+        .strip_prefix("#sdy.sharding<")
+        .context("not an #sdy.sharding")?
+        .trim();
     let (mesh_text, rest) = if let Some(name) = inner.strip_prefix('@') {
-        let name_end = name.find(|c: char| c == ',' || c == '>').unwrap_or(name.len());
+        let name_end = name
+            .find(|c: char| c == ',' || c == '>')
+            .unwrap_or(name.len());
         let (name, rest) = name.split_at(name_end);
         let decl = format!("sdy.mesh @{name} = ");
-        let at = module.find(&decl).with_context(|| format!("no mesh @{name} in the module"))?;
+        let at = module
+            .find(&decl)
+            .with_context(|| format!("no mesh @{name} in the module"))?;
         let mesh = &module[at + decl.len()..];
         (&mesh[..close(mesh).context("unbalanced mesh")?], rest)
     } else if let Some(m) = inner.strip_prefix("mesh") {
@@ -414,8 +480,16 @@ fn shardy_tiling(s: &str, module: &str, rank: usize, n_parts: usize) -> Result<T
     ensure!(rest.starts_with('['), "no dimension shardings");
     let dim_list = &rest[1..close(rest).context("unbalanced dimension shardings")? - 1];
     let dims: Vec<&str> = split_top(dim_list);
-    let dims = if dims.len() == 1 && dims[0].trim().is_empty() { Vec::new() } else { dims };
-    ensure!(dims.len() == rank, "{} dimension shardings for a rank-{rank} array", dims.len());
+    let dims = if dims.len() == 1 && dims[0].trim().is_empty() {
+        Vec::new()
+    } else {
+        dims
+    };
+    ensure!(
+        dims.len() == rank,
+        "{} dimension shardings for a rank-{rank} array",
+        dims.len()
+    );
     // Each tensor axis: the mesh axes it is split over, major to minor.
     let mut dim_axes = Vec::with_capacity(rank);
     for d in &dims {
@@ -432,12 +506,18 @@ fn shardy_tiling(s: &str, module: &str, rank: usize, n_parts: usize) -> Result<T
                 "sub-axis {name} is not supported (only whole mesh axes are)"
             );
             let name = name.trim_matches('"');
-            let i = axes.iter().position(|a| a == name).with_context(|| format!("no axis {name}"))?;
+            let i = axes
+                .iter()
+                .position(|a| a == name)
+                .with_context(|| format!("no axis {name}"))?;
             ids.push(i);
         }
         dim_axes.push(ids);
     }
-    let counts = dim_axes.iter().map(|ids| ids.iter().map(|&i| sizes[i]).product()).collect();
+    let counts = dim_axes
+        .iter()
+        .map(|ids| ids.iter().map(|&i| sizes[i]).product())
+        .collect();
     let mut coords = vec![Vec::new(); n_parts];
     for (idx, &device) in device_ids.iter().enumerate() {
         let mesh_coord = unravel(idx as i64, &sizes);
@@ -445,14 +525,19 @@ fn shardy_tiling(s: &str, module: &str, rank: usize, n_parts: usize) -> Result<T
             .iter()
             .map(|ids| ids.iter().fold(0, |acc, &i| acc * sizes[i] + mesh_coord[i]))
             .collect();
-        *coords.get_mut(device as usize).context("device out of range")? = block;
+        *coords
+            .get_mut(device as usize)
+            .context("device out of range")? = block;
     }
     Ok(Tiling { counts, coords })
 }
 
 /// Reads `<["x"=2, "y"=2], device_ids=[…]>`: axis names, sizes, device ids.
 fn parse_mesh(mesh: &str) -> Result<(Vec<String>, Vec<i64>, Vec<i64>)> {
-    let body = mesh.trim().strip_prefix('<').and_then(|m| m.strip_suffix('>'));
+    let body = mesh
+        .trim()
+        .strip_prefix('<')
+        .and_then(|m| m.strip_suffix('>'));
     let body = body.context("unrecognized mesh")?.trim();
     ensure!(body.starts_with('['), "unrecognized mesh {mesh}");
     let end = close(body).context("unbalanced mesh")?;
@@ -463,14 +548,22 @@ fn parse_mesh(mesh: &str) -> Result<(Vec<String>, Vec<i64>, Vec<i64>)> {
         }
         let (name, size) = axis.split_once('=').context("unrecognized mesh axis")?;
         axes.push(name.trim().trim_matches('"').to_string());
-        sizes.push(size.trim().parse::<i64>().context("unrecognized mesh axis size")?);
+        sizes.push(
+            size.trim()
+                .parse::<i64>()
+                .context("unrecognized mesh axis size")?,
+        );
     }
     let n: i64 = sizes.iter().product();
     let ids = match body[end..].split_once("device_ids=[") {
         Some((_, ids)) => int_list(ids.split(']').next().unwrap_or(""))?,
         None => (0..n).collect(),
     };
-    ensure!(ids.len() as i64 == n, "a mesh of {n} devices with {} device ids", ids.len());
+    ensure!(
+        ids.len() as i64 == n,
+        "a mesh of {n} devices with {} device ids",
+        ids.len()
+    );
     Ok((axes, sizes, ids))
 }
 
@@ -498,7 +591,9 @@ fn gather(
             tensor_str(ty, &shard_dims),
             tensor_str(param.ty, &param.dims)
         );
-        let tiling = param.tiling(module, n_parts).with_context(|| format!("output {j}"))?;
+        let tiling = param
+            .tiling(module, n_parts)
+            .with_context(|| format!("output {j}"))?;
         let size = ty.byte_size();
         let mut data = vec![0u8; radix_pjrt::byte_len(ty, &param.dims)?];
         for (p, outs) in outputs.iter().enumerate() {
@@ -510,7 +605,14 @@ fn gather(
                 tensor_str(ty, got),
                 tensor_str(ty, &block)
             );
-            place_block(&mut data, &param.dims, size, &start, &block, &outs[j].to_host_vec()?);
+            place_block(
+                &mut data,
+                &param.dims,
+                size,
+                &start,
+                &block,
+                &outs[j].to_host_vec()?,
+            );
         }
         res.push(Array::new(ty, param.dims.clone(), data)?);
     }
@@ -524,13 +626,22 @@ fn slice_block(data: &[u8], dims: &[i64], size: usize, start: &[i64], block: &[i
         return data.to_vec();
     }
     let mut out = Vec::with_capacity(block.iter().product::<i64>() as usize * size);
-    for_each_row(dims, size, start, block, |src, len| out.extend_from_slice(&data[src..src + len]));
+    for_each_row(dims, size, start, block, |src, len| {
+        out.extend_from_slice(&data[src..src + len])
+    });
     out
 }
 
 /// Copies `src`, a block of size `block`, to `start` in a C-order array of
 /// `dims` with elements of `size` bytes.
-fn place_block(data: &mut [u8], dims: &[i64], size: usize, start: &[i64], block: &[i64], src: &[u8]) {
+fn place_block(
+    data: &mut [u8],
+    dims: &[i64],
+    size: usize,
+    start: &[i64],
+    block: &[i64],
+    src: &[u8],
+) {
     let mut at = 0;
     for_each_row(dims, size, start, block, |dst, len| {
         data[dst..dst + len].copy_from_slice(&src[at..at + len]);
@@ -540,7 +651,13 @@ fn place_block(data: &mut [u8], dims: &[i64], size: usize, start: &[i64], block:
 
 /// Calls `f(byte offset, byte length)` for each contiguous innermost row of a
 /// block, in C order.
-fn for_each_row(dims: &[i64], size: usize, start: &[i64], block: &[i64], mut f: impl FnMut(usize, usize)) {
+fn for_each_row(
+    dims: &[i64],
+    size: usize,
+    start: &[i64],
+    block: &[i64],
+    mut f: impl FnMut(usize, usize),
+) {
     let rank = dims.len();
     if block.contains(&0) {
         return;
@@ -711,12 +828,15 @@ fn values(a: &Array) -> Vec<Value> {
             F64 => Value::from(f64::from_le_bytes(c.try_into().unwrap_or_default())),
             C64 => {
                 let (re, im) = c.split_at(4);
-                let f = |b: &[u8]| short(f32::from_le_bytes(b.try_into().unwrap_or_default()).to_string());
+                let f = |b: &[u8]| {
+                    short(f32::from_le_bytes(b.try_into().unwrap_or_default()).to_string())
+                };
                 Value::from(vec![f(re), f(im)])
             }
             C128 => {
                 let (re, im) = c.split_at(8);
-                let f = |b: &[u8]| Value::from(f64::from_le_bytes(b.try_into().unwrap_or_default()));
+                let f =
+                    |b: &[u8]| Value::from(f64::from_le_bytes(b.try_into().unwrap_or_default()));
                 Value::from(vec![f(re), f(im)])
             }
             F8E5M2 | F8E4M3FN => Value::from(c[0]),
@@ -731,7 +851,11 @@ fn nest(flat: &[Value], dims: &[i64]) -> Value {
         Some((&n, rest)) => {
             let step = rest.iter().product::<i64>() as usize;
             let n = n as usize;
-            Value::Array((0..n).map(|i| nest(&flat[i * step..(i + 1) * step], rest)).collect())
+            Value::Array(
+                (0..n)
+                    .map(|i| nest(&flat[i * step..(i + 1) * step], rest))
+                    .collect(),
+            )
         }
     }
 }
@@ -766,11 +890,19 @@ mod tests {
         let dims = [4, 6];
         let data: Vec<u8> = (0..24).collect();
         let mut back = vec![0u8; 24];
-        for (start, block) in [([0, 0], [2, 3]), ([0, 3], [2, 3]), ([2, 0], [2, 3]), ([2, 3], [2, 3])] {
+        for (start, block) in [
+            ([0, 0], [2, 3]),
+            ([0, 3], [2, 3]),
+            ([2, 0], [2, 3]),
+            ([2, 3], [2, 3]),
+        ] {
             let b = slice_block(&data, &dims, 1, &start, &block);
             place_block(&mut back, &dims, 1, &start, &block, &b);
         }
         assert_eq!(back, data);
-        assert_eq!(slice_block(&data, &dims, 1, &[2, 3], &[2, 3]), [15, 16, 17, 21, 22, 23]);
+        assert_eq!(
+            slice_block(&data, &dims, 1, &[2, 3], &[2, 3]),
+            [15, 16, 17, 21, 22, 23]
+        );
     }
 }

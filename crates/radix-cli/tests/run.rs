@@ -1,0 +1,308 @@
+//! `radix run` against modules exported by JAX (`tests/data`, made by
+//! `tests/data/make_jax_modules.py`): the outputs equal JAX's, and bad input
+//! gives one error line and a failing exit, never a panic.
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use radix_pjrt::ElementType;
+
+#[allow(dead_code)]
+#[path = "../src/npy.rs"]
+mod npy;
+
+use npy::Array;
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+fn radix() -> Command {
+    let mut cmd = Command::cargo_bin("radix").expect("the radix binary");
+    cmd.env_remove("RUST_LOG").env("RUST_BACKTRACE", "1");
+    cmd
+}
+
+/// Runs module `name` on its inputs (with `extra` options) and compares each
+/// output with JAX's: exact for integers and booleans, within 1e-6 relative
+/// for f32 (1e-12 for f64, one unit in the last place for f16 and bf16).
+fn check(name: &str, extra: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.npz");
+    let inputs = data(&format!("{name}_inputs.npz"));
+    radix()
+        .arg("run")
+        .arg(data(&format!("{name}.mlir")))
+        .arg("--inputs")
+        .arg(&inputs)
+        .arg("--output")
+        .arg(&out)
+        .args(extra)
+        .assert()
+        .success();
+    let got = npy::read_npz(&out).unwrap();
+    let want = npy::read_npz(&data(&format!("{name}_expected.npz"))).unwrap();
+    assert_eq!(names(&got), names(&want), "{name}");
+    for ((key, g), (_, w)) in got.iter().zip(&want) {
+        assert_close(&format!("{name} {key}"), g, w);
+    }
+}
+
+fn names(arrays: &[(String, Array)]) -> Vec<&str> {
+    arrays.iter().map(|(n, _)| n.as_str()).collect()
+}
+
+fn assert_close(what: &str, got: &Array, want: &Array) {
+    assert_eq!((got.ty(), got.dims()), (want.ty(), want.dims()), "{what}");
+    let pairs = |size: usize| {
+        got.data()
+            .chunks_exact(size)
+            .zip(want.data().chunks_exact(size))
+    };
+    let close = |g: f64, w: f64, rel: f64| (g - w).abs() <= rel * w.abs().max(f64::MIN_POSITIVE);
+    match got.ty() {
+        ElementType::F32 => {
+            for (i, (g, w)) in pairs(4).enumerate() {
+                let g = f32::from_le_bytes(g.try_into().unwrap());
+                let w = f32::from_le_bytes(w.try_into().unwrap());
+                assert!(close(g.into(), w.into(), 1e-6), "{what}[{i}]: {g} != {w}");
+            }
+        }
+        ElementType::F64 => {
+            for (i, (g, w)) in pairs(8).enumerate() {
+                let g = f64::from_le_bytes(g.try_into().unwrap());
+                let w = f64::from_le_bytes(w.try_into().unwrap());
+                assert!(close(g, w, 1e-12), "{what}[{i}]: {g} != {w}");
+            }
+        }
+        ElementType::F16 | ElementType::BF16 => {
+            for (i, (g, w)) in pairs(2).enumerate() {
+                let g = u16::from_le_bytes([g[0], g[1]]);
+                let w = u16::from_le_bytes([w[0], w[1]]);
+                assert!(g.abs_diff(w) <= 1, "{what}[{i}]: bits {g:#x} != {w:#x}");
+            }
+        }
+        _ => assert_eq!(got.data(), want.data(), "{what}"),
+    }
+}
+
+#[test]
+fn jax_modules() {
+    for name in ["mlp", "softmax", "ints", "scan", "wide", "bf16"] {
+        check(name, &[]);
+    }
+}
+
+#[test]
+fn jax_sharded_gspmd() {
+    check("sharded_gspmd", &["--partitions", "4"]);
+    check("sharded2d_gspmd", &["--partitions", "4"]);
+}
+
+#[test]
+fn jax_sharded_shardy() {
+    check("sharded_shardy", &["--partitions", "4"]);
+    check("sharded2d_shardy", &["--partitions", "4"]);
+}
+
+#[test]
+fn sharded_partitions_default_to_the_module() {
+    // `mhlo.num_partitions = 4` in the module; the CPU client gets 4 devices.
+    check("sharded2d_shardy", &["--devices", "4"]);
+    check("sharded_gspmd", &[]);
+}
+
+#[test]
+fn npy_inputs_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = npy::read_npz(&data("mlp_inputs.npz")).unwrap();
+    let mut cmd = radix();
+    cmd.arg("run").arg(data("mlp.mlir"));
+    for (name, a) in &inputs {
+        let path = dir.path().join(format!("{name}.npy"));
+        std::fs::write(&path, npy::npy_bytes(a).unwrap()).unwrap();
+        cmd.arg(path);
+    }
+    let out = cmd
+        .arg("--json")
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let json: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let out0 = &json["outputs"][0];
+    assert_eq!(out0["name"], "out0");
+    assert_eq!(out0["dtype"], "f32");
+    assert_eq!(out0["shape"], serde_json::json!([4, 16]));
+    let got: Vec<f32> = out0["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|row| {
+            row.as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap() as f32)
+        })
+        .collect();
+    let bytes: Vec<u8> = got.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let got = Array::new(ElementType::F32, vec![4, 16], bytes).unwrap();
+    let want = npy::read_npz(&data("mlp_expected.npz")).unwrap();
+    assert_close("mlp --json", &got, &want[0].1);
+}
+
+#[test]
+fn summary_without_output() {
+    let out = radix()
+        .arg("run")
+        .arg(data("softmax.mlir"))
+        .arg("--inputs")
+        .arg(data("softmax_inputs.npz"))
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(out).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines[0].starts_with("out0: tensor<3x5xf32> [0.04798"),
+        "{text}"
+    );
+    assert!(
+        lines[1].starts_with("out1: tensor<3xf32> [-2.82445"),
+        "{text}"
+    );
+}
+
+/// Runs `radix run ARGS` and checks that it fails with exactly one error line,
+/// the last on stderr, containing `want`, and no panic.
+fn fails(args: &[&std::ffi::OsStr], want: &str) {
+    let out = radix()
+        .arg("run")
+        .args(args)
+        .assert()
+        .failure()
+        .get_output()
+        .clone();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("backtrace"),
+        "{stderr}"
+    );
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert_eq!(stderr.lines().last(), Some(errors[0]), "{stderr}");
+    assert!(errors[0].contains(want), "{want:?} not in {stderr}");
+}
+
+/// Writes `arrays` as an `.npz` in `dir`.
+fn npz(dir: &Path, arrays: Vec<Array>) -> PathBuf {
+    let path = dir.join("in.npz");
+    let named: Vec<_> = arrays
+        .into_iter()
+        .enumerate()
+        .map(|(i, a)| (format!("arr_{i}"), a))
+        .collect();
+    npy::write_npz(&path, &named).unwrap();
+    path
+}
+
+fn zeros(ty: ElementType, dims: &[i64]) -> Array {
+    let n = radix_pjrt::byte_len(ty, dims).unwrap();
+    Array::new(ty, dims.to_vec(), vec![0; n]).unwrap()
+}
+
+#[test]
+fn bad_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let module = data("softmax.mlir");
+    let inputs = data("softmax_inputs.npz");
+
+    let nope = d.join("nope.mlir");
+    fails(&[nope.as_ref()], "cannot read module");
+    let missing = d.join("nope.npz");
+    fails(
+        &[module.as_ref(), "--inputs".as_ref(), missing.as_ref()],
+        "cannot read",
+    );
+
+    let garbage = d.join("garbage.mlir");
+    std::fs::write(&garbage, "this is not MLIR {{{").unwrap();
+    fails(
+        &[garbage.as_ref(), "--inputs".as_ref(), inputs.as_ref()],
+        "not a StableHLO module",
+    );
+    let unknown_op = d.join("unknown_op.mlir");
+    std::fs::write(
+        &unknown_op,
+        "module {\n  func.func @main(%a: tensor<3x5xf32>) -> tensor<3x5xf32> {\n    \
+         %0 = stablehlo.frobnicate %a : tensor<3x5xf32>\n    return %0 : tensor<3x5xf32>\n  }\n}\n",
+    )
+    .unwrap();
+    fails(
+        &[unknown_op.as_ref(), "--inputs".as_ref(), inputs.as_ref()],
+        "cannot compile",
+    );
+
+    let not_npz = data("softmax.mlir");
+    fails(
+        &[module.as_ref(), "--inputs".as_ref(), not_npz.as_ref()],
+        "not a .npz",
+    );
+
+    let mlp = data("mlp.mlir");
+    fails(
+        &[mlp.as_ref(), "--inputs".as_ref(), inputs.as_ref()],
+        "@main takes 3 arguments, 1 inputs given",
+    );
+
+    let wrong_dtype = npz(d, vec![zeros(ElementType::S32, &[3, 5])]);
+    fails(
+        &[module.as_ref(), "--inputs".as_ref(), wrong_dtype.as_ref()],
+        "argument 0 of @main is tensor<3x5xf32>, input arr_0 of",
+    );
+    let wrong_shape = npz(d, vec![zeros(ElementType::F32, &[3, 4])]);
+    fails(
+        &[module.as_ref(), "--inputs".as_ref(), wrong_shape.as_ref()],
+        "is tensor<3x4xf32>",
+    );
+
+    // A sharded axis of 6 rows cannot be split 4 ways.
+    let uneven = d.join("uneven.mlir");
+    std::fs::write(
+        &uneven,
+        "module @m attributes {mhlo.num_partitions = 4 : i32} {\n  func.func public @main(\
+         %arg0: tensor<6x4xf32> {mhlo.sharding = \"{devices=[4,1]<=[4]}\"}) -> tensor<6x4xf32> {\n    \
+         return %arg0 : tensor<6x4xf32>\n  }\n}\n",
+    )
+    .unwrap();
+    let six = npz(d, vec![zeros(ElementType::F32, &[6, 4])]);
+    fails(
+        &[
+            uneven.as_ref(),
+            "--inputs".as_ref(),
+            six.as_ref(),
+            "--partitions".as_ref(),
+            "4".as_ref(),
+        ],
+        "axis 0 of tensor<6x4xf32> is split 4 ways, which does not divide 6",
+    );
+    let sharded = data("sharded_shardy.mlir");
+    let sharded_inputs = data("sharded_shardy_inputs.npz");
+    fails(
+        &[
+            sharded.as_ref(),
+            "--inputs".as_ref(),
+            sharded_inputs.as_ref(),
+            "--partitions".as_ref(),
+            "2".as_ref(),
+        ],
+        "the mesh has 4 devices, the run has 2 partitions",
+    );
+}
