@@ -53,7 +53,12 @@ impl Program {
 
     /// Runs the reference interpreter on `args` (one literal per argument).
     pub fn interpret(&self, args: &[Literal]) -> Vec<Literal> {
-        interp::eval(&self.function, args)
+        let res = interp::eval(&self.function, args);
+        // Tag-only ops (`rename`) change the handle, not the node: use the result specs.
+        res.into_iter()
+            .zip(&self.results)
+            .map(|(l, spec)| Literal::new(spec.shape, l.data().to_vec()))
+            .collect()
     }
 }
 

@@ -104,7 +104,9 @@ pub(crate) fn with_trace<R>(f: impl FnOnce() -> R) -> (R, Function, Option<Trace
 
 /// Adds parameter `index` of `shape` to the current trace.
 pub(crate) fn parameter(index: usize, shape: Shape, loc: &'static Location<'static>) -> Tensor {
-    push_at(Op::Parameter(index), &[], shape, loc, |f, id| f.params.push(id))
+    push_at(Op::Parameter(index), &[], shape, loc, |f, id| {
+        f.params.push(id)
+    })
 }
 
 /// Records `op` applied to `args`, producing a value of `shape`.

@@ -112,11 +112,18 @@ pub fn assert_close(got: &Literal, want: &[f64], tol: Tol) {
 /// # Panics
 /// When tracing or running fails or a value is off (this is a test assertion).
 #[track_caller]
-pub fn check(inputs: &[Literal], f: impl FnOnce(&[Tensor]) -> Tensor, want: &[f64], tol: Tol) -> Literal {
+pub fn check(
+    inputs: &[Literal],
+    f: impl FnOnce(&[Tensor]) -> Tensor,
+    want: &[f64],
+    tol: Tol,
+) -> Literal {
     let program = trace_fn(inputs, f).unwrap_or_else(|e| panic!("trace failed: {e}"));
     let interp = program.interpret(inputs).remove(0);
     let text = program.stablehlo();
-    let got = run_program(program, inputs).unwrap_or_else(|e| panic!("run failed: {e}\n{text}")).remove(0);
+    let got = run_program(program, inputs)
+        .unwrap_or_else(|e| panic!("run failed: {e}\n{text}"))
+        .remove(0);
     if let Err(msg) = compare(got.data(), want, tol) {
         panic!("plugin: {} {msg}\n{text}", got.shape());
     }

@@ -129,7 +129,7 @@ impl OpPrinter<'_> {
     /// Prints a scalar constant of `shape`'s dtype with value `v` before the
     /// op and returns its name and shape (for reduce init values and the like).
     pub(crate) fn scalar_constant(&mut self, shape: Shape, v: f64) -> (String, Shape) {
-        let name = format!("{}_c{}", self.res, self.n_aux);
+        let name = format!("%c{}_{}", &self.res[1..], self.n_aux);
         self.n_aux += 1;
         let ty = tensor_type(&shape);
         let _ = writeln!(

@@ -101,3 +101,52 @@ pub(crate) fn eval(op: &Op, shape: Shape) -> Literal {
         _ => unreachable!(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{Tol, check};
+    use crate::{DType, Literal, Shape, Tensor};
+
+    #[test]
+    fn constants_iota_arange() {
+        let none: [Literal; 0] = [];
+        check(
+            &none,
+            |_| Tensor::from_slice(&[1.5f32, -2.0, 3.25], &[3]),
+            &[1.5, -2.0, 3.25],
+            Tol::EXACT,
+        );
+        check(
+            &none,
+            |_| Tensor::full(Shape::new(DType::I64, &[2, 2]), 7.0),
+            &[7.0; 4],
+            Tol::EXACT,
+        );
+        check(
+            &none,
+            |_| Tensor::arange(4, DType::F32) * 0.5,
+            &[0.0, 0.5, 1.0, 1.5],
+            Tol::EXACT,
+        );
+        let it = check(
+            &none,
+            |_| Tensor::iota(Shape::tagged(DType::I32, &[("a", 2), ("b", 3)]), "b"),
+            &[0., 1., 2., 0., 1., 2.],
+            Tol::EXACT,
+        );
+        assert_eq!(it.shape().dim("b"), Some(3));
+        let bools = check(
+            &none,
+            |_| Tensor::from_slice(&[true, false, true, true], &[2, 2]),
+            &[1., 0., 1., 1.],
+            Tol::EXACT,
+        );
+        assert_eq!(bools.shape().dtype(), DType::Bool);
+        check(
+            &none,
+            |_| Tensor::from_slice(&[half::bf16::from_f32(1.5)], &[]),
+            &[1.5],
+            Tol::EXACT,
+        );
+    }
+}

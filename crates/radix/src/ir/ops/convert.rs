@@ -50,3 +50,51 @@ pub(crate) fn eval(op: &Op, args: &[&Literal], shape: Shape) -> Literal {
         _ => unreachable!(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{Tol, check};
+    use crate::{DType, Literal};
+
+    #[test]
+    fn convert_and_bitcast() {
+        let x = [Literal::from_slice(&[-1.75f32, 0.0, 2.5, 1.0], &[4])];
+        check(
+            &x,
+            |x| x[0].convert(DType::I32),
+            &[-1.0, 0.0, 2.0, 1.0],
+            Tol::EXACT,
+        );
+        check(
+            &x,
+            |x| x[0].convert(DType::Bool),
+            &[1.0, 0.0, 1.0, 1.0],
+            Tol::EXACT,
+        );
+        check(
+            &x,
+            |x| x[0].convert(DType::BF16),
+            &[-1.75, 0.0, 2.5, 1.0],
+            Tol::EXACT,
+        );
+        check(
+            &x,
+            |x| x[0].convert(DType::F16).convert(DType::F64),
+            &[-1.75, 0.0, 2.5, 1.0],
+            Tol::EXACT,
+        );
+        // 1.0f32 is 0x3F800000 = 1065353216; -1.75 is 0xBFE00000.
+        check(
+            &x,
+            |x| x[0].bitcast(DType::U32),
+            &[3219128320.0, 0.0, 1075838976.0, 1065353216.0],
+            Tol::EXACT,
+        );
+        check(
+            &x,
+            |x| x[0].bitcast(DType::I32).bitcast(DType::F32),
+            &[-1.75, 0.0, 2.5, 1.0],
+            Tol::EXACT,
+        );
+    }
+}

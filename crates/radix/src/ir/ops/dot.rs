@@ -226,3 +226,69 @@ pub(crate) fn eval(d: &DotDims, args: &[&Literal], shape: Shape) -> Literal {
         .collect();
     Literal::new(shape, data)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{Tol, check};
+    use crate::{DType, DotDims, Literal, Shape};
+
+    fn lit(axes: &[(&str, i64)], data: &[f64]) -> Literal {
+        Literal::new(Shape::tagged(DType::F32, axes), data.to_vec())
+    }
+
+    #[test]
+    fn matmul_and_dot_general() {
+        // [[1,2,3],[4,5,6]] @ [[1,0],[0,1],[1,1]] = [[4,5],[10,11]]
+        let a = lit(&[("m", 2), ("k", 3)], &[1., 2., 3., 4., 5., 6.]);
+        let b = lit(&[("k", 3), ("n", 2)], &[1., 0., 0., 1., 1., 1.]);
+        let res = check(
+            &[a.clone(), b.clone()],
+            |x| x[0].matmul(x[1]),
+            &[4., 5., 10., 11.],
+            Tol::F32,
+        );
+        assert_eq!(
+            res.shape(),
+            Shape::tagged(DType::F32, &[("m", 2), ("n", 2)])
+        );
+        let dims = DotDims {
+            lhs_batch: vec![],
+            rhs_batch: vec![],
+            lhs_contract: vec![1],
+            rhs_contract: vec![0],
+        };
+        check(
+            &[a, b],
+            |x| x[0].dot_general(x[1], dims),
+            &[4., 5., 10., 11.],
+            Tol::F32,
+        );
+    }
+
+    #[test]
+    fn dot_by_tags_batches_shared_tags() {
+        // Per head h: q[h] . k[h] over d.
+        let q = lit(&[("h", 2), ("q", 1), ("d", 2)], &[1., 2., 3., 4.]);
+        let k = lit(
+            &[("h", 2), ("k", 2), ("d", 2)],
+            &[1., 0., 0., 1., 1., 1., 2., 0.],
+        );
+        let res = check(
+            &[q, k],
+            |x| x[0].dot(x[1], "d"),
+            &[1., 2., 7., 6.],
+            Tol::F32,
+        );
+        assert_eq!(
+            res.shape(),
+            Shape::tagged(DType::F32, &[("h", 2), ("q", 1), ("k", 2)])
+        );
+    }
+
+    #[test]
+    fn bf16_batched_matmul() {
+        let a = Literal::new(Shape::new(DType::BF16, &[2, 1, 2]), vec![1., 2., 0.5, 0.25]);
+        let b = Literal::new(Shape::new(DType::BF16, &[2, 2, 1]), vec![3., 4., 8., 16.]);
+        check(&[a, b], |x| x[0].matmul(x[1]), &[11., 8.], Tol::BF16);
+    }
+}

@@ -598,7 +598,10 @@ mod tests {
             (Tensor::tanh, [-0.905148268, 0.0, 0.462117165, 0.964027584]),
             (Tensor::sin, [-0.997494996, 0.0, 0.47942555, 0.909297407]),
             (Tensor::cos, [0.070737198, 1.0, 0.87758255, -0.416146845]),
-            (Tensor::logistic, [0.182425529, 0.5, 0.622459352, 0.880797088]),
+            (
+                Tensor::logistic,
+                [0.182425529, 0.5, 0.622459352, 0.880797088],
+            ),
             (Tensor::floor, [-2.0, 0.0, 0.0, 2.0]),
             (Tensor::ceil, [-1.0, 0.0, 1.0, 2.0]),
             (Tensor::round, [-2.0, 0.0, 0.0, 2.0]),
@@ -611,7 +614,10 @@ mod tests {
         let p = [f32s(&[0.25, 1.0, 2.5, 4.0])];
         let cases: [(fn(Tensor) -> Tensor, [f64; 4]); 4] = [
             (Tensor::log, [-1.38629436, 0.0, 0.91629076, 1.38629436]),
-            (Tensor::log1p, [0.223143548, 0.693147182, 1.25276291, 1.60943794]),
+            (
+                Tensor::log1p,
+                [0.223143548, 0.693147182, 1.25276291, 1.60943794],
+            ),
             (Tensor::sqrt, [0.5, 1.0, 1.58113885, 2.0]),
             (Tensor::rsqrt, [2.0, 1.0, 0.632455528, 0.5]),
         ];
@@ -623,10 +629,28 @@ mod tests {
     #[test]
     fn activations() {
         let x = [f32s(&[-2.0, -0.5, 0.0, 1.0, 3.0])];
-        check(&x, |x| x[0].gelu_tanh(), &[-0.0454023059, -0.15428599, 0.0, 0.841191991, 2.99636261], Tol::F32);
-        let erf_tol = Tol { rel: 1e-5, abs: 1e-6 };
-        check(&x, |x| x[0].gelu_erf(), &[-0.0455002639, -0.154268769, 0.0, 0.841344746, 2.99595031], erf_tol);
-        check(&x, |x| x[0].silu(), &[-0.238405844, -0.188770334, 0.0, 0.731058579, 2.85772238], Tol::F32);
+        check(
+            &x,
+            |x| x[0].gelu_tanh(),
+            &[-0.0454023059, -0.15428599, 0.0, 0.841191991, 2.99636261],
+            Tol::F32,
+        );
+        let erf_tol = Tol {
+            rel: 1e-5,
+            abs: 1e-6,
+        };
+        check(
+            &x,
+            |x| x[0].gelu_erf(),
+            &[-0.0455002639, -0.154268769, 0.0, 0.841344746, 2.99595031],
+            erf_tol,
+        );
+        check(
+            &x,
+            |x| x[0].silu(),
+            &[-0.238405844, -0.188770334, 0.0, 0.731058579, 2.85772238],
+            Tol::F32,
+        );
     }
 
     #[test]
@@ -645,32 +669,79 @@ mod tests {
         for (f, want) in cases {
             check(&ab, |xs| f(xs[0], xs[1]), &want, Tol::F32);
         }
-        check(&ab[..1], |x| 2.0 - x[0] * 3.0, &[-19.0, 23.0, -4.0, -25.0], Tol::F32);
-        check(&ab[..1], |x| x[0].clamp(0.0, 5.0), &[5.0, 0.0, 2.0, 5.0], Tol::F32);
-        check(&ab[..1], |x| x[0] + Tensor::scalar(1.0, DType::F32), &[8.0, -6.0, 3.0, 10.0], Tol::F32);
+        check(
+            &ab[..1],
+            |x| 2.0 - x[0] * 3.0,
+            &[-19.0, 23.0, -4.0, -25.0],
+            Tol::F32,
+        );
+        check(
+            &ab[..1],
+            |x| x[0].clamp(0.0, 5.0),
+            &[5.0, 0.0, 2.0, 5.0],
+            Tol::F32,
+        );
+        check(
+            &ab[..1],
+            |x| x[0] + Tensor::scalar(1.0, DType::F32),
+            &[8.0, -6.0, 3.0, 10.0],
+            Tol::F32,
+        );
     }
 
     #[test]
     fn integers_and_logic() {
-        let ab = [Literal::from_slice(&[7i32, -7, 6, 12], &[4]), Literal::from_slice(&[2i32, 2, -4, 10], &[4])];
+        let ab = [
+            Literal::from_slice(&[7i32, -7, 6, 12], &[4]),
+            Literal::from_slice(&[2i32, 2, -4, 10], &[4]),
+        ];
         check(&ab, |x| x[0] / x[1], &[3.0, -3.0, -1.0, 1.0], Tol::EXACT);
         check(&ab, |x| x[0] % x[1], &[1.0, -1.0, 2.0, 2.0], Tol::EXACT);
         check(&ab, |x| x[0].and(x[1]), &[2.0, 0.0, 4.0, 8.0], Tol::EXACT);
         check(&ab, |x| x[0].xor(x[1]), &[5.0, -5.0, -6.0, 6.0], Tol::EXACT);
         check(&ab, |x| x[0].not(), &[-8.0, 6.0, -7.0, -13.0], Tol::EXACT);
         check(&ab, |x| x[0].lt(x[1]), &[0.0, 1.0, 0.0, 0.0], Tol::EXACT);
-        check(&ab, |x| x[0].ge(x[1]).or(x[0].eq(Tensor::scalar(-7.0, DType::I32))), &[1.0, 1.0, 1.0, 1.0], Tol::EXACT);
-        let sel = check(&ab, |x| x[0].gt(x[1]).select(x[0], x[1]), &[7.0, 2.0, 6.0, 12.0], Tol::EXACT);
+        check(
+            &ab,
+            |x| x[0].ge(x[1]).or(x[0].eq(Tensor::scalar(-7.0, DType::I32))),
+            &[1.0, 1.0, 1.0, 1.0],
+            Tol::EXACT,
+        );
+        let sel = check(
+            &ab,
+            |x| x[0].gt(x[1]).select(x[0], x[1]),
+            &[7.0, 2.0, 6.0, 12.0],
+            Tol::EXACT,
+        );
         assert_eq!(sel.shape().dtype(), DType::I32);
     }
 
     #[test]
     fn tags_merge_and_half_precision() {
-        let x = Literal::new(Shape::tagged(DType::BF16, &[("b", 2), ("d", 2)]), vec![1.0, 2.0, 3.0, 4.0]);
-        let y = Literal::new(Shape::new(DType::BF16, &[2, 2]), vec![0.5, 0.25, 0.125, 1.0]);
-        let got = check(&[x, y], |t| (t[0] * t[1]).exp(), &[1.6487, 1.6487, 1.4550, 54.598], Tol::BF16);
-        assert_eq!(got.shape(), Shape::tagged(DType::BF16, &[("b", 2), ("d", 2)]));
+        let x = Literal::new(
+            Shape::tagged(DType::BF16, &[("b", 2), ("d", 2)]),
+            vec![1.0, 2.0, 3.0, 4.0],
+        );
+        let y = Literal::new(
+            Shape::new(DType::BF16, &[2, 2]),
+            vec![0.5, 0.25, 0.125, 1.0],
+        );
+        let got = check(
+            &[x, y],
+            |t| (t[0] * t[1]).exp(),
+            &[1.6487, 1.6487, 1.4550, 54.598],
+            Tol::BF16,
+        );
+        assert_eq!(
+            got.shape(),
+            Shape::tagged(DType::BF16, &[("b", 2), ("d", 2)])
+        );
         let h = Literal::new(Shape::new(DType::F16, &[3]), vec![0.1, 1.0, 10.0]);
-        check(&[h], |t| t[0].sqrt() + 1.0, &[1.3162, 2.0, 4.1623], Tol::F16);
+        check(
+            &[h],
+            |t| t[0].sqrt() + 1.0,
+            &[1.3162, 2.0, 4.1623],
+            Tol::F16,
+        );
     }
 }

@@ -247,3 +247,71 @@ pub(crate) fn eval(op: &Op, args: &[&Literal], shape: Shape) -> Literal {
         _ => unreachable!(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{Tol, check};
+    use crate::{DType, Literal, Shape, Tensor};
+
+    fn table() -> Literal {
+        Literal::new(
+            Shape::tagged(DType::F32, &[("voc", 4), ("d", 2)]),
+            vec![0., 1., 10., 11., 20., 21., 30., 31.],
+        )
+    }
+
+    #[test]
+    fn embedding_lookup_gather() {
+        let ids = Literal::new(Shape::tagged(DType::I32, &[("s", 3)]), vec![2., 0., 3.]);
+        let r = check(
+            &[table(), ids],
+            |x| x[0].gather("voc", x[1]),
+            &[20., 21., 0., 1., 30., 31.],
+            Tol::EXACT,
+        );
+        assert_eq!(r.shape(), Shape::tagged(DType::F32, &[("s", 3), ("d", 2)]));
+        let cols = Literal::from_slice(&[1i64, 1, 0], &[3]);
+        check(
+            &[table(), cols],
+            |x| x[0].gather("d", x[1]),
+            &[1., 1., 0., 11., 11., 10., 21., 21., 20., 31., 31., 30.],
+            Tol::EXACT,
+        );
+    }
+
+    #[test]
+    fn scatter_slices() {
+        let ids = Literal::from_slice(&[3i32, 1], &[2]);
+        let upd = Literal::new(Shape::new(DType::F32, &[2, 2]), vec![-1., -2., -3., -4.]);
+        check(
+            &[table(), ids, upd],
+            |x| x[0].scatter("voc", x[1], x[2]),
+            &[0., 1., -3., -4., 20., 21., -1., -2.],
+            Tol::EXACT,
+        );
+    }
+
+    #[test]
+    fn dynamic_slices_clamp() {
+        let at = |i: f64| Tensor::scalar(i, DType::I32);
+        check(
+            &[table()],
+            |x| x[0].dynamic_slice(&[at(1.0), at(1.0)], &[2, 1]),
+            &[11., 21.],
+            Tol::EXACT,
+        );
+        check(
+            &[table()],
+            |x| x[0].dynamic_slice(&[at(3.0), at(0.0)], &[2, 2]),
+            &[20., 21., 30., 31.],
+            Tol::EXACT,
+        );
+        let upd = Literal::new(Shape::new(DType::F32, &[1, 2]), vec![7., 8.]);
+        check(
+            &[table(), upd],
+            |x| x[0].dynamic_update_slice(x[1], &[at(2.0), at(0.0)]),
+            &[0., 1., 10., 11., 7., 8., 30., 31.],
+            Tol::EXACT,
+        );
+    }
+}

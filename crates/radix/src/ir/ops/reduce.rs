@@ -135,3 +135,56 @@ pub(crate) fn eval(r: Reducer, axes: &[usize], args: &[&Literal], shape: Shape) 
             .collect(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{Tol, check};
+    use crate::{DType, Literal, Shape};
+
+    fn x() -> [Literal; 1] {
+        [Literal::new(
+            Shape::tagged(DType::F32, &[("b", 2), ("d", 3)]),
+            vec![1., 2., 3., 1., 1., 1.],
+        )]
+    }
+
+    #[test]
+    fn sum_max_min_mean_keep_other_tags() {
+        let s = check(&x(), |x| x[0].sum("d"), &[6., 3.], Tol::F32);
+        assert_eq!(s.shape(), Shape::tagged(DType::F32, &[("b", 2)]));
+        check(&x(), |x| x[0].sum(["b", "d"]), &[9.], Tol::F32);
+        check(&x(), |x| x[0].max("b"), &[1., 2., 3.], Tol::F32);
+        check(&x(), |x| x[0].min(1), &[1., 1.], Tol::F32);
+        check(&x(), |x| x[0].mean("d"), &[2., 1.], Tol::F32);
+        let i = [Literal::from_slice(&[5i32, -3, 9, 0], &[2, 2])];
+        check(&i, |x| x[0].max(1), &[5., 9.], Tol::EXACT);
+        check(&i, |x| x[0].min(0), &[5., -3.], Tol::EXACT);
+        let h = [Literal::new(
+            Shape::new(DType::BF16, &[4]),
+            vec![0.5, 1.5, 2.0, 4.0],
+        )];
+        check(&h, |x| x[0].sum(0), &[8.0], Tol::BF16);
+    }
+
+    #[test]
+    fn softmax_log_sum_exp_argmax() {
+        let want = [
+            0.0900305732,
+            0.244728471,
+            0.665240956,
+            1. / 3.,
+            1. / 3.,
+            1. / 3.,
+        ];
+        let s = check(&x(), |x| x[0].softmax("d"), &want, Tol::F32);
+        assert_eq!(s.shape(), x()[0].shape());
+        check(
+            &x(),
+            |x| x[0].log_sum_exp("d"),
+            &[3.40760596, 2.09861229],
+            Tol::F32,
+        );
+        let a = check(&x(), |x| x[0].argmax("d"), &[2., 0.], Tol::EXACT);
+        assert_eq!(a.shape(), Shape::tagged(DType::I32, &[("b", 2)]));
+    }
+}

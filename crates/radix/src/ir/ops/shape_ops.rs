@@ -479,3 +479,145 @@ pub(crate) fn eval(op: &Op, args: &[&Literal], shape: Shape) -> Literal {
         _ => unreachable!(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{Tol, check};
+    use crate::{DType, Literal, PadSpec, Shape, Tensor};
+
+    fn x23() -> [Literal; 1] {
+        [Literal::new(
+            Shape::tagged(DType::F32, &[("a", 2), ("b", 3)]),
+            vec![1., 2., 3., 4., 5., 6.],
+        )]
+    }
+
+    #[test]
+    fn reshape_transpose_reverse() {
+        let r = check(
+            &x23(),
+            |x| x[0].reshape(&[3, -1]),
+            &[1., 2., 3., 4., 5., 6.],
+            Tol::EXACT,
+        );
+        assert_eq!(r.shape().dims(), &[3, 2]);
+        let t = check(
+            &x23(),
+            |x| x[0].transpose(["b", "a"]),
+            &[1., 4., 2., 5., 3., 6.],
+            Tol::EXACT,
+        );
+        assert_eq!(t.shape(), Shape::tagged(DType::F32, &[("b", 3), ("a", 2)]));
+        check(
+            &x23(),
+            |x| x[0].reverse("b"),
+            &[3., 2., 1., 6., 5., 4.],
+            Tol::EXACT,
+        );
+        check(
+            &x23(),
+            |x| x[0].transpose([1, 0]).reverse([0, 1]),
+            &[6., 3., 5., 2., 4., 1.],
+            Tol::EXACT,
+        );
+    }
+
+    #[test]
+    fn broadcasts_by_position_tag_and_side() {
+        let v = [Literal::new(
+            Shape::tagged(DType::F32, &[("b", 3)]),
+            vec![1., 2., 3.],
+        )];
+        let target = Shape::tagged(DType::F32, &[("a", 2), ("b", 3)]);
+        let want = [1., 2., 3., 1., 2., 3.];
+        let r = check(&v, |x| x[0].broadcast(target), &want, Tol::EXACT);
+        assert_eq!(r.shape(), target);
+        check(
+            &v,
+            |x| x[0].broadcast_right(Shape::new(DType::F32, &[2, 3])),
+            &want,
+            Tol::EXACT,
+        );
+        check(
+            &v,
+            |x| x[0].broadcast_left(Shape::new(DType::F32, &[3, 2])),
+            &[1., 1., 2., 2., 3., 3.],
+            Tol::EXACT,
+        );
+        let r = check(
+            &v,
+            |x| x[0].broadcast_in_dim(Shape::new(DType::F32, &[3, 2]), &[0]),
+            &[1., 1., 2., 2., 3., 3.],
+            Tol::EXACT,
+        );
+        assert_eq!(r.shape().tag(0).map(|t| t.as_str()), Some("b"));
+    }
+
+    #[test]
+    fn slice_concat_stack_pad() {
+        check(
+            &x23(),
+            |x| x[0].slice("b", 0, 3, 2),
+            &[1., 3., 4., 6.],
+            Tol::EXACT,
+        );
+        check(
+            &x23(),
+            |x| x[0].slice(1, -2, 3, 1),
+            &[2., 3., 5., 6.],
+            Tol::EXACT,
+        );
+        let c = check(
+            &x23(),
+            |x| Tensor::concatenate(&[x[0], x[0].slice("a", 1, 2, 1)], "a"),
+            &[1., 2., 3., 4., 5., 6., 4., 5., 6.],
+            Tol::EXACT,
+        );
+        assert_eq!(c.shape().dim("a"), Some(3));
+        let s = check(
+            &x23(),
+            |x| Tensor::stack(&[x[0], x[0] * 2.0], 0, "s"),
+            &[1., 2., 3., 4., 5., 6., 2., 4., 6., 8., 10., 12.],
+            Tol::EXACT,
+        );
+        assert_eq!(s.shape().dims(), &[2, 2, 3]);
+        let spec = PadSpec {
+            low: vec![0, 1],
+            high: vec![1, 0],
+            interior: vec![0, 1],
+        };
+        check(
+            &x23(),
+            |x| x[0].pad(0.5, spec),
+            &[
+                0.5, 1., 0.5, 2., 0.5, 3., 0.5, 4., 0.5, 5., 0.5, 6., 0.5, 0.5, 0.5, 0.5, 0.5, 0.5,
+            ],
+            Tol::EXACT,
+        );
+    }
+
+    #[test]
+    fn tag_preserving_reshapes() {
+        let s = check(
+            &x23(),
+            |x| {
+                x[0].split_axis("b", &[("h", 3), ("e", 1)])
+                    .squeeze("e")
+                    .unsqueeze(0, "one")
+            },
+            &[1., 2., 3., 4., 5., 6.],
+            Tol::EXACT,
+        );
+        assert_eq!(
+            s.shape(),
+            Shape::tagged(DType::F32, &[("one", 1), ("a", 2), ("h", 3)])
+        );
+        let m = check(
+            &x23(),
+            |x| x[0].merge_axes(["a", "b"], "ab").rename("ab", "n"),
+            &[1., 2., 3., 4., 5., 6.],
+            Tol::EXACT,
+        );
+        assert_eq!(m.shape(), Shape::tagged(DType::F32, &[("n", 6)]));
+    }
+}

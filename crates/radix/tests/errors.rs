@@ -1,0 +1,143 @@
+//! Misuse while tracing comes back from `compile` as an `Err` naming the op,
+//! the shapes and the user's source line; wrong arguments at call time too.
+
+use radix::testing::platform;
+use radix::{Buffer, DType, Error, Shape, Tensor};
+
+/// Traces `f` on an `{a=2, b=3}` f32 input and returns the trace error as
+/// `(op, line, message)`; `line` is relative to `base` (the caller's `line!()`).
+fn check(base: u32, f: impl FnOnce(Tensor) -> Tensor) -> (String, u32, String) {
+    let x = Tensor::param(Shape::tagged(DType::F32, &[("a", 2), ("b", 3)]));
+    let err = radix::compile(&platform(), &(), &x, |_, x| f(x))
+        .err()
+        .expect("a trace error");
+    let e = err
+        .as_trace()
+        .unwrap_or_else(|| panic!("not a trace error: {err}"));
+    assert_eq!(e.file, file!());
+    (e.op.to_string(), e.line - base, err.to_string())
+}
+
+#[test]
+fn shape_mismatch_names_the_line() {
+    let base = line!();
+    let (op, line, msg) = check(base, |x| {
+        let y = x.transpose(["b", "a"]);
+        x + y
+    });
+    assert_eq!((op.as_str(), line), ("add", 3));
+    assert!(msg.contains("dims differ: [2, 3] and [3, 2]"), "{msg}");
+    assert!(msg.contains("{a=2, b=3, f32}, {b=3, a=2, f32}"), "{msg}");
+}
+
+#[test]
+fn missing_tag_dtype_and_rank_errors() {
+    let base = line!();
+    let (op, line, msg) = check(base, |x| x.sum("c"));
+    assert_eq!((op.as_str(), line), ("sum", 1));
+    assert!(msg.contains("no axis .c"), "{msg}");
+
+    let base = line!();
+    let (op, line, _) = check(base, |x| x.convert(DType::I32).exp());
+    assert_eq!((op.as_str(), line), ("exponential", 1));
+
+    let base = line!();
+    let (op, line, _) = check(base, |x| x.reshape(&[4, 2]));
+    assert_eq!((op.as_str(), line), ("reshape", 1));
+
+    let base = line!();
+    let (op, line, msg) = check(base, |x| {
+        let w = Tensor::zeros(Shape::tagged(DType::F32, &[("b", 4), ("c", 2)]));
+        x.dot(w, "b")
+    });
+    assert_eq!((op.as_str(), line), ("dot", 3));
+    assert!(msg.contains("differ in size: 3 and 4"), "{msg}");
+}
+
+#[test]
+fn first_error_wins_and_tracing_continues() {
+    let base = line!();
+    let (op, line, _) = check(base, |x| {
+        let bad = x.slice("a", 0, 5, 1);
+        let worse = bad.matmul(bad).sum("zz");
+        worse + x
+    });
+    assert_eq!((op.as_str(), line), ("slice", 2));
+}
+
+#[test]
+fn captured_tensor_is_an_error() {
+    let outside = Tensor::param(Shape::new(DType::F32, &[2, 3]));
+    let base = line!();
+    let (_, line, msg) = check(base, |x| x * outside);
+    assert_eq!(line, 1);
+    assert!(msg.contains("Tensor::param"), "{msg}");
+}
+
+#[test]
+fn wrong_call_arguments() {
+    let platform = platform();
+    let x = Tensor::param(Shape::tagged(DType::F32, &[("a", 2)]));
+    let exe = radix::compile(&platform, &(), &(x, x), |_, (x, y)| x + y).unwrap();
+    let good = Buffer::from_slice(&platform, &[1f32, 2.], x.shape()).unwrap();
+    let bad = Buffer::from_slice(&platform, &[1f32, 2., 3.], Shape::new(DType::F32, &[3])).unwrap();
+    match exe.call(&[&good, &bad]) {
+        Err(Error::Argument {
+            index,
+            path,
+            expected,
+            got,
+        }) => {
+            assert_eq!((index, path.as_str()), (1, "input.1"));
+            assert_eq!(
+                (expected.as_str(), got.as_str()),
+                ("{a=2, f32}", "{3, f32}")
+            );
+        }
+        other => panic!("expected an argument error, got {other:?}"),
+    }
+    let ints = Buffer::from_slice(&platform, &[1i32, 2], Shape::new(DType::I32, &[2])).unwrap();
+    assert!(matches!(
+        exe.call(&[&ints, &good]),
+        Err(Error::Argument { index: 0, .. })
+    ));
+    assert!(matches!(
+        exe.call(&[&good]),
+        Err(Error::ArgumentCount {
+            expected: 2,
+            got: 1,
+            ..
+        })
+    ));
+    let sum = exe.call(&[&good, &good]).unwrap();
+    assert_eq!(sum[0].to_vec::<f32>().unwrap(), vec![2., 4.]);
+    assert!(matches!(sum[0].to_vec::<i32>(), Err(Error::Host(_))));
+}
+
+#[test]
+fn unbound_and_misbound_weights() {
+    let platform = platform();
+    let w = Tensor::param(Shape::tagged(DType::F32, &[("a", 2)]));
+    let mut exe = radix::compile(&platform, &w, &w, |w, x| *w * x).unwrap();
+    let buf = Buffer::from_slice(&platform, &[3f32, 4.], w.shape()).unwrap();
+    assert!(matches!(
+        exe.call(&[&buf]),
+        Err(Error::ArgumentCount {
+            what: "bound weights",
+            ..
+        })
+    ));
+    let short = Buffer::from_slice(&platform, &[3f32], Shape::new(DType::F32, &[1])).unwrap();
+    match exe.bind(vec![short]) {
+        Err(Error::Argument { index: 0, path, .. }) => assert_eq!(path, ""),
+        other => panic!("{other:?}"),
+    }
+    exe.bind(vec![
+        Buffer::from_slice(&platform, &[3f32, 4.], w.shape()).unwrap(),
+    ])
+    .unwrap();
+    assert_eq!(
+        exe.call(&[&buf]).unwrap()[0].to_vec::<f32>().unwrap(),
+        vec![9., 16.]
+    );
+}
