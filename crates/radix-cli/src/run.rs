@@ -454,9 +454,7 @@ fn shardy_tiling(s: &str, module: &str, rank: usize, n_parts: usize) -> Result<T
         .context("not an #sdy.sharding")?
         .trim();
     let (mesh_text, rest) = if let Some(name) = inner.strip_prefix('@') {
-        let name_end = name
-            .find(|c: char| c == ',' || c == '>')
-            .unwrap_or(name.len());
+        let name_end = name.find([',', '>']).unwrap_or(name.len());
         let (name, rest) = name.split_at(name_end);
         let decl = format!("sdy.mesh @{name} = ");
         let at = module
