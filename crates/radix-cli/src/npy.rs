@@ -69,7 +69,7 @@ pub fn read_npz(path: &Path) -> Result<Vec<(String, Array)>> {
         let Some(name) = entry.name().strip_suffix(".npy").map(str::to_string) else {
             continue;
         };
-        let mut bytes = Vec::with_capacity(entry.size() as usize);
+        let mut bytes = Vec::new();
         entry.read_to_end(&mut bytes)?;
         let array =
             parse_npy(&bytes).with_context(|| format!("array {name} of {}", path.display()))?;
