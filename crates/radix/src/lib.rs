@@ -39,6 +39,7 @@ pub use error::{Error, Result, TraceError};
 pub use exe::Executable;
 pub use ir::ops::dot::DotDims;
 pub use ir::ops::shape_ops::{PadSpec, SliceSpec};
+pub use ir::ops::{Binary, Compare, Reducer, Unary};
 pub use literal::Literal;
 pub use module::Module;
 pub use platform::Platform;

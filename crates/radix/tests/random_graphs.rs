@@ -1,0 +1,134 @@
+//! Property test: random well-typed graphs compiled through the CPU plugin
+//! give what the reference interpreter gives.
+
+use proptest::prelude::*;
+use radix::testing::{Tol, compare, run_program, trace_fn};
+use radix::{DType, Literal, Shape, Tensor, Unary};
+
+/// One step of a random graph: builds a `{a=2, b=3}` f32 value from earlier ones
+/// (operands are indices modulo the number of values so far).
+#[derive(Debug, Clone)]
+enum Step {
+    Unary(Unary, usize),
+    Add(usize, usize),
+    Sub(usize, usize),
+    MulTanh(usize, usize),
+    Max(usize, usize),
+    Min(usize, usize),
+    Scale(usize, f32),
+    Reverse(usize, bool),
+    SumBack(usize, bool),
+    Softmax(usize, bool),
+    Dot(usize, usize, usize),
+    Select(usize, usize, usize),
+    ConcatSlices(usize, usize),
+    Gather(usize),
+    Transpose2(usize),
+    Bf16RoundTrip(usize),
+}
+
+const SAFE_UNARY: [Unary; 6] = [
+    Unary::Neg,
+    Unary::Abs,
+    Unary::Tanh,
+    Unary::Sin,
+    Unary::Cos,
+    Unary::Logistic,
+];
+
+fn step() -> impl Strategy<Value = Step> {
+    let i = || 0usize..16;
+    prop_oneof![
+        (0..SAFE_UNARY.len(), i()).prop_map(|(u, a)| Step::Unary(SAFE_UNARY[u], a)),
+        (i(), i()).prop_map(|(a, b)| Step::Add(a, b)),
+        (i(), i()).prop_map(|(a, b)| Step::Sub(a, b)),
+        (i(), i()).prop_map(|(a, b)| Step::MulTanh(a, b)),
+        (i(), i()).prop_map(|(a, b)| Step::Max(a, b)),
+        (i(), i()).prop_map(|(a, b)| Step::Min(a, b)),
+        (i(), -2.0f32..2.0).prop_map(|(a, c)| Step::Scale(a, c)),
+        (i(), any::<bool>()).prop_map(|(a, b)| Step::Reverse(a, b)),
+        (i(), any::<bool>()).prop_map(|(a, b)| Step::SumBack(a, b)),
+        (i(), any::<bool>()).prop_map(|(a, b)| Step::Softmax(a, b)),
+        (i(), i(), i()).prop_map(|(a, b, c)| Step::Dot(a, b, c)),
+        (i(), i(), i()).prop_map(|(a, b, c)| Step::Select(a, b, c)),
+        (i(), i()).prop_map(|(a, b)| Step::ConcatSlices(a, b)),
+        i().prop_map(Step::Gather),
+        i().prop_map(Step::Transpose2),
+        i().prop_map(Step::Bf16RoundTrip),
+    ]
+}
+
+fn axis(first: bool) -> &'static str {
+    if first { "a" } else { "b" }
+}
+
+fn apply(step: &Step, v: &[Tensor]) -> Tensor {
+    let at = |i: usize| v[i % v.len()];
+    match *step {
+        Step::Unary(u, a) => match u {
+            Unary::Neg => -at(a),
+            Unary::Abs => at(a).abs(),
+            Unary::Tanh => at(a).tanh(),
+            Unary::Sin => at(a).sin(),
+            Unary::Cos => at(a).cos(),
+            _ => at(a).logistic(),
+        },
+        Step::Add(a, b) => at(a) + at(b),
+        Step::Sub(a, b) => at(a) - at(b),
+        Step::MulTanh(a, b) => (at(a) * at(b)).tanh(),
+        Step::Max(a, b) => at(a).maximum(at(b)),
+        Step::Min(a, b) => at(a).minimum(at(b)),
+        Step::Scale(a, c) => at(a) * c as f64,
+        Step::Reverse(a, first) => at(a).reverse(axis(first)),
+        Step::SumBack(a, first) => {
+            let x = at(a);
+            x.sum(axis(first)).broadcast(x.shape()) * 0.5
+        }
+        Step::Softmax(a, first) => at(a).softmax(axis(first)),
+        Step::Dot(a, b, c) => {
+            let scores = at(a).dot(at(b).rename("a", "k"), "b");
+            (scores.dot(at(c).rename("a", "k"), "k") * 0.25).tanh()
+        }
+        Step::Select(a, b, c) => at(a).gt(at(b)).select(at(b), at(c)),
+        Step::ConcatSlices(a, b) => {
+            Tensor::concatenate(&[at(a).slice("b", 0, 1, 1), at(b).slice("b", 1, 3, 1)], "b")
+        }
+        Step::Gather(a) => {
+            let ids = Tensor::from_slice(&[1i32, 0], &[2]).with_tags(&["a"]);
+            at(a).gather("a", ids)
+        }
+        Step::Transpose2(a) => at(a).transpose(["b", "a"]).transpose(["a", "b"]),
+        Step::Bf16RoundTrip(a) => at(a).convert(DType::BF16).convert(DType::F32),
+    }
+}
+
+fn input() -> impl Strategy<Value = Literal> {
+    prop::collection::vec(-2.0f64..2.0, 6)
+        .prop_map(|v| Literal::new(Shape::tagged(DType::F32, &[("a", 2), ("b", 3)]), v))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn plugin_matches_interpreter(inputs in prop::collection::vec(input(), 2), steps in prop::collection::vec(step(), 1..10)) {
+        let program = trace_fn(&inputs, |xs| {
+            let mut values = xs.to_vec();
+            for s in &steps {
+                let next = apply(s, &values);
+                values.push(next);
+            }
+            (values[values.len() - 1], values[values.len() / 2])
+        }).unwrap();
+        let want = program.interpret(&inputs);
+        let text = program.stablehlo();
+        let got = run_program(program, &inputs).unwrap();
+        let tol = Tol { rel: 1e-4, abs: 1e-5 };
+        for (g, w) in got.iter().zip(&want) {
+            prop_assert_eq!(g.shape(), w.shape());
+            if let Err(msg) = compare(g.data(), w.data(), tol) {
+                return Err(TestCaseError::fail(format!("{msg}\n{steps:?}\n{text}")));
+            }
+        }
+    }
+}
