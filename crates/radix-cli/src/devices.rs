@@ -10,9 +10,8 @@ pub fn run(cli: &Cli, json: bool) -> Result<()> {
     let client = open_client(cli)?;
     let plugin = client.plugin();
     let (major, minor) = plugin.api_version();
-    let version = |v: Option<&[i64]>| {
-        v.map(|v| v.iter().map(i64::to_string).collect::<Vec<_>>().join("."))
-    };
+    let version =
+        |v: Option<&[i64]>| v.map(|v| v.iter().map(i64::to_string).collect::<Vec<_>>().join("."));
     let devices: Vec<_> = client
         .devices()
         .iter()
@@ -38,17 +37,29 @@ pub fn run(cli: &Cli, json: bool) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&info)?);
         return Ok(());
     }
-    println!("platform:  {} ({})", client.platform_name(), client.platform_version());
+    println!(
+        "platform:  {} ({})",
+        client.platform_name(),
+        client.platform_version()
+    );
     println!("plugin:    {}", plugin.path().display());
     println!("PJRT API:  {major}.{minor}");
     println!(
         "StableHLO: {} (minimum {})",
-        info["stablehlo_current_version"].as_str().unwrap_or("unknown"),
-        info["stablehlo_minimum_version"].as_str().unwrap_or("unknown")
+        info["stablehlo_current_version"]
+            .as_str()
+            .unwrap_or("unknown"),
+        info["stablehlo_minimum_version"]
+            .as_str()
+            .unwrap_or("unknown")
     );
     println!("devices:");
     for d in client.devices() {
-        let addressable = if d.is_addressable() { "" } else { " (not addressable)" };
+        let addressable = if d.is_addressable() {
+            ""
+        } else {
+            " (not addressable)"
+        };
         println!("  {:3} {}{addressable}", d.id(), d.kind());
     }
     Ok(())
@@ -63,5 +74,9 @@ pub fn open_client(cli: &Cli) -> Result<Client> {
         PlatformArg::Rocm => Some(radix_pjrt::provision::Target::Rocm),
         PlatformArg::Tpu => Some(radix_pjrt::provision::Target::Tpu),
     };
-    Ok(radix_pjrt::open(target, cli.plugin.as_deref(), cli.devices)?)
+    Ok(radix_pjrt::open(
+        target,
+        cli.plugin.as_deref(),
+        cli.devices,
+    )?)
 }
