@@ -27,6 +27,7 @@ pub mod io;
 pub mod ir;
 mod literal;
 pub mod module;
+pub mod nn;
 mod platform;
 pub mod shape;
 mod tensor;

@@ -1,0 +1,122 @@
+//! Scaled dot-product attention with grouped key/value heads, its masks, and
+//! a key/value cache.
+//!
+//! Tags: queries `(.., q, h, hd)`, keys and values `(.., k, h, hd)` where the
+//! queries' `h` is a multiple of the keys' (grouped-query attention: query head
+//! `i` reads key head `i / (n_heads / n_kv_heads)`). Masks are bools, `true`
+//! where a query may read a key, tagged with a subset of the scores' tags
+//! (`b`, `q`, `k`), in that order.
+
+use crate::nn::broadcast_like;
+use crate::{DType, Module, Tensor};
+
+/// `softmax(q k^T / sqrt(hd) masked) v` per head: the result has `q`'s shape.
+///
+/// `mask` (bools, see the module doc) hides keys where it is `false`; a query
+/// that may read no key gets the mean of all values (no NaN).
+#[track_caller]
+pub fn attention(q: Tensor, k: Tensor, v: Tensor, mask: Option<Tensor>) -> Tensor {
+    let n_heads = q.shape().dim("h").unwrap_or(1);
+    let n_kv = k.shape().dim("h").unwrap_or(1);
+    let head_dim = q.shape().dim("hd").unwrap_or(1);
+    let rep = n_heads / n_kv.max(1);
+    let q = q.split_axis("h", &[("h", n_kv), ("rep", rep)]);
+    let scores = q.dot(k, "hd") * (1.0 / (head_dim as f64).sqrt());
+    let scores = match mask {
+        Some(m) => {
+            let hidden = Tensor::full(scores.shape(), f64::from(f32::MIN));
+            broadcast_like(m, scores).select(scores, hidden)
+        }
+        None => scores,
+    };
+    let probs = scores.softmax("k");
+    let out = probs.dot(v, "k");
+    let order: Vec<&str> = q
+        .shape()
+        .tags()
+        .iter()
+        .map(|t| t.map_or("", |t| t.as_str()))
+        .collect();
+    out.transpose(order.as_slice())
+        .merge_axes(["h", "rep"], "h")
+}
+
+/// Bools tagged `(.., q, k)`: query at position `q_pos` may read keys at
+/// positions `<= q_pos`. `q_pos` is tagged `q` and `k_pos` tagged `k`, with
+/// optional leading batch axes on either.
+#[track_caller]
+pub fn causal_mask(q_pos: Tensor, k_pos: Tensor) -> Tensor {
+    let mut axes: Vec<(&str, i64)> = vec![];
+    for t in [q_pos, k_pos] {
+        for (tag, d) in t.shape().tags().iter().zip(t.shape().dims()) {
+            let tag = tag.map_or("", |t| t.as_str());
+            if !axes.iter().any(|a| a.0 == tag) {
+                axes.push((tag, *d));
+            }
+        }
+    }
+    // Batch axes first, then q, then k.
+    axes.sort_by_key(|a| match a.0 {
+        "q" => 1,
+        "k" => 2,
+        _ => 0,
+    });
+    let grid = crate::Shape::tagged(q_pos.dtype(), &axes);
+    k_pos.broadcast(grid).le(q_pos.broadcast(grid))
+}
+
+/// Bools tagged `(b, k)` from `valid` (ones for real tokens, zeros for padding,
+/// any integer or float dtype): keys that are padding are hidden.
+#[track_caller]
+pub fn padding_mask(valid: Tensor) -> Tensor {
+    valid.ne(Tensor::scalar(0.0, valid.dtype()))
+}
+
+/// Keys and values of one attention layer for `capacity` positions, tagged
+/// `(b, k, h, hd)`: an argument and a result of each decoding step.
+#[derive(Module, Clone, Copy, Debug)]
+pub struct KvCache {
+    /// The keys.
+    pub k: Tensor,
+    /// The values.
+    pub v: Tensor,
+}
+
+impl KvCache {
+    /// A cache placeholder (for tracing) of `capacity` positions.
+    pub fn new(batch: i64, capacity: i64, n_kv_heads: i64, head_dim: i64, dtype: DType) -> Self {
+        let shape = crate::Shape::tagged(
+            dtype,
+            &[
+                ("b", batch),
+                ("k", capacity),
+                ("h", n_kv_heads),
+                ("hd", head_dim),
+            ],
+        );
+        KvCache {
+            k: Tensor::param(shape),
+            v: Tensor::param(shape),
+        }
+    }
+
+    /// The cache with new keys and values (tagged `(b, k, h, hd)` in any order)
+    /// written from position `start` (a rank-0 integer tensor) on
+    /// (`stablehlo.dynamic_update_slice`).
+    #[track_caller]
+    pub fn update(self, k: Tensor, v: Tensor, start: Tensor) -> KvCache {
+        let write = |cache: Tensor, new: Tensor| {
+            let order = ["b", "k", "h", "hd"];
+            let zero = Tensor::scalar(0.0, start.dtype());
+            let starts: Vec<Tensor> = order
+                .iter()
+                .map(|&t| if t == "k" { start } else { zero })
+                .collect();
+            cache.dynamic_update_slice(new.transpose(order), &starts)
+        };
+        KvCache {
+            k: write(self.k, k),
+            v: write(self.v, v),
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! `Linear`: `y = x W^T + b` contracting one tagged axis.
+
+use crate::nn::{broadcast_like, param};
+use crate::{Module, Tag, Tensor};
+
+/// A dense layer: contracts `x`'s axis tagged `in` with a weight stored
+/// `[out, in]` (PyTorch's layout) and adds an optional bias; the result's new
+/// axis is tagged `out`.
+///
+/// ```
+/// use radix::nn::Linear;
+/// let lin = Linear::new(("d", 4), ("ff", 8));
+/// assert_eq!(lin.weight().shape().dims(), &[8, 4]);
+/// ```
+#[derive(Module, Clone, Debug)]
+pub struct Linear {
+    weight: Tensor,
+    bias: Option<Tensor>,
+    #[module(skip)]
+    input: Tag,
+    #[module(skip)]
+    output: Tag,
+}
+
+/// The tag a weight's output axis carries inside the layer (so `in` and `out`
+/// may have the same tag, as in `d -> d` projections).
+const OUT: &str = "__out";
+
+impl Linear {
+    /// A linear map from axis `input` `(tag, size)` to a new axis `output`,
+    /// without bias.
+    pub fn new(input: (&str, i64), output: (&str, i64)) -> Linear {
+        Linear {
+            weight: param(&[(OUT, output.1), input]),
+            bias: None,
+            input: Tag::new(input.0),
+            output: Tag::new(output.0),
+        }
+    }
+
+    /// The same layer with a bias of the output's size.
+    pub fn with_bias(mut self) -> Linear {
+        let n = self.weight.shape().dim(OUT).unwrap_or(0);
+        self.bias = Some(param(&[(OUT, n)]));
+        self
+    }
+
+    /// The weight, `[out, in]`.
+    pub fn weight(&self) -> Tensor {
+        self.weight
+    }
+
+    /// `x` with its `in` axis replaced by an `out` axis (placed last).
+    #[track_caller]
+    pub fn forward(&self, x: Tensor) -> Tensor {
+        let y = x.dot(self.weight, self.input.as_str());
+        let y = match self.bias {
+            Some(b) => y + broadcast_like(b, y),
+            None => y,
+        };
+        y.rename(OUT, self.output.as_str())
+    }
+}

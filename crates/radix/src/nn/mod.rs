@@ -1,0 +1,77 @@
+//! Neural-network layers written with radix's tracing [`Tensor`]s.
+//!
+//! Each layer is a plain struct of parameter tensors with `#[derive(Module)]`:
+//! a constructor that makes its parameters (tagged shapes, no data), and a
+//! `forward` that records ops. The struct's field paths are the names its
+//! weights are looked up by ([`load_weights`]), and its visit order is the
+//! executable's argument order, so a model's struct type is its ABI.
+//!
+//! Layers name their axes: a layer states the tags it contracts or normalises
+//! over (`"d"`, `"hd"`, `"k"`), never an axis position. The conventions used by
+//! the attention helpers: queries `(.., q, h, hd)`, keys and values
+//! `(.., k, h, hd)`.
+//!
+//! Sampling ([`Sampler`]) runs on the host over downloaded logits.
+
+mod attention;
+mod embedding;
+mod linear;
+mod mlp;
+mod norm;
+mod rope;
+mod sampling;
+
+pub use attention::{KvCache, attention, causal_mask, padding_mask};
+pub use embedding::Embedding;
+pub use linear::Linear;
+pub use mlp::{GatedMlp, Mlp};
+pub use norm::{LayerNorm, RmsNorm};
+pub use rope::{RopeLayout, Rotary};
+pub use sampling::{Rng, Sampler};
+
+use crate::io::WeightStore;
+use crate::{Buffer, DType, Module, Platform, Shape, Tensor};
+
+/// Why weights could not be loaded: the file side or the device side.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// Reading a weight failed (missing tensor, shape mismatch, bad file).
+    #[error(transparent)]
+    Io(#[from] crate::io::Error),
+    /// Uploading a weight failed.
+    #[error(transparent)]
+    Device(#[from] crate::Error),
+}
+
+/// An `f32` parameter with axes `(tag, size)`: the placeholder a layer holds
+/// until it is traced (its data is bound by [`load_weights`]).
+pub fn param(axes: &[(&str, i64)]) -> Tensor {
+    Tensor::param(Shape::tagged(DType::F32, axes))
+}
+
+/// Reads every tensor of `model` from `store` by its field path (mapped by the
+/// store's name map), checks its dims against the parameter's, and uploads it:
+/// the buffers to pass to [`crate::Executable::bind`], in ABI order.
+pub fn load_weights<M: Module + ?Sized>(
+    platform: &Platform,
+    store: &WeightStore,
+    model: &M,
+) -> Result<Vec<Buffer>, LoadError> {
+    let mut res = vec![];
+    for (path, t) in crate::module::tensors(model) {
+        let host = store.get(&path, t.shape().dims())?;
+        let values = host.to_f32_vec();
+        res.push(Buffer::from_slice(platform, &values, t.shape())?);
+    }
+    Ok(res)
+}
+
+/// `t` (whose axes are all tagged and present in `like`) broadcast to
+/// `like`'s dims, in `like`'s axis order.
+#[track_caller]
+pub(crate) fn broadcast_like(t: Tensor, like: Tensor) -> Tensor {
+    t.broadcast(like.shape().with_dtype(t.dtype()))
+}
+
+#[cfg(test)]
+mod tests;

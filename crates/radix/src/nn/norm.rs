@@ -1,0 +1,67 @@
+//! Normalisations over one tagged axis: `LayerNorm` and `RmsNorm`.
+
+use crate::nn::{broadcast_like, param};
+use crate::{Module, Tag, Tensor};
+
+/// `(x - mean) / sqrt(var + eps) * weight + bias` over axis `dim`
+/// (biased variance, as PyTorch).
+#[derive(Module, Clone, Debug)]
+pub struct LayerNorm {
+    weight: Tensor,
+    bias: Tensor,
+    #[module(skip)]
+    dim: Tag,
+    #[module(skip)]
+    eps: f64,
+}
+
+/// `x / sqrt(mean(x^2) + eps) * weight` over axis `dim`.
+#[derive(Module, Clone, Debug)]
+pub struct RmsNorm {
+    weight: Tensor,
+    #[module(skip)]
+    dim: Tag,
+    #[module(skip)]
+    eps: f64,
+}
+
+impl LayerNorm {
+    /// A layer norm over axis `dim` `(tag, size)`.
+    pub fn new(dim: (&str, i64), eps: f64) -> LayerNorm {
+        LayerNorm {
+            weight: param(&[dim]),
+            bias: param(&[dim]),
+            dim: Tag::new(dim.0),
+            eps,
+        }
+    }
+
+    /// Normalises `x` over the axis.
+    #[track_caller]
+    pub fn forward(&self, x: Tensor) -> Tensor {
+        let d = self.dim.as_str();
+        let centered = x - broadcast_like(x.mean(d), x);
+        let var = (centered * centered).mean(d);
+        let inv = broadcast_like((var + self.eps).rsqrt(), x);
+        centered * inv * broadcast_like(self.weight, x) + broadcast_like(self.bias, x)
+    }
+}
+
+impl RmsNorm {
+    /// An RMS norm over axis `dim` `(tag, size)`.
+    pub fn new(dim: (&str, i64), eps: f64) -> RmsNorm {
+        RmsNorm {
+            weight: param(&[dim]),
+            dim: Tag::new(dim.0),
+            eps,
+        }
+    }
+
+    /// Normalises `x` over the axis.
+    #[track_caller]
+    pub fn forward(&self, x: Tensor) -> Tensor {
+        let ms = (x * x).mean(self.dim.as_str());
+        let inv = broadcast_like((ms + self.eps).rsqrt(), x);
+        x * inv * broadcast_like(self.weight, x)
+    }
+}
