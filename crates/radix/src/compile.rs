@@ -8,6 +8,7 @@ use crate::exe::Executable;
 use crate::ir::{Function, interp, print};
 use crate::literal::Literal;
 use crate::module::{Module, with_field};
+use crate::passes;
 use crate::tensor::{check_result, parameter, with_trace};
 use crate::{Platform, Result, Shape, Tensor};
 
@@ -112,6 +113,7 @@ where
         return Err(Error::Trace(e));
     }
     function.results = results.iter().map(|r| r.1).collect();
+    let function = passes::optimize(&function);
     let results = results.into_iter().map(|r| r.0).collect();
     Ok(Program {
         function,

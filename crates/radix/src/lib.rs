@@ -28,6 +28,7 @@ pub mod ir;
 mod literal;
 pub mod module;
 pub mod nn;
+mod passes;
 mod platform;
 pub mod shape;
 mod tensor;

@@ -75,16 +75,15 @@ fn prints_generic_stablehlo_with_locations() {
         expect![[r#"
             module @radix {
               func.func @main(%arg0: tensor<2x3xf32> loc("crates/radix/tests/compile.rs":45:19)) -> (tensor<2xf32>) {
-                %0 = "stablehlo.constant"() {value = dense<"0x00000040"> : tensor<f32>} : () -> tensor<f32> loc("crates/radix/tests/compile.rs":73:13)
-                %1 = "stablehlo.broadcast_in_dim"(%0) {broadcast_dimensions = array<i64>} : (tensor<f32>) -> tensor<2x3xf32> loc("crates/radix/tests/compile.rs":73:13)
-                %2 = "stablehlo.multiply"(%arg0, %1) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32> loc("crates/radix/tests/compile.rs":73:13)
-                %c3_0 = "stablehlo.constant"() {value = dense<"0x00000000"> : tensor<f32>} : () -> tensor<f32> loc("crates/radix/tests/compile.rs":73:23)
-                %3 = "stablehlo.reduce"(%2, %c3_0) ({
-                  ^bb0(%r3_a: tensor<f32>, %r3_b: tensor<f32>):
-                    %r3_c = "stablehlo.add"(%r3_a, %r3_b) : (tensor<f32>, tensor<f32>) -> tensor<f32>
-                    "stablehlo.return"(%r3_c) : (tensor<f32>) -> ()
+                %0 = "stablehlo.constant"() {value = dense<"0x00000040"> : tensor<2x3xf32>} : () -> tensor<2x3xf32> loc("crates/radix/tests/compile.rs":73:13)
+                %1 = "stablehlo.multiply"(%arg0, %0) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32> loc("crates/radix/tests/compile.rs":73:13)
+                %c2_0 = "stablehlo.constant"() {value = dense<"0x00000000"> : tensor<f32>} : () -> tensor<f32> loc("crates/radix/tests/compile.rs":73:23)
+                %2 = "stablehlo.reduce"(%1, %c2_0) ({
+                  ^bb0(%r2_a: tensor<f32>, %r2_b: tensor<f32>):
+                    %r2_c = "stablehlo.add"(%r2_a, %r2_b) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+                    "stablehlo.return"(%r2_c) : (tensor<f32>) -> ()
                 }) {dimensions = array<i64: 1>} : (tensor<2x3xf32>, tensor<f32>) -> tensor<2xf32> loc("crates/radix/tests/compile.rs":73:23)
-                "func.return"(%3) : (tensor<2xf32>) -> ()
+                "func.return"(%2) : (tensor<2xf32>) -> ()
               }
             }
         "#]],

@@ -10,8 +10,27 @@ use crate::Shape;
 use crate::ir::{Function, Op};
 use crate::literal::encode;
 
-/// The module text of `f` as `@main`.
+/// Whether printed ops carry their source locations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Locations {
+    /// `loc("file":line:col)` after every op and argument (dumps, errors).
+    Include,
+    /// No locations: the text the executable cache hashes, so moving code
+    /// around does not change a program's key.
+    Omit,
+}
+
+/// The module text of `f` as `@main`, with source locations.
 pub(crate) fn print_module(f: &Function) -> String {
+    print_module_with(f, Locations::Include)
+}
+
+/// The module text of `f` as `@main`, with or without source locations.
+pub(crate) fn print_module_with(f: &Function, locs: Locations) -> String {
+    let loc_of = |l: &std::panic::Location<'_>| match locs {
+        Locations::Include => format!(" loc({})", loc(l)),
+        Locations::Omit => String::new(),
+    };
     let mut out = String::with_capacity(f.nodes.len() * 120 + 256);
     let mut names: Vec<String> = vec![String::new(); f.nodes.len()];
     let live = f.reachable();
@@ -24,9 +43,9 @@ pub(crate) fn print_module(f: &Function) -> String {
         }
         let _ = write!(
             out,
-            "{name}: {} loc({})",
+            "{name}: {}{}",
             tensor_type(&node.shape),
-            loc(node.loc)
+            loc_of(node.loc)
         );
         names[p.0 as usize] = name;
     }
@@ -52,7 +71,7 @@ pub(crate) fn print_module(f: &Function) -> String {
             args: &args,
             arg_shapes: &arg_shapes,
             shape: node.shape,
-            loc: loc(node.loc),
+            loc: loc_of(node.loc),
             n_aux: 0,
         };
         node.op.print(&mut p);
@@ -76,6 +95,7 @@ pub(crate) struct OpPrinter<'a> {
     args: &'a [&'a str],
     arg_shapes: &'a [Shape],
     shape: Shape,
+    /// ` loc(...)`, or empty when locations are omitted.
     loc: String,
     n_aux: usize,
 }
@@ -123,7 +143,7 @@ impl OpPrinter<'_> {
         }
         o.push_str(" : (");
         push_types(o, self.arg_shapes.iter().chain(extra.iter().map(|e| &e.1)));
-        let _ = writeln!(o, ") -> {} loc({})", tensor_type(&self.shape), self.loc);
+        let _ = writeln!(o, ") -> {}{}", tensor_type(&self.shape), self.loc);
     }
 
     /// Prints a scalar constant of `shape`'s dtype with value `v` before the
@@ -134,7 +154,7 @@ impl OpPrinter<'_> {
         let ty = tensor_type(&shape);
         let _ = writeln!(
             self.out,
-            "    {name} = \"stablehlo.constant\"() {{value = {}}} : () -> {ty} loc({})",
+            "    {name} = \"stablehlo.constant\"() {{value = {}}} : () -> {ty}{}",
             dense(&shape, &encode(shape.dtype(), &[v])),
             self.loc
         );

@@ -1,0 +1,46 @@
+//! Passes that run on a traced [`Function`] before it is printed and hashed,
+//! so that equal programs written differently print (and hash) equal.
+//!
+//! [`optimize`] makes one forward sweep over the nodes (operands always come
+//! before their users): each node's operands are renamed to their rewritten
+//! values, [`canonicalize`] simplifies it (constant folding, algebraic
+//! identities), and [`cse`] reuses an equal node seen before. [`dce`] then
+//! drops what the results do not need. One sweep reaches a fixed point for
+//! these rules, because every operand is already in canonical form when its
+//! user is visited.
+//!
+//! Locations stay deterministic: a node merged by CSE keeps the location of
+//! its first occurrence, a folded constant takes the location of the op it
+//! replaces, and a node replaced by one of its operands disappears with its
+//! location.
+
+pub(crate) mod canonicalize;
+pub(crate) mod cse;
+pub(crate) mod dce;
+
+use crate::ir::{Function, Op, ValueId};
+
+/// The function `f` after canonicalization, CSE and DCE.
+pub(crate) fn optimize(f: &Function) -> Function {
+    let mut out = Function::default();
+    let mut renamed: Vec<ValueId> = Vec::with_capacity(f.nodes.len());
+    let mut table = cse::Table::default();
+    for node in &f.nodes {
+        let mut node = node.clone();
+        for a in &mut node.args {
+            *a = renamed[a.0 as usize];
+        }
+        let id = if matches!(node.op, Op::Parameter(_) | Op::Poison) {
+            out.push(node)
+        } else {
+            match canonicalize::simplify(&out, node) {
+                canonicalize::Simplified::Value(v) => v,
+                canonicalize::Simplified::Node(n) => table.intern(&mut out, n),
+            }
+        };
+        renamed.push(id);
+    }
+    out.params = f.params.iter().map(|p| renamed[p.0 as usize]).collect();
+    out.results = f.results.iter().map(|r| renamed[r.0 as usize]).collect();
+    dce::run(&out)
+}
