@@ -1,0 +1,187 @@
+//! all-MiniLM-L6-v2 against the PyTorch/sentence-transformers reference
+//! (`../shared/reference/minilm`, made by `ref_minilm.py`).
+
+use std::path::{Path, PathBuf};
+
+use radix::io::Safetensors;
+use radix::testing::platform;
+use radix::{Buffer, DType, Shape, Tensor};
+use radix_models::bert::{Bert, BertConfig, Embedder, TokenBatch, checkpoint_name};
+use radix_models::packages::minilm_dir;
+
+/// The reference outputs: sentences, ids and masks (JSON), full arrays (safetensors).
+struct Reference {
+    sentences: Vec<String>,
+    input_ids: Vec<Vec<u32>>,
+    attention_mask: Vec<Vec<u32>>,
+    cosines: [f64; 2],
+    arrays: Safetensors,
+}
+
+fn reference_dir() -> PathBuf {
+    match std::env::var_os("RADIX_TEST_REFERENCE_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/reference"),
+    }
+}
+
+fn reference() -> Reference {
+    let dir = reference_dir().join("minilm");
+    let text = std::fs::read_to_string(dir.join("minilm_reference.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let rows = |key: &str| -> Vec<Vec<u32>> { serde_json::from_value(json[key].clone()).unwrap() };
+    Reference {
+        sentences: serde_json::from_value(json["sentences"].clone()).unwrap(),
+        input_ids: rows("input_ids"),
+        attention_mask: rows("attention_mask"),
+        cosines: [
+            json["cosine_0_1"].as_f64().unwrap(),
+            json["cosine_0_2"].as_f64().unwrap(),
+        ],
+        arrays: Safetensors::open(&dir.join("minilm_reference.safetensors")).unwrap(),
+    }
+}
+
+impl Reference {
+    fn array(&self, name: &str) -> (Vec<i64>, Vec<f32>) {
+        let t = self.arrays.tensor(name).unwrap().unwrap();
+        (t.dims().to_vec(), t.to_f32_vec())
+    }
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
+        .sum()
+}
+
+#[test]
+fn token_ids_equal_the_reference() {
+    let r = reference();
+    let embedder = Embedder::minilm(&platform()).unwrap();
+    let seqs: Vec<Vec<u32>> = r
+        .sentences
+        .iter()
+        .map(|s| embedder.tokenize(s).unwrap())
+        .collect();
+    let len = r.input_ids[0].len();
+    let batch = TokenBatch::pad(&seqs, 0, seqs.len(), len).unwrap();
+    let ids: Vec<u32> = batch.ids().iter().map(|&i| i as u32).collect();
+    let valid: Vec<u32> = batch.valid().iter().map(|&v| v as u32).collect();
+    assert_eq!(ids, r.input_ids.concat());
+    assert_eq!(valid, r.attention_mask.concat());
+}
+
+#[test]
+fn embeddings_and_cosines_match_the_reference() {
+    let r = reference();
+    let mut embedder = Embedder::minilm(&platform()).unwrap();
+    let texts: Vec<&str> = r.sentences.iter().map(String::as_str).collect();
+    let got = embedder.embed(&texts).unwrap();
+    let (dims, want) = r.array("embeddings");
+    assert_eq!(dims, [3, 384]);
+    let diff = max_abs_diff(&got.concat(), &want);
+    eprintln!("MiniLM embeddings: max |radix - torch| = {diff:e}");
+    assert!(diff <= 1e-4, "max abs diff {diff}");
+
+    for (k, e) in got.iter().enumerate() {
+        let norm = dot(e, e).sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "norm of {k}: {norm}");
+    }
+    let mut worst = 0f64;
+    for (j, want) in [(1, r.cosines[0]), (2, r.cosines[1])] {
+        worst = worst.max((dot(&got[0], &got[j]) - want).abs());
+    }
+    for i in 0..3 {
+        for j in 0..3 {
+            let (a, b) = (&want[i * 384..][..384], &want[j * 384..][..384]);
+            worst = worst.max((dot(&got[i], &got[j]) - dot(a, b)).abs());
+        }
+    }
+    eprintln!("MiniLM cosines: max |radix - torch| = {worst:e}");
+    assert!(worst <= 1e-5, "cosine diff {worst}");
+
+    // The same sentences one at a time (other buckets) and in another order.
+    let one = embedder.embed(&[texts[1]]).unwrap();
+    assert!(max_abs_diff(&one[0], &got[1]) <= 1e-5);
+    let swapped = embedder.embed(&[texts[2], texts[0]]).unwrap();
+    assert!(
+        max_abs_diff(
+            &swapped.concat(),
+            &[got[2].clone(), got[0].clone()].concat()
+        ) <= 1e-5
+    );
+}
+
+#[test]
+fn hidden_states_match_the_reference() {
+    let r = reference();
+    let platform = platform();
+    let dir = minilm_dir().unwrap();
+    let cfg = BertConfig::from_file(&dir.join("config.json")).unwrap();
+    let model = Bert::new(&cfg);
+    let (b, s) = (r.input_ids.len() as i64, r.input_ids[0].len() as i64);
+    let shape = Shape::tagged(DType::I32, &[("b", b), ("s", s)]);
+    let inputs = (
+        Tensor::param(shape),
+        Tensor::param(shape.with_dtype(DType::F32)),
+    );
+    let mut exe = radix::compile(&platform, &model, &inputs, |m, (ids, valid)| {
+        m.forward(ids, valid)
+    })
+    .unwrap();
+    let store = radix::io::WeightStore::new(
+        vec![Box::new(
+            Safetensors::open(&dir.join("model.safetensors")).unwrap(),
+        )],
+        checkpoint_name,
+    );
+    exe.bind(radix::nn::load_weights(&platform, &store, &model).unwrap())
+        .unwrap();
+
+    let ids: Vec<i32> = r.input_ids.concat().iter().map(|&i| i as i32).collect();
+    let valid: Vec<f32> = r
+        .attention_mask
+        .concat()
+        .iter()
+        .map(|&v| v as f32)
+        .collect();
+    let ids = Buffer::from_slice(&platform, &ids, shape).unwrap();
+    let valid = Buffer::from_slice(&platform, &valid, shape.with_dtype(DType::F32)).unwrap();
+    let out = exe.call(&[&ids, &valid]).unwrap();
+    assert_eq!(
+        out[0].shape(),
+        Shape::tagged(DType::F32, &[("b", b), ("s", s), ("d", 384)])
+    );
+    let got = out[0].to_vec::<f32>().unwrap();
+    let (_, want) = r.array("last_hidden_state");
+    // Padding positions attend to the valid keys as in PyTorch, so they compare too.
+    let diff = max_abs_diff(&got, &want);
+    eprintln!("MiniLM last_hidden_state: max |radix - torch| = {diff:e}");
+    assert!(diff <= 1e-4, "max abs diff {diff}");
+}
+
+#[test]
+fn checkpoint_names_follow_bert_model() {
+    let dir = minilm_dir().unwrap();
+    let cfg = BertConfig::from_file(&dir.join("config.json")).unwrap();
+    let names: Vec<String> = radix::module::tensors(&Bert::new(&cfg))
+        .into_iter()
+        .map(|(p, _)| checkpoint_name(&p))
+        .collect();
+    // 5 embedding tensors, then 16 per layer.
+    assert_eq!(names.len(), 5 + 16 * 6);
+    assert_eq!(names[0], "embeddings.word_embeddings.weight");
+    assert!(names.contains(&"encoder.layer.5.output.LayerNorm.bias".to_string()));
+    assert!(names.contains(&"encoder.layer.0.attention.self.query.weight".to_string()));
+    assert!(names.contains(&"encoder.layer.3.intermediate.dense.weight".to_string()));
+}
