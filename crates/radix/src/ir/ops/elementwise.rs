@@ -582,6 +582,9 @@ mod tests {
     use crate::testing::{Tol, check};
     use crate::{DType, Literal, Shape, Tensor};
 
+    type UnaryFn = fn(Tensor) -> Tensor;
+    type BinaryFn = fn(Tensor, Tensor) -> Tensor;
+
     fn f32s(v: &[f32]) -> Literal {
         Literal::from_slice(v, &[v.len() as i64])
     }
@@ -589,7 +592,7 @@ mod tests {
     #[test]
     fn unary_math() {
         let x = [f32s(&[-1.5, 0.0, 0.5, 2.0])];
-        let cases: [(fn(Tensor) -> Tensor, [f64; 4]); 14] = [
+        let cases: [(UnaryFn, [f64; 4]); 14] = [
             (Tensor::neg, [1.5, 0.0, -0.5, -2.0]),
             (Tensor::abs, [1.5, 0.0, 0.5, 2.0]),
             (Tensor::sign, [-1.0, 0.0, 1.0, 1.0]),
@@ -612,7 +615,7 @@ mod tests {
             check(&x, |xs| f(xs[0]), &want, Tol::F32);
         }
         let p = [f32s(&[0.25, 1.0, 2.5, 4.0])];
-        let cases: [(fn(Tensor) -> Tensor, [f64; 4]); 4] = [
+        let cases: [(UnaryFn, [f64; 4]); 4] = [
             (Tensor::log, [-1.38629436, 0.0, 0.91629076, 1.38629436]),
             (
                 Tensor::log1p,
@@ -656,7 +659,7 @@ mod tests {
     #[test]
     fn binary_and_scalars() {
         let ab = [f32s(&[7.0, -7.0, 2.0, 9.0]), f32s(&[2.0, 2.0, -4.0, 0.5])];
-        let cases: [(fn(Tensor, Tensor) -> Tensor, [f64; 4]); 8] = [
+        let cases: [(BinaryFn, [f64; 4]); 8] = [
             (|a, b| a + b, [9.0, -5.0, -2.0, 9.5]),
             (|a, b| a - b, [5.0, -9.0, 6.0, 8.5]),
             (|a, b| a * b, [14.0, -14.0, -8.0, 4.5]),
