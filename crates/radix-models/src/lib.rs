@@ -4,6 +4,7 @@
 
 pub mod bert;
 mod error;
+pub mod llama;
 pub mod mnist;
 pub mod packages;
 
