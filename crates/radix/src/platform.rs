@@ -1,11 +1,10 @@
 //! `Platform`: a PJRT plugin and client to compile for and run on.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::path::Path;
+use std::sync::Arc;
 
-use radix_pjrt::provision::{Target, locate};
-use radix_pjrt::{Client, ClientOptions, Device, Plugin};
+use radix_pjrt::provision::Target;
+use radix_pjrt::{Client, Device};
 
 use crate::Result;
 
@@ -22,32 +21,43 @@ struct Inner {
 }
 
 impl Platform {
-    /// An accelerator if a plugin for one is found and it has a device, else the CPU.
+    /// An accelerator whose plugin is already on this machine and which shows
+    /// a device, else the CPU (whose plugin is fetched on first use).
     pub fn auto() -> Result<Platform> {
-        for target in [Target::Cuda, Target::Rocm, Target::Tpu] {
-            if let Ok(p) = Platform::new(target, None)
-                && !p.client().addressable_devices().is_empty()
-                && !p.client().platform_name().eq_ignore_ascii_case("cpu")
-            {
-                return Ok(p);
-            }
-        }
-        Platform::cpu()
+        Platform::open(None, None, None)
     }
 
     /// The host CPU.
     pub fn cpu() -> Result<Platform> {
-        Platform::new(Target::Cpu, None)
+        Platform::open(Some(Target::Cpu), None, None)
     }
 
     /// The plugin for `target` (at `plugin` if given, else where
     /// [`radix_pjrt::provision::locate`] finds it) with a default client.
     pub fn new(target: Target, plugin: Option<&Path>) -> Result<Platform> {
-        let path = locate(target, plugin)?;
-        let client = Client::new(load(&path)?, &ClientOptions::default())?;
-        Ok(Platform {
+        Platform::open(Some(target), plugin, None)
+    }
+
+    /// A client on `target`, or on the automatic choice when `None` (see
+    /// [`radix_pjrt::open`]); `cpu_devices` sets the CPU device count.
+    pub fn open(
+        target: Option<Target>,
+        plugin: Option<&Path>,
+        cpu_devices: Option<i64>,
+    ) -> Result<Platform> {
+        Ok(Platform::from_client(radix_pjrt::open(target, plugin, cpu_devices)?))
+    }
+
+    /// A platform over an existing client.
+    pub fn from_client(client: Client) -> Platform {
+        let name = client.platform_name().to_ascii_lowercase();
+        let target = Target::ALL
+            .into_iter()
+            .find(|t| name.contains(t.name()) || (*t == Target::Cuda && name.contains("gpu")))
+            .unwrap_or(Target::Cpu);
+        Platform {
             inner: Arc::new(Inner { target, client }),
-        })
+        }
     }
 
     /// What the plugin runs on.
@@ -75,19 +85,4 @@ impl std::fmt::Debug for Platform {
             self.inner.client.platform_name()
         )
     }
-}
-
-/// Loads a plugin once per path per process.
-fn load(path: &Path) -> Result<Arc<Plugin>> {
-    static PLUGINS: OnceLock<Mutex<HashMap<PathBuf, Arc<Plugin>>>> = OnceLock::new();
-    let mut plugins = PLUGINS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    if let Some(p) = plugins.get(path) {
-        return Ok(p.clone());
-    }
-    let p = Plugin::load(path)?;
-    plugins.insert(path.to_path_buf(), p.clone());
-    Ok(p)
 }
