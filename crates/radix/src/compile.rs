@@ -1,8 +1,8 @@
 //! Tracing a model's `forward` into a [`Program`] and compiling it into an
 //! [`Executable`].
 
-use radix_pjrt::CompileOptions;
-
+use crate::cache::{self, CacheKey, ExecutableCache, Origin};
+use crate::compile_config::{CacheMode, CompileConfig};
 use crate::error::Error;
 use crate::exe::Executable;
 use crate::ir::{Function, interp, print};
@@ -32,9 +32,15 @@ pub struct Program {
 }
 
 impl Program {
-    /// The StableHLO module text (deterministic).
+    /// The StableHLO module text (deterministic), with source locations.
     pub fn stablehlo(&self) -> String {
         print::print_module(&self.function)
+    }
+
+    /// The StableHLO module text without source locations: what the
+    /// executable cache key hashes, so that moving code keeps the key.
+    pub fn stablehlo_without_locations(&self) -> String {
+        print::print_module_with(&self.function, print::Locations::Omit)
     }
 
     /// The arguments in ABI order: the model's tensors, then the inputs'.
@@ -151,11 +157,69 @@ where
     compile_program(platform, program)
 }
 
-/// Compiles a traced program for `platform`.
+/// Compiles a traced program for `platform` with [`CompileConfig::new`]
+/// (the platform's defaults, the executable cache, `RADIX_DUMP_DIR`).
 pub fn compile_program(platform: &Platform, program: Program) -> Result<Executable> {
+    compile_program_with(platform, program, &CompileConfig::new(platform))
+}
+
+/// The executable cache key of `program` compiled for `platform` with
+/// `config` (see [`crate::cache`]). Dump flags are left out: they do not
+/// change the executable.
+pub fn cache_key(
+    platform: &Platform,
+    program: &Program,
+    config: &CompileConfig,
+) -> Result<CacheKey> {
+    let options = config.options.to_bytes()?;
+    let text = program.stablehlo_without_locations();
+    CacheKey::new(&text, &options, platform.client().plugin())
+}
+
+/// Compiles a traced program for `platform` as `config` says: a cache hit
+/// loads the stored executable; a miss, or an entry that fails to load
+/// (logged as a warning, never an error), compiles and stores it. With a
+/// dump configured the program is always compiled, so XLA writes its dumps.
+pub fn compile_program_with(
+    platform: &Platform,
+    program: Program,
+    config: &CompileConfig,
+) -> Result<Executable> {
+    let key = cache_key(platform, &program, config)?;
     let text = program.stablehlo();
-    let exe = platform
-        .client()
-        .compile(&text, &CompileOptions::default())?;
-    Ok(Executable::new(platform.clone(), exe, program))
+    if let Some(dump) = &config.dump {
+        if let Err(e) = dump.write_module(&config.name, key, &text) {
+            tracing::warn!(
+                "cannot write the module dump to {}: {e}",
+                dump.dir.display()
+            );
+        }
+    }
+    let cache = match &config.cache {
+        CacheMode::Dir(dir) => Some(ExecutableCache::new(dir)),
+        CacheMode::Disabled => None,
+    };
+    let client = platform.client();
+    if let (Some(cache), None) = (&cache, &config.dump)
+        && let Some(exe) = cache::load(cache, key, client)
+    {
+        return Ok(Executable::new(
+            platform.clone(),
+            exe,
+            program,
+            key,
+            Origin::Cache,
+        ));
+    }
+    let exe = client.compile(&text, &config.compile_options())?;
+    if let Some(cache) = &cache {
+        cache::store(cache, key, &exe);
+    }
+    Ok(Executable::new(
+        platform.clone(),
+        exe,
+        program,
+        key,
+        Origin::Compiled,
+    ))
 }

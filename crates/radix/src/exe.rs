@@ -2,6 +2,7 @@
 
 use radix_pjrt::{ExecuteOptions, LoadedExecutable};
 
+use crate::cache::{CacheKey, Origin};
 use crate::compile::{ArgSpec, Program};
 use crate::{Buffer, Error, Platform, Result};
 
@@ -13,17 +14,37 @@ pub struct Executable {
     program: Program,
     weights: Vec<Buffer>,
     options: ExecuteOptions,
+    key: CacheKey,
+    origin: Origin,
 }
 
 impl Executable {
-    pub(crate) fn new(platform: Platform, exe: LoadedExecutable, program: Program) -> Executable {
+    pub(crate) fn new(
+        platform: Platform,
+        exe: LoadedExecutable,
+        program: Program,
+        key: CacheKey,
+        origin: Origin,
+    ) -> Executable {
         Executable {
             platform,
             exe,
             program,
             weights: vec![],
             options: ExecuteOptions::default(),
+            key,
+            origin,
         }
+    }
+
+    /// The executable cache key (also in dump file names).
+    pub fn key(&self) -> CacheKey {
+        self.key
+    }
+
+    /// Whether it was compiled now or loaded from the executable cache.
+    pub fn origin(&self) -> Origin {
+        self.origin
     }
 
     /// The traced program (arguments, results, StableHLO text).

@@ -19,8 +19,11 @@
 extern crate self as radix;
 
 mod buffer;
+pub mod cache;
 mod compile;
+mod compile_config;
 pub mod dtype;
+pub mod dump;
 mod error;
 mod exe;
 pub mod io;
@@ -35,8 +38,13 @@ mod tensor;
 pub mod testing;
 
 pub use buffer::Buffer;
-pub use compile::{ArgSpec, Program, compile, compile_program, trace};
+pub use cache::{CacheKey, ExecutableCache, Origin};
+pub use compile::{
+    ArgSpec, Program, cache_key, compile, compile_program, compile_program_with, trace,
+};
+pub use compile_config::{CacheMode, CompileConfig, platform_env_overrides};
 pub use dtype::{DType, Element};
+pub use dump::{DumpConfig, XlaDump};
 pub use error::{Error, Result, TraceError};
 pub use exe::Executable;
 pub use ir::ops::dot::DotDims;

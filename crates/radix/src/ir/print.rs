@@ -27,6 +27,23 @@ pub(crate) fn print_module(f: &Function) -> String {
 
 /// The module text of `f` as `@main`, with or without source locations.
 pub(crate) fn print_module_with(f: &Function, locs: Locations) -> String {
+    print_module_signed(f, locs, &Signature::default())
+}
+
+/// Attributes of `@main` and its module: per argument and per result (each
+/// the inside of `{...}`, empty for none), and of the module.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Signature {
+    /// One entry per parameter (or none at all).
+    pub(crate) arg_attrs: Vec<String>,
+    /// One entry per result (or none at all).
+    pub(crate) result_attrs: Vec<String>,
+    /// The module's attributes, e.g. `mhlo.num_partitions = 4 : i32`.
+    pub(crate) module_attrs: String,
+}
+
+/// The module text of `f` as `@main` with `sig`'s attributes.
+pub(crate) fn print_module_signed(f: &Function, locs: Locations, sig: &Signature) -> String {
     let loc_of = |l: &std::panic::Location<'_>| match locs {
         Locations::Include => format!(" loc({})", loc(l)),
         Locations::Omit => String::new(),
@@ -34,23 +51,39 @@ pub(crate) fn print_module_with(f: &Function, locs: Locations) -> String {
     let mut out = String::with_capacity(f.nodes.len() * 120 + 256);
     let mut names: Vec<String> = vec![String::new(); f.nodes.len()];
     let live = f.reachable();
-    out.push_str("module @radix {\n  func.func @main(");
+    out.push_str("module @radix ");
+    if !sig.module_attrs.is_empty() {
+        let _ = write!(out, "attributes {{{}}} ", sig.module_attrs);
+    }
+    out.push_str("{\n  func.func @main(");
     for (i, &p) in f.params.iter().enumerate() {
         let name = format!("%arg{i}");
         let node = f.node(p);
         if i > 0 {
             out.push_str(", ");
         }
+        let attrs = match sig.arg_attrs.get(i) {
+            Some(a) if !a.is_empty() => format!(" {{{a}}}"),
+            _ => String::new(),
+        };
         let _ = write!(
             out,
-            "{name}: {}{}",
+            "{name}: {}{attrs}{}",
             tensor_type(&node.shape),
             loc_of(node.loc)
         );
         names[p.0 as usize] = name;
     }
     out.push_str(") -> (");
-    push_types(&mut out, f.results.iter().map(|&r| &f.node(r).shape));
+    for (i, &r) in f.results.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        out.push_str(&tensor_type(&f.node(r).shape));
+        if let Some(a) = sig.result_attrs.get(i).filter(|a| !a.is_empty()) {
+            let _ = write!(out, " {{{a}}}");
+        }
+    }
     out.push_str(") {\n");
     let mut next = 0usize;
     for (i, node) in f.nodes.iter().enumerate() {

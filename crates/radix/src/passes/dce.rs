@@ -1,24 +1,55 @@
-//! Dead-code elimination: keep the parameters and the nodes the results
-//! depend on, renumbered in their original order.
+//! Dead-code elimination and scheduling: keep the parameters and the nodes
+//! the results depend on, in a canonical order.
+//!
+//! The order is a depth-first post-order from the results (each node's
+//! operands in operand order, then the node), after the parameters. It
+//! depends only on the graph, not on the order the ops were traced in, so
+//! `let e = x.exp(); let t = x.tanh(); t + e` and the same sum written with
+//! `tanh` traced first print the same.
 
 use crate::ir::{Function, ValueId};
 
-/// `f` without the nodes its results do not need.
+/// `f` without the nodes its results do not need, in canonical order.
 pub(crate) fn run(f: &Function) -> Function {
-    let live = f.reachable();
     let mut out = Function::default();
-    let mut renamed = vec![ValueId(u32::MAX); f.nodes.len()];
-    for (i, node) in f.nodes.iter().enumerate() {
-        if !live[i] {
-            continue;
-        }
-        let mut node = node.clone();
-        for a in &mut node.args {
-            *a = renamed[a.0 as usize];
-        }
-        renamed[i] = out.push(node);
+    let mut renamed = vec![None::<ValueId>; f.nodes.len()];
+    for &p in &f.params {
+        renamed[p.0 as usize] = Some(out.push(f.node(p).clone()));
     }
-    out.params = f.params.iter().map(|p| renamed[p.0 as usize]).collect();
-    out.results = f.results.iter().map(|r| renamed[r.0 as usize]).collect();
+    // Iterative post-order: (node, whether its operands were pushed).
+    let mut stack: Vec<(ValueId, bool)> = vec![];
+    for &r in &f.results {
+        stack.push((r, false));
+        while let Some((id, expanded)) = stack.pop() {
+            if renamed[id.0 as usize].is_some() {
+                continue;
+            }
+            let node = f.node(id);
+            if expanded {
+                let mut node = node.clone();
+                for a in &mut node.args {
+                    *a = renamed[a.0 as usize].expect("operand scheduled first");
+                }
+                renamed[id.0 as usize] = Some(out.push(node));
+            } else {
+                stack.push((id, true));
+                for &a in node.args.iter().rev() {
+                    if renamed[a.0 as usize].is_none() {
+                        stack.push((a, false));
+                    }
+                }
+            }
+        }
+    }
+    out.params = f
+        .params
+        .iter()
+        .map(|p| renamed[p.0 as usize].unwrap())
+        .collect();
+    out.results = f
+        .results
+        .iter()
+        .map(|r| renamed[r.0 as usize].unwrap())
+        .collect();
     out
 }

@@ -1,0 +1,420 @@
+//! The on-disk executable cache: compiled executables by the hash of what
+//! determines them.
+//!
+//! The key ([`CacheKey::new`]) is the xxh64 of the module text printed
+//! *without* source locations (so moving code around keeps the key), the
+//! serialized compile options, the plugin file's sha256 and its PJRT API
+//! version. An entry is `<dir>/<key:016x>.pjrt`: a 36-byte header (magic,
+//! format version, key, payload length, payload xxh64) and the plugin's
+//! serialized executable. The header lets a truncated, corrupt or foreign
+//! file be recognized before the plugin sees its bytes.
+//!
+//! Entries are written to a temporary file in the same folder and renamed
+//! into place, so a reader sees a whole entry or none, and two processes
+//! storing the same key at once both succeed (the last rename wins; both
+//! files are equally good).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+
+use radix_pjrt::{Client, LoadedExecutable, Plugin};
+use xxhash_rust::xxh64::{Xxh64, xxh64};
+
+use crate::Result;
+
+/// What identifies a compiled executable: see the [module docs](self).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CacheKey(u64);
+
+/// Where an [`crate::Executable`] came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// Compiled by the plugin in this process.
+    Compiled,
+    /// Loaded from the executable cache.
+    Cache,
+}
+
+/// A folder of cached executables.
+#[derive(Debug, Clone)]
+pub struct ExecutableCache {
+    dir: PathBuf,
+}
+
+/// One entry of an [`ExecutableCache`].
+#[derive(Debug, Clone)]
+pub struct CacheEntry {
+    /// The key, from the file name.
+    pub key: CacheKey,
+    /// The file.
+    pub path: PathBuf,
+    /// The file's size in bytes.
+    pub size: u64,
+    /// When it was last written.
+    pub modified: Option<SystemTime>,
+}
+
+/// Why a cache entry could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EntryError {
+    /// The file is shorter than its header says.
+    #[error("truncated: {got} bytes, the header needs {expected}")]
+    Truncated {
+        /// The length the header announces.
+        expected: u64,
+        /// The file's length.
+        got: u64,
+    },
+    /// The file is not a radix cache entry of this format version.
+    #[error("not a radix executable cache entry (bad magic or version)")]
+    Foreign,
+    /// The header names another key (a file copied or renamed by hand).
+    #[error("the entry is for key {found:016x}")]
+    OtherKey {
+        /// The key the header holds.
+        found: u64,
+    },
+    /// The payload does not match its checksum.
+    #[error("checksum mismatch")]
+    Corrupt,
+}
+
+const MAGIC: &[u8; 8] = b"RADIXEXE";
+const VERSION: u32 = 1;
+const HEADER: usize = 8 + 4 + 8 + 8 + 8;
+const EXTENSION: &str = "pjrt";
+
+impl CacheKey {
+    /// The key of `module_text` (printed without locations) compiled with
+    /// `options` (serialized compile options) by `plugin`.
+    pub fn new(module_text: &str, options: &[u8], plugin: &Plugin) -> Result<CacheKey> {
+        let (major, minor) = plugin.api_version();
+        Ok(CacheKey::from_parts(
+            module_text,
+            options,
+            plugin.sha256()?,
+            (major, minor),
+        ))
+    }
+
+    /// The key of the given parts (each is length-prefixed, so no two
+    /// different tuples hash the same bytes).
+    pub fn from_parts(
+        module_text: &str,
+        options: &[u8],
+        plugin_sha256: &str,
+        api_version: (i32, i32),
+    ) -> CacheKey {
+        let mut h = Xxh64::new(0);
+        for part in [
+            module_text.as_bytes(),
+            options,
+            plugin_sha256.as_bytes(),
+            &api_version.0.to_le_bytes(),
+            &api_version.1.to_le_bytes(),
+        ] {
+            h.update(&(part.len() as u64).to_le_bytes());
+            h.update(part);
+        }
+        CacheKey(h.digest())
+    }
+
+    /// The 64-bit hash.
+    pub fn value(self) -> u64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for CacheKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+impl ExecutableCache {
+    /// The cache in `dir` (created when the first entry is stored).
+    pub fn new(dir: &Path) -> ExecutableCache {
+        ExecutableCache {
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// The default folder: `executables/` in the radix cache folder
+    /// (`$RADIX_CACHE_DIR`, else the user's cache folder + `/radix`).
+    pub fn default_dir() -> PathBuf {
+        radix_pjrt::provision::cache_dir().join("executables")
+    }
+
+    /// The folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The file of `key`.
+    pub fn path(&self, key: CacheKey) -> PathBuf {
+        self.dir.join(format!("{key}.{EXTENSION}"))
+    }
+
+    /// The serialized executable stored under `key`: `Ok(None)` when there
+    /// is none, `Ok(Some(Err(_)))` when the file is unusable.
+    pub fn load(
+        &self,
+        key: CacheKey,
+    ) -> std::io::Result<Option<std::result::Result<Vec<u8>, EntryError>>> {
+        match std::fs::read(self.path(key)) {
+            Ok(bytes) => Ok(Some(decode(key, bytes))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Stores `payload` under `key` atomically (temporary file + rename).
+    pub fn store(&self, key: CacheKey, payload: &[u8]) -> std::io::Result<PathBuf> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        std::fs::create_dir_all(&self.dir)?;
+        let path = self.path(key);
+        let tmp = self.dir.join(format!(
+            ".{key}.{}.{}.tmp",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let res = (|| {
+            let mut file = std::fs::File::create(&tmp)?;
+            file.write_all(&encode(key, payload))?;
+            file.sync_all()?;
+            std::fs::rename(&tmp, &path)
+        })();
+        if res.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        res.map(|()| path)
+    }
+
+    /// The entries, sorted by key. A missing folder has none.
+    pub fn list(&self) -> std::io::Result<Vec<CacheEntry>> {
+        let read = match std::fs::read_dir(&self.dir) {
+            Ok(r) => r,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(e) => return Err(e),
+        };
+        let mut res = vec![];
+        for item in read {
+            let item = item?;
+            let path = item.path();
+            let Some(key) = entry_key(&path) else {
+                continue;
+            };
+            let meta = item.metadata()?;
+            res.push(CacheEntry {
+                key,
+                path,
+                size: meta.len(),
+                modified: meta.modified().ok(),
+            });
+        }
+        res.sort_by_key(|e| e.key.0);
+        Ok(res)
+    }
+
+    /// Removes every entry and leftover temporary file; returns the entries
+    /// removed.
+    pub fn clear(&self) -> std::io::Result<Vec<CacheEntry>> {
+        let entries = self.list()?;
+        for e in &entries {
+            match std::fs::remove_file(&e.path) {
+                Err(err) if err.kind() != std::io::ErrorKind::NotFound => return Err(err),
+                _ => {}
+            }
+        }
+        if let Ok(read) = std::fs::read_dir(&self.dir) {
+            for item in read.flatten() {
+                let name = item.file_name();
+                let name = name.to_string_lossy();
+                if name.starts_with('.') && name.ends_with(".tmp") {
+                    let _ = std::fs::remove_file(item.path());
+                }
+            }
+        }
+        Ok(entries)
+    }
+}
+
+/// The executable stored under `key`, loaded by `client`; `None` when there
+/// is none or it is unusable (logged as a warning: the caller recompiles and
+/// the store replaces it).
+pub(crate) fn load(
+    cache: &ExecutableCache,
+    key: CacheKey,
+    client: &Client,
+) -> Option<LoadedExecutable> {
+    let path = cache.path(key);
+    let bytes = match cache.load(key) {
+        Ok(Some(Ok(bytes))) => bytes,
+        Ok(None) => return None,
+        Ok(Some(Err(e))) => {
+            tracing::warn!(
+                "executable cache entry {} is unusable ({e}); recompiling",
+                path.display()
+            );
+            return None;
+        }
+        Err(e) => {
+            tracing::warn!(
+                "cannot read executable cache entry {}: {e}; recompiling",
+                path.display()
+            );
+            return None;
+        }
+    };
+    match client.deserialize_and_load(&bytes) {
+        Ok(exe) => Some(exe),
+        Err(e) => {
+            tracing::warn!(
+                "executable cache entry {} does not load ({e}); recompiling",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+/// Serializes `exe` (compiled in this process) into the cache under `key`;
+/// a failure is logged, not returned.
+pub(crate) fn store(cache: &ExecutableCache, key: CacheKey, exe: &LoadedExecutable) {
+    let res = exe
+        .serialize()
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| cache.store(key, &bytes).map_err(|e| e.to_string()));
+    if let Err(e) = res {
+        tracing::warn!(
+            "cannot store executable {key} in {}: {e}",
+            cache.dir().display()
+        );
+    }
+}
+
+/// The key in an entry's file name `<16 hex digits>.pjrt`.
+fn entry_key(path: &Path) -> Option<CacheKey> {
+    if path.extension()? != EXTENSION {
+        return None;
+    }
+    let stem = path.file_stem()?.to_str()?;
+    if stem.len() != 16 {
+        return None;
+    }
+    u64::from_str_radix(stem, 16).ok().map(CacheKey)
+}
+
+fn encode(key: CacheKey, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER + payload.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&key.0.to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(&xxh64(payload, 0).to_le_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+fn decode(key: CacheKey, mut bytes: Vec<u8>) -> std::result::Result<Vec<u8>, EntryError> {
+    let u64_at = |b: &[u8], at: usize| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[at..at + 8]);
+        u64::from_le_bytes(a)
+    };
+    if bytes.len() < HEADER {
+        if bytes.len() < 12 || &bytes[..8] != MAGIC {
+            return Err(EntryError::Foreign);
+        }
+        return Err(EntryError::Truncated {
+            expected: HEADER as u64,
+            got: bytes.len() as u64,
+        });
+    }
+    if &bytes[..8] != MAGIC || bytes[8..12] != VERSION.to_le_bytes() {
+        return Err(EntryError::Foreign);
+    }
+    let found = u64_at(&bytes, 12);
+    if found != key.0 {
+        return Err(EntryError::OtherKey { found });
+    }
+    let len = u64_at(&bytes, 20);
+    let expected = HEADER as u64 + len;
+    if bytes.len() as u64 != expected {
+        return Err(EntryError::Truncated {
+            expected,
+            got: bytes.len() as u64,
+        });
+    }
+    if xxh64(&bytes[HEADER..], 0) != u64_at(&bytes, 28) {
+        return Err(EntryError::Corrupt);
+    }
+    bytes.drain(..HEADER);
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_reject_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ExecutableCache::new(dir.path());
+        let key = CacheKey::from_parts("module", b"opts", "sha", (0, 1));
+        assert!(cache.load(key).unwrap().is_none());
+        let path = cache.store(key, b"payload").unwrap();
+        assert_eq!(cache.load(key).unwrap().unwrap().unwrap(), b"payload");
+        let listed = cache.list().unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].key, key);
+        assert_eq!(listed[0].size, (HEADER + 7) as u64);
+
+        let full = std::fs::read(&path).unwrap();
+        let damaged = |bytes: &[u8]| {
+            std::fs::write(&path, bytes).unwrap();
+            cache.load(key).unwrap().unwrap().unwrap_err()
+        };
+        assert!(matches!(
+            damaged(&full[..full.len() - 1]),
+            EntryError::Truncated { .. }
+        ));
+        assert!(matches!(damaged(&full[..20]), EntryError::Truncated { .. }));
+        assert_eq!(damaged(b"garbage from elsewhere"), EntryError::Foreign);
+        assert_eq!(damaged(b""), EntryError::Foreign);
+        let mut flipped = full.clone();
+        *flipped.last_mut().unwrap() ^= 1;
+        assert_eq!(damaged(&flipped), EntryError::Corrupt);
+        let other = CacheKey::from_parts("other", b"opts", "sha", (0, 1));
+        std::fs::write(&path, encode(other, b"payload")).unwrap();
+        assert_eq!(
+            cache.load(key).unwrap().unwrap().unwrap_err(),
+            EntryError::OtherKey { found: other.0 }
+        );
+
+        std::fs::write(dir.path().join(".x.tmp"), b"").unwrap();
+        std::fs::write(dir.path().join("notes.txt"), b"").unwrap();
+        assert_eq!(cache.clear().unwrap().len(), 1);
+        assert!(cache.list().unwrap().is_empty());
+        assert!(dir.path().join("notes.txt").exists());
+        assert!(!dir.path().join(".x.tmp").exists());
+    }
+
+    #[test]
+    fn every_part_changes_the_key() {
+        let base = CacheKey::from_parts("m", b"o", "s", (0, 1));
+        assert_eq!(base, CacheKey::from_parts("m", b"o", "s", (0, 1)));
+        for other in [
+            CacheKey::from_parts("m2", b"o", "s", (0, 1)),
+            CacheKey::from_parts("m", b"o2", "s", (0, 1)),
+            CacheKey::from_parts("m", b"o", "s2", (0, 1)),
+            CacheKey::from_parts("m", b"o", "s", (0, 2)),
+            CacheKey::from_parts("mo", b"", "s", (0, 1)),
+        ] {
+            assert_ne!(base, other);
+        }
+        assert_eq!(base.to_string().len(), 16);
+    }
+}

@@ -1,0 +1,113 @@
+//! How to compile: XLA compile options with per-platform defaults, the
+//! executable cache, dumps.
+
+use std::path::PathBuf;
+
+use radix_pjrt::provision::Target;
+use radix_pjrt::{CompileOptions, OverrideValue};
+
+use crate::Platform;
+use crate::cache::ExecutableCache;
+use crate::dump::DumpConfig;
+
+/// Everything [`crate::compile_program_with`] needs besides the program.
+///
+/// Start from [`CompileConfig::new`] (the platform's defaults and the
+/// environment) and change fields:
+///
+/// ```no_run
+/// # fn main() -> radix::Result<()> {
+/// use radix::{CacheMode, CompileConfig, DumpConfig, Platform};
+/// let platform = Platform::cpu()?;
+/// let mut config = CompileConfig::new(&platform);
+/// config.name = "mlp".into();
+/// config.cache = CacheMode::Disabled;
+/// config.dump = Some(DumpConfig::new(std::path::Path::new("/tmp/radix-dump")));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct CompileConfig {
+    /// The program's name in dump file names.
+    pub name: String,
+    /// XLA compile options. Their `env_overrides` start with the platform's
+    /// defaults ([`platform_env_overrides`]); replace or extend them.
+    pub options: CompileOptions,
+    /// Where compiled executables are cached.
+    pub cache: CacheMode,
+    /// Where to dump the module and XLA's passes, if anywhere.
+    pub dump: Option<DumpConfig>,
+}
+
+/// Whether and where compiled executables are cached on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheMode {
+    /// Always compile; store nothing.
+    Disabled,
+    /// Load from and store into this folder.
+    Dir(PathBuf),
+}
+
+impl CompileConfig {
+    /// The defaults for `platform`: its [`platform_env_overrides`], one
+    /// replica and partition, the cache in [`ExecutableCache::default_dir`]
+    /// (under `$RADIX_CACHE_DIR` when set), and a dump when `RADIX_DUMP_DIR`
+    /// is set.
+    pub fn new(platform: &Platform) -> CompileConfig {
+        CompileConfig {
+            name: "main".into(),
+            options: CompileOptions {
+                env_overrides: platform_env_overrides(platform.target()),
+                ..CompileOptions::default()
+            },
+            cache: CacheMode::Dir(ExecutableCache::default_dir()),
+            dump: DumpConfig::from_env(),
+        }
+    }
+
+    /// The options XLA compiles with: [`CompileConfig::options`] plus the
+    /// dump's flags (where the options do not already set them).
+    pub fn compile_options(&self) -> CompileOptions {
+        let mut options = self.options.clone();
+        if let Some(dump) = &self.dump {
+            for (name, value) in dump.env_overrides() {
+                if !options.env_overrides.iter().any(|(n, _)| *n == name) {
+                    options.env_overrides.push((name, value));
+                }
+            }
+        }
+        options
+    }
+}
+
+/// The XLA debug options radix sets by default on `target`: on CUDA and
+/// ROCm, `xla_gpu_enable_triton_gemm = false` (as ZML does: cuBLAS/rocBLAS
+/// gemms are more predictable).
+pub fn platform_env_overrides(target: Target) -> Vec<(String, OverrideValue)> {
+    match target {
+        Target::Cuda | Target::Rocm => vec![(
+            "xla_gpu_enable_triton_gemm".into(),
+            OverrideValue::Bool(false),
+        )],
+        _ => vec![],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_targets_turn_triton_gemm_off() {
+        for target in [Target::Cuda, Target::Rocm] {
+            assert_eq!(
+                platform_env_overrides(target),
+                vec![(
+                    "xla_gpu_enable_triton_gemm".to_string(),
+                    OverrideValue::Bool(false)
+                )]
+            );
+        }
+        assert!(platform_env_overrides(Target::Cpu).is_empty());
+    }
+}
