@@ -82,7 +82,7 @@ impl Classifier {
     /// The predicted digit of each image in `pixels` (u8, 784 per image, row-major).
     pub fn predict(&self, pixels: &[u8]) -> Result<Vec<u8>> {
         let per = (SIDE * SIDE) as usize;
-        if pixels.len() % per != 0 {
+        if !pixels.len().is_multiple_of(per) {
             return Err(Error::Input(format!(
                 "{} pixels is not a whole number of 28x28 images",
                 pixels.len()
