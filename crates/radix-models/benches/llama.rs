@@ -15,7 +15,7 @@ const PROMPT: usize = 128;
 const DECODE: usize = 64;
 const RUNS: usize = 5;
 
-fn main() -> radix_models::Result<()> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let platform = Platform::cpu()?;
     let gguf = Gguf::open(&radix_models::packages::smollm2_gguf()?)?;
     let t = Instant::now();
@@ -27,7 +27,10 @@ fn main() -> radix_models::Result<()> {
     let t = Instant::now();
     let (_, mut cache) = runner.prefill(&prompt)?;
     runner.decode(0, &mut cache)?;
-    println!("compile prefill ({PROMPT}) + decode, first run: {:.2?}", t.elapsed());
+    println!(
+        "compile prefill ({PROMPT}) + decode, first run: {:.2?}",
+        t.elapsed()
+    );
 
     let mut times = vec![];
     for _ in 0..RUNS {
