@@ -45,7 +45,11 @@ impl Platform {
         plugin: Option<&Path>,
         cpu_devices: Option<i64>,
     ) -> Result<Platform> {
-        Ok(Platform::from_client(radix_pjrt::open(target, plugin, cpu_devices)?))
+        Ok(Platform::from_client(radix_pjrt::open(
+            target,
+            plugin,
+            cpu_devices,
+        )?))
     }
 
     /// A platform over an existing client.
