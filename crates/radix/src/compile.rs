@@ -3,6 +3,7 @@
 
 use crate::cache::{self, CacheKey, ExecutableCache, Origin};
 use crate::compile_config::{CacheMode, CompileConfig};
+use crate::donation;
 use crate::error::Error;
 use crate::exe::Executable;
 use crate::ir::{Function, interp, print};
@@ -29,18 +30,38 @@ pub struct Program {
     args: Vec<ArgSpec>,
     n_weights: usize,
     results: Vec<ArgSpec>,
+    /// Per argument, the output it aliases (donation).
+    aliases: Vec<Option<usize>>,
 }
 
 impl Program {
     /// The StableHLO module text (deterministic), with source locations.
     pub fn stablehlo(&self) -> String {
-        print::print_module(&self.function)
+        print::print_module_signed(&self.function, print::Locations::Include, &self.signature())
     }
 
     /// The StableHLO module text without source locations: what the
     /// executable cache key hashes, so that moving code keeps the key.
     pub fn stablehlo_without_locations(&self) -> String {
-        print::print_module_with(&self.function, print::Locations::Omit)
+        print::print_module_signed(&self.function, print::Locations::Omit, &self.signature())
+    }
+
+    /// Per argument, the index of the output that may live in its buffer
+    /// (see [`Tensor::reuse_buffer`]); such an input is consumed by a call.
+    pub fn aliases(&self) -> &[Option<usize>] {
+        &self.aliases
+    }
+
+    fn signature(&self) -> print::Signature {
+        let arg_attrs = self
+            .aliases
+            .iter()
+            .map(|a| a.map_or(String::new(), |i| format!("tf.aliasing_output = {i} : i32")))
+            .collect();
+        print::Signature {
+            arg_attrs,
+            ..print::Signature::default()
+        }
     }
 
     /// The arguments in ABI order: the model's tensors, then the inputs'.
@@ -119,6 +140,7 @@ where
         return Err(Error::Trace(e));
     }
     function.results = results.iter().map(|r| r.1).collect();
+    let aliases = donation::aliases(&function, &function.results, n_weights);
     let function = passes::optimize(&function);
     let results = results.into_iter().map(|r| r.0).collect();
     Ok(Program {
@@ -126,6 +148,7 @@ where
         args,
         n_weights,
         results,
+        aliases,
     })
 }
 

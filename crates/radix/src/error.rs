@@ -36,6 +36,15 @@ pub enum Error {
         /// How many were given.
         got: usize,
     },
+    /// A buffer given to a call was consumed by an earlier call that
+    /// donated it (see [`crate::Tensor::reuse_buffer`]).
+    #[error("argument {index} ({path}): the buffer was donated to an earlier call")]
+    Donated {
+        /// The argument's position in the executable's ABI.
+        index: usize,
+        /// The argument's path in the model or input tree.
+        path: String,
+    },
     /// Host data does not fit the shape it is given for.
     #[error("host data: {0}")]
     Host(String),

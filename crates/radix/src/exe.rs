@@ -58,16 +58,20 @@ impl Executable {
     }
 
     /// Binds the model's weights (in ABI order; see [`Program::args`]),
-    /// replacing any bound before.
+    /// replacing any bound before. Weights are never donated: where the
+    /// program aliases one, the plugin copies it instead.
     pub fn bind(&mut self, weights: Vec<Buffer>) -> Result<()> {
         let specs = &self.program.args()[..self.program.n_weights()];
         check_args("weights", specs, 0, weights.iter())?;
+        self.options.non_donatable_input_indices = (0..weights.len() as i64).collect();
         self.weights = weights;
         Ok(())
     }
 
     /// Runs on `inputs` (in the inputs' visit order) with the bound weights;
     /// returns the results in the output's visit order, with their tags.
+    /// Inputs the program donates ([`Program::aliases`]) are consumed: using
+    /// one again is [`Error::Donated`].
     pub fn call(&self, inputs: &[&Buffer]) -> Result<Vec<Buffer>> {
         let n_w = self.program.n_weights();
         if self.weights.len() != n_w {
@@ -110,6 +114,12 @@ fn check_args<'b>(
         });
     }
     for (k, (spec, b)) in specs.iter().zip(given).enumerate() {
+        if b.raw().is_deleted()? {
+            return Err(Error::Donated {
+                index: first + k,
+                path: spec.path.clone(),
+            });
+        }
         let (want, got) = (spec.shape, b.shape());
         if want.dims() != got.dims() || want.dtype() != got.dtype() {
             return Err(Error::Argument {

@@ -22,6 +22,7 @@ mod buffer;
 pub mod cache;
 mod compile;
 mod compile_config;
+mod donation;
 pub mod dtype;
 pub mod dump;
 mod error;

@@ -102,6 +102,25 @@ pub(crate) fn with_trace<R>(f: impl FnOnce() -> R) -> (R, Function, Option<Trace
     (res, done.function, done.error)
 }
 
+/// Records that `value` may live in parameter `param`'s buffer; an `Err`
+/// if `param` is already donated.
+pub(crate) fn record_reuse(value: Tensor, param: usize) -> Result<(), String> {
+    BUILDER.with(|b| {
+        let f = &mut b.borrow_mut().function;
+        if f.reuses.iter().any(|r| r.1 == param) {
+            return Err(format!("argument {param} is donated twice"));
+        }
+        f.reuses.push((value.value(), param));
+        Ok(())
+    })
+}
+
+/// The op of `t`'s node in the current trace, if `t` belongs to it.
+pub(crate) fn op_of(t: Tensor) -> Option<Op> {
+    check_live(&t).ok()?;
+    BUILDER.with(|b| Some(b.borrow().function.node(t.value()).op.clone()))
+}
+
 /// Adds parameter `index` of `shape` to the current trace.
 pub(crate) fn parameter(index: usize, shape: Shape, loc: &'static Location<'static>) -> Tensor {
     push_at(Op::Parameter(index), &[], shape, loc, |f, id| {

@@ -40,6 +40,9 @@ pub(crate) struct Function {
     pub(crate) nodes: Vec<Node>,
     pub(crate) params: Vec<ValueId>,
     pub(crate) results: Vec<ValueId>,
+    /// `(value, parameter index)` pairs recorded by `Tensor::reuse_buffer`
+    /// while tracing; `trace` turns them into argument aliases.
+    pub(crate) reuses: Vec<(ValueId, usize)>,
 }
 
 impl Function {

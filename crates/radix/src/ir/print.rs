@@ -20,16 +20,6 @@ pub(crate) enum Locations {
     Omit,
 }
 
-/// The module text of `f` as `@main`, with source locations.
-pub(crate) fn print_module(f: &Function) -> String {
-    print_module_with(f, Locations::Include)
-}
-
-/// The module text of `f` as `@main`, with or without source locations.
-pub(crate) fn print_module_with(f: &Function, locs: Locations) -> String {
-    print_module_signed(f, locs, &Signature::default())
-}
-
 /// Attributes of `@main` and its module: per argument and per result (each
 /// the inside of `{...}`, empty for none), and of the module.
 #[derive(Debug, Clone, Default)]
