@@ -1,0 +1,270 @@
+//! The executable cache, dumps and compile configuration, through the CPU plugin.
+
+use std::path::Path;
+
+use radix::cache::CacheKey;
+use radix::testing::{platform, trace_fn};
+use radix::{
+    Buffer, CacheMode, CompileConfig, DType, DumpConfig, ExecutableCache, Literal, Origin, Program,
+    Shape, Tensor, XlaDump,
+};
+use radix_pjrt::OverrideValue;
+
+fn input() -> Literal {
+    Literal::from_slice(&[1f32, -2., 3., 4.5, -0.5, 6.], &[2, 3])
+}
+
+/// A small two-layer program; `scale` makes distinct programs.
+fn program(scale: f64) -> Program {
+    trace_fn(&[input()], |xs| {
+        let w = Tensor::from_slice(&[0.5f32, -1., 2., 1.5, 0.25, -0.75], &[3, 2]);
+        let h = xs[0].matmul(w).tanh();
+        (h * scale).exp().sum(1)
+    })
+    .unwrap()
+}
+
+fn config(cache: &Path) -> CompileConfig {
+    let mut config = CompileConfig::new(&platform());
+    config.cache = CacheMode::Dir(cache.to_path_buf());
+    config.dump = None;
+    config
+}
+
+/// Compiles `program` with `config` and runs it on [`input`].
+fn compile_and_run(program: Program, config: &CompileConfig) -> (Origin, CacheKey, Vec<f64>) {
+    let platform = platform();
+    let exe = radix::compile_program_with(&platform, program, config).unwrap();
+    let x = Buffer::from_literal(&platform, &input()).unwrap();
+    let y = exe.call(&[&x]).unwrap();
+    let values = y[0].to_literal().unwrap().data().to_vec();
+    (exe.origin(), exe.key(), values)
+}
+
+#[test]
+fn second_compile_loads_from_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let (origin, key, first) = compile_and_run(program(1.0), &config);
+    assert_eq!(origin, Origin::Compiled);
+    let cache = ExecutableCache::new(dir.path());
+    let path = cache.path(key);
+    let written = std::fs::metadata(&path).unwrap().modified().unwrap();
+    let (origin, key2, second) = compile_and_run(program(1.0), &config);
+    assert_eq!((origin, key2), (Origin::Cache, key));
+    assert_eq!(first, second);
+    // Loading does not rewrite the entry.
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().modified().unwrap(),
+        written
+    );
+    // Another program, another entry.
+    let (origin, key3, _) = compile_and_run(program(2.0), &config);
+    assert_eq!(origin, Origin::Compiled);
+    assert_ne!(key3, key);
+    let keys: Vec<CacheKey> = cache.list().unwrap().iter().map(|e| e.key).collect();
+    assert_eq!(keys.len(), 2);
+    assert!(keys.contains(&key) && keys.contains(&key3));
+}
+
+#[test]
+fn unusable_entries_are_recompiled_and_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let (_, key, want) = compile_and_run(program(3.0), &config);
+    let path = ExecutableCache::new(dir.path()).path(key);
+    let good = std::fs::read(&path).unwrap();
+    let mut flipped = good.clone();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 0xff;
+    let damaged: [(&str, Vec<u8>); 4] = [
+        ("truncated", good[..good.len() / 3].to_vec()),
+        ("corrupt", flipped),
+        ("foreign", b"an executable from another tool".to_vec()),
+        ("empty", vec![]),
+    ];
+    for (what, bytes) in damaged {
+        std::fs::write(&path, &bytes).unwrap();
+        let (origin, key2, got) = compile_and_run(program(3.0), &config);
+        assert_eq!((origin, key2), (Origin::Compiled, key), "{what}");
+        assert_eq!(got, want, "{what}");
+        // The entry was replaced by a good one.
+        let (origin, _, _) = compile_and_run(program(3.0), &config);
+        assert_eq!(origin, Origin::Cache, "{what}");
+    }
+    // A well-formed entry whose payload the plugin rejects (as one from
+    // another plugin build would be): a clean PJRT error, then a recompile.
+    let cache = ExecutableCache::new(dir.path());
+    cache.store(key, b"not a serialized executable").unwrap();
+    let (origin, _, got) = compile_and_run(program(3.0), &config);
+    assert_eq!((origin, got), (Origin::Compiled, want));
+    let (origin, _, _) = compile_and_run(program(3.0), &config);
+    assert_eq!(origin, Origin::Cache);
+}
+
+#[test]
+fn disabled_cache_stores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.cache = CacheMode::Disabled;
+    for _ in 0..2 {
+        let (origin, _, _) = compile_and_run(program(4.0), &config);
+        assert_eq!(origin, Origin::Compiled);
+    }
+    assert!(ExecutableCache::new(dir.path()).list().unwrap().is_empty());
+}
+
+#[test]
+fn concurrent_compiles_of_one_module_all_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two child processes (this test binary, running `concurrent_child`) and
+    // two threads, all compiling the same module into the same cache.
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "concurrent_child",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("RADIX_TEST_CACHE_CHILD", dir.path())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let dir = dir.path().to_path_buf();
+            std::thread::spawn(move || compile_and_run(program(5.0), &config(&dir)))
+        })
+        .collect();
+    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    assert_eq!(results[0].2, results[1].2);
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("child compiled"), "{stdout}");
+    }
+    let entries = ExecutableCache::new(dir.path()).list().unwrap();
+    assert_eq!(entries.len(), 1);
+    let (origin, _, got) = compile_and_run(program(5.0), &config(dir.path()));
+    assert_eq!(origin, Origin::Cache);
+    assert_eq!(got, results[0].2);
+    // No temporary files are left behind.
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+}
+
+/// The child side of [`concurrent_compiles_of_one_module_all_succeed`]; does
+/// nothing when run as an ordinary test.
+#[test]
+fn concurrent_child() {
+    let Some(dir) = std::env::var_os("RADIX_TEST_CACHE_CHILD") else {
+        return;
+    };
+    let (_, _, values) = compile_and_run(program(5.0), &config(Path::new(&dir)));
+    assert_eq!(values.len(), 2);
+    println!("child compiled");
+}
+
+#[test]
+fn dumps_hold_the_module_with_locations_and_xla_output() {
+    let (cache, dumps) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut config = config(cache.path());
+    config.name = "small mlp".into();
+    config.dump = Some(DumpConfig::new(dumps.path()));
+    let (origin, key, want) = compile_and_run(program(6.0), &config);
+    assert_eq!(origin, Origin::Compiled);
+    let path = dumps.path().join(format!("small_mlp_{key}.mlir"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains("loc(\"crates/radix/tests/cache.rs\":"),
+        "{text}"
+    );
+    // XLA wrote its own dumps next to it.
+    let n_files = std::fs::read_dir(dumps.path()).unwrap().count();
+    assert!(n_files > 1, "only the module was dumped");
+    // With a dump, the program is compiled even when cached (so XLA dumps).
+    let (origin, _, _) = compile_and_run(program(6.0), &config);
+    assert_eq!(origin, Origin::Compiled);
+
+    // The dumped text compiles through the plugin and computes the same.
+    let platform = platform();
+    let exe = platform
+        .client()
+        .compile(&text, &radix_pjrt::CompileOptions::default())
+        .unwrap();
+    let x = Buffer::from_literal(&platform, &input()).unwrap();
+    let out = exe.execute(&[[x.raw()]], &Default::default()).unwrap();
+    let bytes = out[0][0].to_host_vec().unwrap();
+    let got = Literal::from_bytes(Shape::new(DType::F32, &[2]), &bytes);
+    assert_eq!(got.data(), want);
+}
+
+#[test]
+fn graph_dumps_add_xla_flags() {
+    let dumps = tempfile::tempdir().unwrap();
+    let mut config = config(dumps.path());
+    config.dump = Some(DumpConfig {
+        dir: dumps.path().to_path_buf(),
+        xla: XlaDump::HloAndGraphs,
+    });
+    let flags: Vec<String> = config
+        .compile_options()
+        .env_overrides
+        .iter()
+        .map(|(n, _)| n.clone())
+        .collect();
+    for flag in [
+        "xla_dump_to",
+        "xla_dump_hlo_as_html",
+        "xla_dump_hlo_as_dot",
+        "xla_dump_fusion_visualization",
+    ] {
+        assert!(flags.iter().any(|f| f == flag), "{flag} missing: {flags:?}");
+    }
+    let (origin, _, _) = compile_and_run(program(7.0), &config);
+    assert_eq!(origin, Origin::Compiled);
+    let names: Vec<String> = std::fs::read_dir(dumps.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().any(|n| n.ends_with(".dot")), "{names:?}");
+    assert!(names.iter().any(|n| n.ends_with(".html")), "{names:?}");
+}
+
+#[test]
+fn user_env_overrides_compile_and_change_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let platform = platform();
+    let base = config(dir.path());
+    assert!(base.options.env_overrides.is_empty(), "no CPU defaults");
+    let mut custom = base.clone();
+    custom.options.env_overrides.push((
+        "xla_cpu_enable_fast_math".into(),
+        OverrideValue::Bool(false),
+    ));
+    let p = program(8.0);
+    let (k1, k2) = (
+        radix::cache_key(&platform, &p, &base).unwrap(),
+        radix::cache_key(&platform, &p, &custom).unwrap(),
+    );
+    assert_ne!(k1, k2);
+    let (origin, key, _) = compile_and_run(program(8.0), &custom);
+    assert_eq!((origin, key), (Origin::Compiled, k2));
+    // The dump folder does not change the key.
+    let mut dumped = base.clone();
+    dumped.dump = Some(DumpConfig::new(dir.path()));
+    assert_eq!(radix::cache_key(&platform, &p, &dumped).unwrap(), k1);
+}
