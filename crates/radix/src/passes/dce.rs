@@ -51,5 +51,11 @@ pub(crate) fn run(f: &Function) -> Function {
         .iter()
         .map(|r| renamed[r.0 as usize].unwrap())
         .collect();
+    // Buffer reuse of a value the results do not need says nothing.
+    out.reuses = f
+        .reuses
+        .iter()
+        .filter_map(|&(v, p)| Some((renamed[v.0 as usize]?, p)))
+        .collect();
     out
 }

@@ -42,5 +42,10 @@ pub(crate) fn optimize(f: &Function) -> Function {
     }
     out.params = f.params.iter().map(|p| renamed[p.0 as usize]).collect();
     out.results = f.results.iter().map(|r| renamed[r.0 as usize]).collect();
+    out.reuses = f
+        .reuses
+        .iter()
+        .map(|&(v, p)| (renamed[v.0 as usize], p))
+        .collect();
     dce::run(&out)
 }
