@@ -340,6 +340,47 @@ impl LlamaRunner {
         &self.cfg
     }
 
+    /// The number of positions the cache holds.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Compiles (or loads from the executable cache) the prefill executable
+    /// for prompts of `n` tokens and the decode executable, so that the
+    /// first [`LlamaRunner::prefill`] and [`LlamaRunner::decode`] only run.
+    pub fn compile(&mut self, n: usize) -> Result<()> {
+        let len = bucket(n);
+        if n == 0 || len > self.capacity {
+            return Err(Error::Input(format!(
+                "{n} tokens (bucket {len}) do not fit the cache of {} positions",
+                self.capacity
+            )));
+        }
+        if !self.prefill.contains_key(&len) {
+            let exe = compile_step(
+                &self.platform,
+                &self.model,
+                &self.cfg,
+                len,
+                self.capacity,
+                false,
+            )?;
+            self.prefill.insert(len, exe);
+        }
+        if self.decode.is_none() {
+            let exe = compile_step(
+                &self.platform,
+                &self.model,
+                &self.cfg,
+                1,
+                self.capacity,
+                true,
+            )?;
+            self.decode = Some(exe);
+        }
+        Ok(())
+    }
+
     /// Runs the prompt `ids` from position 0: the last position's logits and
     /// the cache holding the prompt.
     pub fn prefill(&mut self, ids: &[u32]) -> Result<(Vec<f32>, Cache)> {
@@ -378,7 +419,8 @@ impl LlamaRunner {
         Ok((out[0].to_vec::<f32>()?, Cache { buffers, len: n }))
     }
 
-    /// Appends `token` to `cache` and returns the logits after it.
+    /// Appends `token` to `cache` and returns the logits after it. The cache's
+    /// buffers are donated to the step, which writes the new cache into them.
     pub fn decode(&mut self, token: u32, cache: &mut Cache) -> Result<Vec<f32>> {
         if cache.len >= self.capacity {
             return Err(Error::Input(format!(
@@ -470,7 +512,8 @@ fn scalar(platform: &Platform, v: i32) -> Result<Buffer> {
 
 /// Compiles a step over `len` tokens. The weights are the first inputs (so
 /// that every executable shares one upload), then `ids (b, s)`, `start` and
-/// `last`, then (for decode) the caches; results are the logits and caches.
+/// `last`, then (for decode) the caches, which are donated; results are the
+/// logits and caches.
 fn compile_step(
     platform: &Platform,
     model: &Llama,
@@ -512,13 +555,27 @@ fn compile_step(
         &(),
         &inputs,
         |_, (m, ids, start, last, caches)| {
-            let caches = if caches.is_empty() {
+            if caches.is_empty() {
                 let zeros = Tensor::zeros(cache_shape);
-                vec![KvCache { k: zeros, v: zeros }; n_layers]
-            } else {
-                caches
-            };
-            m.forward(ids, start, last, caches)
+                return m.forward(
+                    ids,
+                    start,
+                    last,
+                    vec![KvCache { k: zeros, v: zeros }; n_layers],
+                );
+            }
+            // The decode step writes each layer's cache into the buffer it
+            // was passed in (donated), so a step copies no cache.
+            let (logits, out) = m.forward(ids, start, last, caches.clone());
+            let out = out
+                .into_iter()
+                .zip(caches)
+                .map(|(new, old)| KvCache {
+                    k: new.k.reuse_buffer(old.k),
+                    v: new.v.reuse_buffer(old.v),
+                })
+                .collect();
+            (logits, out)
         },
     )?)
 }
@@ -547,6 +604,31 @@ mod tests {
             gguf_name("layers.3.mlp.gate.weight"),
             "blk.3.ffn_gate.weight"
         );
+    }
+
+    #[test]
+    fn decode_donates_the_caches() {
+        let cfg = LlamaConfig {
+            n_layers: 2,
+            dim: 8,
+            n_heads: 2,
+            n_kv_heads: 1,
+            ffn_dim: 16,
+            vocab: 10,
+            rope_theta: 10000.0,
+            rms_eps: 1e-5,
+            tied_embeddings: true,
+        };
+        let platform = radix::testing::platform();
+        let model = Llama::new(&cfg);
+        let exe = compile_step(&platform, &model, &cfg, 1, 4, true).unwrap();
+        let n_params = radix::module::tensors(&model).len();
+        let aliases = exe.program().aliases();
+        // Weights, ids, start and last are kept; cache k/v of each layer go
+        // to results 1.. in order.
+        assert!(aliases[..n_params + 3].iter().all(Option::is_none));
+        let cache: Vec<Option<usize>> = (1..=4).map(Some).collect();
+        assert_eq!(&aliases[n_params + 3..], cache.as_slice());
     }
 
     #[test]
