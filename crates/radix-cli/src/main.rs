@@ -1,5 +1,6 @@
 //! The `radix` command: devices, plugins, and (in later commands) models.
 
+mod cache;
 mod devices;
 mod npy;
 mod plugin;
@@ -51,6 +52,9 @@ enum Command {
     /// Find, fetch and show PJRT plugins.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
+    /// List or clear the on-disk cache of compiled executables.
+    #[command(subcommand)]
+    Cache(cache::CacheCommand),
     /// Run a StableHLO module (e.g. exported by JAX) on NumPy inputs.
     Run(run::RunArgs),
 }
@@ -61,6 +65,7 @@ fn main() -> ExitCode {
     let res = match &cli.command {
         Command::Devices { json } => devices::run(&cli, *json),
         Command::Plugin(cmd) => plugin::run(cmd),
+        Command::Cache(cmd) => cache::run(cmd),
         Command::Run(args) => run::run(&cli, args),
     };
     match res {

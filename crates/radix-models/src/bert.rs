@@ -19,7 +19,7 @@
 //! model and returns one unit vector per sentence.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use radix::io::{Safetensors, Tokenizer, WeightStore};
 use radix::nn::{Embedding, LayerNorm, Linear, Mlp, attention, load_weights, padding_mask};
@@ -396,7 +396,9 @@ impl EmbedderConfig {
 }
 
 /// Sentence embeddings from a sentence-transformers BERT folder
-/// (`config.json`, `model.safetensors`, `tokenizer.json`).
+/// (`config.json`, `model.safetensors`, `tokenizer.json`). The weights are
+/// uploaded once and passed to every executable (one per batch and length
+/// bucket, compiled on first use).
 ///
 /// ```no_run
 /// # fn main() -> radix_models::Result<()> {
@@ -412,7 +414,7 @@ pub struct Embedder {
     config: BertConfig,
     buckets: EmbedderConfig,
     tokenizer: Tokenizer,
-    weights: PathBuf,
+    weights: Vec<Buffer>,
     model: Bert,
     exes: HashMap<(usize, usize), Executable>,
 }
@@ -441,13 +443,19 @@ impl Embedder {
                 config.max_position_embeddings
             )));
         }
+        let model = Bert::new(&config);
+        let store = WeightStore::new(
+            vec![Box::new(Safetensors::open(&dir.join("model.safetensors"))?)],
+            checkpoint_name,
+        );
+        let weights = load_weights(platform, &store, &model)?;
         Ok(Embedder {
             platform: platform.clone(),
-            model: Bert::new(&config),
+            model,
             config,
             buckets,
             tokenizer,
-            weights: dir.join("model.safetensors"),
+            weights,
             exes: HashMap::new(),
         })
     }
@@ -498,7 +506,10 @@ impl Embedder {
         let ids = Buffer::from_slice(&self.platform, tokens.ids(), shape)?;
         let valid =
             Buffer::from_slice(&self.platform, tokens.valid(), shape.with_dtype(DType::F32))?;
-        let out = self.executable(batch, len)?.call(&[&ids, &valid])?;
+        self.compile(batch, len)?;
+        let mut args: Vec<&Buffer> = self.weights.iter().collect();
+        args.extend([&ids, &valid]);
+        let out = self.exes[&(batch, len)].call(&args)?;
         let flat = out[0].to_vec::<f32>()?;
         let d = self.config.hidden_size as usize;
         Ok(flat
@@ -508,25 +519,22 @@ impl Embedder {
             .collect())
     }
 
-    fn executable(&mut self, batch: usize, len: usize) -> Result<&Executable> {
+    /// Compiles the executable for `batch` texts of `len` tokens unless it
+    /// exists: its arguments are the weights, the ids and the mask.
+    pub fn compile(&mut self, batch: usize, len: usize) -> Result<()> {
         if !self.exes.contains_key(&(batch, len)) {
             let shape = Shape::tagged(DType::I32, &[("b", batch as i64), ("s", len as i64)]);
             let inputs = (
+                self.model.clone(),
                 Tensor::param(shape),
                 Tensor::param(shape.with_dtype(DType::F32)),
             );
-            let mut exe =
-                radix::compile(&self.platform, &self.model, &inputs, |m, (ids, valid)| {
-                    m.embed(ids, valid)
-                })?;
-            let store = WeightStore::new(
-                vec![Box::new(Safetensors::open(&self.weights)?)],
-                checkpoint_name,
-            );
-            exe.bind(load_weights(&self.platform, &store, &self.model)?)?;
+            let exe = radix::compile(&self.platform, &(), &inputs, |_, (m, ids, valid)| {
+                m.embed(ids, valid)
+            })?;
             self.exes.insert((batch, len), exe);
         }
-        Ok(&self.exes[&(batch, len)])
+        Ok(())
     }
 }
 

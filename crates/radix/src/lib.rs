@@ -39,7 +39,7 @@ mod tensor;
 pub mod testing;
 
 pub use buffer::Buffer;
-pub use cache::{CacheKey, ExecutableCache, Origin};
+pub use cache::{CacheEntry, CacheKey, ExecutableCache, Origin};
 pub use compile::{
     ArgSpec, Program, cache_key, compile, compile_program, compile_program_with, trace,
 };
