@@ -1,7 +1,10 @@
-//! The `radix` command: devices, plugins, and (in later commands) models.
+//! The `radix` command: generate text, embed sentences, run StableHLO
+//! modules, and show devices and plugins.
 
 mod cache;
 mod devices;
+mod embed;
+mod generate;
 mod npy;
 mod plugin;
 mod run;
@@ -43,6 +46,10 @@ enum PlatformArg {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Generate text with a language model (SmolLM2-135M-Instruct by default).
+    Generate(generate::GenerateArgs),
+    /// Embed sentences (all-MiniLM-L6-v2 by default) and compare them.
+    Embed(embed::EmbedArgs),
     /// Show the platform, its plugin, PJRT and StableHLO versions, and devices.
     Devices {
         /// Print one JSON object instead of text.
@@ -63,6 +70,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
     let res = match &cli.command {
+        Command::Generate(args) => generate::run(&cli, args),
+        Command::Embed(args) => embed::run(&cli, args),
         Command::Devices { json } => devices::run(&cli, *json),
         Command::Plugin(cmd) => plugin::run(cmd),
         Command::Cache(cmd) => cache::run(cmd),

@@ -1,0 +1,405 @@
+//! `radix generate`: text from a llama-architecture GGUF model (SmolLM2 by
+//! default). One prompt streams its continuation to stdout (or prints one
+//! JSON object); without a prompt, a terminal gets a chat loop and a pipe is
+//! read as the prompt.
+//!
+//! The KV cache holds `prompt + max_tokens` positions rounded up to a power
+//! of two, so the same command reuses the executables it compiled before
+//! (from the executable cache). Compilation happens before the timed prefill
+//! and decode, so the tokens/s line measures running only.
+
+use std::io::{BufRead, IsTerminal, Read, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result, bail, ensure};
+use clap::Args;
+use indicatif::ProgressBar;
+use radix::Platform;
+use radix::io::{ChatMessage, Gguf, Tokenizer};
+use radix::nn::Sampler;
+use radix_models::llama::LlamaRunner;
+use serde_json::json;
+
+use crate::Cli;
+
+/// The options of `radix generate`.
+#[derive(Args)]
+pub struct GenerateArgs {
+    /// The prompt. Without one: a chat on a terminal, else read from stdin.
+    prompt: Option<String>,
+    /// `smollm2` (SmolLM2-135M-Instruct, fetched on first use) or a GGUF file.
+    #[arg(long, default_value = "smollm2", value_name = "smollm2|PATH")]
+    model: String,
+    /// The most tokens to generate; fewer at the end-of-sequence token or the
+    /// end of the model's context.
+    #[arg(long, default_value_t = 128, value_name = "N")]
+    max_tokens: usize,
+    /// Sampling temperature; 0 always picks the most likely token (greedy).
+    #[arg(long, default_value_t = 0.0, value_name = "T")]
+    temperature: f64,
+    /// Sample among the K most likely tokens only.
+    #[arg(long, value_name = "K")]
+    top_k: Option<usize>,
+    /// Sample among the most likely tokens up to this total probability only
+    /// (0 < P <= 1).
+    #[arg(long, value_name = "P")]
+    top_p: Option<f64>,
+    /// Seed of the sampler (default: from the clock).
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+    /// Format the prompt as a user message with the model's chat template.
+    #[arg(long)]
+    chat: bool,
+    /// Print one JSON object (prompt and generated ids, text, tokens/s)
+    /// instead of streaming the text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `radix generate`.
+pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
+    let sampler = sampler(args)?;
+    let model = Model::open(&args.model)?;
+    let prompt = match &args.prompt {
+        Some(p) => p.clone(),
+        None if std::io::stdin().is_terminal() => {
+            return chat_loop(cli, model, args, sampler);
+        }
+        None => read_stdin()?,
+    };
+    let text = if args.chat {
+        model.tokenizer.chat_prompt(&[ChatMessage::user(&prompt)])?
+    } else {
+        prompt
+    };
+    let ids = model.tokenizer.encode(&text)?;
+    let n_new = model.n_new(ids.len(), args.max_tokens)?;
+    let mut session = Session::new(open_platform(cli)?, model, 32);
+    let mut sampler = sampler;
+    let res = if args.json {
+        session.generate(&ids, n_new, &mut sampler, |_| Ok(()))?
+    } else {
+        let mut stdout = std::io::stdout().lock();
+        let res = session.generate(&ids, n_new, &mut sampler, |piece| {
+            stdout.write_all(piece.as_bytes())?;
+            Ok(stdout.flush()?)
+        })?;
+        writeln!(stdout)?;
+        res
+    };
+    let tokenizer = &session.model.tokenizer;
+    if args.json {
+        let out = json!({
+            "model": args.model,
+            "prompt": text,
+            "prompt_ids": ids,
+            "ids": res.ids,
+            "text": tokenizer.decode_skipping_special(&res.ids)?,
+            "prefill_tokens_per_s": res.prefill_tokens_per_s(ids.len()),
+            "decode_tokens_per_s": res.decode_tokens_per_s(),
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        eprintln!("{}", res.summary(ids.len()));
+    }
+    Ok(())
+}
+
+/// The sampler the options ask for, after checking them.
+fn sampler(args: &GenerateArgs) -> Result<Sampler> {
+    let t = args.temperature;
+    ensure!(
+        t.is_finite() && t >= 0.0,
+        "--temperature must be 0 (greedy) or positive, got {t}"
+    );
+    if let Some(p) = args.top_p {
+        ensure!(p > 0.0 && p <= 1.0, "--top-p must be in (0, 1], got {p}");
+    }
+    ensure!(args.top_k != Some(0), "--top-k must be at least 1");
+    if t == 0.0 {
+        return Ok(Sampler::greedy());
+    }
+    let seed = args.seed.unwrap_or_else(|| {
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    Ok(Sampler::sample(t, args.top_k, args.top_p, seed))
+}
+
+fn read_stdin() -> Result<String> {
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .context("cannot read the prompt from stdin")?;
+    let text = text.trim_end();
+    ensure!(
+        !text.is_empty(),
+        "no prompt: give one as an argument or on stdin"
+    );
+    Ok(text.to_string())
+}
+
+/// The platform chosen on the command line.
+pub fn open_platform(cli: &Cli) -> Result<Platform> {
+    Ok(Platform::from_client(crate::devices::open_client(cli)?))
+}
+
+/// A spinner on stderr (hidden when stderr is not a terminal).
+pub fn spinner(message: String) -> ProgressBar {
+    let bar = ProgressBar::new_spinner().with_message(message);
+    bar.enable_steady_tick(Duration::from_millis(100));
+    bar
+}
+
+/// The model file, its tokenizer and limits, before anything is loaded.
+struct Model {
+    path: PathBuf,
+    tokenizer: Tokenizer,
+    /// The longest sequence the model was trained on (`llama.context_length`).
+    context: usize,
+    /// Tokens that end a reply: end-of-sequence and ChatML's `<|im_end|>`.
+    stops: Vec<u32>,
+}
+
+impl Model {
+    /// Finds `name` (`smollm2`, fetched on first use, or a GGUF path) and
+    /// reads its tokenizer and metadata.
+    fn open(name: &str) -> Result<Model> {
+        let path = if name == "smollm2" {
+            radix_models::packages::smollm2_gguf()?
+        } else {
+            let path = PathBuf::from(name);
+            if !path.exists() {
+                if path.components().count() == 1 && path.extension().is_none() {
+                    bail!(
+                        "unknown model {name:?}: the built-in model is smollm2, or give a GGUF file"
+                    );
+                }
+                bail!("model file {} not found", path.display());
+            }
+            ensure!(
+                !path.is_dir(),
+                "{} is a folder, not a GGUF file",
+                path.display()
+            );
+            path
+        };
+        let gguf = Gguf::open(&path)
+            .with_context(|| format!("cannot read {} as a GGUF model", path.display()))?;
+        let tokenizer = Tokenizer::from_gguf(&gguf)?;
+        let context = match gguf.get("llama.context_length").and_then(|v| v.as_i64()) {
+            Some(n) if n > 0 => n as usize,
+            _ => bail!("{}: no llama.context_length metadata", path.display()),
+        };
+        let stops = [tokenizer.eos_id(), tokenizer.token_to_id("<|im_end|>")]
+            .into_iter()
+            .flatten()
+            .collect();
+        Ok(Model {
+            path,
+            tokenizer,
+            context,
+            stops,
+        })
+    }
+
+    /// How many tokens to generate after a prompt of `n` tokens: at most
+    /// `max_tokens`, and no further than the end of the context.
+    fn n_new(&self, n: usize, max_tokens: usize) -> Result<usize> {
+        ensure!(n > 0, "the prompt is empty");
+        ensure!(
+            n <= self.context,
+            "the prompt is {n} tokens, longer than the model's context of {} tokens",
+            self.context
+        );
+        Ok(max_tokens.min(self.context - n))
+    }
+}
+
+/// A model on a platform, its runner (re)loaded when a longer cache is needed.
+struct Session {
+    platform: Platform,
+    model: Model,
+    /// The smallest cache to load a runner with.
+    min_capacity: usize,
+    runner: Option<LlamaRunner>,
+}
+
+/// What one generation produced, and how long it took.
+struct Generation {
+    ids: Vec<u32>,
+    prefill: Duration,
+    decode: Duration,
+    n_decoded: usize,
+}
+
+impl Session {
+    fn new(platform: Platform, model: Model, min_capacity: usize) -> Session {
+        Session {
+            platform,
+            model,
+            min_capacity,
+            runner: None,
+        }
+    }
+
+    /// A runner whose cache holds at least `positions`, compiled for prompts
+    /// of `n` tokens.
+    fn runner(&mut self, positions: usize, n: usize) -> Result<&mut LlamaRunner> {
+        if self
+            .runner
+            .as_ref()
+            .is_none_or(|r| r.capacity() < positions)
+        {
+            let capacity = positions.max(self.min_capacity).next_power_of_two();
+            let name = self.model.path.file_name().unwrap_or_default().display();
+            let bar = spinner(format!("loading {name}"));
+            let t = Instant::now();
+            self.runner = None;
+            let runner = LlamaRunner::open(&self.platform, &self.model.path, capacity)
+                .with_context(|| format!("cannot load {}", self.model.path.display()))?;
+            bar.finish_and_clear();
+            tracing::info!("loaded {name} in {:.2?}", t.elapsed());
+            self.runner = Some(runner);
+        }
+        let runner = self.runner.as_mut().context("no runner")?;
+        let bar = spinner("compiling (or loading from the executable cache)".into());
+        let t = Instant::now();
+        runner.compile(n)?;
+        bar.finish_and_clear();
+        tracing::info!(
+            "prefill ({n} tokens) and decode executables (cache of {} positions) ready in {:.2?}",
+            runner.capacity(),
+            t.elapsed()
+        );
+        Ok(runner)
+    }
+
+    /// Generates up to `n_new` tokens after `ids`, calling `emit` with each
+    /// new piece of text, and stops after a stop token.
+    fn generate(
+        &mut self,
+        ids: &[u32],
+        n_new: usize,
+        sampler: &mut Sampler,
+        mut emit: impl FnMut(&str) -> Result<()>,
+    ) -> Result<Generation> {
+        let mut res = Generation {
+            ids: vec![],
+            prefill: Duration::ZERO,
+            decode: Duration::ZERO,
+            n_decoded: 0,
+        };
+        if n_new == 0 {
+            return Ok(res);
+        }
+        let stops = self.model.stops.clone();
+        let tokenizer = self.model.tokenizer.clone();
+        let mut text = TextStream::default();
+        let runner = self.runner(ids.len() + n_new, ids.len())?;
+        let t = Instant::now();
+        let (mut logits, mut cache) = runner.prefill(ids)?;
+        res.prefill = t.elapsed();
+        let t = Instant::now();
+        loop {
+            let next = sampler.pick(&logits) as u32;
+            res.ids.push(next);
+            emit(&text.push(&tokenizer, &res.ids)?)?;
+            if res.ids.len() == n_new || stops.contains(&next) {
+                break;
+            }
+            logits = runner.decode(next, &mut cache)?;
+            res.n_decoded += 1;
+        }
+        res.decode = t.elapsed();
+        Ok(res)
+    }
+}
+
+impl Generation {
+    fn prefill_tokens_per_s(&self, n_prompt: usize) -> Option<f64> {
+        per_s(n_prompt, self.prefill)
+    }
+
+    fn decode_tokens_per_s(&self) -> Option<f64> {
+        per_s(self.n_decoded, self.decode)
+    }
+
+    /// One line: prompt and generated tokens and their speeds.
+    fn summary(&self, n_prompt: usize) -> String {
+        let speed = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+        format!(
+            "prefill: {n_prompt} tokens, {} tokens/s; decode: {} tokens, {} tokens/s",
+            speed(self.prefill_tokens_per_s(n_prompt)),
+            self.ids.len(),
+            speed(self.decode_tokens_per_s()),
+        )
+    }
+}
+
+fn per_s(n: usize, time: Duration) -> Option<f64> {
+    (n > 0 && !time.is_zero()).then(|| n as f64 / time.as_secs_f64())
+}
+
+/// Turns a growing list of ids into text pieces, holding back a piece that
+/// ends inside a multi-byte character.
+#[derive(Default)]
+struct TextStream {
+    printed: usize,
+}
+
+impl TextStream {
+    /// The text `ids` add to what was returned before.
+    fn push(&mut self, tokenizer: &Tokenizer, ids: &[u32]) -> Result<String> {
+        let full = tokenizer.decode_skipping_special(ids)?;
+        if full.ends_with('\u{FFFD}') || !full.is_char_boundary(self.printed) {
+            return Ok(String::new());
+        }
+        let piece = full.get(self.printed..).unwrap_or_default().to_string();
+        self.printed = full.len();
+        Ok(piece)
+    }
+}
+
+/// Chats on the terminal: each line is a user message; the reply streams
+/// back. The history is formatted with the chat template each turn, oldest
+/// exchanges dropped when it outgrows the context.
+fn chat_loop(cli: &Cli, model: Model, args: &GenerateArgs, sampler: Sampler) -> Result<()> {
+    let mut sampler = sampler;
+    // A longer cache than the first turns need, so that later turns reuse it.
+    let mut session = Session::new(open_platform(cli)?, model, 1024);
+    let mut history: Vec<ChatMessage> = vec![];
+    let mut stdin = std::io::stdin().lock();
+    let mut stdout = std::io::stdout();
+    eprintln!("Chat with {}; an empty line or Ctrl-D ends.", args.model);
+    loop {
+        eprint!("> ");
+        std::io::stderr().flush()?;
+        let mut line = String::new();
+        if stdin.read_line(&mut line)? == 0 || line.trim().is_empty() {
+            return Ok(());
+        }
+        history.push(ChatMessage::user(line.trim()));
+        let ids = loop {
+            let ids = session
+                .model
+                .tokenizer
+                .encode(&session.model.tokenizer.chat_prompt(&history)?)?;
+            if ids.len() < session.model.context || history.len() <= 1 {
+                break ids;
+            }
+            history.drain(..2.min(history.len() - 1));
+        };
+        let n_new = session.model.n_new(ids.len(), args.max_tokens)?;
+        let res = session.generate(&ids, n_new, &mut sampler, |piece| {
+            stdout.write_all(piece.as_bytes())?;
+            Ok(stdout.flush()?)
+        })?;
+        writeln!(stdout)?;
+        eprintln!("{}", res.summary(ids.len()));
+        let reply = session.model.tokenizer.decode_skipping_special(&res.ids)?;
+        history.push(ChatMessage::assistant(reply.trim()));
+    }
+}
