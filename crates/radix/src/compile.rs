@@ -140,8 +140,9 @@ where
         return Err(Error::Trace(e));
     }
     function.results = results.iter().map(|r| r.1).collect();
-    let aliases = donation::aliases(&function, &function.results, n_weights);
+    let reused = donation::reused(&function);
     let function = passes::optimize(&function);
+    let aliases = donation::aliases(&function, reused, n_weights);
     let results = results.into_iter().map(|r| r.0).collect();
     Ok(Program {
         function,

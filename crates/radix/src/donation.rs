@@ -9,7 +9,7 @@
 //! a runtime error.
 
 use crate::Tensor;
-use crate::ir::{Function, Op, ValueId};
+use crate::ir::{Function, Op};
 use crate::tensor::{fail, op_of, record_reuse};
 
 impl Tensor {
@@ -35,27 +35,41 @@ impl Tensor {
     }
 }
 
-/// Per argument, the output it aliases: outputs named by `reuse_buffer`,
-/// then inputs (arguments from `first_input` on) returned unchanged. Model
-/// weights returned unchanged do not alias: they are bound once and reused.
-pub(crate) fn aliases(f: &Function, results: &[ValueId], first_input: usize) -> Vec<Option<usize>> {
+/// Per argument, the output it aliases named by `reuse_buffer` in the
+/// traced (not yet optimized) `f`.
+pub(crate) fn reused(f: &Function) -> Vec<Option<usize>> {
     let mut res: Vec<Option<usize>> = vec![None; f.params.len()];
-    let mut taken = vec![false; results.len()];
+    let mut taken = vec![false; f.results.len()];
     for &(v, k) in &f.reuses {
-        if let Some(i) = (0..results.len()).find(|&i| results[i] == v && !taken[i]) {
-            res[k] = Some(i);
-            taken[i] = true;
-        }
-    }
-    for (i, &r) in results.iter().enumerate() {
-        if let Op::Parameter(k) = f.node(r).op
-            && k >= first_input
-            && res[k].is_none()
-            && !taken[i]
-        {
+        if let Some(i) = (0..f.results.len()).find(|&i| f.results[i] == v && !taken[i]) {
             res[k] = Some(i);
             taken[i] = true;
         }
     }
     res
+}
+
+/// `reused` plus the inputs (arguments from `first_input` on) that the
+/// optimized `f` returns unchanged. Model weights returned unchanged do not
+/// alias: they are bound once and reused.
+pub(crate) fn aliases(
+    f: &Function,
+    mut reused: Vec<Option<usize>>,
+    first_input: usize,
+) -> Vec<Option<usize>> {
+    let mut taken = vec![false; f.results.len()];
+    for i in reused.iter().flatten() {
+        taken[*i] = true;
+    }
+    for (i, &r) in f.results.iter().enumerate() {
+        if let Op::Parameter(k) = f.node(r).op
+            && k >= first_input
+            && reused[k].is_none()
+            && !taken[i]
+        {
+            reused[k] = Some(i);
+            taken[i] = true;
+        }
+    }
+    reused
 }

@@ -48,6 +48,7 @@ pub use dtype::{DType, Element};
 pub use dump::{DumpConfig, XlaDump};
 pub use error::{Error, Result, TraceError};
 pub use exe::Executable;
+pub use ir::ops::control::{call, for_, if_, while_};
 pub use ir::ops::dot::DotDims;
 pub use ir::ops::shape_ops::{PadSpec, SliceSpec};
 pub use ir::ops::{Binary, Compare, Reducer, Unary};

@@ -76,6 +76,15 @@ pub(crate) struct Builder {
     trace: u32,
     pub(crate) function: Function,
     error: Option<TraceError>,
+    /// The enclosing traces whose values this one may capture (an open
+    /// block's chain up to the first hermetic block), innermost last.
+    open_parents: Vec<u32>,
+    /// All enclosing traces and whether this block is hermetic (for errors).
+    enclosing: Vec<u32>,
+    /// The kind of block being traced, for error messages.
+    kind: &'static str,
+    /// Captured values: the outer tensor and the parameter standing for it.
+    captures: Vec<(Tensor, Tensor)>,
 }
 
 thread_local! {
@@ -89,6 +98,10 @@ impl Builder {
             trace: NEXT.fetch_add(1, Ordering::Relaxed),
             function: Function::default(),
             error: None,
+            open_parents: vec![],
+            enclosing: vec![],
+            kind: "function",
+            captures: vec![],
         }
     }
 }
@@ -121,6 +134,104 @@ pub(crate) fn op_of(t: Tensor) -> Option<Op> {
     BUILDER.with(|b| Some(b.borrow().function.node(t.value()).op.clone()))
 }
 
+/// A traced block: its function (explicit parameters first, then one per
+/// captured value), its results and the outer values it captured.
+pub(crate) struct Block {
+    pub(crate) function: Function,
+    pub(crate) results: Vec<Tensor>,
+    pub(crate) captures: Vec<Tensor>,
+}
+
+/// Traces `f` over parameters of `params` as a nested block of the current
+/// trace. An open block may use values of enclosing blocks (captured as
+/// extra parameters); a hermetic one (`kind` names it) may not, and a
+/// capture records an error at the user's line. Errors inside the block
+/// become errors of the current trace.
+#[track_caller]
+pub(crate) fn trace_block(
+    kind: &'static str,
+    open: bool,
+    params: &[Shape],
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Block {
+    let loc = Location::caller();
+    let (outer_trace, mut open_parents, mut enclosing) = BUILDER.with(|b| {
+        let b = b.borrow();
+        (b.trace, b.open_parents.clone(), b.enclosing.clone())
+    });
+    if open {
+        open_parents.push(outer_trace);
+    } else {
+        open_parents.clear();
+    }
+    enclosing.push(outer_trace);
+    let mut inner = Builder::new();
+    inner.open_parents = open_parents;
+    inner.enclosing = enclosing;
+    inner.kind = kind;
+    let saved = BUILDER.with(|b| std::mem::replace(&mut *b.borrow_mut(), inner));
+    let args: Vec<Tensor> = params
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| parameter(i, s, loc))
+        .collect();
+    let results = f(&args);
+    let ids: Vec<ValueId> = results.iter().map(|&t| check_result(t)).collect();
+    let mut done = BUILDER.with(|b| std::mem::replace(&mut *b.borrow_mut(), saved));
+    done.function.results = ids;
+    if let Some(e) = done.error {
+        BUILDER.with(|b| {
+            let mut b = b.borrow_mut();
+            if b.error.is_none() {
+                b.error = Some(e);
+            }
+        });
+    }
+    Block {
+        function: crate::passes::optimize(&done.function),
+        results,
+        captures: done.captures.into_iter().map(|c| c.0).collect(),
+    }
+}
+
+/// The tensor `t` stands for in the current trace: itself, or the
+/// parameter capturing it when it belongs to an enclosing open block.
+fn capture(t: Tensor) -> Result<Tensor, String> {
+    if check_live(&t).is_ok() {
+        return Ok(t);
+    }
+    let (open, enclosing, kind) = BUILDER.with(|b| {
+        let b = b.borrow();
+        (
+            b.open_parents.contains(&t.trace),
+            b.enclosing.contains(&t.trace),
+            b.kind,
+        )
+    });
+    if !open {
+        if enclosing {
+            return Err(format!(
+                "value %{} {} of an enclosing block is captured by a hermetic {kind}; pass it as an argument",
+                t.id, t.shape
+            ));
+        }
+        return check_live(&t).map(|()| t);
+    }
+    if let Some(c) = BUILDER.with(|b| {
+        let b = b.borrow();
+        b.captures
+            .iter()
+            .find(|c| c.0.trace == t.trace && c.0.id == t.id)
+            .map(|c| c.1)
+    }) {
+        return Ok(c);
+    }
+    let index = BUILDER.with(|b| b.borrow().function.params.len());
+    let p = parameter(index, t.shape, Location::caller());
+    BUILDER.with(|b| b.borrow_mut().captures.push((t, p)));
+    Ok(p)
+}
+
 /// Adds parameter `index` of `shape` to the current trace.
 pub(crate) fn parameter(index: usize, shape: Shape, loc: &'static Location<'static>) -> Tensor {
     push_at(Op::Parameter(index), &[], shape, loc, |f, id| {
@@ -132,12 +243,14 @@ pub(crate) fn parameter(index: usize, shape: Shape, loc: &'static Location<'stat
 #[track_caller]
 pub(crate) fn emit(op: Op, args: &[Tensor], shape: Shape) -> Tensor {
     let name = op.name();
-    for a in args {
-        if let Err(msg) = check_live(a) {
-            return fail(name, msg, args, shape);
+    let mut live = Vec::with_capacity(args.len());
+    for &a in args {
+        match capture(a) {
+            Ok(t) => live.push(t),
+            Err(msg) => return fail(name, msg, args, shape),
         }
     }
-    push(op, args, shape, |_, _| {})
+    push(op, &live, shape, |_, _| {})
 }
 
 /// Records `res` (an op and its result shape, or why the op is misused).
@@ -179,8 +292,8 @@ pub(crate) fn fail(name: &'static str, message: String, args: &[Tensor], shape: 
 /// The value of result `t`, recording an error if it is not of this trace.
 #[track_caller]
 pub(crate) fn check_result(t: Tensor) -> ValueId {
-    match check_live(&t) {
-        Ok(()) => t.value(),
+    match capture(t) {
+        Ok(t) => t.value(),
         Err(msg) => fail("result", msg, &[t], t.shape).value(),
     }
 }

@@ -43,7 +43,7 @@ fn identities_vanish() {
         |x| x,
         expect![[r#"
             module @radix {
-              func.func @main(%arg0: tensor<2x3xf32>) -> (tensor<2x3xf32>) {
+              func.func @main(%arg0: tensor<2x3xf32> {tf.aliasing_output = 0 : i32}) -> (tensor<2x3xf32>) {
                 "func.return"(%arg0) : (tensor<2x3xf32>) -> ()
               }
             }
@@ -71,7 +71,7 @@ fn identities_vanish() {
         |x| x,
         expect![[r#"
             module @radix {
-              func.func @main(%arg0: tensor<2x3xf32>) -> (tensor<2x3xf32>) {
+              func.func @main(%arg0: tensor<2x3xf32> {tf.aliasing_output = 0 : i32}) -> (tensor<2x3xf32>) {
                 "func.return"(%arg0) : (tensor<2x3xf32>) -> ()
               }
             }
@@ -82,7 +82,7 @@ fn identities_vanish() {
         |x| x,
         expect![[r#"
             module @radix {
-              func.func @main(%arg0: tensor<2x3xf32>) -> (tensor<2x3xf32>) {
+              func.func @main(%arg0: tensor<2x3xf32> {tf.aliasing_output = 0 : i32}) -> (tensor<2x3xf32>) {
                 "func.return"(%arg0) : (tensor<2x3xf32>) -> ()
               }
             }

@@ -7,26 +7,34 @@ use crate::literal::Literal;
 /// The results of `f` applied to `args` (one per parameter, in order).
 pub(crate) fn eval(f: &Function, args: &[Literal]) -> Vec<Literal> {
     let live = f.reachable();
-    let mut values: Vec<Option<Literal>> = vec![None; f.nodes.len()];
+    let mut values: Vec<Option<Vec<Literal>>> = vec![None; f.nodes.len()];
     for (i, node) in f.nodes.iter().enumerate() {
         if !live[i] {
             continue;
         }
         let v = match &node.op {
-            Op::Parameter(k) => args[*k].clone(),
+            Op::Parameter(k) => vec![args[*k].clone()],
+            Op::Project(k) => {
+                let all = values[node.args[0].0 as usize].as_ref();
+                vec![all.expect("operand evaluated")[*k].clone()]
+            }
             op => {
                 let a: Vec<&Literal> = node
                     .args
                     .iter()
-                    .map(|a| values[a.0 as usize].as_ref().expect("operand evaluated"))
+                    .map(|a| &values[a.0 as usize].as_ref().expect("operand evaluated")[0])
                     .collect();
-                op.eval(&a, node.shape)
+                if op.is_multi() {
+                    op.eval_multi(&a)
+                } else {
+                    vec![op.eval(&a, node.shape)]
+                }
             }
         };
         values[i] = Some(v);
     }
     f.results
         .iter()
-        .map(|r| values[r.0 as usize].clone().expect("result evaluated"))
+        .map(|r| values[r.0 as usize].as_ref().expect("result evaluated")[0].clone())
         .collect()
 }

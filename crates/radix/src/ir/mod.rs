@@ -26,7 +26,7 @@ pub(crate) use ops::Op;
 pub(crate) struct ValueId(pub(crate) u32);
 
 /// One op application.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Node {
     pub(crate) op: Op,
     pub(crate) args: Vec<ValueId>,
@@ -35,7 +35,7 @@ pub(crate) struct Node {
 }
 
 /// A traced function: nodes in creation order, parameters, results.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Function {
     pub(crate) nodes: Vec<Node>,
     pub(crate) params: Vec<ValueId>,

@@ -4,6 +4,8 @@
 //! results depend on are printed. Each op carries `loc("file":line:col)`
 //! from the user's call site.
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::Shape;
@@ -32,20 +34,16 @@ pub(crate) struct Signature {
     pub(crate) module_attrs: String,
 }
 
-/// The module text of `f` as `@main` with `sig`'s attributes.
+/// The module text of `f` as `@main` with `sig`'s attributes, after the
+/// private functions its `func.call`s name (each printed once).
 pub(crate) fn print_module_signed(f: &Function, locs: Locations, sig: &Signature) -> String {
-    let loc_of = |l: &std::panic::Location<'_>| match locs {
-        Locations::Include => format!(" loc({})", loc(l)),
-        Locations::Omit => String::new(),
+    let ctx = Ctx {
+        locs,
+        funcs: RefCell::new(BTreeMap::new()),
     };
     let mut out = String::with_capacity(f.nodes.len() * 120 + 256);
     let mut names: Vec<String> = vec![String::new(); f.nodes.len()];
-    let live = f.reachable();
-    out.push_str("module @radix ");
-    if !sig.module_attrs.is_empty() {
-        let _ = write!(out, "attributes {{{}}} ", sig.module_attrs);
-    }
-    out.push_str("{\n  func.func @main(");
+    out.push_str("  func.func @main(");
     for (i, &p) in f.params.iter().enumerate() {
         let name = format!("%arg{i}");
         let node = f.node(p);
@@ -60,7 +58,7 @@ pub(crate) fn print_module_signed(f: &Function, locs: Locations, sig: &Signature
             out,
             "{name}: {}{attrs}{}",
             tensor_type(&node.shape),
-            loc_of(node.loc)
+            ctx.loc_of(node.loc)
         );
         names[p.0 as usize] = name;
     }
@@ -75,12 +73,77 @@ pub(crate) fn print_module_signed(f: &Function, locs: Locations, sig: &Signature
         }
     }
     out.push_str(") {\n");
+    print_body(&ctx, &mut out, f, &mut names, "%", "func.return");
+    out.push_str("  }\n}\n");
+    let mut res = String::from("module @radix ");
+    if !sig.module_attrs.is_empty() {
+        let _ = write!(res, "attributes {{{}}} ", sig.module_attrs);
+    }
+    res.push_str("{\n");
+    for text in ctx.funcs.into_inner().into_values() {
+        res.push_str(&text);
+    }
+    res.push_str(&out);
+    res
+}
+
+/// The text of `f` as a private function `@f` with the functions it calls,
+/// without locations: what tells two traced bodies apart.
+pub(crate) fn print_function(f: &Function) -> String {
+    let ctx = Ctx {
+        locs: Locations::Omit,
+        funcs: RefCell::new(BTreeMap::new()),
+    };
+    let mut names = vec![String::new(); f.nodes.len()];
+    let mut out = String::new();
+    for (i, &p) in f.params.iter().enumerate() {
+        let _ = write!(out, "%arg{i}: {}, ", tensor_type(&f.node(p).shape));
+        names[p.0 as usize] = format!("%arg{i}");
+    }
+    print_body(&ctx, &mut out, f, &mut names, "%", "func.return");
+    for text in ctx.funcs.into_inner().into_values() {
+        out.push_str(&text);
+    }
+    out
+}
+
+/// What printing a module shares: the location mode and the private
+/// functions printed so far, by name.
+pub(crate) struct Ctx {
+    locs: Locations,
+    funcs: RefCell<BTreeMap<String, String>>,
+}
+
+impl Ctx {
+    fn loc_of(&self, l: &std::panic::Location<'_>) -> String {
+        match self.locs {
+            Locations::Include => format!(" loc({})", loc(l)),
+            Locations::Omit => String::new(),
+        }
+    }
+}
+
+/// Prints the live nodes of `f` (whose parameters are already named in
+/// `names`), naming values `{prefix}{n}`, then `"{ret}"(results)`.
+fn print_body(
+    ctx: &Ctx,
+    out: &mut String,
+    f: &Function,
+    names: &mut [String],
+    prefix: &str,
+    ret: &str,
+) {
+    let live = f.reachable();
     let mut next = 0usize;
     for (i, node) in f.nodes.iter().enumerate() {
         if !live[i] || matches!(node.op, Op::Parameter(_)) {
             continue;
         }
-        let name = format!("%{next}");
+        if let Op::Project(k) = node.op {
+            names[i] = format!("{}#{k}", names[node.args[0].0 as usize]);
+            continue;
+        }
+        let name = format!("{prefix}{next}");
         next += 1;
         let args: Vec<&str> = node
             .args
@@ -89,30 +152,28 @@ pub(crate) fn print_module_signed(f: &Function, locs: Locations, sig: &Signature
             .collect();
         let arg_shapes: Vec<Shape> = node.args.iter().map(|&a| f.node(a).shape).collect();
         let mut p = OpPrinter {
-            out: &mut out,
+            ctx,
+            out,
             res: &name,
             args: &args,
             arg_shapes: &arg_shapes,
             shape: node.shape,
-            loc: loc_of(node.loc),
+            loc: ctx.loc_of(node.loc),
             n_aux: 0,
         };
         node.op.print(&mut p);
         names[i] = name;
     }
-    out.push_str("    \"func.return\"(");
-    push_list(
-        &mut out,
-        f.results.iter().map(|r| names[r.0 as usize].as_str()),
-    );
+    let _ = write!(out, "    \"{ret}\"(");
+    push_list(out, f.results.iter().map(|r| names[r.0 as usize].as_str()));
     out.push_str(") : (");
-    push_types(&mut out, f.results.iter().map(|&r| &f.node(r).shape));
-    out.push_str(") -> ()\n  }\n}\n");
-    out
+    push_types(out, f.results.iter().map(|&r| &f.node(r).shape));
+    out.push_str(") -> ()\n");
 }
 
 /// What an op's printer sees: its result name, operands, shapes and location.
 pub(crate) struct OpPrinter<'a> {
+    ctx: &'a Ctx,
     out: &'a mut String,
     res: &'a str,
     args: &'a [&'a str],
@@ -182,6 +243,106 @@ impl OpPrinter<'_> {
             self.loc
         );
         (name, shape)
+    }
+
+    /// The operands' names.
+    pub(crate) fn arg_names(&self) -> &[&str] {
+        self.args
+    }
+
+    /// A region printing `f`: its first `n_block_args` parameters become
+    /// the block's arguments, the others (captures) name `captures`.
+    pub(crate) fn region(
+        &self,
+        k: usize,
+        f: &Function,
+        n_block_args: usize,
+        captures: &[&str],
+    ) -> String {
+        let prefix = format!("{}_{k}_", self.region_prefix());
+        let mut names = vec![String::new(); f.nodes.len()];
+        let mut out = String::from(if n_block_args > 0 { "      ^bb0(" } else { "" });
+        for (i, &p) in f.params.iter().enumerate() {
+            if i < n_block_args {
+                let name = format!("{prefix}a{i}");
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                let _ = write!(out, "{name}: {}", tensor_type(&f.node(p).shape));
+                names[p.0 as usize] = name;
+            } else {
+                names[p.0 as usize] = captures[i - n_block_args].to_string();
+            }
+        }
+        if n_block_args > 0 {
+            out.push_str("):\n");
+        }
+        print_body(
+            self.ctx,
+            &mut out,
+            f,
+            &mut names,
+            &prefix,
+            "stablehlo.return",
+        );
+        out
+    }
+
+    /// Prints the private function `@name` for `f` once per module.
+    pub(crate) fn private_function(&self, name: &str, f: &Function) {
+        if self.ctx.funcs.borrow().contains_key(name) {
+            return;
+        }
+        let mut out = format!("  func.func private @{name}(");
+        let mut names = vec![String::new(); f.nodes.len()];
+        for (i, &p) in f.params.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            let _ = write!(out, "%arg{i}: {}", tensor_type(&f.node(p).shape));
+            names[p.0 as usize] = format!("%arg{i}");
+        }
+        out.push_str(") -> (");
+        push_types(&mut out, f.results.iter().map(|&r| &f.node(r).shape));
+        out.push_str(") {\n");
+        print_body(self.ctx, &mut out, f, &mut names, "%", "func.return");
+        out.push_str("  }\n");
+        self.ctx.funcs.borrow_mut().insert(name.to_string(), out);
+    }
+
+    /// Prints a multi-result op: `%res:n = "op"(args) (regions) {attrs} : (types) -> (types)`.
+    /// Only the first `n_operands` operands are printed (the others are
+    /// captures, which regions name directly).
+    pub(crate) fn multi(
+        &mut self,
+        op: &str,
+        n_operands: usize,
+        regions: &[String],
+        attrs: &str,
+        results: &[Shape],
+    ) {
+        let o = &mut *self.out;
+        let _ = write!(o, "    {}:{} = \"{op}\"(", self.res, results.len());
+        push_list(o, self.args[..n_operands].iter().copied());
+        o.push(')');
+        if !regions.is_empty() {
+            o.push_str(" (");
+            for (i, r) in regions.iter().enumerate() {
+                if i > 0 {
+                    o.push_str(", ");
+                }
+                let _ = write!(o, "{{\n{r}    }}");
+            }
+            o.push(')');
+        }
+        if !attrs.is_empty() {
+            let _ = write!(o, " {{{attrs}}}");
+        }
+        o.push_str(" : (");
+        push_types(o, self.arg_shapes[..n_operands].iter());
+        o.push_str(") -> (");
+        push_types(o, results.iter());
+        let _ = writeln!(o, "){}", self.loc);
     }
 
     /// A unique prefix for names inside this op's regions.

@@ -4,6 +4,7 @@
 
 pub mod composite;
 pub mod constant;
+pub mod control;
 pub mod convert;
 pub mod dot;
 pub mod elementwise;
@@ -11,7 +12,10 @@ pub mod indexing;
 pub mod reduce;
 pub mod shape_ops;
 
+use std::sync::Arc;
+
 use crate::Shape;
+use crate::ir::Function;
 use crate::ir::print::OpPrinter;
 use crate::literal::Literal;
 
@@ -69,6 +73,25 @@ pub(crate) enum Op {
     Scatter(usize),
     /// `stablehlo.reduce` over axes with a fixed body.
     Reduce(Reducer, Vec<usize>),
+    /// Result `i` of the multi-result op that is its operand; not printed
+    /// (its users name `%op#i`).
+    Project(usize),
+    /// `stablehlo.while`: operands are the initial state, then the values
+    /// `cond` captures, then those `body` captures.
+    While {
+        cond: Arc<Function>,
+        body: Arc<Function>,
+        n_cond_captures: usize,
+    },
+    /// `stablehlo.if`: operands are the predicate, then the captures of
+    /// `then`, then those of `other`.
+    If {
+        then: Arc<Function>,
+        other: Arc<Function>,
+        n_then_captures: usize,
+    },
+    /// `func.call` of the private function `@name` with body `f`.
+    Call { name: Arc<str>, f: Arc<Function> },
 }
 
 impl Op {
@@ -99,6 +122,10 @@ impl Op {
             Op::Gather(_) => "gather",
             Op::Scatter(_) => "scatter",
             Op::Reduce(..) => "reduce",
+            Op::Project(_) => "project",
+            Op::While { .. } => "while",
+            Op::If { .. } => "if",
+            Op::Call { .. } => "call",
         }
     }
 
@@ -123,6 +150,8 @@ impl Op {
                 indexing::print(self, p)
             }
             Op::Reduce(r, axes) => reduce::print(*r, axes, p),
+            Op::Project(_) => unreachable!("projections are not printed"),
+            Op::While { .. } | Op::If { .. } | Op::Call { .. } => control::print(self, p),
         }
     }
 
@@ -147,6 +176,19 @@ impl Op {
                 indexing::eval(self, args, shape)
             }
             Op::Reduce(r, axes) => reduce::eval(*r, axes, args, shape),
+            Op::Project(_) | Op::While { .. } | Op::If { .. } | Op::Call { .. } => {
+                unreachable!("{} is evaluated by `eval_multi`", self.name())
+            }
         }
+    }
+
+    /// Whether the op has several results (read through `Project` nodes).
+    pub(crate) fn is_multi(&self) -> bool {
+        matches!(self, Op::While { .. } | Op::If { .. } | Op::Call { .. })
+    }
+
+    /// The reference semantics of a multi-result op.
+    pub(crate) fn eval_multi(&self, args: &[&Literal]) -> Vec<Literal> {
+        control::eval(self, args)
     }
 }

@@ -1,0 +1,94 @@
+//! Sub-function calls: `call` emits a private `func.func` once per distinct
+//! body and argument shapes, and a `func.call` at each use.
+
+use radix::testing::{Tol, check, trace_fn};
+use radix::{DType, Literal, Module, Shape, Tensor, call};
+
+/// One layer: `x + relu-ish(x · w)` with its scale as a plain parameter.
+#[derive(Clone, Module)]
+struct Layer {
+    w: Tensor,
+    x: Tensor,
+    scale: f64,
+}
+
+fn layer(l: &Layer) -> Tensor {
+    let h = l.x.dot(l.w, "d").rename("o", "d");
+    l.x + h * l.scale
+}
+
+fn inputs() -> [Literal; 2] {
+    [
+        Literal::new(
+            Shape::tagged(DType::F32, &[("b", 1), ("d", 2)]),
+            vec![1., 2.],
+        ),
+        Literal::new(
+            Shape::tagged(DType::F32, &[("o", 2), ("d", 2)]),
+            vec![0.5, 0., 0., 0.5],
+        ),
+    ]
+}
+
+/// Runs `n` layers through `call` on (x, w); checks the count of private
+/// functions and `func.call`s in the text, and returns the program's text.
+fn check_layers(n: usize, scales: &[f64], n_funcs: usize) -> String {
+    let program = trace_fn(&inputs(), |t| {
+        let mut x = t[0];
+        for i in 0..n {
+            x = call(
+                layer,
+                &Layer {
+                    w: t[1],
+                    x,
+                    scale: scales[i % scales.len()],
+                },
+            );
+        }
+        x
+    })
+    .unwrap();
+    let text = program.stablehlo_without_locations();
+    assert_eq!(text.matches("func.func private").count(), n_funcs, "{text}");
+    assert_eq!(text.matches("\"func.call\"").count(), n, "{text}");
+    text
+}
+
+#[test]
+fn thirty_layers_emit_one_body() {
+    let text = check_layers(30, &[1.0], 1);
+    // The result keeps its tags, so the next layer's `dot` over "d" works,
+    // and the body appears once.
+    assert_eq!(text.matches("stablehlo.dot_general").count(), 1, "{text}");
+    // Plain parameters that change the body give distinct functions.
+    check_layers(4, &[1.0, 0.5], 2);
+}
+
+#[test]
+fn calls_compute_like_inline_code() {
+    // x = [1, 2], w = diag(0.5): each layer maps x to 1.5 x.
+    let y = check(
+        &inputs(),
+        |t| {
+            let x = call(
+                layer,
+                &Layer {
+                    w: t[1],
+                    x: t[0],
+                    scale: 1.0,
+                },
+            );
+            call(
+                layer,
+                &Layer {
+                    w: t[1],
+                    x,
+                    scale: 1.0,
+                },
+            )
+        },
+        &[2.25, 4.5],
+        Tol::F32,
+    );
+    assert_eq!(y.shape(), Shape::tagged(DType::F32, &[("b", 1), ("d", 2)]));
+}
