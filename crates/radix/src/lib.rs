@@ -35,6 +35,7 @@ pub mod nn;
 mod passes;
 mod platform;
 pub mod shape;
+pub mod sharding;
 mod tensor;
 pub mod testing;
 
