@@ -465,6 +465,13 @@ impl Embedder {
         &self.config
     }
 
+    /// The `(batch, length)` buckets compiled so far, sorted.
+    pub fn compiled(&self) -> Vec<(usize, usize)> {
+        let mut res: Vec<(usize, usize)> = self.exes.keys().copied().collect();
+        res.sort();
+        res
+    }
+
     /// The token ids of `text` (`[CLS] .. [SEP]`), truncated to the longest
     /// length bucket.
     pub fn tokenize(&self, text: &str) -> Result<Vec<u32>> {

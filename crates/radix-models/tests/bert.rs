@@ -185,3 +185,32 @@ fn checkpoint_names_follow_bert_model() {
     assert!(names.contains(&"encoder.layer.0.attention.self.query.weight".to_string()));
     assert!(names.contains(&"encoder.layer.3.intermediate.dense.weight".to_string()));
 }
+
+#[test]
+fn lengths_share_buckets_and_long_texts_are_truncated() {
+    let mut embedder = Embedder::minilm(&platform()).unwrap();
+    let short = [
+        "Hello world",
+        "A somewhat longer sentence of a dozen tokens or so.",
+    ];
+    let alone: Vec<Vec<f32>> = short
+        .iter()
+        .map(|t| embedder.embed(&[t]).unwrap().remove(0))
+        .collect();
+    let together = embedder.embed(&short).unwrap();
+    for (a, b) in alone.iter().zip(&together) {
+        assert!(max_abs_diff(a, b) <= 1e-5);
+    }
+    assert_eq!(embedder.compiled(), [(1, 16), (2, 16)]);
+
+    // 300 words: truncated to 256 tokens, keeping [SEP] last, as transformers does.
+    let long = vec!["word"; 300].join(" ");
+    let ids = embedder.tokenize(&long).unwrap();
+    assert_eq!(ids.len(), 256);
+    assert_eq!((ids[0], ids[255]), (101, 102));
+    let cut = vec!["word"; 254].join(" ");
+    assert_eq!(embedder.tokenize(&cut).unwrap(), ids);
+    let e = embedder.embed(&[&long, &cut]).unwrap();
+    assert!(max_abs_diff(&e[0], &e[1]) <= 1e-6);
+    assert_eq!(embedder.compiled(), [(1, 16), (2, 16), (2, 256)]);
+}
