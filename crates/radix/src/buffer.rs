@@ -1,15 +1,20 @@
-//! `Buffer`: an array on a device with its [`Shape`] (tags included).
+//! `Buffer`: an array on a device, or split over a mesh of devices, with
+//! its [`Shape`] (tags and sharding included).
 
 use radix_pjrt::ElementType;
 
 use crate::literal::Literal;
+use crate::sharding::{Mesh, place_block, slice_block};
 use crate::{DType, Element, Error, Platform, Result, Shape};
 
-/// An array on a device, with its shape and tags.
+/// An array on a device, with its shape and tags. On a platform with a
+/// [`Mesh`] it is one block per device: the block of each split axis the
+/// device's mesh position names, the whole array where nothing is split.
 #[derive(Debug)]
 pub struct Buffer {
-    raw: radix_pjrt::Buffer,
+    shards: Vec<radix_pjrt::Buffer>,
     shape: Shape,
+    mesh: Option<Mesh>,
 }
 
 impl Buffer {
@@ -38,29 +43,97 @@ impl Buffer {
         Buffer::from_bytes(platform, &literal.to_bytes(), literal.shape())
     }
 
-    /// Uploads the little-endian dense `bytes` of an array of `shape`.
+    /// Uploads the little-endian dense `bytes` of an array of `shape`. On a
+    /// platform with a mesh, each device gets its block (see
+    /// [`Mesh::block`]), and a split axis that does not divide is
+    /// [`Error::Sharding`]; without a mesh, sharding is ignored.
     pub fn from_bytes(platform: &Platform, bytes: &[u8], shape: Shape) -> Result<Buffer> {
-        let raw = platform.client().buffer_from_host(
-            bytes,
-            element_type(shape.dtype()),
-            shape.dims(),
-            platform.device(),
-        )?;
-        Ok(Buffer { raw, shape })
+        if bytes.len() != shape.byte_size() {
+            return Err(Error::Host(format!("{} bytes for {shape}", bytes.len())));
+        }
+        let mesh = platform.mesh();
+        let upload = |bytes: &[u8], dims: &[i64], device| {
+            platform
+                .client()
+                .buffer_from_host(bytes, element_type(shape.dtype()), dims, device)
+        };
+        let shards = match mesh {
+            None => vec![upload(bytes, shape.dims(), platform.device())?],
+            Some(mesh) => {
+                mesh.sharding_of(&shape).map_err(Error::Sharding)?;
+                let size = shape.dtype().size_in_bytes();
+                let mut shards = vec![];
+                for (d, device) in platform.devices().iter().enumerate() {
+                    let (start, block) = mesh.block(&shape, d);
+                    let part = slice_block(bytes, shape.dims(), size, &start, &block);
+                    shards.push(upload(&part, &block, device)?);
+                }
+                shards
+            }
+        };
+        Ok(Buffer {
+            shards,
+            shape,
+            mesh: mesh.cloned(),
+        })
     }
 
-    pub(crate) fn from_raw(raw: radix_pjrt::Buffer, shape: Shape) -> Buffer {
-        Buffer { raw, shape }
+    /// A buffer of `shape` from its per-device blocks (one per device of
+    /// `mesh`, or a single one without a mesh).
+    pub(crate) fn from_shards(
+        shards: Vec<radix_pjrt::Buffer>,
+        shape: Shape,
+        mesh: Option<Mesh>,
+    ) -> Buffer {
+        Buffer {
+            shards,
+            shape,
+            mesh,
+        }
     }
 
-    /// The shape, with tags.
+    /// The shape, with tags and sharding.
     pub fn shape(&self) -> Shape {
         self.shape
     }
 
-    /// The underlying PJRT buffer.
+    /// The underlying PJRT buffer on the first device (its block of the
+    /// array if the buffer is split).
     pub fn raw(&self) -> &radix_pjrt::Buffer {
-        &self.raw
+        &self.shards[0]
+    }
+
+    /// The PJRT buffers, one per device of the platform's mesh.
+    pub fn shards(&self) -> &[radix_pjrt::Buffer] {
+        &self.shards
+    }
+
+    /// The mesh the buffer is spread over, if any.
+    pub fn mesh(&self) -> Option<&Mesh> {
+        self.mesh.as_ref()
+    }
+
+    /// The dense little-endian bytes of the whole array, gathered from the
+    /// devices' blocks.
+    fn host_bytes(&self) -> Result<Vec<u8>> {
+        let Some(mesh) = self.mesh.as_ref().filter(|_| self.shape.is_sharded()) else {
+            return Ok(self.shards[0].to_host_vec()?);
+        };
+        let size = self.shape.dtype().size_in_bytes();
+        let mut data = vec![0u8; self.shape.byte_size()];
+        for (d, shard) in self.shards.iter().enumerate() {
+            let (start, block) = mesh.block(&self.shape, d);
+            let got = shard.to_host_vec()?;
+            if got.len() != block.iter().product::<i64>() as usize * size {
+                return Err(Error::Sharding(format!(
+                    "device {d} holds {} bytes of {}, its block is {block:?}",
+                    got.len(),
+                    self.shape
+                )));
+            }
+            place_block(&mut data, self.shape.dims(), size, &start, &block, &got);
+        }
+        Ok(data)
     }
 
     /// Downloads the values as `T`s (which must be the dtype's type).
@@ -72,7 +145,7 @@ impl Buffer {
                 T::DTYPE
             )));
         }
-        let bytes = self.raw.to_host_vec()?;
+        let bytes = self.host_bytes()?;
         let n = self.shape.count();
         let mut res: Vec<T> = Vec::with_capacity(n);
         // SAFETY: `bytes` holds `n` dense little-endian `T`s (checked dtype);
@@ -90,7 +163,7 @@ impl Buffer {
 
     /// Downloads the values as a literal.
     pub fn to_literal(&self) -> Result<Literal> {
-        Ok(Literal::from_bytes(self.shape, &self.raw.to_host_vec()?))
+        Ok(Literal::from_bytes(self.shape, &self.host_bytes()?))
     }
 }
 

@@ -10,6 +10,7 @@ use crate::ir::{Function, interp, print};
 use crate::literal::Literal;
 use crate::module::{Module, with_field};
 use crate::passes;
+use crate::sharding::Mesh;
 use crate::tensor::{check_result, parameter, with_trace};
 use crate::{Platform, Result, Shape, Tensor};
 
@@ -32,6 +33,8 @@ pub struct Program {
     results: Vec<ArgSpec>,
     /// Per argument, the output it aliases (donation).
     aliases: Vec<Option<usize>>,
+    /// The mesh it is partitioned over (see [`Program::with_mesh`]).
+    mesh: Option<Mesh>,
 }
 
 impl Program {
@@ -52,15 +55,76 @@ impl Program {
         &self.aliases
     }
 
+    /// This program partitioned over `mesh`: its text gets `mhlo.sharding`
+    /// and `mhlo.layout_mode` on every argument and result (from their
+    /// shapes' sharding, see [`Shape::shard`]), the module gets
+    /// `mhlo.num_partitions` and `mhlo.num_replicas`, and sharding
+    /// constraints ([`Tensor::shard`]) name the mesh's devices. An
+    /// [`Error::Sharding`] names the first argument, result or constraint
+    /// whose sharding does not fit the mesh (a split axis that does not
+    /// divide, a mesh axis it lacks). [`compile_program_with`] applies the
+    /// platform's mesh itself.
+    pub fn with_mesh(mut self, mesh: Mesh) -> Result<Program> {
+        let fits = |what: &str, shape: &Shape| {
+            mesh.sharding_of(shape)
+                .map_err(|e| Error::Sharding(format!("{what}: {e}")))
+        };
+        for (i, a) in self.args.iter().enumerate() {
+            fits(&format!("argument {i} ({})", a.path), &a.shape)?;
+        }
+        for (i, r) in self.results.iter().enumerate() {
+            fits(&format!("result {i} ({})", r.path), &r.shape)?;
+        }
+        for n in &self.function.nodes {
+            if n.op == crate::ir::Op::Sharding {
+                let l = n.loc;
+                fits(
+                    &format!("the constraint at {}:{}", l.file(), l.line()),
+                    &n.shape,
+                )?;
+            }
+        }
+        self.mesh = (mesh.n_devices() > 1).then_some(mesh);
+        Ok(self)
+    }
+
+    /// The mesh the program is partitioned over, if any.
+    pub fn mesh(&self) -> Option<&Mesh> {
+        self.mesh.as_ref()
+    }
+
     fn signature(&self) -> print::Signature {
-        let arg_attrs = self
+        let mut arg_attrs: Vec<String> = self
             .aliases
             .iter()
             .map(|a| a.map_or(String::new(), |i| format!("tf.aliasing_output = {i} : i32")))
             .collect();
+        let Some(mesh) = &self.mesh else {
+            return print::Signature {
+                arg_attrs,
+                ..print::Signature::default()
+            };
+        };
+        // `with_mesh` checked that every sharding fits.
+        let attrs = |shape: &Shape| {
+            let s = mesh.sharding_of(shape).unwrap_or_else(|e| e);
+            format!("mhlo.sharding = \"{s}\", mhlo.layout_mode = \"default\"")
+        };
+        for (a, spec) in arg_attrs.iter_mut().zip(&self.args) {
+            *a = if a.is_empty() {
+                attrs(&spec.shape)
+            } else {
+                format!("{a}, {}", attrs(&spec.shape))
+            };
+        }
         print::Signature {
             arg_attrs,
-            ..print::Signature::default()
+            result_attrs: self.results.iter().map(|r| attrs(&r.shape)).collect(),
+            module_attrs: format!(
+                "mhlo.num_partitions = {} : i32, mhlo.num_replicas = 1 : i32",
+                mesh.n_devices()
+            ),
+            mesh: Some(mesh.clone()),
         }
     }
 
@@ -150,6 +214,7 @@ where
         n_weights,
         results,
         aliases,
+        mesh: None,
     })
 }
 
@@ -204,11 +269,25 @@ pub fn cache_key(
 /// loads the stored executable; a miss, or an entry that fails to load
 /// (logged as a warning, never an error), compiles and stores it. With a
 /// dump configured the program is always compiled, so XLA writes its dumps.
+/// On a platform with a mesh the program is partitioned over it (see
+/// [`Program::with_mesh`]; a program made for another mesh is an error);
+/// without one, shardings are ignored.
 pub fn compile_program_with(
     platform: &Platform,
     program: Program,
     config: &CompileConfig,
 ) -> Result<Executable> {
+    let program = match (platform.mesh(), program.mesh()) {
+        (Some(m), None) => program.with_mesh(m.clone())?,
+        (p, m) if p != m => {
+            return Err(Error::Sharding(format!(
+                "the program is partitioned over {:?}, the platform over {:?}",
+                m.map(Mesh::dims),
+                p.map(Mesh::dims)
+            )));
+        }
+        _ => program,
+    };
     let key = cache_key(platform, &program, config)?;
     let text = program.stablehlo();
     if let Some(dump) = &config.dump {

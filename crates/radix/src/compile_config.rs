@@ -50,16 +50,25 @@ pub enum CacheMode {
 
 impl CompileConfig {
     /// The defaults for `platform`: its [`platform_env_overrides`], one
-    /// replica and partition, the cache in [`ExecutableCache::default_dir`]
+    /// replica, one partition (or, on a platform with a mesh, one SPMD
+    /// partition per mesh device with the platform's devices assigned in
+    /// order), the cache in [`ExecutableCache::default_dir`]
     /// (under `$RADIX_CACHE_DIR` when set), and a dump when `RADIX_DUMP_DIR`
     /// is set.
     pub fn new(platform: &Platform) -> CompileConfig {
+        let mut options = CompileOptions {
+            env_overrides: platform_env_overrides(platform.target()),
+            ..CompileOptions::default()
+        };
+        if let Some(mesh) = platform.mesh() {
+            options.num_partitions = mesh.n_devices();
+            options.spmd = true;
+            options.device_assignment =
+                Some(platform.devices().iter().map(|d| d.id() as i64).collect());
+        }
         CompileConfig {
             name: "main".into(),
-            options: CompileOptions {
-                env_overrides: platform_env_overrides(platform.target()),
-                ..CompileOptions::default()
-            },
+            options,
             cache: CacheMode::Dir(ExecutableCache::default_dir()),
             dump: DumpConfig::from_env(),
         }

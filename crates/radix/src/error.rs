@@ -45,6 +45,11 @@ pub enum Error {
         /// The argument's path in the model or input tree.
         path: String,
     },
+    /// A sharding does not fit its mesh: a split axis that does not divide,
+    /// a missing mesh axis, a mesh larger than the platform, or a buffer
+    /// split differently from what the executable expects.
+    #[error("sharding: {0}")]
+    Sharding(String),
     /// Host data does not fit the shape it is given for.
     #[error("host data: {0}")]
     Host(String),

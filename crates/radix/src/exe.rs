@@ -4,7 +4,7 @@ use radix_pjrt::{ExecuteOptions, LoadedExecutable};
 
 use crate::cache::{CacheKey, Origin};
 use crate::compile::{ArgSpec, Program};
-use crate::{Buffer, Error, Platform, Result};
+use crate::{Buffer, Error, Platform, Result, Shape};
 
 /// A compiled program. Bind the model's weights once with
 /// [`Executable::bind`], then [`Executable::call`] it with input buffers.
@@ -62,7 +62,7 @@ impl Executable {
     /// program aliases one, the plugin copies it instead.
     pub fn bind(&mut self, weights: Vec<Buffer>) -> Result<()> {
         let specs = &self.program.args()[..self.program.n_weights()];
-        check_args("weights", specs, 0, weights.iter())?;
+        check_args("weights", specs, 0, weights.iter(), self.n_partitions())?;
         self.options.non_donatable_input_indices = (0..weights.len() as i64).collect();
         self.weights = weights;
         Ok(())
@@ -81,22 +81,44 @@ impl Executable {
                 got: self.weights.len(),
             });
         }
+        let n = self.n_partitions();
         check_args(
             "inputs",
             &self.program.args()[n_w..],
             n_w,
             inputs.iter().copied(),
+            n,
         )?;
-        let mut args: Vec<&radix_pjrt::Buffer> = Vec::with_capacity(n_w + inputs.len());
-        args.extend(self.weights.iter().map(Buffer::raw));
-        args.extend(inputs.iter().map(|b| b.raw()));
-        let mut out = self.exe.execute(&[args], &self.options)?;
-        let out = out.pop().unwrap_or_default();
-        Ok(out
+        let args: Vec<Vec<&radix_pjrt::Buffer>> = (0..n)
+            .map(|d| {
+                let weights = self.weights.iter().map(|b| &b.shards()[d]);
+                weights
+                    .chain(inputs.iter().map(|b| &b.shards()[d]))
+                    .collect()
+            })
+            .collect();
+        let out = self.exe.execute(&args, &self.options)?;
+        // Per device, per result -> per result, per device.
+        let mut shards: Vec<Vec<radix_pjrt::Buffer>> =
+            self.program.results().iter().map(|_| vec![]).collect();
+        for device_out in out {
+            for (j, b) in device_out.into_iter().enumerate() {
+                if let Some(s) = shards.get_mut(j) {
+                    s.push(b);
+                }
+            }
+        }
+        let mesh = self.program.mesh();
+        Ok(shards
             .into_iter()
             .zip(self.program.results())
-            .map(|(raw, spec)| Buffer::from_raw(raw, spec.shape))
+            .map(|(s, spec)| Buffer::from_shards(s, spec.shape, mesh.cloned()))
             .collect())
+    }
+
+    /// The number of SPMD partitions (devices) it runs on.
+    pub fn n_partitions(&self) -> usize {
+        self.program.mesh().map_or(1, |m| m.n_devices())
     }
 }
 
@@ -105,6 +127,7 @@ fn check_args<'b>(
     specs: &[ArgSpec],
     first: usize,
     given: impl ExactSizeIterator<Item = &'b Buffer>,
+    n_partitions: usize,
 ) -> Result<()> {
     if given.len() != specs.len() {
         return Err(Error::ArgumentCount {
@@ -128,6 +151,21 @@ fn check_args<'b>(
                 expected: want.to_string(),
                 got: got.to_string(),
             });
+        }
+        let split = |s: Shape| {
+            if n_partitions > 1 {
+                s.mesh_axes()
+            } else {
+                vec![]
+            }
+        };
+        if b.shards().len() != n_partitions || split(want) != split(got) {
+            return Err(Error::Sharding(format!(
+                "argument {} ({}): expected {want} on {n_partitions} devices, got {got} on {} devices",
+                first + k,
+                spec.path,
+                b.shards().len()
+            )));
         }
     }
     Ok(())

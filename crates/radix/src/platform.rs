@@ -6,13 +6,16 @@ use std::sync::Arc;
 use radix_pjrt::provision::Target;
 use radix_pjrt::{Client, Device};
 
-use crate::Result;
+use crate::sharding::Mesh;
+use crate::{Error, Result};
 
 /// Where programs compile and run: a loaded plugin, its client and the
-/// device radix uses. Cheap to clone (shared).
+/// devices radix uses (the first one, or a [`Mesh`] of several; see
+/// [`Platform::with_mesh`]). Cheap to clone (shared).
 #[derive(Clone)]
 pub struct Platform {
     inner: Arc<Inner>,
+    mesh: Option<Mesh>,
 }
 
 struct Inner {
@@ -61,7 +64,40 @@ impl Platform {
             .unwrap_or(Target::Cpu);
         Platform {
             inner: Arc::new(Inner { target, client }),
+            mesh: None,
         }
+    }
+
+    /// This platform with programs partitioned over `mesh`: they compile
+    /// for `mesh.n_devices()` SPMD partitions on the first that many
+    /// devices, and buffers hold one block per device. An error if the
+    /// client has fewer devices (on the CPU, see the `cpu_devices` of
+    /// [`Platform::open`]). A mesh of one device is no mesh.
+    pub fn with_mesh(&self, mesh: Mesh) -> Result<Platform> {
+        let have = self.client().addressable_devices().len();
+        if mesh.n_devices() > have {
+            return Err(Error::Sharding(format!(
+                "a mesh {:?} needs {} devices, the platform has {have}",
+                mesh.dims(),
+                mesh.n_devices()
+            )));
+        }
+        Ok(Platform {
+            inner: self.inner.clone(),
+            mesh: (mesh.n_devices() > 1).then_some(mesh),
+        })
+    }
+
+    /// The mesh programs are partitioned over, if any.
+    pub fn mesh(&self) -> Option<&Mesh> {
+        self.mesh.as_ref()
+    }
+
+    /// The devices programs run on: one per partition of the mesh, else
+    /// the first addressable one.
+    pub fn devices(&self) -> &[Device] {
+        let n = self.mesh.as_ref().map_or(1, Mesh::n_devices);
+        &self.inner.client.addressable_devices()[..n]
     }
 
     /// What the plugin runs on.
@@ -74,7 +110,7 @@ impl Platform {
         &self.inner.client
     }
 
-    /// The device programs run on (the first addressable one).
+    /// The first device programs run on (the first addressable one).
     pub fn device(&self) -> &Device {
         &self.inner.client.addressable_devices()[0]
     }
@@ -84,9 +120,13 @@ impl std::fmt::Debug for Platform {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "Platform({:?}, {})",
+            "Platform({:?}, {}",
             self.inner.target,
             self.inner.client.platform_name()
-        )
+        )?;
+        if let Some(m) = &self.mesh {
+            write!(f, ", mesh {:?}", m.dims())?;
+        }
+        f.write_str(")")
     }
 }

@@ -132,12 +132,15 @@ impl<T: Into<AxisRef> + Copy> Axes for Vec<T> {
     }
 }
 
-/// The shape of a tensor: dtype, sizes and optional tags of up to
-/// [`MAX_RANK`] axes. `Copy`, and compared by value (tags included).
+/// The shape of a tensor: dtype, sizes, optional tags and optional
+/// sharding (the mesh axis each axis is split along; see
+/// [`crate::sharding`]) of up to [`MAX_RANK`] axes. `Copy`, and compared by
+/// value (tags and sharding included).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Shape {
     dims: [i64; MAX_RANK],
     tags: [Option<Tag>; MAX_RANK],
+    mesh_axes: [Option<u8>; MAX_RANK],
     rank: u8,
     dtype: DType,
 }
@@ -157,6 +160,7 @@ impl Shape {
         let mut res = Shape {
             dims: [0; MAX_RANK],
             tags: [None; MAX_RANK],
+            mesh_axes: [None; MAX_RANK],
             rank: dims.len() as u8,
             dtype,
         };
@@ -278,6 +282,42 @@ impl Shape {
         Some(self)
     }
 
+    /// This shape with `axis` split along mesh axis `mesh_axis` over the
+    /// devices of a [`crate::sharding::Mesh`] (`None` if no such axis); an
+    /// axis split along `mesh_axis` before is no longer split. Whether the
+    /// mesh has that axis, and whether it divides the size, is checked
+    /// against the mesh when uploading or compiling.
+    pub fn shard(mut self, axis: impl Into<AxisRef>, mesh_axis: usize) -> Option<Shape> {
+        let i = self.axis(axis)?;
+        let m = Some(u8::try_from(mesh_axis).ok()?);
+        for a in &mut self.mesh_axes {
+            if *a == m {
+                *a = None;
+            }
+        }
+        self.mesh_axes[i] = m;
+        Some(self)
+    }
+
+    /// The mesh axis each axis is split along (`None`: whole on every device).
+    pub fn mesh_axes(&self) -> Vec<Option<usize>> {
+        self.mesh_axes[..self.rank()]
+            .iter()
+            .map(|m| m.map(usize::from))
+            .collect()
+    }
+
+    /// Whether some axis is split over devices.
+    pub fn is_sharded(&self) -> bool {
+        self.mesh_axes.iter().any(Option::is_some)
+    }
+
+    /// This shape with no axis split (replicated on every device).
+    pub fn unsharded(mut self) -> Shape {
+        self.mesh_axes = [None; MAX_RANK];
+        self
+    }
+
     /// This shape with tag `from` renamed `to` (`None` if no axis is tagged `from`).
     pub fn rename(self, from: &str, to: &str) -> Option<Shape> {
         self.with_tag(from, to)
@@ -294,8 +334,10 @@ impl Shape {
         for i in (at..self.rank()).rev() {
             res.dims[i + 1] = self.dims[i];
             res.tags[i + 1] = self.tags[i];
+            res.mesh_axes[i + 1] = self.mesh_axes[i];
         }
         res.dims[at] = dim;
+        res.mesh_axes[at] = None;
         res.tags[at] = if tag.is_empty() {
             None
         } else {
@@ -311,10 +353,12 @@ impl Shape {
         for i in at..self.rank() - 1 {
             res.dims[i] = self.dims[i + 1];
             res.tags[i] = self.tags[i + 1];
+            res.mesh_axes[i] = self.mesh_axes[i + 1];
         }
         res.rank -= 1;
         res.dims[res.rank()] = 0;
         res.tags[res.rank()] = None;
+        res.mesh_axes[res.rank()] = None;
         Some(res)
     }
 
@@ -363,14 +407,19 @@ impl fmt::Debug for Shape {
 }
 
 impl fmt::Display for Shape {
-    /// `{b=2, d=3, f32}`: tagged axes as `tag=size`, untagged as the size.
+    /// `{b=2, d=3, f32}`: tagged axes as `tag=size`, untagged as the size;
+    /// an axis split along mesh axis `m` ends with `@m` (`b=8@0`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("{")?;
         for i in 0..self.rank() {
             match self.tags[i] {
-                Some(t) => write!(f, "{t}={}, ", self.dims[i])?,
-                None => write!(f, "{}, ", self.dims[i])?,
+                Some(t) => write!(f, "{t}={}", self.dims[i])?,
+                None => write!(f, "{}", self.dims[i])?,
             }
+            if let Some(m) = self.mesh_axes[i] {
+                write!(f, "@{m}")?;
+            }
+            f.write_str(", ")?;
         }
         write!(f, "{}}}", self.dtype)
     }

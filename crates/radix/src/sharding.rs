@@ -5,10 +5,17 @@
 //! axis may be split along one mesh axis; mesh axes no tensor axis uses hold
 //! replicas. The string is HLO's iota tile assignment:
 //! `{devices=[t_0,..,t_r-1(,R)]<=[m_0,..]T(perm)( last_tile_dim_replicate)}`.
-//! (Wiring it into `Shape`, arguments, uploads and `Executable::call` is
-//! still to do; see the issue.)
+//!
+//! A [`crate::Shape`] marks the mesh axis each of its axes is split along
+//! ([`crate::Shape::shard`]); a [`crate::Platform`] with a mesh
+//! ([`crate::Platform::with_mesh`]) compiles programs for that many
+//! partitions and uploads a [`crate::Buffer`] as one block per device (the
+//! whole array where nothing is split). [`slice_block`] and [`place_block`]
+//! cut such blocks out of a dense host array and put them back.
 
 use std::fmt::Write;
+
+use crate::Shape;
 
 /// A grid of partitions: device `d` (in the compile options' device
 /// assignment) sits at the row-major position `d` of `dims`.
@@ -94,6 +101,116 @@ impl Mesh {
         }
         s.push('}');
         Ok(s)
+    }
+
+    /// The `mhlo.sharding` of `shape` (see [`Mesh::sharding`]).
+    pub fn sharding_of(&self, shape: &Shape) -> Result<String, String> {
+        self.sharding(&shape.mesh_axes(), shape.dims())
+            .map_err(|e| format!("{shape} on mesh {:?}: {e}", self.dims))
+    }
+
+    /// The block of an array of `shape` that device `device` holds: its
+    /// start and size along each axis. Device `d` sits at the row-major
+    /// position `d` of the mesh, so an axis split along mesh axis `m` is
+    /// cut into `dims[m]` blocks and the device holds block `coords[m]`.
+    /// (The shape must divide; see [`Mesh::sharding_of`].)
+    pub fn block(&self, shape: &Shape, device: usize) -> (Vec<i64>, Vec<i64>) {
+        let mut coords = vec![0; self.dims.len()];
+        let mut rest = device;
+        for (c, &n) in coords.iter_mut().zip(&self.dims).rev() {
+            *c = rest % n;
+            rest /= n;
+        }
+        let mut start = vec![];
+        let mut size = vec![];
+        for (&d, m) in shape.dims().iter().zip(shape.mesh_axes()) {
+            match m.and_then(|m| Some((self.dims.get(m)?, coords[m]))) {
+                Some((&n, c)) => {
+                    let b = d / n as i64;
+                    start.push(c as i64 * b);
+                    size.push(b);
+                }
+                None => {
+                    start.push(0);
+                    size.push(d);
+                }
+            }
+        }
+        (start, size)
+    }
+}
+
+/// Copies the block at `start` of size `block` out of a C-order array of
+/// `dims` with elements of `size` bytes.
+pub fn slice_block(
+    data: &[u8],
+    dims: &[i64],
+    size: usize,
+    start: &[i64],
+    block: &[i64],
+) -> Vec<u8> {
+    if block == dims {
+        return data.to_vec();
+    }
+    let mut out = Vec::with_capacity(block.iter().product::<i64>() as usize * size);
+    for_each_row(dims, size, start, block, |src, len| {
+        out.extend_from_slice(&data[src..src + len])
+    });
+    out
+}
+
+/// Copies `src`, a block of size `block`, to `start` in a C-order array of
+/// `dims` with elements of `size` bytes.
+pub fn place_block(
+    data: &mut [u8],
+    dims: &[i64],
+    size: usize,
+    start: &[i64],
+    block: &[i64],
+    src: &[u8],
+) {
+    let mut at = 0;
+    for_each_row(dims, size, start, block, |dst, len| {
+        data[dst..dst + len].copy_from_slice(&src[at..at + len]);
+        at += len;
+    });
+}
+
+/// Calls `f(byte offset, byte length)` for each contiguous innermost row of a
+/// block, in C order.
+fn for_each_row(
+    dims: &[i64],
+    size: usize,
+    start: &[i64],
+    block: &[i64],
+    mut f: impl FnMut(usize, usize),
+) {
+    let rank = dims.len();
+    if block.contains(&0) {
+        return;
+    }
+    let row = block.last().map_or(1, |&b| b as usize) * size;
+    let outer = rank.saturating_sub(1);
+    let mut index = vec![0i64; outer];
+    loop {
+        let mut offset = 0i64;
+        for d in 0..rank {
+            let i = if d < outer { index[d] } else { 0 };
+            offset = offset * dims[d] + start[d] + i;
+        }
+        f(offset as usize * size, row);
+        let mut d = outer;
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            index[d] += 1;
+            if index[d] < block[d] {
+                break;
+            }
+            index[d] = 0;
+        }
     }
 }
 

@@ -11,6 +11,7 @@ use std::fmt::Write;
 use crate::Shape;
 use crate::ir::{Function, Op};
 use crate::literal::encode;
+use crate::sharding::Mesh;
 
 /// Whether printed ops carry their source locations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +33,8 @@ pub(crate) struct Signature {
     pub(crate) result_attrs: Vec<String>,
     /// The module's attributes, e.g. `mhlo.num_partitions = 4 : i32`.
     pub(crate) module_attrs: String,
+    /// The mesh sharding constraints inside the module are printed for.
+    pub(crate) mesh: Option<Mesh>,
 }
 
 /// The module text of `f` as `@main` with `sig`'s attributes, after the
@@ -40,6 +43,7 @@ pub(crate) fn print_module_signed(f: &Function, locs: Locations, sig: &Signature
     let ctx = Ctx {
         locs,
         funcs: RefCell::new(BTreeMap::new()),
+        mesh: sig.mesh.clone(),
     };
     let mut out = String::with_capacity(f.nodes.len() * 120 + 256);
     let mut names: Vec<String> = vec![String::new(); f.nodes.len()];
@@ -93,6 +97,7 @@ pub(crate) fn print_function(f: &Function) -> String {
     let ctx = Ctx {
         locs: Locations::Omit,
         funcs: RefCell::new(BTreeMap::new()),
+        mesh: None,
     };
     let mut names = vec![String::new(); f.nodes.len()];
     let mut out = String::new();
@@ -112,6 +117,7 @@ pub(crate) fn print_function(f: &Function) -> String {
 pub(crate) struct Ctx {
     locs: Locations,
     funcs: RefCell<BTreeMap<String, String>>,
+    mesh: Option<Mesh>,
 }
 
 impl Ctx {
@@ -243,6 +249,17 @@ impl OpPrinter<'_> {
             self.loc
         );
         (name, shape)
+    }
+
+    /// The `mhlo.sharding` string of `shape` on the module's mesh
+    /// (`{replicated}` without a mesh, or where it does not fit, which
+    /// `Program::with_mesh` reports before printing).
+    pub(crate) fn sharding(&self, shape: &Shape) -> String {
+        self.ctx
+            .mesh
+            .as_ref()
+            .and_then(|m| m.sharding_of(shape).ok())
+            .unwrap_or_else(|| "{replicated}".into())
     }
 
     /// The operands' names.

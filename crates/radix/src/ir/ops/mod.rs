@@ -11,6 +11,7 @@ pub mod elementwise;
 pub mod indexing;
 pub mod reduce;
 pub mod shape_ops;
+pub mod sharding;
 
 use std::sync::Arc;
 
@@ -92,6 +93,9 @@ pub(crate) enum Op {
     },
     /// `func.call` of the private function `@name` with body `f`.
     Call { name: Arc<str>, f: Arc<Function> },
+    /// `stablehlo.custom_call @Sharding`: the operand, split as the result
+    /// shape's sharding says.
+    Sharding,
 }
 
 impl Op {
@@ -126,6 +130,7 @@ impl Op {
             Op::While { .. } => "while",
             Op::If { .. } => "if",
             Op::Call { .. } => "call",
+            Op::Sharding => "sharding",
         }
     }
 
@@ -152,6 +157,7 @@ impl Op {
             Op::Reduce(r, axes) => reduce::print(*r, axes, p),
             Op::Project(_) => unreachable!("projections are not printed"),
             Op::While { .. } | Op::If { .. } | Op::Call { .. } => control::print(self, p),
+            Op::Sharding => sharding::print(p),
         }
     }
 
@@ -176,6 +182,7 @@ impl Op {
                 indexing::eval(self, args, shape)
             }
             Op::Reduce(r, axes) => reduce::eval(*r, axes, args, shape),
+            Op::Sharding => sharding::eval(args, shape),
             Op::Project(_) | Op::While { .. } | Op::If { .. } | Op::Call { .. } => {
                 unreachable!("{} is evaluated by `eval_multi`", self.name())
             }
