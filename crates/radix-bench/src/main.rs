@@ -1,0 +1,319 @@
+//! `radix-bench`: the radix side of `bench/run`.
+//!
+//! Each subcommand measures one comparison of `BENCHMARKS.md` for radix and
+//! prints one JSON object on stdout: the raw samples of every figure (so
+//! that `bench/report.py` computes the same statistics for radix and its
+//! peers), facts about the run, and the process's peak RSS. The peers'
+//! scripts in `bench/py/` print the same shape of object.
+//!
+//! Every timed loop runs after a warm-up call, so compilation is never timed
+//! except in `warm-start`, which times nothing else.
+
+mod llama_program;
+mod measure;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result, ensure};
+use clap::{Parser, Subcommand};
+use radix::io::Gguf;
+use radix::{Buffer, CacheMode, CompileConfig, DType, Origin, Platform, Shape, Tensor};
+use radix_models::bert::{Embedder, EmbedderConfig};
+use radix_models::llama::LlamaRunner;
+use serde_json::json;
+
+use crate::measure::{Report, time_per_call};
+
+#[derive(Parser)]
+#[command(about = "The radix side of bench/run: JSON timings on stdout")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Fetches the model packages and prints where their files are.
+    Paths,
+    /// Tiny add: `Executable::call` + wait versus raw PJRT execute + wait.
+    Dispatch {
+        #[arg(long, default_value_t = 200)]
+        samples: usize,
+        #[arg(long, default_value_t = 500)]
+        calls_per_sample: usize,
+    },
+    /// Model code to StableHLO text: the SmolLM2 prefill program.
+    Trace {
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+    },
+    /// Code to executable: compile into an empty cache, then load from it.
+    WarmStart {
+        #[arg(long, default_value_t = 3)]
+        compiles: usize,
+        #[arg(long, default_value_t = 10)]
+        loads: usize,
+    },
+    /// all-MiniLM-L6-v2 sentences/s at 1 x 16 and 32 x 128 tokens.
+    Minilm {
+        /// The model folder (`config.json`, `model.safetensors`, `tokenizer.json`).
+        #[arg(long)]
+        dir: PathBuf,
+        /// Timed samples per shape.
+        #[arg(long, default_value_t = 10)]
+        samples: usize,
+    },
+    /// SmolLM2 prefill and decode tokens/s.
+    Smollm2 {
+        #[arg(long)]
+        gguf: PathBuf,
+        #[arg(long, default_value_t = 128)]
+        prompt: usize,
+        #[arg(long, default_value_t = 128)]
+        decode: usize,
+        /// Timed prefills.
+        #[arg(long, default_value_t = 10)]
+        prefills: usize,
+        /// Timed decodes of `decode` tokens each.
+        #[arg(long, default_value_t = 3)]
+        decodes: usize,
+    },
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let report = match cli.command {
+        Command::Paths => paths()?,
+        Command::Dispatch {
+            samples,
+            calls_per_sample,
+        } => dispatch(samples, calls_per_sample)?,
+        Command::Trace { runs } => trace(runs)?,
+        Command::WarmStart { compiles, loads } => warm_start(compiles, loads)?,
+        Command::Minilm { dir, samples } => minilm(&dir, samples)?,
+        Command::Smollm2 {
+            gguf,
+            prompt,
+            decode,
+            prefills,
+            decodes,
+        } => smollm2(&gguf, prompt, decode, prefills, decodes)?,
+    };
+    println!("{}", report.finish());
+    Ok(())
+}
+
+fn paths() -> Result<Report> {
+    let mut report = Report::new("paths");
+    report.meta("minilm_dir", json!(radix_models::packages::minilm_dir()?));
+    report.meta("smollm2_gguf", json!(radix_models::packages::smollm2_gguf()?));
+    let platform = Platform::cpu()?;
+    let plugin = platform.client().plugin();
+    let (major, minor) = plugin.api_version();
+    report.meta("plugin", json!(plugin.path()));
+    report.meta("plugin_sha256", json!(plugin.sha256()?));
+    report.meta("pjrt_api", json!(format!("{major}.{minor}")));
+    report.meta(
+        "platform_version",
+        json!(platform.client().platform_version()),
+    );
+    Ok(report)
+}
+
+fn dispatch(samples: usize, calls: usize) -> Result<Report> {
+    let platform = Platform::cpu()?;
+    let shape = Shape::new(DType::F32, &[4]);
+    let exe = radix::compile(
+        &platform,
+        &(),
+        &(Tensor::param(shape), Tensor::param(shape)),
+        |_, (x, y)| x + y,
+    )?;
+    let raw = platform
+        .client()
+        .compile(&exe.program().stablehlo(), &Default::default())?;
+    let a = Buffer::from_slice(&platform, &[1f32, 2., 3., 4.], shape)?;
+    let b = Buffer::from_slice(&platform, &[1f32, 2., 3., 4.], shape)?;
+    let options = radix_pjrt::ExecuteOptions::default();
+    let sum = exe.call(&[&a, &b])?[0].to_vec::<f32>()?;
+    ensure!(sum == [2., 4., 6., 8.], "tiny add gave {sum:?}");
+
+    let mut report = Report::new("dispatch");
+    let (mut call, mut execute) = (vec![], vec![]);
+    // Alternate the two so that drift hits both alike.
+    for _ in 0..samples + 5 {
+        call.push(time_per_call(calls, || exe.call(&[&a, &b]).map(drop))? * 1e6);
+        execute.push(time_per_call(calls, || raw.execute(&[[a.raw(), b.raw()]], &options).map(drop))? * 1e6);
+    }
+    // The first samples warm caches and the thread pool.
+    report.samples("radix Executable::call + wait", "us", &call[5..]);
+    report.samples("PJRT execute + wait (floor)", "us", &execute[5..]);
+    report.meta("calls_per_sample", json!(calls));
+    Ok(report)
+}
+
+fn trace(runs: usize) -> Result<Report> {
+    let cfg = llama_program::smollm2_config();
+    let program = llama_program::prefill(&cfg)?;
+    let text = program.stablehlo();
+    let mut report = Report::new("trace");
+    report.meta("stablehlo_lines", json!(text.lines().count()));
+    report.meta("stablehlo_bytes", json!(text.len()));
+    report.meta("program", json!(llama_program::DESCRIPTION));
+    let (mut total, mut traced, mut printed) = (vec![], vec![], vec![]);
+    for _ in 0..runs {
+        let t = Instant::now();
+        let program = llama_program::prefill(&cfg)?;
+        let t_trace = t.elapsed().as_secs_f64();
+        let text = program.stablehlo();
+        let t_total = t.elapsed().as_secs_f64();
+        std::hint::black_box(text);
+        total.push(t_total * 1e3);
+        traced.push(t_trace * 1e3);
+        printed.push((t_total - t_trace) * 1e3);
+    }
+    report.samples("radix trace + print", "ms", &total);
+    report.samples("radix trace (with passes)", "ms", &traced);
+    report.samples("radix print", "ms", &printed);
+    Ok(report)
+}
+
+fn warm_start(compiles: usize, loads: usize) -> Result<Report> {
+    let platform = Platform::cpu()?;
+    let cfg = llama_program::smollm2_config();
+    let mut report = Report::new("warm-start");
+    report.meta("program", json!(llama_program::DESCRIPTION));
+    let dirs = (0..compiles)
+        .map(|_| tempfile::tempdir())
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let code_to_exe = |dir: &std::path::Path, want: Origin| -> Result<(f64, f64)> {
+        let t = Instant::now();
+        let program = llama_program::prefill(&cfg)?;
+        let traced = t.elapsed().as_secs_f64();
+        let mut config = CompileConfig::new(&platform);
+        config.cache = CacheMode::Dir(dir.to_path_buf());
+        config.dump = None;
+        let exe = radix::compile_program_with(&platform, program, &config)?;
+        let total = t.elapsed().as_secs_f64();
+        ensure!(
+            exe.origin() == want,
+            "expected {want:?}, got {:?}",
+            exe.origin()
+        );
+        Ok((total, total - traced))
+    };
+    let (mut compile_total, mut compile_only) = (vec![], vec![]);
+    for dir in &dirs {
+        let (total, compile) = code_to_exe(dir.path(), Origin::Compiled)?;
+        compile_total.push(total * 1e3);
+        compile_only.push(compile * 1e3);
+    }
+    let (mut load_total, mut load_only) = (vec![], vec![]);
+    for i in 0..loads {
+        let (total, load) = code_to_exe(dirs[i % dirs.len()].path(), Origin::Cache)?;
+        load_total.push(total * 1e3);
+        load_only.push(load * 1e3);
+    }
+    let entry = std::fs::read_dir(dirs[0].path())?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .max()
+        .unwrap_or(0);
+    report.meta("cache_entry_bytes", json!(entry));
+    report.samples("radix first compile (trace + compile)", "ms", &compile_total);
+    report.samples("radix cached start (trace + load)", "ms", &load_total);
+    report.samples("radix compile only", "ms", &compile_only);
+    report.samples("radix cache load only", "ms", &load_only);
+    Ok(report)
+}
+
+/// A text of exactly `n_tokens` tokens with `[CLS]` and `[SEP]`, the same
+/// text as `bench/py/minilm.py` builds.
+fn sentence(embedder: &Embedder, n_tokens: usize) -> Result<String> {
+    let text = vec!["hello"; n_tokens - 2].join(" ");
+    let n = embedder.tokenize(&text)?.len();
+    ensure!(n == n_tokens, "{n} tokens, expected {n_tokens}");
+    Ok(text)
+}
+
+fn minilm(dir: &std::path::Path, samples: usize) -> Result<Report> {
+    let platform = Platform::cpu()?;
+    let mut embedder = Embedder::new(&platform, dir, EmbedderConfig::minilm())
+        .with_context(|| format!("loading MiniLM from {}", dir.display()))?;
+    let mut report = Report::new("minilm");
+    for (batch, len, calls) in [(1, 16, 10), (32, 128, 1)] {
+        let text = sentence(&embedder, len)?;
+        let texts = vec![text.as_str(); batch];
+        let t = Instant::now();
+        let first = embedder.embed(&texts)?;
+        report.meta(&format!("first_call_s_{batch}x{len}"), json!(t.elapsed().as_secs_f64()));
+        report.meta(&format!("embedding_first4_{batch}x{len}"), json!(&first[0][..4]));
+        let mut rates = vec![];
+        for _ in 0..samples {
+            let per_call = time_per_call(calls, || embedder.embed(&texts).map(drop))?;
+            rates.push(batch as f64 / per_call);
+        }
+        report.samples(&format!("radix {batch}x{len}"), "sentences/s", &rates);
+    }
+    Ok(report)
+}
+
+fn smollm2(
+    path: &std::path::Path,
+    prompt_len: usize,
+    n_decode: usize,
+    prefills: usize,
+    decodes: usize,
+) -> Result<Report> {
+    let platform = Platform::cpu()?;
+    let gguf = Gguf::open(path)?;
+    // f32 after dequantization; the tied embedding table is read whole by
+    // the output projection, one row by the lookup.
+    let weight_bytes: i64 = gguf
+        .tensor_infos()
+        .iter()
+        .map(|t| t.dims.iter().product::<i64>() * 4)
+        .sum();
+    let t = Instant::now();
+    let mut runner = LlamaRunner::load(&platform, gguf, prompt_len + n_decode)?;
+    let mut report = Report::new("smollm2");
+    report.meta("load_s", json!(t.elapsed().as_secs_f64()));
+    report.meta("weight_bytes_f32", json!(weight_bytes));
+    // The same ids as bench/py/smollm2.py: ordinary word ids.
+    let prompt: Vec<u32> = (0..prompt_len as u32).map(|i| 1000 + 37 * i).collect();
+
+    let t = Instant::now();
+    let (_, mut cache) = runner.prefill(&prompt)?;
+    runner.decode(0, &mut cache)?;
+    report.meta("first_prefill_and_decode_s", json!(t.elapsed().as_secs_f64()));
+
+    let mut rates = vec![];
+    for _ in 0..prefills {
+        let t = Instant::now();
+        runner.prefill(&prompt)?;
+        rates.push(prompt_len as f64 / t.elapsed().as_secs_f64());
+    }
+    report.samples("radix prefill", "tokens/s", &rates);
+
+    let (mut steps, mut runs, mut ids) = (vec![], vec![], vec![]);
+    for run in 0..decodes {
+        let (mut logits, mut cache) = runner.prefill(&prompt)?;
+        let start = Instant::now();
+        for _ in 0..n_decode {
+            let next = radix::nn::Sampler::greedy().pick(&logits) as u32;
+            if run == 0 {
+                ids.push(next);
+            }
+            let t = Instant::now();
+            logits = runner.decode(next, &mut cache)?;
+            steps.push(1.0 / t.elapsed().as_secs_f64());
+        }
+        runs.push(n_decode as f64 / start.elapsed().as_secs_f64());
+    }
+    report.samples("radix decode", "tokens/s", &steps);
+    report.samples("radix decode (whole runs)", "tokens/s", &runs);
+    report.meta("greedy_ids_first16", json!(&ids[..ids.len().min(16)]));
+    Ok(report)
+}
