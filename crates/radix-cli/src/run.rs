@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail, ensure};
 use clap::Args;
+use radix::sharding::{place_block, slice_block};
 use radix_pjrt::{Buffer, Client, CompileOptions, ElementType, ExecuteOptions};
 use serde_json::{Value, json};
 
@@ -615,74 +616,6 @@ fn gather(
         res.push(Array::new(ty, param.dims.clone(), data)?);
     }
     Ok(res)
-}
-
-/// Copies the block at `start` of size `block` out of a C-order array of
-/// `dims` with elements of `size` bytes.
-fn slice_block(data: &[u8], dims: &[i64], size: usize, start: &[i64], block: &[i64]) -> Vec<u8> {
-    if block == dims {
-        return data.to_vec();
-    }
-    let mut out = Vec::with_capacity(block.iter().product::<i64>() as usize * size);
-    for_each_row(dims, size, start, block, |src, len| {
-        out.extend_from_slice(&data[src..src + len])
-    });
-    out
-}
-
-/// Copies `src`, a block of size `block`, to `start` in a C-order array of
-/// `dims` with elements of `size` bytes.
-fn place_block(
-    data: &mut [u8],
-    dims: &[i64],
-    size: usize,
-    start: &[i64],
-    block: &[i64],
-    src: &[u8],
-) {
-    let mut at = 0;
-    for_each_row(dims, size, start, block, |dst, len| {
-        data[dst..dst + len].copy_from_slice(&src[at..at + len]);
-        at += len;
-    });
-}
-
-/// Calls `f(byte offset, byte length)` for each contiguous innermost row of a
-/// block, in C order.
-fn for_each_row(
-    dims: &[i64],
-    size: usize,
-    start: &[i64],
-    block: &[i64],
-    mut f: impl FnMut(usize, usize),
-) {
-    let rank = dims.len();
-    if block.contains(&0) {
-        return;
-    }
-    let row = block.last().map_or(1, |&b| b as usize) * size;
-    let outer = rank.saturating_sub(1);
-    let mut index = vec![0i64; outer];
-    loop {
-        let mut offset = 0i64;
-        for d in 0..rank {
-            let i = if d < outer { index[d] } else { 0 };
-            offset = offset * dims[d] + start[d] + i;
-        }
-        f(offset as usize * size, row);
-        let mut d = outer;
-        loop {
-            if d == 0 {
-                return;
-            }
-            d -= 1;
-            index[d] += 1;
-            if index[d] < block[d] {
-                break;
-            }
-            index[d] = 0;
-        }
-    }
 }
 
 /// `iota(product(shape)).reshape(shape).transpose(perm)`, flattened.

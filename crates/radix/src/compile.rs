@@ -290,13 +290,13 @@ pub fn compile_program_with(
     };
     let key = cache_key(platform, &program, config)?;
     let text = program.stablehlo();
-    if let Some(dump) = &config.dump {
-        if let Err(e) = dump.write_module(&config.name, key, &text) {
-            tracing::warn!(
-                "cannot write the module dump to {}: {e}",
-                dump.dir.display()
-            );
-        }
+    if let Some(dump) = &config.dump
+        && let Err(e) = dump.write_module(&config.name, key, &text)
+    {
+        tracing::warn!(
+            "cannot write the module dump to {}: {e}",
+            dump.dir.display()
+        );
     }
     let cache = match &config.cache {
         CacheMode::Dir(dir) => Some(ExecutableCache::new(dir)),

@@ -28,6 +28,9 @@ use crate::{DType, Shape};
 pub(crate) const FOLD_LIMIT: usize = 4096;
 
 /// What a node simplifies to.
+// Returned once per node and moved straight into the function: boxing the
+// node would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Simplified {
     /// An existing value of the function.
     Value(ValueId),
