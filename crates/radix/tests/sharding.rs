@@ -201,3 +201,24 @@ fn a_buffer_split_another_way_is_refused() {
     let single = Buffer::from_slice(&radix::testing::platform(), &[0f32; 32], x).unwrap();
     assert!(matches!(exe.call(&[&single]), Err(Error::Sharding(_))));
 }
+
+#[test]
+fn a_sharded_executable_loads_from_the_cache() {
+    let platform = meshed(&[4]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = CompileConfig::new(&platform);
+    config.cache = CacheMode::Dir(dir.path().to_path_buf());
+    let x = rows().shard("b", 0).unwrap();
+    let values: Vec<f32> = (0..32).map(|v| v as f32).collect();
+    let xb = Buffer::from_slice(&platform, &values, x).unwrap();
+    let mut origins = vec![];
+    for _ in 0..2 {
+        let program = radix::trace(&(), &Tensor::param(x), |_, x| x * 3.0).unwrap();
+        let exe = radix::compile_program_with(&platform, program, &config).unwrap();
+        origins.push(exe.origin());
+        let y = exe.call(&[&xb]).unwrap();
+        let want: Vec<f32> = values.iter().map(|v| v * 3.0).collect();
+        assert_eq!(y[0].to_vec::<f32>().unwrap(), want);
+    }
+    assert_eq!(origins, [radix::Origin::Compiled, radix::Origin::Cache]);
+}
