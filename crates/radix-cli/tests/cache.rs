@@ -1,0 +1,49 @@
+//! `radix cache {list,clear}` on a cache folder of its own.
+
+use assert_cmd::Command;
+use radix::{CacheKey, ExecutableCache};
+
+fn radix(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::cargo_bin("radix")
+        .unwrap()
+        .env("RADIX_CACHE_DIR", dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn list_and_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = ExecutableCache::new(&dir.path().join("executables"));
+    let keys: Vec<CacheKey> = ["a", "b"]
+        .iter()
+        .map(|m| CacheKey::from_parts(m, b"", "sha", (0, 1)))
+        .collect();
+    for k in &keys {
+        cache.store(*k, b"payload").unwrap();
+    }
+    let text = radix(dir.path(), &["cache", "list"]);
+    for k in &keys {
+        assert!(text.contains(&k.to_string()), "{text}");
+    }
+    assert!(text.contains("2 executables"), "{text}");
+
+    let json: serde_json::Value =
+        serde_json::from_str(&radix(dir.path(), &["cache", "list", "--json"])).unwrap();
+    assert_eq!(json["entries"].as_array().unwrap().len(), 2);
+    assert_eq!(json["entries"][0]["bytes"], 43);
+
+    let json: serde_json::Value =
+        serde_json::from_str(&radix(dir.path(), &["cache", "clear", "--json"])).unwrap();
+    assert_eq!(json["removed"], 2);
+    assert!(cache.list().unwrap().is_empty());
+    let text = radix(dir.path(), &["cache", "list"]);
+    assert!(text.contains("0 executables"), "{text}");
+}
