@@ -96,7 +96,7 @@ pub fn checkpoint_name(path: &str) -> String {
         ),
         ("embeddings.norm.", "embeddings.LayerNorm."),
     ];
-    const LAYER: [(&str, &str); 7] = [
+    const LAYER: [(&str, &str); 8] = [
         ("attention.query.", "attention.self.query."),
         ("attention.key.", "attention.self.key."),
         ("attention.value.", "attention.self.value."),
@@ -104,6 +104,7 @@ pub fn checkpoint_name(path: &str) -> String {
         ("attention.norm.", "attention.output.LayerNorm."),
         ("mlp.up.", "intermediate.dense."),
         ("mlp.down.", "output.dense."),
+        ("norm.", "output.LayerNorm."),
     ];
     let replace = |s: &str, table: &[(&str, &str)]| {
         table
@@ -116,12 +117,7 @@ pub fn checkpoint_name(path: &str) -> String {
     if let Some(rest) = path.strip_prefix("layers.")
         && let Some((n, rest)) = rest.split_once('.')
     {
-        let rest = replace(rest, &LAYER)
-            .or_else(|| {
-                rest.strip_prefix("norm.")
-                    .map(|r| format!("output.LayerNorm.{r}"))
-            })
-            .unwrap_or_else(|| rest.to_string());
+        let rest = replace(rest, &LAYER).unwrap_or_else(|| rest.to_string());
         return format!("encoder.layer.{n}.{rest}");
     }
     path.to_string()
