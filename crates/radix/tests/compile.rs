@@ -77,13 +77,13 @@ fn prints_generic_stablehlo_with_locations() {
               func.func @main(%arg0: tensor<2x3xf32> loc("crates/radix/tests/compile.rs":45:19)) -> (tensor<2xf32>) {
                 %0 = "stablehlo.constant"() {value = dense<"0x00000040"> : tensor<2x3xf32>} : () -> tensor<2x3xf32> loc("crates/radix/tests/compile.rs":73:13)
                 %1 = "stablehlo.multiply"(%arg0, %0) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32> loc("crates/radix/tests/compile.rs":73:13)
-                %c2_0 = "stablehlo.constant"() {value = dense<"0x00000000"> : tensor<f32>} : () -> tensor<f32> loc("crates/radix/tests/compile.rs":73:23)
-                %2 = "stablehlo.reduce"(%1, %c2_0) ({
-                  ^bb0(%r2_a: tensor<f32>, %r2_b: tensor<f32>):
-                    %r2_c = "stablehlo.add"(%r2_a, %r2_b) : (tensor<f32>, tensor<f32>) -> tensor<f32>
-                    "stablehlo.return"(%r2_c) : (tensor<f32>) -> ()
+                %2 = "stablehlo.constant"() {value = dense<"0x00000000"> : tensor<f32>} : () -> tensor<f32> loc("crates/radix/tests/compile.rs":73:23)
+                %3 = "stablehlo.reduce"(%1, %2) ({
+                  ^bb0(%r3_0_a0: tensor<f32>, %r3_0_a1: tensor<f32>):
+                %r3_0_0 = "stablehlo.add"(%r3_0_a0, %r3_0_a1) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc("crates/radix/src/ir/ops/reduce.rs":165:14)
+                "stablehlo.return"(%r3_0_0) : (tensor<f32>) -> ()
                 }) {dimensions = array<i64: 1>} : (tensor<2x3xf32>, tensor<f32>) -> tensor<2xf32> loc("crates/radix/tests/compile.rs":73:23)
-                "func.return"(%2) : (tensor<2xf32>) -> ()
+                "func.return"(%3) : (tensor<2xf32>) -> ()
               }
             }
         "#]],

@@ -44,15 +44,15 @@ fn while_text() {
           func.func @main(%arg0: tensor<2xi32>) -> (tensor<2xi32>) {
             %0:1 = "stablehlo.while"(%arg0) ({
               ^bb0(%r0_0_a0: tensor<2xi32>):
-            %cr0_0_0_0 = "stablehlo.constant"() {value = dense<"0x00000000"> : tensor<i32>} : () -> tensor<i32>
-            %r0_0_0 = "stablehlo.reduce"(%r0_0_a0, %cr0_0_0_0) ({
-              ^bb0(%rr0_0_0_a: tensor<i32>, %rr0_0_0_b: tensor<i32>):
-                %rr0_0_0_c = "stablehlo.add"(%rr0_0_0_a, %rr0_0_0_b) : (tensor<i32>, tensor<i32>) -> tensor<i32>
-                "stablehlo.return"(%rr0_0_0_c) : (tensor<i32>) -> ()
+            %r0_0_0 = "stablehlo.constant"() {value = dense<"0x00000000"> : tensor<i32>} : () -> tensor<i32>
+            %r0_0_1 = "stablehlo.reduce"(%r0_0_a0, %r0_0_0) ({
+              ^bb0(%rr0_0_1_0_a0: tensor<i32>, %rr0_0_1_0_a1: tensor<i32>):
+            %rr0_0_1_0_0 = "stablehlo.add"(%rr0_0_1_0_a0, %rr0_0_1_0_a1) : (tensor<i32>, tensor<i32>) -> tensor<i32>
+            "stablehlo.return"(%rr0_0_1_0_0) : (tensor<i32>) -> ()
             }) {dimensions = array<i64: 0>} : (tensor<2xi32>, tensor<i32>) -> tensor<i32>
-            %r0_0_1 = "stablehlo.constant"() {value = dense<"0x64000000"> : tensor<i32>} : () -> tensor<i32>
-            %r0_0_2 = "stablehlo.compare"(%r0_0_0, %r0_0_1) {comparison_direction = #stablehlo<comparison_direction LT>, compare_type = #stablehlo<comparison_type SIGNED>} : (tensor<i32>, tensor<i32>) -> tensor<i1>
-            "stablehlo.return"(%r0_0_2) : (tensor<i1>) -> ()
+            %r0_0_2 = "stablehlo.constant"() {value = dense<"0x64000000"> : tensor<i32>} : () -> tensor<i32>
+            %r0_0_3 = "stablehlo.compare"(%r0_0_1, %r0_0_2) {comparison_direction = #stablehlo<comparison_direction LT>, compare_type = #stablehlo<comparison_type SIGNED>} : (tensor<i32>, tensor<i32>) -> tensor<i1>
+            "stablehlo.return"(%r0_0_3) : (tensor<i1>) -> ()
             }, {
               ^bb0(%r0_1_a0: tensor<2xi32>):
             %r0_1_0 = "stablehlo.multiply"(%r0_1_a0, %arg0) : (tensor<2xi32>, tensor<2xi32>) -> tensor<2xi32>

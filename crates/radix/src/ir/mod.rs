@@ -7,9 +7,13 @@
 //! StableHLO printing and reference semantics side by side. Composites
 //! (softmax, gelu, mean, ...) are built from these primitives and add no op.
 //!
-//! Nested blocks: an op that needs a region (today `reduce`, with a fixed
-//! body kind) prints it from its own data; user-written bodies (issue 4) will
-//! be nested `Function`s held by the op, hermetic or open.
+//! Nested blocks: ops with regions hold their bodies as nested
+//! `Function`s, already optimized. `while`/`if` bodies are open (they name
+//! enclosing values, passed as extra operands); `call`ed functions and the
+//! scalar bodies of `reduce`, `reduce_window`, `sort` and `scatter` are
+//! hermetic. The passes treat a body as part of its op: CSE compares it
+//! whole, and nothing rewrites inside it. An op with several results is one
+//! node followed by a `Project` node per result.
 
 pub(crate) mod interp;
 pub mod ops;

@@ -10,7 +10,6 @@ use std::fmt::Write;
 
 use crate::Shape;
 use crate::ir::{Function, Op};
-use crate::literal::encode;
 use crate::sharding::Mesh;
 
 /// Whether printed ops carry their source locations.
@@ -165,7 +164,6 @@ fn print_body(
             arg_shapes: &arg_shapes,
             shape: node.shape,
             loc: ctx.loc_of(node.loc),
-            n_aux: 0,
         };
         node.op.print(&mut p);
         names[i] = name;
@@ -187,7 +185,6 @@ pub(crate) struct OpPrinter<'a> {
     shape: Shape,
     /// ` loc(...)`, or empty when locations are omitted.
     loc: String,
-    n_aux: usize,
 }
 
 impl OpPrinter<'_> {
@@ -201,29 +198,17 @@ impl OpPrinter<'_> {
         self.arg_shapes
     }
 
-    /// Prints `%res = "op"(args) ({region}) {attrs} : (types) -> type loc`.
+    /// Prints `%res = "op"(args) {attrs} : (types) -> type loc`.
     pub(crate) fn generic(&mut self, op: &str, attrs: &str) {
-        self.generic_with(op, &[], "", attrs);
+        self.generic_with(op, "", attrs);
     }
 
-    /// Like [`OpPrinter::generic`], with extra leading `pre` operands (names
-    /// from [`OpPrinter::scalar_constant`]) and a region text.
-    pub(crate) fn generic_with(
-        &mut self,
-        op: &str,
-        extra: &[(String, Shape)],
-        region: &str,
-        attrs: &str,
-    ) {
+    /// Like [`OpPrinter::generic`], with a region text (from
+    /// [`OpPrinter::region`]) after the operands.
+    pub(crate) fn generic_with(&mut self, op: &str, region: &str, attrs: &str) {
         let o = &mut *self.out;
         let _ = write!(o, "    {} = \"{op}\"(", self.res);
-        push_list(
-            o,
-            self.args
-                .iter()
-                .copied()
-                .chain(extra.iter().map(|e| e.0.as_str())),
-        );
+        push_list(o, self.args.iter().copied());
         o.push(')');
         if !region.is_empty() {
             let _ = write!(o, " ({{\n{region}    }})");
@@ -232,23 +217,8 @@ impl OpPrinter<'_> {
             let _ = write!(o, " {{{attrs}}}");
         }
         o.push_str(" : (");
-        push_types(o, self.arg_shapes.iter().chain(extra.iter().map(|e| &e.1)));
+        push_types(o, self.arg_shapes.iter());
         let _ = writeln!(o, ") -> {}{}", tensor_type(&self.shape), self.loc);
-    }
-
-    /// Prints a scalar constant of `shape`'s dtype with value `v` before the
-    /// op and returns its name and shape (for reduce init values and the like).
-    pub(crate) fn scalar_constant(&mut self, shape: Shape, v: f64) -> (String, Shape) {
-        let name = format!("%c{}_{}", &self.res[1..], self.n_aux);
-        self.n_aux += 1;
-        let ty = tensor_type(&shape);
-        let _ = writeln!(
-            self.out,
-            "    {name} = \"stablehlo.constant\"() {{value = {}}} : () -> {ty}{}",
-            dense(&shape, &encode(shape.dtype(), &[v])),
-            self.loc
-        );
-        (name, shape)
     }
 
     /// The `mhlo.sharding` string of `shape` on the module's mesh

@@ -3,6 +3,8 @@
 
 use crate::shape::{Axes, AxisRef};
 use crate::tensor::fail;
+
+use super::reduce::{lowest, reduce};
 use crate::{DType, Shape, Tensor};
 
 impl Tensor {
@@ -83,7 +85,8 @@ impl Tensor {
     }
 
     /// The position of the largest value along `axis` (removed), as `i32`;
-    /// the first one on ties.
+    /// the first one on ties, and the first NaN if any. A two-operand
+    /// `stablehlo.reduce` of (value, position) pairs.
     #[track_caller]
     pub fn argmax(self, axis: impl Into<AxisRef>) -> Tensor {
         let axis = axis.into();
@@ -91,10 +94,20 @@ impl Tensor {
         let Some(a) = s.axis(axis) else {
             return fail("argmax", format!("no axis {axis}"), &[self], s);
         };
-        let m = self.max(a).broadcast_back(s, a);
         let iota = Tensor::iota(s.with_dtype(DType::I32), a);
-        let none = Tensor::scalar(s.dims()[a] as f64, DType::I32);
-        self.eq(m).select(iota, none).min(a)
+        let inits = [
+            Tensor::scalar(lowest(s.dtype()), s.dtype()),
+            Tensor::scalar(0.0, DType::I32),
+        ];
+        reduce(&[self, iota], &inits, a, |acc, x| {
+            let (av, ai, xv, xi) = (acc[0], acc[1], x[0], x[1]);
+            // Keep the accumulator if it is NaN (the first NaN wins), else
+            // if it is larger, or equal and first.
+            let (a_nan, x_num, a_first) = (av.ne(av), xv.eq(xv), ai.lt(xi));
+            let larger = av.gt(xv).or(av.eq(xv).and(a_first));
+            let keep = a_nan.and(x_num.or(a_first)).or(x_num.and(larger));
+            vec![keep.select(av, xv), keep.select(ai, xi)]
+        })[1]
     }
 
     /// `self` (reduced over axis `removed` of `like`) broadcast back to `like`.

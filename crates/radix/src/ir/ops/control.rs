@@ -209,7 +209,7 @@ pub fn call<A: Module + Clone, O: Module + Clone>(f: fn(&A) -> O, args: &A) -> O
 
 /// Emits a multi-result `op` and one `Project` per result.
 #[track_caller]
-fn multi(op: Op, args: &[Tensor], shapes: &[Shape]) -> Vec<Tensor> {
+pub(crate) fn multi(op: Op, args: &[Tensor], shapes: &[Shape]) -> Vec<Tensor> {
     let Some(&first) = shapes.first() else {
         return vec![];
     };
@@ -221,8 +221,14 @@ fn multi(op: Op, args: &[Tensor], shapes: &[Shape]) -> Vec<Tensor> {
         .collect()
 }
 
+/// Records a misuse of op `name` and returns placeholders of `shapes`.
 #[track_caller]
-fn poison(name: &'static str, msg: String, args: &[Tensor], shapes: &[Shape]) -> Vec<Tensor> {
+pub(crate) fn poison(
+    name: &'static str,
+    msg: String,
+    args: &[Tensor],
+    shapes: &[Shape],
+) -> Vec<Tensor> {
     let first = fail(name, msg, args, Shape::scalar(DType::F32));
     let mut res = vec![first];
     res.extend(

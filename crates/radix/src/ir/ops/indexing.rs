@@ -1,13 +1,17 @@
 //! Indexing: `dynamic_slice` and `dynamic_update_slice` at run-time offsets,
-//! `gather` of slices along an axis (embedding lookup), `scatter` of slices.
+//! `gather` of slices along an axis (embedding lookup), `scatter` of slices
+//! with an update function (a hermetic block over scalars: override, add).
+
+use std::sync::Arc;
 
 use crate::ir::Op;
-use crate::ir::print::{OpPrinter, i64_array, i64_list, tensor_type};
+use crate::ir::print::{OpPrinter, i64_array, i64_list};
 use crate::literal::{Literal, strides, unravel};
 use crate::shape::AxisRef;
 use crate::tensor::record;
 use crate::{Shape, Tensor};
 
+use super::reduce::{apply, check_body, scalar_block};
 use super::shape_ops::gather_by_index;
 
 impl Tensor {
@@ -68,11 +72,39 @@ impl Tensor {
 
     /// `self` with the slices along `axis` at `indices` replaced by `updates`
     /// (shaped as `self.gather(axis, indices)`); out-of-range indices are
-    /// skipped (`stablehlo.scatter`).
+    /// skipped, and which update wins at a repeated index is unspecified
+    /// (`stablehlo.scatter` returning the update).
     #[track_caller]
     pub fn scatter(self, axis: impl Into<AxisRef>, indices: Tensor, updates: Tensor) -> Tensor {
+        self.scatter_with(axis, indices, updates, |_, new| new)
+    }
+
+    /// `self` with `updates` added to the slices along `axis` at `indices`;
+    /// updates at a repeated index accumulate (`stablehlo.scatter` with `add`).
+    #[track_caller]
+    pub fn scatter_add(self, axis: impl Into<AxisRef>, indices: Tensor, updates: Tensor) -> Tensor {
+        self.scatter_with(axis, indices, updates, |old, new| old + new)
+    }
+
+    /// `self` with each element `old` of the slices along `axis` at
+    /// `indices` replaced by `update(old, new)`, `new` from `updates`
+    /// (shaped as `self.gather(axis, indices)`); out-of-range indices are
+    /// skipped (`stablehlo.scatter`). `update` is a hermetic block over
+    /// scalars; at a repeated index it is applied once per update, in an
+    /// unspecified order.
+    #[track_caller]
+    pub fn scatter_with(
+        self,
+        axis: impl Into<AxisRef>,
+        indices: Tensor,
+        updates: Tensor,
+        update: impl FnOnce(Tensor, Tensor) -> Tensor,
+    ) -> Tensor {
         let s = self.shape();
         let axis = axis.into();
+        let block = scalar_block("scatter update", &[s.dtype()], 2, |x| {
+            vec![update(x[0], x[1])]
+        });
         let res = gathered_shape(s, axis, indices.shape()).and_then(|(a, want)| {
             if want.dims() != updates.shape().dims() || updates.dtype() != s.dtype() {
                 return Err(format!(
@@ -80,7 +112,12 @@ impl Tensor {
                     updates.shape()
                 ));
             }
-            Ok((Op::Scatter(a), s))
+            check_body(&block, &[s.dtype()])?;
+            let op = Op::Scatter {
+                axis: a,
+                update: Arc::new(block.function),
+            };
+            Ok((op, s))
         });
         record("scatter", &[self, indices, updates], res)
     }
@@ -152,7 +189,10 @@ pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
             );
             p.generic("stablehlo.gather", &attrs)
         }
-        Op::Scatter(a) => {
+        Op::Scatter {
+            axis: a,
+            update: body,
+        } => {
             let (s, i) = (shapes[0], shapes[1]);
             let win = window_dims(s.rank(), *a, i.rank());
             let update = if win.is_empty() {
@@ -164,12 +204,8 @@ pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
                 "scatter_dimension_numbers = #stablehlo.scatter<{update}inserted_window_dims = [{a}], scatter_dims_to_operand_dims = [{a}], index_vector_dim = {}>, indices_are_sorted = false, unique_indices = false",
                 i.rank()
             );
-            let ty = tensor_type(&Shape::scalar(s.dtype()));
-            let r = p.region_prefix();
-            let region = format!(
-                "      ^bb0({r}_a: {ty}, {r}_b: {ty}):\n        \"stablehlo.return\"({r}_b) : ({ty}) -> ()\n"
-            );
-            p.generic_with("stablehlo.scatter", &[], &region, &attrs)
+            let region = p.region(0, body, 2, &[]);
+            p.generic_with("stablehlo.scatter", &region, &attrs)
         }
         _ => unreachable!(),
     }
@@ -222,7 +258,7 @@ pub(crate) fn eval(op: &Op, args: &[&Literal], shape: Shape) -> Literal {
                 x.data()[off(&ii)]
             })
         }
-        Op::Scatter(a) => {
+        Op::Scatter { axis: a, update } => {
             let (idx, upd) = (args[1], args[2]);
             let ir = idx.shape().rank();
             let ist = strides(idx.shape().dims());
@@ -240,7 +276,8 @@ pub(crate) fn eval(op: &Op, args: &[&Literal], shape: Shape) -> Literal {
                     .chain([pos as usize])
                     .chain(ui[a + ir..].iter().copied())
                     .collect();
-                data[off(&ii)] = v;
+                let o = off(&ii);
+                data[o] = apply(update, &[data[o], v])[0];
             }
             Literal::new(shape, data)
         }

@@ -12,6 +12,7 @@ pub mod indexing;
 pub mod reduce;
 pub mod shape_ops;
 pub mod sharding;
+pub mod sort;
 
 use std::sync::Arc;
 
@@ -21,7 +22,8 @@ use crate::ir::print::OpPrinter;
 use crate::literal::Literal;
 
 pub use elementwise::{Binary, Compare, Unary};
-pub use reduce::Reducer;
+pub use reduce::Window;
+pub use sort::Order;
 
 /// An op of the IR: a small closed set of StableHLO primitives.
 #[derive(Debug, Clone, PartialEq)]
@@ -70,10 +72,27 @@ pub(crate) enum Op {
     DynamicUpdateSlice,
     /// `stablehlo.gather` of slices along an axis (operand, indices).
     Gather(usize),
-    /// `stablehlo.scatter` of slices along an axis (operand, indices, updates), overriding.
-    Scatter(usize),
-    /// `stablehlo.reduce` over axes with a fixed body.
-    Reduce(Reducer, Vec<usize>),
+    /// `stablehlo.scatter` of slices along an axis (operand, indices,
+    /// updates), combining old and new elements with `update`.
+    Scatter { axis: usize, update: Arc<Function> },
+    /// `stablehlo.reduce` over axes: operands are the tensors, then one
+    /// initial value each; `body` is hermetic over scalars (accumulators,
+    /// then elements). Several results when it has several operands.
+    Reduce {
+        body: Arc<Function>,
+        axes: Vec<usize>,
+    },
+    /// `stablehlo.reduce_window` (operand, initial value).
+    ReduceWindow {
+        body: Arc<Function>,
+        window: reduce::Window,
+    },
+    /// `stablehlo.sort` along an axis, stable, of several operands (one
+    /// result each); `comparator` is hermetic over scalars (lhs0, rhs0, ...).
+    Sort {
+        comparator: Arc<Function>,
+        axis: usize,
+    },
     /// Result `i` of the multi-result op that is its operand; not printed
     /// (its users name `%op#i`).
     Project(usize),
@@ -124,8 +143,10 @@ impl Op {
             Op::DynamicSlice(_) => "dynamic_slice",
             Op::DynamicUpdateSlice => "dynamic_update_slice",
             Op::Gather(_) => "gather",
-            Op::Scatter(_) => "scatter",
-            Op::Reduce(..) => "reduce",
+            Op::Scatter { .. } => "scatter",
+            Op::Reduce { .. } => "reduce",
+            Op::ReduceWindow { .. } => "reduce_window",
+            Op::Sort { .. } => "sort",
             Op::Project(_) => "project",
             Op::While { .. } => "while",
             Op::If { .. } => "if",
@@ -151,10 +172,11 @@ impl Op {
             | Op::Concatenate(_)
             | Op::Pad(_)
             | Op::Reverse(_) => shape_ops::print(self, p),
-            Op::DynamicSlice(_) | Op::DynamicUpdateSlice | Op::Gather(_) | Op::Scatter(_) => {
+            Op::DynamicSlice(_) | Op::DynamicUpdateSlice | Op::Gather(_) | Op::Scatter { .. } => {
                 indexing::print(self, p)
             }
-            Op::Reduce(r, axes) => reduce::print(*r, axes, p),
+            Op::Reduce { .. } | Op::ReduceWindow { .. } => reduce::print(self, p),
+            Op::Sort { .. } => sort::print(self, p),
             Op::Project(_) => unreachable!("projections are not printed"),
             Op::While { .. } | Op::If { .. } | Op::Call { .. } => control::print(self, p),
             Op::Sharding => sharding::print(p),
@@ -178,12 +200,16 @@ impl Op {
             | Op::Concatenate(_)
             | Op::Pad(_)
             | Op::Reverse(_) => shape_ops::eval(self, args, shape),
-            Op::DynamicSlice(_) | Op::DynamicUpdateSlice | Op::Gather(_) | Op::Scatter(_) => {
+            Op::DynamicSlice(_) | Op::DynamicUpdateSlice | Op::Gather(_) | Op::Scatter { .. } => {
                 indexing::eval(self, args, shape)
             }
-            Op::Reduce(r, axes) => reduce::eval(*r, axes, args, shape),
+            Op::Reduce { .. } | Op::ReduceWindow { .. } => reduce::eval(self, args).remove(0),
             Op::Sharding => sharding::eval(args, shape),
-            Op::Project(_) | Op::While { .. } | Op::If { .. } | Op::Call { .. } => {
+            Op::Project(_)
+            | Op::While { .. }
+            | Op::If { .. }
+            | Op::Call { .. }
+            | Op::Sort { .. } => {
                 unreachable!("{} is evaluated by `eval_multi`", self.name())
             }
         }
@@ -191,11 +217,19 @@ impl Op {
 
     /// Whether the op has several results (read through `Project` nodes).
     pub(crate) fn is_multi(&self) -> bool {
-        matches!(self, Op::While { .. } | Op::If { .. } | Op::Call { .. })
+        match self {
+            Op::While { .. } | Op::If { .. } | Op::Call { .. } | Op::Sort { .. } => true,
+            Op::Reduce { body, .. } => body.results.len() > 1,
+            _ => false,
+        }
     }
 
     /// The reference semantics of a multi-result op.
     pub(crate) fn eval_multi(&self, args: &[&Literal]) -> Vec<Literal> {
-        control::eval(self, args)
+        match self {
+            Op::Reduce { .. } => reduce::eval(self, args),
+            Op::Sort { .. } => sort::eval(self, args),
+            _ => control::eval(self, args),
+        }
     }
 }

@@ -1,50 +1,309 @@
-//! Reductions over axes: `sum`, `max`, `min` as `stablehlo.reduce` with a
-//! fixed body. (User-written bodies come with blocks; see `ir`.)
+//! Reductions with a user-written body: [`reduce`] (`stablehlo.reduce`,
+//! variadic) and [`Tensor::reduce_window`] (`stablehlo.reduce_window`), and
+//! what is built on them: `sum`, `max`, `min`, `cumsum`, `max_pool`.
+//!
+//! A body is a *hermetic* block over scalar tensors: it may use only its
+//! arguments and constants it makes itself (a captured tensor is an error
+//! naming the value and the line). XLA may combine partial results in any
+//! order, so a body must be associative and commutative, with the initial
+//! value as its identity: `sum of squares` is `(x * x).reduce(0, add)`, not
+//! `acc + x * x`.
 
-use crate::ir::Op;
-use crate::ir::print::{OpPrinter, i64_array, tensor_type};
-use crate::literal::{Literal, round_to, strides, unravel};
-use crate::shape::Axes;
-use crate::tensor::record;
+use std::sync::Arc;
+
+use crate::ir::print::{OpPrinter, i64_array, i64_list};
+use crate::ir::{Function, Op, interp};
+use crate::literal::{Literal, strides, unravel};
+use crate::shape::{Axes, AxisRef};
+use crate::tensor::{Block, emit, fail, record, trace_block};
 use crate::{DType, Shape, Tensor};
 
-/// The body of a fixed reduction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Reducer {
-    /// `stablehlo.add` from 0.
-    Sum,
-    /// `stablehlo.maximum` from the lowest value.
-    Max,
-    /// `stablehlo.minimum` from the highest value.
-    Min,
+use super::Binary;
+use super::control::{multi, poison};
+
+/// The window of a [`Tensor::reduce_window`], one entry per axis of the
+/// operand.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Window {
+    /// The window's size along each axis.
+    pub dims: Vec<i64>,
+    /// How far the window moves between outputs along each axis (>= 1).
+    pub strides: Vec<i64>,
+    /// Elements of the initial value added before and after each axis (>= 0).
+    pub padding: Vec<[i64; 2]>,
 }
 
-impl Reducer {
-    fn name(self) -> &'static str {
-        match self {
-            Reducer::Sum => "sum",
-            Reducer::Max => "max",
-            Reducer::Min => "min",
-        }
+/// Reduces `operands` (tensors of equal dims) over `axes`, which are
+/// removed, starting from the scalar `inits` (one per operand, of its
+/// dtype) (`stablehlo.reduce`). `body(acc, x)` gets one scalar per operand
+/// on each side and returns the combined scalars; it is a hermetic block
+/// and must be associative and commutative with `inits` as identity.
+/// Result `i` has operand `i`'s remaining axes and tags.
+#[track_caller]
+pub fn reduce(
+    operands: &[Tensor],
+    inits: &[Tensor],
+    axes: impl Axes,
+    body: impl FnOnce(&[Tensor], &[Tensor]) -> Vec<Tensor>,
+) -> Vec<Tensor> {
+    let n = operands.len();
+    let dtypes: Vec<DType> = operands.iter().map(|t| t.dtype()).collect();
+    let block = scalar_block("reduce body", &dtypes, 2, |s| body(&s[..n], &s[n..]));
+    reduce_with_block(operands, inits, &axes, block)
+}
+
+impl Tensor {
+    /// Reduces `self` over `axes` (removed) from the scalar `init` with the
+    /// hermetic `body(acc, x)` (`stablehlo.reduce`): `x.reduce(one, axes,
+    /// |a, b| a * b)` is the product. See [`reduce`] for several operands.
+    #[track_caller]
+    pub fn reduce(
+        self,
+        init: Tensor,
+        axes: impl Axes,
+        body: impl FnOnce(Tensor, Tensor) -> Tensor,
+    ) -> Tensor {
+        let block = scalar_block("reduce body", &[self.dtype()], 2, |s| {
+            vec![body(s[0], s[1])]
+        });
+        reduce_with_block(&[self], &[init], &axes, block)[0]
     }
 
-    fn init(self, dtype: DType) -> f64 {
-        match self {
-            Reducer::Sum => 0.0,
-            Reducer::Max => lowest(dtype),
-            Reducer::Min => {
-                -lowest(dtype)
-                    - if dtype.is_integer() && !dtype.is_unsigned() {
-                        1.0
-                    } else {
-                        0.0
-                    }
+    /// The sum over `axes`, which are removed (`stablehlo.reduce` with `add`).
+    #[track_caller]
+    pub fn sum(self, axes: impl Axes) -> Tensor {
+        self.builtin("sum", &axes, 0.0, Binary::Add)
+    }
+
+    /// The maximum over `axes`, which are removed (`stablehlo.reduce` with `maximum`).
+    #[track_caller]
+    pub fn max(self, axes: impl Axes) -> Tensor {
+        let init = lowest(self.dtype());
+        self.builtin("max", &axes, init, Binary::Max)
+    }
+
+    /// The minimum over `axes`, which are removed (`stablehlo.reduce` with `minimum`).
+    #[track_caller]
+    pub fn min(self, axes: impl Axes) -> Tensor {
+        let init = highest(self.dtype());
+        self.builtin("min", &axes, init, Binary::Min)
+    }
+
+    /// Reduces windows of `self` (padded with `init`) with the hermetic
+    /// `body(acc, x)` starting from the scalar `init`
+    /// (`stablehlo.reduce_window`). Axis `i` of the result has
+    /// `(d + pad_lo + pad_hi - window) / stride + 1` elements and keeps its tag.
+    #[track_caller]
+    pub fn reduce_window(
+        self,
+        init: Tensor,
+        window: &Window,
+        body: impl FnOnce(Tensor, Tensor) -> Tensor,
+    ) -> Tensor {
+        let block = scalar_block("reduce_window body", &[self.dtype()], 2, |s| {
+            vec![body(s[0], s[1])]
+        });
+        let s = self.shape();
+        let res = check_body(&block, &[self.dtype()])
+            .and_then(|()| check_init(init, self.dtype()))
+            .and_then(|()| windowed_shape(s, window))
+            .map(|out| {
+                let op = Op::ReduceWindow {
+                    body: Arc::new(block.function),
+                    window: window.clone(),
+                };
+                (op, out)
+            });
+        record("reduce_window", &[self, init], res)
+    }
+
+    /// The running sum along `axis` (`stablehlo.reduce_window` with a window
+    /// of the whole axis, padded in front): `[1, 2, 3]` gives `[1, 3, 6]`.
+    #[track_caller]
+    pub fn cumsum(self, axis: impl Into<AxisRef>) -> Tensor {
+        let axis = axis.into();
+        let s = self.shape();
+        let Some(a) = s.axis(axis) else {
+            return fail("cumsum", format!("no axis {axis} in {s}"), &[self], s);
+        };
+        let n = s.dims()[a];
+        let window = Window {
+            dims: (0..s.rank()).map(|k| if k == a { n } else { 1 }).collect(),
+            strides: vec![1; s.rank()],
+            padding: (0..s.rank())
+                .map(|k| if k == a { [n - 1, 0] } else { [0, 0] })
+                .collect(),
+        };
+        let zero = Tensor::scalar(0.0, self.dtype());
+        self.reduce_window(zero, &window, |a, b| a + b)
+    }
+
+    /// The maximum of each window (`stablehlo.reduce_window` with
+    /// `maximum`); padding never wins.
+    #[track_caller]
+    pub fn max_pool(self, window: &Window) -> Tensor {
+        let init = Tensor::scalar(lowest(self.dtype()), self.dtype());
+        self.reduce_window(init, window, Tensor::maximum)
+    }
+
+    /// A one-operand reduction with the binary `op` as body, traced at a
+    /// fixed place so that equal reductions compare equal (CSE).
+    #[track_caller]
+    fn builtin(self, name: &'static str, axes: &impl Axes, init: f64, op: Binary) -> Tensor {
+        if self.dtype() == DType::Bool {
+            return fail(name, "reduction of bools".into(), &[self], self.shape());
+        }
+        let init = Tensor::scalar(init, self.dtype());
+        reduce_with_block(&[self], &[init], axes, binary_body(self.dtype(), op))[0]
+    }
+}
+
+/// The body `op(acc, x)` over scalars of `dtype`. Not `track_caller`, so
+/// built-in bodies are located here and equal wherever they are used.
+fn binary_body(dtype: DType, op: Binary) -> Block {
+    scalar_block("reduce body", &[dtype], 2, |s| {
+        vec![emit(Op::Binary(op), &s[..2], Shape::scalar(dtype))]
+    })
+}
+
+/// Traces the hermetic block `f` over `n_sides * dtypes.len()` scalars
+/// (`dtypes` repeated `n_sides` times).
+#[track_caller]
+pub(crate) fn scalar_block(
+    kind: &'static str,
+    dtypes: &[DType],
+    n_sides: usize,
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Block {
+    let shapes: Vec<Shape> = (0..n_sides)
+        .flat_map(|_| dtypes.iter().map(|&d| Shape::scalar(d)))
+        .collect();
+    trace_block(kind, false, &shapes, f)
+}
+
+/// Whether `block` returns one scalar of each of `dtypes`.
+pub(crate) fn check_body(block: &Block, dtypes: &[DType]) -> Result<(), String> {
+    let got: Vec<Shape> = block.results.iter().map(|t| t.shape()).collect();
+    let want: Vec<Shape> = dtypes.iter().map(|&d| Shape::scalar(d)).collect();
+    let same = got.len() == want.len()
+        && got
+            .iter()
+            .zip(&want)
+            .all(|(g, w)| g.dims() == w.dims() && g.dtype() == w.dtype());
+    if same {
+        Ok(())
+    } else {
+        Err(format!("the body gives {got:?}, not {want:?}"))
+    }
+}
+
+fn check_init(init: Tensor, dtype: DType) -> Result<(), String> {
+    let s = init.shape();
+    if s.rank() != 0 || s.dtype() != dtype {
+        return Err(format!("the initial value is {s}, not a {dtype} scalar"));
+    }
+    Ok(())
+}
+
+#[track_caller]
+fn reduce_with_block(
+    operands: &[Tensor],
+    inits: &[Tensor],
+    axes: &impl Axes,
+    block: Block,
+) -> Vec<Tensor> {
+    let dtypes: Vec<DType> = operands.iter().map(|t| t.dtype()).collect();
+    let mut args = operands.to_vec();
+    args.extend_from_slice(inits);
+    let shapes = reduced_shapes(operands, inits, axes, &block, &dtypes);
+    match shapes {
+        Ok((a, shapes)) => {
+            let op = Op::Reduce {
+                body: Arc::new(block.function),
+                axes: a,
+            };
+            if shapes.len() == 1 {
+                vec![record("reduce", &args, Ok((op, shapes[0])))]
+            } else {
+                multi(op, &args, &shapes)
             }
         }
+        Err(msg) => {
+            let fallback: Vec<Shape> = operands.iter().map(|t| t.shape()).collect();
+            poison("reduce", msg, &args, &fallback)
+        }
     }
 }
 
-fn lowest(dtype: DType) -> f64 {
+fn reduced_shapes(
+    operands: &[Tensor],
+    inits: &[Tensor],
+    axes: &impl Axes,
+    block: &Block,
+    dtypes: &[DType],
+) -> Result<(Vec<usize>, Vec<Shape>), String> {
+    let Some(first) = operands.first() else {
+        return Err("no operands".into());
+    };
+    if inits.len() != operands.len() {
+        return Err(format!(
+            "{} operands but {} initial values",
+            operands.len(),
+            inits.len()
+        ));
+    }
+    if let Some(t) = operands.iter().find(|t| t.dims() != first.dims()) {
+        return Err(format!(
+            "operands {} and {} differ",
+            first.shape(),
+            t.shape()
+        ));
+    }
+    for (&i, &d) in inits.iter().zip(dtypes) {
+        check_init(i, d)?;
+    }
+    check_body(block, dtypes)?;
+    let mut a = first.shape().resolve(axes)?;
+    a.sort();
+    a.dedup();
+    let shapes = operands
+        .iter()
+        .map(|t| {
+            a.iter()
+                .rev()
+                .fold(t.shape(), |s, &i| s.remove_axis(i).unwrap_or(s))
+        })
+        .collect();
+    Ok((a, shapes))
+}
+
+fn windowed_shape(s: Shape, w: &Window) -> Result<Shape, String> {
+    let r = s.rank();
+    if w.dims.len() != r || w.strides.len() != r || w.padding.len() != r {
+        return Err(format!("window {w:?} does not have {r} axes"));
+    }
+    let mut out = s;
+    for k in 0..r {
+        let padded = s.dims()[k] + w.padding[k][0] + w.padding[k][1];
+        let bad = w.dims[k] < 1
+            || w.strides[k] < 1
+            || w.padding[k].iter().any(|&p| p < 0)
+            || padded < w.dims[k];
+        if bad {
+            return Err(format!("window {w:?} does not fit {s}"));
+        }
+        let n = (padded - w.dims[k]) / w.strides[k] + 1;
+        let tag = s.tag(k).map_or("", |t| t.as_str());
+        out = out
+            .remove_axis(k)
+            .and_then(|o| o.insert_axis(k, n, tag))
+            .unwrap_or(out);
+    }
+    Ok(out)
+}
+
+/// The lowest value of `dtype` (the identity of `maximum`).
+pub(crate) fn lowest(dtype: DType) -> f64 {
     match dtype {
         DType::I8 => i8::MIN as f64,
         DType::I16 => i16::MIN as f64,
@@ -55,85 +314,137 @@ fn lowest(dtype: DType) -> f64 {
     }
 }
 
-impl Tensor {
-    /// The sum over `axes`, which are removed (`stablehlo.reduce` with `add`).
-    #[track_caller]
-    pub fn sum(self, axes: impl Axes) -> Tensor {
-        reduce(Reducer::Sum, self, &axes)
-    }
-
-    /// The maximum over `axes`, which are removed (`stablehlo.reduce` with `maximum`).
-    #[track_caller]
-    pub fn max(self, axes: impl Axes) -> Tensor {
-        reduce(Reducer::Max, self, &axes)
-    }
-
-    /// The minimum over `axes`, which are removed (`stablehlo.reduce` with `minimum`).
-    #[track_caller]
-    pub fn min(self, axes: impl Axes) -> Tensor {
-        reduce(Reducer::Min, self, &axes)
+/// The highest value of `dtype` (the identity of `minimum`).
+fn highest(dtype: DType) -> f64 {
+    match dtype {
+        DType::I8 => i8::MAX as f64,
+        DType::I16 => i16::MAX as f64,
+        DType::I32 => i32::MAX as f64,
+        DType::I64 => i64::MAX as f64,
+        DType::U8 => u8::MAX as f64,
+        DType::U16 => u16::MAX as f64,
+        DType::U32 => u32::MAX as f64,
+        DType::U64 => u64::MAX as f64,
+        _ => f64::INFINITY,
     }
 }
 
-#[track_caller]
-fn reduce(r: Reducer, x: Tensor, axes: &impl Axes) -> Tensor {
-    let s = x.shape();
-    let res = s.resolve(axes).and_then(|mut a| {
-        if s.dtype() == DType::Bool || (r == Reducer::Sum && s.dtype() == DType::Bool) {
-            return Err("reduction of bools".into());
+/// `body` applied to scalars `args` (one per parameter).
+pub(crate) fn apply(body: &Function, args: &[f64]) -> Vec<f64> {
+    let lits: Vec<Literal> = body
+        .params
+        .iter()
+        .zip(args)
+        .map(|(&p, &v)| Literal::new(body.node(p).shape, vec![v]))
+        .collect();
+    interp::eval(body, &lits)
+        .into_iter()
+        .map(|l| l.data()[0])
+        .collect()
+}
+
+pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
+    match op {
+        Op::Reduce { body, axes } => {
+            let n = body.results.len();
+            let region = p.region(0, body, 2 * n, &[]);
+            let attrs = format!("dimensions = {}", i64_array(axes.iter().map(|&a| a as i64)));
+            if n == 1 {
+                p.generic_with("stablehlo.reduce", &region, &attrs)
+            } else {
+                let shapes = result_shapes(p.arg_shapes(), axes);
+                p.multi("stablehlo.reduce", 2 * n, &[region], &attrs, &shapes)
+            }
         }
-        a.sort();
-        a.dedup();
-        let mut out = s;
-        for &i in a.iter().rev() {
-            out = out.remove_axis(i).unwrap_or(out);
+        Op::ReduceWindow { body, window } => {
+            let region = p.region(0, body, 2, &[]);
+            let pads: Vec<String> = window
+                .padding
+                .iter()
+                .map(|&[lo, hi]| i64_list([lo, hi]))
+                .collect();
+            let attrs = format!(
+                "window_dimensions = {}, window_strides = {}, padding = dense<[{}]> : tensor<{}x2xi64>",
+                i64_array(window.dims.iter().copied()),
+                i64_array(window.strides.iter().copied()),
+                pads.join(", "),
+                window.dims.len()
+            );
+            p.generic_with("stablehlo.reduce_window", &region, &attrs)
         }
-        Ok((Op::Reduce(r, a), out))
-    });
-    record(r.name(), &[x], res)
-}
-
-pub(crate) fn print(r: Reducer, axes: &[usize], p: &mut OpPrinter<'_>) {
-    let dtype = p.shape().dtype();
-    let init = p.scalar_constant(Shape::scalar(dtype), r.init(dtype));
-    let ty = tensor_type(&Shape::scalar(dtype));
-    let body = match r {
-        Reducer::Sum => "stablehlo.add",
-        Reducer::Max => "stablehlo.maximum",
-        Reducer::Min => "stablehlo.minimum",
-    };
-    let n = p.region_prefix();
-    let region = format!(
-        "      ^bb0({n}_a: {ty}, {n}_b: {ty}):\n        {n}_c = \"{body}\"({n}_a, {n}_b) : ({ty}, {ty}) -> {ty}\n        \"stablehlo.return\"({n}_c) : ({ty}) -> ()\n"
-    );
-    let attrs = format!("dimensions = {}", i64_array(axes.iter().map(|&a| a as i64)));
-    p.generic_with("stablehlo.reduce", &[init], &region, &attrs)
-}
-
-pub(crate) fn eval(r: Reducer, axes: &[usize], args: &[&Literal], shape: Shape) -> Literal {
-    let x = args[0];
-    let xs = x.shape();
-    let ost = strides(shape.dims());
-    let mut acc = vec![r.init(xs.dtype()); shape.count()];
-    for (i, &v) in x.data().iter().enumerate() {
-        let xi = unravel(i, xs.dims());
-        let o: usize = (0..xs.rank())
-            .filter(|k| !axes.contains(k))
-            .zip(&ost)
-            .map(|(k, s)| xi[k] * s)
-            .sum();
-        acc[o] = match r {
-            Reducer::Sum => acc[o] + v,
-            Reducer::Max => acc[o].max(v),
-            Reducer::Min => acc[o].min(v),
-        };
+        _ => unreachable!("{op:?} is not a reduction"),
     }
-    Literal::new(
-        shape,
-        acc.into_iter()
-            .map(|v| round_to(shape.dtype(), v))
-            .collect(),
-    )
+}
+
+fn result_shapes(arg_shapes: &[Shape], axes: &[usize]) -> Vec<Shape> {
+    let n = arg_shapes.len() / 2;
+    arg_shapes[..n]
+        .iter()
+        .map(|&s| {
+            axes.iter()
+                .rev()
+                .fold(s, |s, &i| s.remove_axis(i).unwrap_or(s))
+        })
+        .collect()
+}
+
+/// The results of a reduction: one literal per operand (`Reduce`), or
+/// the single windowed result (`ReduceWindow`).
+pub(crate) fn eval(op: &Op, args: &[&Literal]) -> Vec<Literal> {
+    match op {
+        Op::Reduce { body, axes } => {
+            let n = body.results.len();
+            let shapes: Vec<Shape> =
+                result_shapes(&args.iter().map(|l| l.shape()).collect::<Vec<_>>(), axes);
+            let xs = args[0].shape();
+            let ost = strides(shapes[0].dims());
+            let mut acc: Vec<Vec<f64>> = (0..shapes[0].count())
+                .map(|_| args[n..].iter().map(|l| l.data()[0]).collect())
+                .collect();
+            for i in 0..xs.count() {
+                let xi = unravel(i, xs.dims());
+                let o: usize = (0..xs.rank())
+                    .filter(|k| !axes.contains(k))
+                    .zip(&ost)
+                    .map(|(k, s)| xi[k] * s)
+                    .sum();
+                let mut a = acc[o].clone();
+                a.extend(args[..n].iter().map(|l| l.data()[i]));
+                acc[o] = apply(body, &a);
+            }
+            (0..n)
+                .map(|k| Literal::new(shapes[k], acc.iter().map(|a| a[k]).collect()))
+                .collect()
+        }
+        Op::ReduceWindow { body, window } => {
+            let (x, init) = (args[0], args[1].data()[0]);
+            let xs = x.shape();
+            let shape = windowed_shape(xs, window).expect("checked when traced");
+            let xst = strides(xs.dims());
+            let data = (0..shape.count())
+                .map(|o| {
+                    let oi = unravel(o, shape.dims());
+                    let wshape = Shape::new(DType::F32, &window.dims);
+                    (0..wshape.count()).fold(init, |acc, w| {
+                        let wi = unravel(w, &window.dims);
+                        let mut off = Some(0usize);
+                        for k in 0..xs.rank() {
+                            let at = oi[k] as i64 * window.strides[k] + wi[k] as i64
+                                - window.padding[k][0];
+                            if at < 0 || at >= xs.dims()[k] {
+                                off = None;
+                            }
+                            off = off.map(|f| f + at.max(0) as usize * xst[k]);
+                        }
+                        let v = off.map_or(init, |f| x.data()[f]);
+                        apply(body, &[acc, v])[0]
+                    })
+                })
+                .collect();
+            vec![Literal::new(shape, data)]
+        }
+        _ => unreachable!("{op:?} is not a reduction"),
+    }
 }
 
 #[cfg(test)]
