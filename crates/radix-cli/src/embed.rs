@@ -35,10 +35,10 @@ pub fn run(cli: &Cli, args: &EmbedArgs) -> Result<()> {
     let mut embedder = Embedder::new(&platform, &dir, EmbedderConfig::minilm())
         .with_context(|| format!("cannot load the model in {}", dir.display()))?;
     let texts: Vec<&str> = args.texts.iter().map(String::as_str).collect();
-    let ids = texts
-        .iter()
-        .map(|t| embedder.tokenize(t))
-        .collect::<radix_models::Result<Vec<_>>>()?;
+    let mut ids = Vec::with_capacity(texts.len());
+    for t in &texts {
+        ids.push(embedder.tokenize(t)?);
+    }
     let embeddings = embedder.embed(&texts)?;
     bar.finish_and_clear();
     if args.json {

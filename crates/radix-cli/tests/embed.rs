@@ -1,0 +1,153 @@
+//! `radix embed` against the PyTorch/sentence-transformers reference
+//! (`../shared/reference/minilm`, made by `ref_minilm.py`): token ids and
+//! embeddings, the cosine table, and bad input giving one error line.
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use radix::io::Safetensors;
+use serde_json::Value;
+
+fn radix() -> Command {
+    let mut cmd = Command::cargo_bin("radix").expect("the radix binary");
+    cmd.env_remove("RUST_LOG").env("RUST_BACKTRACE", "1");
+    cmd
+}
+
+fn reference_dir() -> PathBuf {
+    match std::env::var_os("RADIX_TEST_REFERENCE_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/reference"),
+    }
+}
+
+/// The reference sentences, their unpadded token ids and embeddings.
+fn reference() -> (Vec<String>, Vec<Vec<u64>>, Vec<Vec<f32>>) {
+    let dir = reference_dir().join("minilm");
+    let path = dir.join("minilm_reference.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    let json: Value = serde_json::from_str(&text).unwrap();
+    let sentences: Vec<String> = serde_json::from_value(json["sentences"].clone()).unwrap();
+    let ids: Vec<Vec<u64>> = serde_json::from_value(json["input_ids"].clone()).unwrap();
+    let mask: Vec<Vec<u64>> = serde_json::from_value(json["attention_mask"].clone()).unwrap();
+    let ids = ids
+        .iter()
+        .zip(&mask)
+        .map(|(ids, mask)| {
+            ids.iter()
+                .zip(mask)
+                .filter(|&(_, &m)| m == 1)
+                .map(|(&i, _)| i)
+                .collect()
+        })
+        .collect();
+    let arrays = Safetensors::open(&dir.join("minilm_reference.safetensors")).unwrap();
+    let flat = arrays.tensor("embeddings").unwrap().unwrap().to_f32_vec();
+    let dim = flat.len() / sentences.len();
+    let embeddings = flat.chunks(dim).map(<[f32]>::to_vec).collect();
+    (sentences, ids, embeddings)
+}
+
+#[test]
+fn json_equals_the_reference() {
+    let (sentences, ids, want) = reference();
+    let out = radix()
+        .args(["embed", "--json"])
+        .args(&sentences)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let json: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(json["model"], "minilm");
+    assert_eq!(json["dim"], 384);
+    let got_ids: Vec<Vec<u64>> = serde_json::from_value(json["ids"].clone()).unwrap();
+    assert_eq!(got_ids, ids);
+    let got: Vec<Vec<f32>> = serde_json::from_value(json["embeddings"].clone()).unwrap();
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g.len(), 384);
+        let diff = g
+            .iter()
+            .zip(w)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(diff <= 1e-4, "sentence {i}: max |diff| {diff}");
+    }
+}
+
+/// The plain output: the numbered texts, then the cosine table (the
+/// reference's cosine of sentences 0 and 1 is 0.10861).
+#[test]
+fn cosine_table() {
+    let out = radix()
+        .args([
+            "embed",
+            "The quick brown fox jumps over the lazy dog.",
+            "Hello world",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(out).unwrap();
+    let want = "\
+[0] The quick brown fox jumps over the lazy dog.
+[1] Hello world
+
+cosine similarity
+         [0]     [1]
+[0]   1.0000  0.1086
+[1]   0.1086  1.0000
+";
+    assert_eq!(text, want);
+}
+
+/// Runs `radix embed ARGS` and checks that it fails with exactly one error
+/// line, the last on stderr, containing `want`, and no panic.
+fn fails(args: &[&std::ffi::OsStr], want: &str) {
+    let out = radix()
+        .arg("embed")
+        .args(args)
+        .assert()
+        .failure()
+        .get_output()
+        .clone();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("backtrace"),
+        "{stderr}"
+    );
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert_eq!(stderr.lines().last(), Some(errors[0]), "{stderr}");
+    assert!(errors[0].contains(want), "{want:?} not in {stderr}");
+}
+
+#[test]
+fn bad_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let model = "--model".as_ref();
+    let hi = "hi".as_ref();
+    fails(&[], "no text to embed");
+    fails(
+        &[model, "bert-large".as_ref(), hi],
+        "unknown model \"bert-large\"",
+    );
+    let missing = d.join("missing");
+    fails(
+        &[model, missing.as_ref(), hi],
+        &format!("model folder {} not found", missing.display()),
+    );
+    std::fs::write(d.join("config.json"), "{}").unwrap();
+    fails(
+        &[model, d.as_ref(), hi],
+        "is not a model folder: it has no model.safetensors, tokenizer.json",
+    );
+    std::fs::write(d.join("model.safetensors"), "not weights").unwrap();
+    std::fs::write(d.join("tokenizer.json"), "{}").unwrap();
+    fails(&[model, d.as_ref(), hi], "cannot load the model in");
+}

@@ -1,0 +1,168 @@
+//! `radix generate` against the PyTorch/transformers reference
+//! (`../shared/reference/smollm2`, made by `ref_smollm2.py`): greedy ids of
+//! the reference prompts, streamed text from stdin, and bad input giving one
+//! error line and a failing exit, never a panic.
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+fn radix() -> Command {
+    let mut cmd = Command::cargo_bin("radix").expect("the radix binary");
+    cmd.env_remove("RUST_LOG").env("RUST_BACKTRACE", "1");
+    cmd
+}
+
+fn reference_dir() -> PathBuf {
+    match std::env::var_os("RADIX_TEST_REFERENCE_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/reference"),
+    }
+}
+
+/// Reference case `i`: its prompt, prompt ids and greedy ids.
+fn case(i: usize) -> (String, Value, Value) {
+    let path = reference_dir().join("smollm2/smollm2_reference.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    let json: Value = serde_json::from_str(&text).unwrap();
+    let c = &json["cases"][i];
+    (
+        c["prompt"].as_str().unwrap().to_string(),
+        c["prompt_ids"].clone(),
+        c["greedy_10_ids"].clone(),
+    )
+}
+
+/// Runs `radix generate --json` greedily for 10 tokens with `args` and
+/// checks the prompt and generated ids against reference case `i`.
+fn check_greedy(i: usize, args: &[&str]) {
+    let (prompt, prompt_ids, ids) = case(i);
+    let out = radix()
+        .args([
+            "generate",
+            "--json",
+            "--max-tokens",
+            "10",
+            "--temperature",
+            "0",
+        ])
+        .args(args)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let json: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(json["model"], "smollm2");
+    assert_eq!(json["prompt"], prompt.as_str());
+    assert_eq!(json["prompt_ids"], prompt_ids, "{prompt:?}");
+    assert_eq!(json["ids"], ids, "{prompt:?}");
+    assert!(json["text"].is_string());
+    for key in ["prefill_tokens_per_s", "decode_tokens_per_s"] {
+        assert!(json[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {json}");
+    }
+}
+
+#[test]
+fn greedy_ids_equal_the_reference() {
+    check_greedy(0, &["The capital of France is"]);
+}
+
+#[test]
+fn greedy_ids_equal_the_reference_second_prompt() {
+    check_greedy(1, &["Once upon a time,"]);
+}
+
+/// The reference's third prompt is `apply_chat_template` of one user message;
+/// `--chat` builds the same text, so the ids match too.
+#[test]
+fn greedy_ids_equal_the_reference_with_the_chat_template() {
+    check_greedy(2, &["--chat", "What is 2+2?"]);
+}
+
+/// Without a prompt argument and with stdin not a terminal, the prompt is
+/// stdin; the text streams to stdout and the speeds go to stderr.
+#[test]
+fn prompt_from_stdin_streams_text() {
+    let out = radix()
+        .args(["generate", "--max-tokens", "3"])
+        .write_stdin("The capital of France is\n")
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stdout, " Paris.\n\n");
+    assert!(
+        stderr.starts_with("prefill: 5 tokens, ") && stderr.contains("decode: 3 tokens, "),
+        "{stderr}"
+    );
+}
+
+/// Runs `radix generate ARGS` (with `stdin`) and checks that it fails with
+/// exactly one error line, the last on stderr, containing `want`, and no panic.
+fn fails(args: &[&std::ffi::OsStr], stdin: &str, want: &str) {
+    let out = radix()
+        .arg("generate")
+        .args(args)
+        .write_stdin(stdin)
+        .assert()
+        .failure()
+        .get_output()
+        .clone();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("backtrace"),
+        "{stderr}"
+    );
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert_eq!(stderr.lines().last(), Some(errors[0]), "{stderr}");
+    assert!(errors[0].contains(want), "{want:?} not in {stderr}");
+}
+
+#[test]
+fn bad_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let model = "--model".as_ref();
+    let hi = "hi".as_ref();
+
+    let missing = d.join("missing.gguf");
+    fails(
+        &[model, missing.as_ref(), hi],
+        "",
+        &format!("model file {} not found", missing.display()),
+    );
+    fails(
+        &[model, "llama-7b".as_ref(), hi],
+        "",
+        "unknown model \"llama-7b\"",
+    );
+    let text = d.join("notes.gguf");
+    std::fs::write(&text, "these are notes, not weights\n").unwrap();
+    fails(&[model, text.as_ref(), hi], "", "as a GGUF model: ");
+    fails(&[model, d.as_ref(), hi], "", "is a folder, not a GGUF file");
+
+    fails(
+        &["--top-p".as_ref(), "2".as_ref(), hi],
+        "",
+        "--top-p must be in (0, 1], got 2",
+    );
+    fails(
+        &["--temperature=-1".as_ref(), hi],
+        "",
+        "--temperature must be",
+    );
+    fails(&[], "", "no prompt");
+
+    // SmolLM2's context is 8192 tokens; each " hello" is one token.
+    let long = "hello".to_string() + &" hello".repeat(9000);
+    fails(
+        &[],
+        &long,
+        "the prompt is 9001 tokens, longer than the model's context of 8192 tokens",
+    );
+}
