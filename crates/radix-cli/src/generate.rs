@@ -59,7 +59,7 @@ pub struct GenerateArgs {
 
 /// Runs `radix generate`.
 pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
-    let sampler = sampler(args)?;
+    let mut sampler = sampler(args)?;
     let model = Model::open(&args.model)?;
     let prompt = match &args.prompt {
         Some(p) => p.clone(),
@@ -76,7 +76,6 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
     let ids = model.tokenizer.encode(&text)?;
     let n_new = model.n_new(ids.len(), args.max_tokens)?;
     let mut session = Session::new(open_platform(cli)?, model, 32);
-    let mut sampler = sampler;
     let res = if args.json {
         session.generate(&ids, n_new, &mut sampler, |_| Ok(()))?
     } else {
@@ -366,8 +365,7 @@ impl TextStream {
 /// Chats on the terminal: each line is a user message; the reply streams
 /// back. The history is formatted with the chat template each turn, oldest
 /// exchanges dropped when it outgrows the context.
-fn chat_loop(cli: &Cli, model: Model, args: &GenerateArgs, sampler: Sampler) -> Result<()> {
-    let mut sampler = sampler;
+fn chat_loop(cli: &Cli, model: Model, args: &GenerateArgs, mut sampler: Sampler) -> Result<()> {
     // A longer cache than the first turns need, so that later turns reuse it.
     let mut session = Session::new(open_platform(cli)?, model, 1024);
     let mut history: Vec<ChatMessage> = vec![];
