@@ -130,15 +130,15 @@ fn sharded_text_has_partition_attributes() {
             %0 = "stablehlo.constant"() {value = dense<"0x00000040"> : tensor<8x4xf32>} : () -> tensor<8x4xf32>
             %1 = "stablehlo.multiply"(%arg0, %0) : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
             %2 = "stablehlo.custom_call"(%1) {call_target_name = "Sharding", mhlo.sharding = "{devices=[1,4]<=[4]}"} : (tensor<8x4xf32>) -> tensor<8x4xf32>
-            %c3_0 = "stablehlo.constant"() {value = dense<"0x00000000"> : tensor<f32>} : () -> tensor<f32>
-            %3 = "stablehlo.reduce"(%2, %c3_0) ({
-              ^bb0(%r3_a: tensor<f32>, %r3_b: tensor<f32>):
-                %r3_c = "stablehlo.add"(%r3_a, %r3_b) : (tensor<f32>, tensor<f32>) -> tensor<f32>
-                "stablehlo.return"(%r3_c) : (tensor<f32>) -> ()
+            %3 = "stablehlo.constant"() {value = dense<"0x00000000"> : tensor<f32>} : () -> tensor<f32>
+            %4 = "stablehlo.reduce"(%2, %3) ({
+              ^bb0(%r4_0_a0: tensor<f32>, %r4_0_a1: tensor<f32>):
+            %r4_0_0 = "stablehlo.add"(%r4_0_a0, %r4_0_a1) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+            "stablehlo.return"(%r4_0_0) : (tensor<f32>) -> ()
             }) {dimensions = array<i64: 1>} : (tensor<8x4xf32>, tensor<f32>) -> tensor<8xf32>
-            %4 = "stablehlo.custom_call"(%3) {call_target_name = "Sharding", mhlo.sharding = "{devices=[4]<=[4]}"} : (tensor<8xf32>) -> tensor<8xf32>
-            %5 = "stablehlo.custom_call"(%2) {call_target_name = "Sharding", mhlo.sharding = "{replicated}"} : (tensor<8x4xf32>) -> tensor<8x4xf32>
-            "func.return"(%4, %5) : (tensor<8xf32>, tensor<8x4xf32>) -> ()
+            %5 = "stablehlo.custom_call"(%4) {call_target_name = "Sharding", mhlo.sharding = "{devices=[4]<=[4]}"} : (tensor<8xf32>) -> tensor<8xf32>
+            %6 = "stablehlo.custom_call"(%2) {call_target_name = "Sharding", mhlo.sharding = "{replicated}"} : (tensor<8x4xf32>) -> tensor<8x4xf32>
+            "func.return"(%5, %6) : (tensor<8xf32>, tensor<8x4xf32>) -> ()
           }
         }
     "#]]

@@ -49,7 +49,7 @@ pub fn reduce(
     let n = operands.len();
     let dtypes: Vec<DType> = operands.iter().map(|t| t.dtype()).collect();
     let block = scalar_block("reduce body", &dtypes, 2, |s| body(&s[..n], &s[n..]));
-    reduce_with_block(operands, inits, &axes, block)
+    reduce_with_block("reduce", operands, inits, &axes, block)
 }
 
 impl Tensor {
@@ -66,7 +66,7 @@ impl Tensor {
         let block = scalar_block("reduce body", &[self.dtype()], 2, |s| {
             vec![body(s[0], s[1])]
         });
-        reduce_with_block(&[self], &[init], &axes, block)[0]
+        reduce_with_block("reduce", &[self], &[init], &axes, block)[0]
     }
 
     /// The sum over `axes`, which are removed (`stablehlo.reduce` with `add`).
@@ -154,7 +154,7 @@ impl Tensor {
             return fail(name, "reduction of bools".into(), &[self], self.shape());
         }
         let init = Tensor::scalar(init, self.dtype());
-        reduce_with_block(&[self], &[init], axes, binary_body(self.dtype(), op))[0]
+        reduce_with_block(name, &[self], &[init], axes, binary_body(self.dtype(), op))[0]
     }
 }
 
@@ -207,6 +207,7 @@ fn check_init(init: Tensor, dtype: DType) -> Result<(), String> {
 
 #[track_caller]
 fn reduce_with_block(
+    name: &'static str,
     operands: &[Tensor],
     inits: &[Tensor],
     axes: &impl Axes,
@@ -223,14 +224,14 @@ fn reduce_with_block(
                 axes: a,
             };
             if shapes.len() == 1 {
-                vec![record("reduce", &args, Ok((op, shapes[0])))]
+                vec![record(name, &args, Ok((op, shapes[0])))]
             } else {
                 multi(op, &args, &shapes)
             }
         }
         Err(msg) => {
             let fallback: Vec<Shape> = operands.iter().map(|t| t.shape()).collect();
-            poison("reduce", msg, &args, &fallback)
+            poison(name, msg, &args, &fallback)
         }
     }
 }
