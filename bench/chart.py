@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from report import HERE, figures, load  # noqa: E402
+from report import HERE, figures, load, meta  # noqa: E402
 
 RADIX, PEER, FLOOR = "#c0392b", "#7f8c8d", "#2c3e50"
 
@@ -61,7 +61,7 @@ def main(results):
     ax = next(a)
     bars(ax, [("radix", g("radix decode"), RADIX), ("transformers", g("transformers decode"), PEER)],
          "5. SmolLM2 decode, fp32", "tokens/s")
-    wbytes = runs.get("smollm2-radix", {}).get("meta", {}).get("weight_bytes_f32")
+    wbytes = meta(runs, "smollm2-radix").get("weight_bytes_f32")
     bws = [b.median for b in (g("copy, 1 thread"), g("copy, 2 threads")) if b]
     if wbytes and bws:
         bound = max(bws) * 1e9 / wbytes
@@ -77,7 +77,7 @@ def main(results):
     ax.set_title("Peak RSS per process (lower is better)", fontsize=10)
     ax.set_xlabel("MiB", fontsize=8)
     ax.tick_params(labelsize=8)
-    date = runs.get("machine", {}).get("meta", {}).get("date", "")
+    date = meta(runs, "machine").get("date", "")
     fig.suptitle(f"radix vs peers, one bench/run, 2 threads, {date}: medians, p10–p90 bars", fontsize=12)
     fig.tight_layout()
     fig.savefig(os.path.join(HERE, "results.png"), dpi=90)

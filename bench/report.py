@@ -27,6 +27,14 @@ def load(results):
     return runs
 
 
+def meta(runs, name):
+    """The facts of the run called `name`, or of its first round (`name-1`)."""
+    for key in (name, f"{name}-1"):
+        if key in runs:
+            return runs[key].get("meta", {})
+    return {}
+
+
 class Figure:
     """One series of samples: median and p10-p90."""
 
@@ -67,18 +75,21 @@ def table(rows, ref, lower_is_better, with_rss=False):
     """Markdown rows: system, median, p10–p90, n, radix/this (and peak RSS)."""
     head = "| system | median | p10–p90 | n | radix / this |" + (" peak RSS |" if with_rss else "")
     out = [head, "|---" * (5 + with_rss) + "|"]
-    for label, fig in rows:
+    for row in rows:
+        label, fig = row[0], row[1]
+        compare = len(row) < 3 or row[2]
         if fig is None:
             out.append(f"| {label} | not measured |" + " |" * (3 + with_rss))
             continue
-        ratio = ref.median / fig.median if ref else None
+        ratio = ref.median / fig.median if ref and compare else None
         word = ""
         if ratio is not None and fig is not ref:
             faster = ratio < 1 if lower_is_better else ratio > 1
             times = 1 / ratio if ratio < 1 else ratio
             word = f" (radix {times:.2f}× {'faster' if faster else 'slower'})"
-        cells = [label, f"{fmt(fig.median)} {fig.unit}", fig.spread(), str(fig.n),
-                 ("1" if fig is ref else f"{ratio:.2f}{word}") if ratio is not None else "—"]
+        unit = {"us": "µs"}.get(fig.unit, fig.unit)
+        cells = [label, f"{fmt(fig.median)} {unit}", fig.spread(), str(fig.n),
+                 ("1" if fig is ref else f"{ratio:.2f}{word}") if ratio is not None else "(part)"]
         if with_rss:
             cells.append(f"{fig.rss:.0f} MiB" if fig.rss else "—")
         out.append("| " + " | ".join(cells) + " |")
@@ -93,8 +104,8 @@ def main(results):
     runs = load(results)
     f = figures(runs)
     g = lambda name: f.get(name)
-    machine = runs.get("machine", {}).get("meta", {})
-    paths = runs.get("paths-radix", {}).get("meta", {})
+    machine = meta(runs, "machine")
+    paths = meta(runs, "paths-radix")
     md = []
     w = md.append
     w("# Benchmarks\n")
@@ -119,7 +130,7 @@ def main(results):
     pre, dec = g("radix prefill"), g("radix decode")
     tpre, tdec = g("transformers prefill"), g("transformers decode")
     bw1, bw2 = g("copy, 1 thread"), g("copy, 2 threads")
-    wbytes = runs.get("smollm2-radix", {}).get("meta", {}).get("weight_bytes_f32")
+    wbytes = meta(runs, "smollm2-radix").get("weight_bytes_f32")
     bw = max([b for b in (bw1, bw2) if b], key=lambda b: b.median, default=None)
     bound = bw.median * 1e9 / wbytes if bw and wbytes else None
 
@@ -154,27 +165,27 @@ def main(results):
     w(table([("radix `Executable::call` + wait", call), ("raw PJRT execute + wait (radix-pjrt, the floor)", floor),
              ("`jax.jit` call + `block_until_ready`", jaxd)], call, True) + "\n")
     w("Each sample is the mean of "
-      f"{runs.get('dispatch-radix', {}).get('meta', {}).get('calls_per_sample', '?')} back-to-back calls; "
+      f"{meta(runs, 'dispatch-radix').get('calls_per_sample', '?')} back-to-back calls; "
       "radix and the raw floor alternate sample by sample in one process, JAX runs in its own. "
       "Limits: one host thread handing the work to XLA's CPU runtime and waiting on its completion "
       "event; what radix adds on top of the floor is the argument checks (shape and donation state "
       "of each buffer) and the result wrapping. The machine's load moves this figure by a few µs.\n")
 
     w("## 2. Tracing: model code to StableHLO text\n")
-    trm = runs.get("trace-radix", {}).get("meta", {})
-    jtm = runs.get("trace-jax", {}).get("meta", {})
+    trm = meta(runs, "trace-radix")
+    jtm = meta(runs, "trace-jax")
     w(f"Program: {trm.get('program', '?')}. radix traces `radix_models::llama::Llama` (the model the "
       "runner serves) through `radix::trace` (which runs canonicalize, CSE and DCE) and prints it; "
       "JAX lowers the same computation written in `jax.numpy` (`bench/peers/jax_llama.py`) with "
       "`jax.jit(f).lower(shapes).as_text()`, a fresh function and cleared caches each run. "
       f"Text: radix {trm.get('stablehlo_lines', '?')} lines / {trm.get('stablehlo_bytes', '?')} bytes, "
       f"JAX {jtm.get('stablehlo_lines', '?')} lines / {jtm.get('stablehlo_bytes', '?')} bytes.\n")
-    w(table([("radix trace + print", tr), ("radix: trace with passes", g("radix trace (with passes)")),
-             ("radix: print", g("radix print")), ("JAX lower + as_text", jtr),
-             ("JAX: lower only", g("jax.jit(f).lower(...) only"))], tr, True) + "\n")
+    w(table([("radix trace + print", tr), ("radix: trace with passes", g("radix trace (with passes)"), False),
+             ("radix: print", g("radix print"), False), ("JAX lower + as_text", jtr),
+             ("JAX: lower only", g("jax.jit(f).lower(...) only"), False)], tr, True) + "\n")
 
     w("## 3. Warm start: from model code to a runnable executable\n")
-    wm = runs.get("warm-start-radix", {}).get("meta", {})
+    wm = meta(runs, "warm-start-radix")
     jwm = [r.get("meta", {}) for k, r in runs.items() if k.startswith("warm-start-jax")]
     w("Same program as §2. radix: trace + `compile_program_with` into an empty executable cache "
       "(first compile), then trace + load of the stored `.pjrt` (cached start) — the origin of each "
@@ -184,13 +195,15 @@ def main(results):
       f"(hits/misses seen: {[(m.get('cache_hits'), m.get('cache_misses')) for m in jwm]}). "
       f"radix cache entry: {wm.get('cache_entry_bytes', '?')} bytes.\n")
     w(table([("radix first compile", comp), ("radix cached start", cached),
-             ("radix: compile only (no trace)", g("radix compile only")),
-             ("radix: cache load only", g("radix cache load only")),
+             ("radix: compile only (no trace)", g("radix compile only"), False),
+             ("radix: cache load only (key + read + deserialize)", g("radix cache load only"), False),
+             ("radix: cache key (print + hash)", g("radix cache key (print + hash)"), False),
+             ("radix: PJRT `deserialize_and_load` of the entry", g("PJRT deserialize_and_load"), False),
              ("JAX first compile", jcomp), ("JAX persistent cache", jcached)], cached, True) + "\n")
-    w("The ratio column is against radix's cached start.\n")
+    w("The ratio column is against radix's cached start; rows marked (part) break a radix figure down.\n")
 
     w("## 4. MiniLM (all-MiniLM-L6-v2) sentence embeddings\n")
-    mm = runs.get("minilm-ort", {}).get("meta", {})
+    mm = meta(runs, "minilm-ort")
     w("Sentences of exactly 16 and 128 tokens (`hello` repeated, with `[CLS]`/`[SEP]`, no padding), "
       "batches of 1 and 32; tokenization, mean pooling and L2 normalization are timed for every "
       "system. radix: `Embedder::embed`. sentence-transformers: `encode(..., normalize_embeddings=True)` "
@@ -199,13 +212,23 @@ def main(results):
       f"{', '.join(o for o in mm.get('fused_ops', []) if o in ('Attention', 'MultiHeadAttention', 'SkipLayerNormalization', 'EmbedLayerNormalization', 'FastGelu', 'BiasGelu', 'Gelu')) or '—'}), "
       "`intra_op_num_threads = 2`, with the `tokenizers` library and numpy pooling. Peak RSS is per "
       "process (both shapes, model loaded).\n")
+    agree = []
+    for shape in ("1x16", "32x128"):
+        ref = np.asarray(meta(runs, "minilm-radix").get(f"embedding_first4_{shape}", []))
+        for name in ("minilm-ort", "minilm-st"):
+            other = np.asarray(meta(runs, name).get(f"embedding_first4_{shape}", []))
+            if ref.size and other.size == ref.size:
+                agree.append(float(np.abs(ref - other).max()))
+    if agree:
+        w(f"The embeddings agree: the first 4 components of every system's embedding differ from radix's "
+          f"by at most {max(agree):.1e}.\n")
     for shape, r, o, s in [("1 × 16 tokens", m1, o1, s1), ("32 × 128 tokens", m32, o32, s32)]:
         w(f"**{shape}** (sentences/s, higher is better)\n")
         w(table([("radix", r), ("onnxruntime", o), ("sentence-transformers (PyTorch)", s)], r, False, True) + "\n")
 
     w("## 5. SmolLM2-135M-Instruct (Q4_1 GGUF, run in fp32)\n")
-    sm = runs.get("smollm2-radix", {}).get("meta", {})
-    tm = runs.get("smollm2-transformers", {}).get("meta", {})
+    sm = meta(runs, "smollm2-radix")
+    tm = meta(runs, "smollm2-transformers")
     same = sm.get("greedy_ids_first16") == tm.get("greedy_ids_first16")
     w("A 128-token prompt (ids `1000 + 37 i`); prefill = one forward over it that fills the KV cache "
       "and returns the last position's logits (transformers: `logits_to_keep=1`); decode = 128 greedy "
@@ -247,6 +270,9 @@ def main(results):
     w("## Machine and versions\n")
     for k, v in machine.items():
         w(f"- {k}: {v}")
+    end = meta(runs, "machine-end")
+    if end:
+        w(f"- load average at end ({end.get('date')}): {end.get('load average at end')}")
     for k in ("plugin", "plugin_sha256", "pjrt_api"):
         if k in paths:
             w(f"- radix {k}: {paths[k]}")

@@ -39,7 +39,7 @@ ids = torch.tensor([prompt_ids(args.prompt)])
 
 def prefill():
     out = model(ids, use_cache=True, logits_to_keep=1)
-    return out.logits[0, -1], out.past_key_values
+    return out.logits[0, -1], out.cache
 
 
 with torch.inference_mode():
@@ -62,8 +62,8 @@ with torch.inference_mode():
             if run == 0:
                 gen.append(nxt)
             t = time.perf_counter()
-            out = model(torch.tensor([[nxt]]), past_key_values=cache, use_cache=True)
-            logits, cache = out.logits[0, -1], out.past_key_values
+            out = model(torch.tensor([[nxt]]), cache=cache, use_cache=True)
+            logits, cache = out.logits[0, -1], out.cache
             steps.append(1 / (time.perf_counter() - t))
         runs.append(args.decode / (time.perf_counter() - start))
     r.add("transformers decode", "tokens/s", steps)

@@ -215,6 +215,27 @@ fn warm_start(compiles: usize, loads: usize) -> Result<Report> {
         load_total.push(total * 1e3);
         load_only.push(load * 1e3);
     }
+    // The parts of a cached start: the cache key (printing and hashing the
+    // module) and PJRT's deserialize_and_load of the stored bytes.
+    let program = llama_program::prefill(&cfg)?;
+    let mut config = CompileConfig::new(&platform);
+    config.cache = CacheMode::Dir(dirs[0].path().to_path_buf());
+    let key = radix::cache_key(&platform, &program, &config)?;
+    let payload = radix::ExecutableCache::new(dirs[0].path())
+        .load(key)?
+        .context("no cache entry")?
+        .map_err(|e| anyhow::anyhow!("cache entry: {e}"))?;
+    let (mut keys, mut deserialize) = (vec![], vec![]);
+    for _ in 0..loads {
+        let t = Instant::now();
+        std::hint::black_box(radix::cache_key(&platform, &program, &config)?);
+        keys.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        std::hint::black_box(platform.client().deserialize_and_load(&payload)?);
+        deserialize.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    report.samples("radix cache key (print + hash)", "ms", &keys);
+    report.samples("PJRT deserialize_and_load", "ms", &deserialize);
     let entry = std::fs::read_dir(dirs[0].path())?
         .filter_map(|e| e.ok())
         .filter_map(|e| e.metadata().ok())
