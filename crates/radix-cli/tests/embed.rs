@@ -2,24 +2,12 @@
 //! (`../shared/reference/minilm`, made by `ref_minilm.py`): token ids and
 //! embeddings, the cosine table, and bad input giving one error line.
 
-use std::path::{Path, PathBuf};
+mod common;
 
-use assert_cmd::Command;
+use common::{fails_with_one_error, radix, reference_dir};
+
 use radix::io::Safetensors;
 use serde_json::Value;
-
-fn radix() -> Command {
-    let mut cmd = Command::cargo_bin("radix").expect("the radix binary");
-    cmd.env_remove("RUST_LOG").env("RUST_BACKTRACE", "1");
-    cmd
-}
-
-fn reference_dir() -> PathBuf {
-    match std::env::var_os("RADIX_TEST_REFERENCE_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/reference"),
-    }
-}
 
 /// The reference sentences, their unpadded token ids and embeddings.
 fn reference() -> (Vec<String>, Vec<Vec<u64>>, Vec<Vec<f32>>) {
@@ -108,22 +96,7 @@ cosine similarity
 /// Runs `radix embed ARGS` and checks that it fails with exactly one error
 /// line, the last on stderr, containing `want`, and no panic.
 fn fails(args: &[&std::ffi::OsStr], want: &str) {
-    let out = radix()
-        .arg("embed")
-        .args(args)
-        .assert()
-        .failure()
-        .get_output()
-        .clone();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !stderr.contains("panicked") && !stderr.contains("backtrace"),
-        "{stderr}"
-    );
-    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
-    assert_eq!(errors.len(), 1, "{stderr}");
-    assert_eq!(stderr.lines().last(), Some(errors[0]), "{stderr}");
-    assert!(errors[0].contains(want), "{want:?} not in {stderr}");
+    fails_with_one_error(radix().arg("embed").args(args), want);
 }
 
 #[test]

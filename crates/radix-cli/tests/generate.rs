@@ -3,23 +3,11 @@
 //! the reference prompts, streamed text from stdin, and bad input giving one
 //! error line and a failing exit, never a panic.
 
-use std::path::{Path, PathBuf};
+mod common;
 
-use assert_cmd::Command;
+use common::{fails_with_one_error, radix, reference_dir};
+
 use serde_json::Value;
-
-fn radix() -> Command {
-    let mut cmd = Command::cargo_bin("radix").expect("the radix binary");
-    cmd.env_remove("RUST_LOG").env("RUST_BACKTRACE", "1");
-    cmd
-}
-
-fn reference_dir() -> PathBuf {
-    match std::env::var_os("RADIX_TEST_REFERENCE_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/reference"),
-    }
-}
 
 /// Reference case `i`: its prompt, prompt ids and greedy ids.
 fn case(i: usize) -> (String, Value, Value) {
@@ -104,23 +92,7 @@ fn prompt_from_stdin_streams_text() {
 /// Runs `radix generate ARGS` (with `stdin`) and checks that it fails with
 /// exactly one error line, the last on stderr, containing `want`, and no panic.
 fn fails(args: &[&std::ffi::OsStr], stdin: &str, want: &str) {
-    let out = radix()
-        .arg("generate")
-        .args(args)
-        .write_stdin(stdin)
-        .assert()
-        .failure()
-        .get_output()
-        .clone();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !stderr.contains("panicked") && !stderr.contains("backtrace"),
-        "{stderr}"
-    );
-    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
-    assert_eq!(errors.len(), 1, "{stderr}");
-    assert_eq!(stderr.lines().last(), Some(errors[0]), "{stderr}");
-    assert!(errors[0].contains(want), "{want:?} not in {stderr}");
+    fails_with_one_error(radix().arg("generate").args(args).write_stdin(stdin), want);
 }
 
 #[test]

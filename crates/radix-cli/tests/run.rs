@@ -2,9 +2,12 @@
 //! `tests/data/make_jax_modules.py`): the outputs equal JAX's, and bad input
 //! gives one error line and a failing exit, never a panic.
 
+mod common;
+
+use common::{fails_with_one_error, radix};
+
 use std::path::{Path, PathBuf};
 
-use assert_cmd::Command;
 use radix_pjrt::ElementType;
 
 #[allow(dead_code)]
@@ -17,12 +20,6 @@ fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data")
         .join(name)
-}
-
-fn radix() -> Command {
-    let mut cmd = Command::cargo_bin("radix").expect("the radix binary");
-    cmd.env_remove("RUST_LOG").env("RUST_BACKTRACE", "1");
-    cmd
 }
 
 /// Runs module `name` on its inputs (with `extra` options) and compares each
@@ -182,22 +179,7 @@ fn summary_without_output() {
 /// Runs `radix run ARGS` and checks that it fails with exactly one error line,
 /// the last on stderr, containing `want`, and no panic.
 fn fails(args: &[&std::ffi::OsStr], want: &str) {
-    let out = radix()
-        .arg("run")
-        .args(args)
-        .assert()
-        .failure()
-        .get_output()
-        .clone();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !stderr.contains("panicked") && !stderr.contains("backtrace"),
-        "{stderr}"
-    );
-    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
-    assert_eq!(errors.len(), 1, "{stderr}");
-    assert_eq!(stderr.lines().last(), Some(errors[0]), "{stderr}");
-    assert!(errors[0].contains(want), "{want:?} not in {stderr}");
+    fails_with_one_error(radix().arg("run").args(args), want);
 }
 
 /// Writes `arrays` as an `.npz` in `dir`.
