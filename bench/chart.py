@@ -5,6 +5,7 @@ import os
 import sys
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -14,7 +15,11 @@ from report import HERE, figures, load, meta  # noqa: E402
 RADIX, PEER, FLOOR = "#c0392b", "#7f8c8d", "#2c3e50"
 
 
-def bars(ax, items, title, unit, log=False):
+def label(y):
+    return f"{y:,.0f}" if y >= 100 else f"{y:.3g}"
+
+
+def bars(ax, items, title, unit, log=False, target=None):
     items = [(label, fig, color) for label, fig, color in items if fig is not None]
     if not items:
         ax.set_visible(False)
@@ -28,9 +33,18 @@ def bars(ax, items, title, unit, log=False):
     ax.set_ylabel(unit, fontsize=8)
     if log:
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda y, _: label(y)))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     for p, y in zip(pos, ys):
-        ax.annotate(f"{y:,.3g}", (p, y), ha="center", va="bottom", fontsize=7,
+        ax.annotate(label(y), (p, y), ha="center", va="bottom", fontsize=7,
                     xytext=(0, 2), textcoords="offset points")
+    if target:
+        value, text = target
+        ax.axhline(value, color="#27ae60", linestyle=":", linewidth=1.2)
+        ax.annotate(text, (len(items) - 0.5, value), ha="right", va="bottom", fontsize=7, color="#27ae60",
+                    xytext=(0, 2), textcoords="offset points")
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(min(lo, value / 1.5) if log else lo, max(hi, value * 1.15))
 
 
 def main(results):
@@ -45,7 +59,7 @@ def main(results):
          "1. Dispatch, tiny add (lower is better)", "µs")
     bars(next(a), [("radix", g("radix trace + print"), RADIX),
                    ("JAX", g("jax.jit(f).lower(...).as_text()"), PEER)],
-         "2. Trace 30-layer SmolLM2 to StableHLO", "ms (log)", log=True)
+         "2. Trace 30-layer SmolLM2 to StableHLO", "ms (log)", log=True, target=(45, "target 45 ms"))
     bars(next(a), [("radix compile", g("radix first compile (trace + compile)"), RADIX),
                    ("radix cached", g("radix cached start (trace + load)"), RADIX),
                    ("JAX compile", g("jax first compile (lower + compile)"), PEER),
@@ -55,20 +69,28 @@ def main(results):
         bars(next(a), [("radix", g(f"radix {shape}"), RADIX),
                        ("onnxruntime", g(f"onnxruntime {shape}"), PEER),
                        ("sentence-transformers", g(f"sentence-transformers {shape}"), PEER)],
-             f"4. MiniLM {shape.replace('x', ' × ')} tokens (higher is better)", "sentences/s")
+             f"4. MiniLM {shape.replace('x', ' × ')} (higher is better)", "sentences/s")
     bars(next(a), [("radix", g("radix prefill"), RADIX), ("transformers", g("transformers prefill"), PEER)],
-         "5. SmolLM2 prefill, 128 tokens", "tokens/s")
+         "5. SmolLM2 prefill, 128 tokens", "tokens/s", target=(600, "target 600"))
     ax = next(a)
     bars(ax, [("radix", g("radix decode"), RADIX), ("transformers", g("transformers decode"), PEER)],
-         "5. SmolLM2 decode, fp32", "tokens/s")
+         "5. SmolLM2 decode, fp32", "tokens/s", target=(40, "target 40"))
     wbytes = meta(runs, "smollm2-radix").get("weight_bytes_f32")
     bws = [b.median for b in (g("copy, 1 thread"), g("copy, 2 threads")) if b]
     if wbytes and bws:
         bound = max(bws) * 1e9 / wbytes
         ax.axhline(bound, color=FLOOR, linestyle="--", linewidth=1)
-        ax.annotate(f"bandwidth bound {bound:.0f}", (0, bound), fontsize=7, xytext=(0, 3),
+        ax.annotate(f"copy-bandwidth bound {bound:.0f}", (-0.4, bound), fontsize=7, xytext=(0, 3),
                     textcoords="offset points")
-        ax.set_ylim(top=max(ax.get_ylim()[1], bound * 1.15))
+        top = bound
+        read = g("read (sum), 2 threads")
+        if read:
+            rb = read.median * 1e9 / wbytes
+            ax.axhline(rb, color=FLOOR, linestyle="-.", linewidth=1)
+            ax.annotate(f"read-bandwidth bound {rb:.0f}", (-0.4, rb), fontsize=7, xytext=(0, 3),
+                        textcoords="offset points")
+            top = max(top, rb)
+        ax.set_ylim(top=max(ax.get_ylim()[1], top * 1.15))
     ax = next(a)
     rss = [(name, r.get("peak_rss_mb")) for name, r in sorted(runs.items())
            if r.get("bench") in ("minilm", "smollm2") and r.get("peak_rss_mb")]

@@ -1,7 +1,7 @@
 """This machine's memory copy bandwidth, measured in the same run: numpy
 copies of a 512 MiB array (much larger than the caches), on 1 thread and on
-2 threads each copying half. Reported as bytes read per second (a copy
-reads N bytes and writes N)."""
+2 threads each copying half, reported as bytes read per second (a copy
+reads N bytes and writes N); and, for reference, a read-only sum on 2 threads."""
 
 import argparse
 import threading
@@ -40,8 +40,21 @@ def two():
     return src.nbytes / (time.perf_counter() - t) / 1e9
 
 
+def read(threads):
+    """Bytes read per second by a sum over the array (no writes), in `threads` parts."""
+    h = n // threads
+    parts = [threading.Thread(target=np.add.reduce, args=(src[i * h:(i + 1) * h],)) for i in range(threads)]
+    t = time.perf_counter()
+    for p in parts:
+        p.start()
+    for p in parts:
+        p.join()
+    return src.nbytes / (time.perf_counter() - t) / 1e9
+
+
 r = Report("numpy", "bandwidth")
 r.add("copy, 1 thread", "GB/s", [one() for _ in range(args.samples)])
 r.add("copy, 2 threads", "GB/s", [two() for _ in range(args.samples)])
+r.add("read (sum), 2 threads", "GB/s", [read(2) for _ in range(args.samples)])
 r.meta.update(numpy=np.__version__, mib=args.mib, blas=blas_info())
 r.finish()
