@@ -47,6 +47,9 @@ enum Command {
     Trace {
         #[arg(long, default_value_t = 20)]
         runs: usize,
+        /// Also writes the StableHLO text here.
+        #[arg(long)]
+        write: Option<PathBuf>,
     },
     /// Code to executable: compile into an empty cache, then load from it.
     WarmStart {
@@ -89,7 +92,7 @@ fn main() -> Result<()> {
             samples,
             calls_per_sample,
         } => dispatch(samples, calls_per_sample)?,
-        Command::Trace { runs } => trace(runs)?,
+        Command::Trace { runs, write } => trace(runs, write.as_deref())?,
         Command::WarmStart { compiles, loads } => warm_start(compiles, loads)?,
         Command::Minilm { dir, samples } => minilm(&dir, samples)?,
         Command::Smollm2 {
@@ -153,10 +156,13 @@ fn dispatch(samples: usize, calls: usize) -> Result<Report> {
     Ok(report)
 }
 
-fn trace(runs: usize) -> Result<Report> {
+fn trace(runs: usize, write: Option<&std::path::Path>) -> Result<Report> {
     let cfg = llama_program::smollm2_config();
     let program = llama_program::prefill(&cfg)?;
     let text = program.stablehlo();
+    if let Some(path) = write {
+        std::fs::write(path, &text)?;
+    }
     let mut report = Report::new("trace");
     report.meta("stablehlo_lines", json!(text.lines().count()));
     report.meta("stablehlo_bytes", json!(text.len()));
