@@ -81,7 +81,7 @@ pub(crate) fn round_to(dtype: DType, v: f64) -> f64 {
         DType::U32 => int(v) as u32 as f64,
         DType::U64 => (if v.is_nan() { 0 } else { v.trunc() as u64 }) as f64,
         DType::F16 => half::f16::from_f64(v).to_f64(),
-        DType::BF16 => half::bf16::from_f64(v).to_f64(),
+        DType::BF16 => <half::bf16 as Element>::from_f64(v).to_f64(),
         DType::F32 => v as f32 as f64,
         DType::F64 => v,
     }
@@ -102,7 +102,7 @@ pub(crate) fn encode(dtype: DType, values: &[f64]) -> Vec<u8> {
             DType::U32 => out.extend((round_to(dtype, v) as u32).to_le_bytes()),
             DType::U64 => out.extend((v as u64).to_le_bytes()),
             DType::F16 => out.extend(half::f16::from_f64(v).to_le_bytes()),
-            DType::BF16 => out.extend(half::bf16::from_f64(v).to_le_bytes()),
+            DType::BF16 => out.extend(<half::bf16 as Element>::from_f64(v).to_le_bytes()),
             DType::F32 => out.extend((v as f32).to_le_bytes()),
             DType::F64 => out.extend(v.to_le_bytes()),
         }
