@@ -3,21 +3,23 @@
 /// A models-crate result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// What can go wrong while loading or running a model.
+/// What can go wrong while loading or running a model. The errors of the
+/// layers below are boxed: they carry paths, names and shapes, and a small
+/// `Err` keeps every `Result` of this crate cheap to return.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Fetching a model package failed.
     #[error(transparent)]
-    Fetch(#[from] radix_pjrt::Error),
+    Fetch(Box<radix_pjrt::Error>),
     /// Reading a model file (weights, tokenizer) failed.
     #[error(transparent)]
-    Io(#[from] radix::io::Error),
+    Io(Box<radix::io::Error>),
     /// Loading the weights onto the device failed.
     #[error(transparent)]
-    Load(#[from] radix::nn::LoadError),
+    Load(Box<radix::nn::LoadError>),
     /// Tracing, compiling or running failed.
     #[error(transparent)]
-    Radix(#[from] radix::Error),
+    Radix(Box<radix::Error>),
     /// A configuration file could not be read or parsed.
     #[error("{path}: {message}")]
     Config {
@@ -30,3 +32,20 @@ pub enum Error {
     #[error("input: {0}")]
     Input(String),
 }
+
+macro_rules! boxed_from {
+    ($($variant:ident($ty:ty)),*) => {$(
+        impl From<$ty> for Error {
+            fn from(e: $ty) -> Error {
+                Error::$variant(Box::new(e))
+            }
+        }
+    )*};
+}
+
+boxed_from!(
+    Fetch(radix_pjrt::Error),
+    Io(radix::io::Error),
+    Load(radix::nn::LoadError),
+    Radix(radix::Error)
+);
