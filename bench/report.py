@@ -228,7 +228,9 @@ def main(results):
           f"by at most {max(agree):.1e}.\n")
     for shape, r, o, s in [("1 × 16 tokens", m1, o1, s1), ("32 × 128 tokens", m32, o32, s32)]:
         w(f"**{shape}** (sentences/s, higher is better)\n")
-        w(table([("radix", r), ("onnxruntime", o), ("sentence-transformers (PyTorch)", s)], r, False, True) + "\n")
+        x = g(f"radix+xnnpack {shape.replace(' × ', 'x').split()[0]}")
+        w(table([("radix", r), ("onnxruntime", o), ("sentence-transformers (PyTorch)", s),
+                 ("radix with `--xla_cpu_use_xnnpack=true` (experiment)", x)], r, False, True) + "\n")
 
     w("## 5. SmolLM2-135M-Instruct (Q4_1 GGUF, run in fp32)\n")
     sm = meta(runs, "smollm2-radix")
@@ -245,10 +247,13 @@ def main(results):
     if bound:
         bound_row = Figure({"unit": "tokens/s", "values": [bound]})
     w("**Prefill, 128 tokens** (tokens/s)\n")
-    w(table([("radix", pre), ("transformers (PyTorch fp32)", tpre)], pre, False, True) + "\n")
+    w(table([("radix", pre), ("transformers (PyTorch fp32)", tpre),
+             ("radix with `--xla_cpu_use_xnnpack=true` (experiment)", g("radix+xnnpack prefill"))],
+            pre, False, True) + "\n")
     w("**Decode** (tokens/s; per-step rates)\n")
     read_row = Figure({"unit": "tokens/s", "values": [read_bound]}) if read_bound else None
     w(table([("radix", dec), ("transformers (PyTorch fp32)", tdec),
+             ("radix with `--xla_cpu_use_xnnpack=true` (experiment)", g("radix+xnnpack decode")),
              ("memory-bandwidth bound (copy bandwidth)", bound_row),
              ("memory-bandwidth bound (read-only bandwidth)", read_row)], dec, False, True) + "\n")
     if bound:

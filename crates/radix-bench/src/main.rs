@@ -28,6 +28,10 @@ use crate::measure::{Report, time_per_call};
 #[derive(Parser)]
 #[command(about = "The radix side of bench/run: JSON timings on stdout")]
 struct Cli {
+    /// The name of the system in the figures' names (e.g. for a variant run
+    /// with other XLA flags).
+    #[arg(long, global = true, default_value = "radix")]
+    label: String,
     #[command(subcommand)]
     command: Command,
 }
@@ -94,14 +98,14 @@ fn main() -> Result<()> {
         } => dispatch(samples, calls_per_sample)?,
         Command::Trace { runs, write } => trace(runs, write.as_deref())?,
         Command::WarmStart { compiles, loads } => warm_start(compiles, loads)?,
-        Command::Minilm { dir, samples } => minilm(&dir, samples)?,
+        Command::Minilm { dir, samples } => minilm(&cli.label, &dir, samples)?,
         Command::Smollm2 {
             gguf,
             prompt,
             decode,
             prefills,
             decodes,
-        } => smollm2(&gguf, prompt, decode, prefills, decodes)?,
+        } => smollm2(&cli.label, &gguf, prompt, decode, prefills, decodes)?,
     };
     println!("{}", report.finish());
     Ok(())
@@ -265,7 +269,7 @@ fn sentence(embedder: &Embedder, n_tokens: usize) -> Result<String> {
     Ok(text)
 }
 
-fn minilm(dir: &std::path::Path, samples: usize) -> Result<Report> {
+fn minilm(label: &str, dir: &std::path::Path, samples: usize) -> Result<Report> {
     let platform = Platform::cpu()?;
     let mut embedder = Embedder::new(&platform, dir, EmbedderConfig::minilm())
         .with_context(|| format!("loading MiniLM from {}", dir.display()))?;
@@ -282,12 +286,13 @@ fn minilm(dir: &std::path::Path, samples: usize) -> Result<Report> {
             let per_call = time_per_call(calls, || embedder.embed(&texts).map(drop))?;
             rates.push(batch as f64 / per_call);
         }
-        report.samples(&format!("radix {batch}x{len}"), "sentences/s", &rates);
+        report.samples(&format!("{label} {batch}x{len}"), "sentences/s", &rates);
     }
     Ok(report)
 }
 
 fn smollm2(
+    label: &str,
     path: &std::path::Path,
     prompt_len: usize,
     n_decode: usize,
@@ -322,7 +327,7 @@ fn smollm2(
         runner.prefill(&prompt)?;
         rates.push(prompt_len as f64 / t.elapsed().as_secs_f64());
     }
-    report.samples("radix prefill", "tokens/s", &rates);
+    report.samples(&format!("{label} prefill"), "tokens/s", &rates);
 
     let (mut steps, mut runs, mut ids) = (vec![], vec![], vec![]);
     for run in 0..decodes {
@@ -339,8 +344,8 @@ fn smollm2(
         }
         runs.push(n_decode as f64 / start.elapsed().as_secs_f64());
     }
-    report.samples("radix decode", "tokens/s", &steps);
-    report.samples("radix decode (whole runs)", "tokens/s", &runs);
+    report.samples(&format!("{label} decode"), "tokens/s", &steps);
+    report.samples(&format!("{label} decode (whole runs)"), "tokens/s", &runs);
     report.meta("greedy_ids_first16", json!(&ids[..ids.len().min(16)]));
     Ok(report)
 }
