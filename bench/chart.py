@@ -41,8 +41,8 @@ def bars(ax, items, title, unit, log=False, target=None):
     if target:
         value, text = target
         ax.axhline(value, color="#27ae60", linestyle=":", linewidth=1.2)
-        ax.annotate(text, (len(items) - 0.5, value), ha="right", va="bottom", fontsize=7, color="#27ae60",
-                    xytext=(0, 2), textcoords="offset points")
+        ax.text(0.98, value, text, transform=ax.get_yaxis_transform(), ha="right", va="bottom",
+                fontsize=7, color="#27ae60")
         lo, hi = ax.get_ylim()
         ax.set_ylim(min(lo, value / 1.5) if log else lo, max(hi, value * 1.15))
 

@@ -12,6 +12,7 @@ embedding. Weights are arguments.
 
 import argparse
 import os
+import shutil
 import tempfile
 import time
 
@@ -148,4 +149,7 @@ if __name__ == "__main__":
         jax.config.update("jax_compilation_cache_dir", cache)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-        warm_start(args.runs).finish()
+        try:
+            warm_start(args.runs).finish()
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
