@@ -70,6 +70,9 @@ enum Command {
         /// Timed samples per shape.
         #[arg(long, default_value_t = 10)]
         samples: usize,
+        /// Only this shape (`1x16` or `32x128`), e.g. for a profile.
+        #[arg(long)]
+        shape: Option<String>,
     },
     /// SmolLM2 prefill and decode tokens/s.
     Smollm2 {
@@ -98,7 +101,11 @@ fn main() -> Result<()> {
         } => dispatch(samples, calls_per_sample)?,
         Command::Trace { runs, write } => trace(runs, write.as_deref())?,
         Command::WarmStart { compiles, loads } => warm_start(compiles, loads)?,
-        Command::Minilm { dir, samples } => minilm(&cli.label, &dir, samples)?,
+        Command::Minilm {
+            dir,
+            samples,
+            shape,
+        } => minilm(&cli.label, &dir, samples, shape.as_deref())?,
         Command::Smollm2 {
             gguf,
             prompt,
@@ -269,12 +276,20 @@ fn sentence(embedder: &Embedder, n_tokens: usize) -> Result<String> {
     Ok(text)
 }
 
-fn minilm(label: &str, dir: &std::path::Path, samples: usize) -> Result<Report> {
+fn minilm(
+    label: &str,
+    dir: &std::path::Path,
+    samples: usize,
+    only: Option<&str>,
+) -> Result<Report> {
     let platform = Platform::cpu()?;
     let mut embedder = Embedder::new(&platform, dir, EmbedderConfig::minilm())
         .with_context(|| format!("loading MiniLM from {}", dir.display()))?;
     let mut report = Report::new("minilm");
     for (batch, len, calls) in [(1, 16, 10), (32, 128, 1)] {
+        if only.is_some_and(|o| o != format!("{batch}x{len}")) {
+            continue;
+        }
         let text = sentence(&embedder, len)?;
         let texts = vec![text.as_str(); batch];
         let t = Instant::now();
