@@ -349,6 +349,13 @@ impl LlamaRunner {
     /// for prompts of `n` tokens and the decode executable, so that the
     /// first [`LlamaRunner::prefill`] and [`LlamaRunner::decode`] only run.
     pub fn compile(&mut self, n: usize) -> Result<()> {
+        self.ensure_prefill(n)?;
+        self.ensure_decode()
+    }
+
+    /// Compiles the prefill executable for prompts of `n` tokens if it is not
+    /// there yet; returns its bucket length.
+    fn ensure_prefill(&mut self, n: usize) -> Result<usize> {
         let len = bucket(n);
         if n == 0 || len > self.capacity {
             return Err(Error::Input(format!(
@@ -367,6 +374,11 @@ impl LlamaRunner {
             )?;
             self.prefill.insert(len, exe);
         }
+        Ok(len)
+    }
+
+    /// Compiles the decode executable if it is not there yet.
+    fn ensure_decode(&mut self) -> Result<()> {
         if self.decode.is_none() {
             let exe = compile_step(
                 &self.platform,
@@ -385,24 +397,8 @@ impl LlamaRunner {
     /// the cache holding the prompt.
     pub fn prefill(&mut self, ids: &[u32]) -> Result<(Vec<f32>, Cache)> {
         let n = ids.len();
-        let len = bucket(n);
-        if n == 0 || len > self.capacity {
-            return Err(Error::Input(format!(
-                "{n} tokens (bucket {len}) do not fit the cache of {} positions",
-                self.capacity
-            )));
-        }
-        let exe = match self.prefill.entry(len) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(compile_step(
-                &self.platform,
-                &self.model,
-                &self.cfg,
-                len,
-                self.capacity,
-                false,
-            )?),
-        };
+        let len = self.ensure_prefill(n)?;
+        let exe = &self.prefill[&len];
         let mut padded: Vec<i32> = ids.iter().map(|&t| t as i32).collect();
         padded.resize(len, 0);
         let ids_buf = Buffer::from_slice(
@@ -428,18 +424,8 @@ impl LlamaRunner {
                 self.capacity
             )));
         }
-        if self.decode.is_none() {
-            let exe = compile_step(
-                &self.platform,
-                &self.model,
-                &self.cfg,
-                1,
-                self.capacity,
-                true,
-            )?;
-            self.decode = Some(exe);
-        }
-        let exe = self.decode.as_ref().unwrap_or_else(|| unreachable!());
+        self.ensure_decode()?;
+        let exe = self.decode.as_ref().expect("compiled just above");
         let ids_buf = Buffer::from_slice(
             &self.platform,
             &[token as i32],
