@@ -95,7 +95,7 @@ def main(results):
     rss = [(name, r.get("peak_rss_mb")) for name, r in sorted(runs.items())
            if r.get("bench") in ("minilm", "smollm2") and r.get("peak_rss_mb")]
     ax.barh([n.replace("-", " ") for n, _ in rss], [v for _, v in rss],
-            color=[RADIX if n.endswith("radix") else PEER for n, _ in rss])
+            color=[RADIX if "radix" in n else PEER for n, _ in rss])
     ax.set_title("Peak RSS per process (lower is better)", fontsize=10)
     ax.set_xlabel("MiB", fontsize=8)
     ax.tick_params(labelsize=8)

