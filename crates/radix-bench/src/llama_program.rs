@@ -48,6 +48,27 @@ pub fn prefill(cfg: &LlamaConfig) -> radix::Result<Program> {
     let n_layers = cfg.n_layers;
     radix::trace(&model, &(ids, scalar, scalar), |m, (ids, start, last)| {
         let zeros = Tensor::zeros(cache);
-        m.forward(ids, start, last, vec![KvCache { k: zeros, v: zeros }; n_layers])
+        m.forward(
+            ids,
+            start,
+            last,
+            vec![KvCache { k: zeros, v: zeros }; n_layers],
+        )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefill_program_has_smollm2s_arguments() {
+        let program = prefill(&smollm2_config()).unwrap();
+        // The GGUF's 272 tensors, then ids, start and last.
+        assert_eq!(program.n_weights(), 272);
+        assert_eq!(program.args().len(), 275);
+        // The logits, then each layer's keys and values.
+        assert_eq!(program.results().len(), 1 + 2 * 30);
+        assert_eq!(program.results()[0].shape.dims(), [1, 49152]);
+    }
 }

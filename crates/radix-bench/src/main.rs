@@ -121,7 +121,10 @@ fn main() -> Result<()> {
 fn paths() -> Result<Report> {
     let mut report = Report::new("paths");
     report.meta("minilm_dir", json!(radix_models::packages::minilm_dir()?));
-    report.meta("smollm2_gguf", json!(radix_models::packages::smollm2_gguf()?));
+    report.meta(
+        "smollm2_gguf",
+        json!(radix_models::packages::smollm2_gguf()?),
+    );
     let platform = Platform::cpu()?;
     let plugin = platform.client().plugin();
     let (major, minor) = plugin.api_version();
@@ -158,7 +161,11 @@ fn dispatch(samples: usize, calls: usize) -> Result<Report> {
     // Alternate the two so that drift hits both alike.
     for _ in 0..samples + 5 {
         call.push(time_per_call(calls, || exe.call(&[&a, &b]).map(drop))? * 1e6);
-        execute.push(time_per_call(calls, || raw.execute(&[[a.raw(), b.raw()]], &options).map(drop))? * 1e6);
+        execute.push(
+            time_per_call(calls, || {
+                raw.execute(&[[a.raw(), b.raw()]], &options).map(drop)
+            })? * 1e6,
+        );
     }
     // The first samples warm caches and the thread pool.
     report.samples("radix Executable::call + wait", "us", &call[5..]);
@@ -260,7 +267,11 @@ fn warm_start(compiles: usize, loads: usize) -> Result<Report> {
         .max()
         .unwrap_or(0);
     report.meta("cache_entry_bytes", json!(entry));
-    report.samples("radix first compile (trace + compile)", "ms", &compile_total);
+    report.samples(
+        "radix first compile (trace + compile)",
+        "ms",
+        &compile_total,
+    );
     report.samples("radix cached start (trace + load)", "ms", &load_total);
     report.samples("radix compile only", "ms", &compile_only);
     report.samples("radix cache load only", "ms", &load_only);
@@ -294,8 +305,14 @@ fn minilm(
         let texts = vec![text.as_str(); batch];
         let t = Instant::now();
         let first = embedder.embed(&texts)?;
-        report.meta(&format!("first_call_s_{batch}x{len}"), json!(t.elapsed().as_secs_f64()));
-        report.meta(&format!("embedding_first4_{batch}x{len}"), json!(&first[0][..4]));
+        report.meta(
+            &format!("first_call_s_{batch}x{len}"),
+            json!(t.elapsed().as_secs_f64()),
+        );
+        report.meta(
+            &format!("embedding_first4_{batch}x{len}"),
+            json!(&first[0][..4]),
+        );
         let mut rates = vec![];
         for _ in 0..samples {
             let per_call = time_per_call(calls, || embedder.embed(&texts).map(drop))?;
@@ -334,7 +351,10 @@ fn smollm2(
     let t = Instant::now();
     let (_, mut cache) = runner.prefill(&prompt)?;
     runner.decode(0, &mut cache)?;
-    report.meta("first_prefill_and_decode_s", json!(t.elapsed().as_secs_f64()));
+    report.meta(
+        "first_prefill_and_decode_s",
+        json!(t.elapsed().as_secs_f64()),
+    );
 
     let mut rates = vec![];
     for _ in 0..prefills {
