@@ -169,9 +169,10 @@ def main(results):
     w("Each sample is the mean of "
       f"{meta(runs, 'dispatch-radix').get('calls_per_sample', '?')} back-to-back calls; "
       "radix and the raw floor alternate sample by sample in one process, JAX runs in its own. "
-      "Limits: one host thread handing the work to XLA's CPU runtime and waiting on its completion "
-      "event; what radix adds on top of the floor is the argument checks (shape and donation state "
-      "of each buffer) and the result wrapping. The machine's load moves this figure by a few µs.\n")
+      "Limits: the plugin runs a program this small inline on the calling thread, so the floor is its "
+      "own execute path (buffers, events, bookkeeping); what radix adds on top is the argument checks "
+      "(shape and donation state of each buffer) and the result wrapping. The machine's load moves "
+      "this figure by a few µs.\n")
 
     w("## 2. Tracing: model code to StableHLO text\n")
     trm = meta(runs, "trace-radix")
