@@ -141,7 +141,9 @@ element!(u64, U64, |x| x as f64, |v| v as u64);
 element!(half::f16, F16, |x| x.to_f64(), half::f16::from_f64);
 // Through f32: `half`'s own f64 → bf16 conversion rounds some ties-adjacent
 // values the wrong way, and XLA rounds from f32 anyway.
-element!(half::bf16, BF16, |x| x.to_f64(), |v| half::bf16::from_f32(v as f32));
+element!(half::bf16, BF16, |x| x.to_f64(), |v| half::bf16::from_f32(
+    v as f32
+));
 element!(f32, F32, |x| x as f64, |v| v as f32);
 element!(f64, F64, |x| x, |v| v);
 

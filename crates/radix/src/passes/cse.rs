@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
-use crate::ir::{Function, Node, ValueId};
+use crate::ir::{Function, Node, Op, ValueId};
 
 /// The nodes seen so far, by a hash of their op, operands and shape.
 #[derive(Default)]
@@ -34,10 +34,14 @@ impl Table {
 
 /// A hash of what makes two nodes equal. The op is hashed through its
 /// `Debug` form, so ops need no `Hash` (some carry floats); equality is
-/// then checked with `PartialEq`.
+/// then checked with `PartialEq`. A constant's bytes are hashed as bytes:
+/// formatting large tables byte by byte was most of the tracing time.
 fn key(node: &Node) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    {
+    if let Op::Constant(bytes) = &node.op {
+        h.write(b"constant");
+        h.write(bytes);
+    } else {
         let mut w = HashWriter(&mut h);
         let _ = std::fmt::Write::write_fmt(&mut w, format_args!("{:?}", node.op));
     }
