@@ -9,7 +9,6 @@
 //! block formats as ggml does (`x = d * q` or `x = d * q + m` in `f32`).
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -95,16 +94,7 @@ impl Gguf {
     /// Opens and maps `path`, parsing and checking its header, metadata and
     /// tensor infos (every tensor's data must lie inside the file).
     pub fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).map_err(|source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        // SAFETY: the map is read-only; like every mmap-based loader we assume the
-        // file is not modified while it is mapped.
-        let map = unsafe { Mmap::map(&file) }.map_err(|source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let map = super::map_file(path)?;
         let parsed = parse(&map).map_err(|reason| Error::Gguf {
             path: path.to_path_buf(),
             reason,

@@ -26,3 +26,15 @@ pub use safetensors::Safetensors;
 pub use store::{TensorSource, WeightStore};
 pub use tensor::HostTensor;
 pub use tokenizer::{ChatMessage, Tokenizer};
+
+/// Opens and memory-maps `path` read-only; a failure names the file.
+fn map_file(path: &std::path::Path) -> Result<memmap2::Mmap> {
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    // SAFETY: the map is read-only; like every mmap-based loader we assume the
+    // file is not modified while it is mapped.
+    unsafe { memmap2::Mmap::map(&file) }.map_err(io)
+}

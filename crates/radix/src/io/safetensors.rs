@@ -2,7 +2,6 @@
 //! listed by a `*.safetensors.index.json`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -140,16 +139,7 @@ impl Safetensors {
     }
 
     fn add_shard(&mut self, path: &Path) -> Result<()> {
-        let file = File::open(path).map_err(|source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        // SAFETY: the map is read-only; like every mmap-based loader we assume the
-        // file is not modified while it is mapped.
-        let map = unsafe { Mmap::map(&file) }.map_err(|source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let map = super::map_file(path)?;
         let (header_len, meta) = safetensors::SafeTensors::read_metadata(&map)
             .map_err(|e| bad(path, format!("{e:?}")))?;
         let data_start = 8 + header_len;
