@@ -659,65 +659,50 @@ fn int_list(s: &str) -> Result<Vec<i64>> {
         .collect()
 }
 
-/// The byte length of the bracketed group that opens at `s[0]` (`(`, `[`,
-/// `{` or `<`), skipping string literals and the arrows `->`.
-fn close(s: &str) -> Option<usize> {
+/// The bytes of `s` outside string literals, each with its index and the
+/// bracket depth after it: `(`, `[`, `{` and `<` open; `)`, `]`, `}` and a `>`
+/// that is not the end of an arrow `->` close. A string's opening quote is
+/// outside it.
+fn outside_strings(s: &str) -> impl Iterator<Item = (usize, u8, i64)> + '_ {
     let b = s.as_bytes();
-    let mut depth = 0usize;
-    let mut in_str = false;
-    let mut i = 0;
-    while i < b.len() {
-        let c = b[i];
+    let (mut depth, mut in_str, mut escaped) = (0i64, false, false);
+    b.iter().enumerate().filter_map(move |(i, &c)| {
         if in_str {
             match c {
-                b'\\' => i += 1,
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
                 b'"' => in_str = false,
                 _ => {}
             }
-        } else {
-            match c {
-                b'"' => in_str = true,
-                b'(' | b'[' | b'{' | b'<' => depth += 1,
-                b')' | b']' | b'}' => depth = depth.checked_sub(1)?,
-                b'>' if i == 0 || b[i - 1] != b'-' => depth = depth.checked_sub(1)?,
-                _ => {}
-            }
-            if depth == 0 {
-                return Some(i + 1);
-            }
+            return None;
         }
-        i += 1;
-    }
-    None
+        match c {
+            b'"' => in_str = true,
+            b'(' | b'[' | b'{' | b'<' => depth += 1,
+            b')' | b']' | b'}' => depth -= 1,
+            b'>' if i == 0 || b[i - 1] != b'-' => depth -= 1,
+            _ => {}
+        }
+        Some((i, c, depth))
+    })
+}
+
+/// The byte length of the bracketed group that opens at `s[0]` (`(`, `[`,
+/// `{` or `<`), skipping string literals and the arrows `->`.
+fn close(s: &str) -> Option<usize> {
+    let (i, _, depth) = outside_strings(s).find(|&(_, _, depth)| depth <= 0)?;
+    (depth == 0).then_some(i + 1)
 }
 
 /// Splits `s` at the commas outside brackets and strings.
 fn split_top(s: &str) -> Vec<&str> {
-    let b = s.as_bytes();
     let mut res = Vec::new();
-    let (mut depth, mut in_str, mut from, mut i) = (0i32, false, 0, 0);
-    while i < b.len() {
-        let c = b[i];
-        if in_str {
-            match c {
-                b'\\' => i += 1,
-                b'"' => in_str = false,
-                _ => {}
-            }
-        } else {
-            match c {
-                b'"' => in_str = true,
-                b'(' | b'[' | b'{' | b'<' => depth += 1,
-                b')' | b']' | b'}' => depth -= 1,
-                b'>' if i == 0 || b[i - 1] != b'-' => depth -= 1,
-                b',' if depth == 0 => {
-                    res.push(&s[from..i]);
-                    from = i + 1;
-                }
-                _ => {}
-            }
+    let mut from = 0;
+    for (i, c, depth) in outside_strings(s) {
+        if c == b',' && depth == 0 {
+            res.push(&s[from..i]);
+            from = i + 1;
         }
-        i += 1;
     }
     res.push(&s[from..]);
     res
