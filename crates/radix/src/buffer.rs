@@ -1,11 +1,9 @@
 //! `Buffer`: an array on a device, or split over a mesh of devices, with
 //! its [`Shape`] (tags and sharding included).
 
-use radix_pjrt::ElementType;
-
 use crate::literal::Literal;
 use crate::sharding::{Mesh, place_block, slice_block};
-use crate::{DType, Element, Error, Platform, Result, Shape};
+use crate::{Element, Error, Platform, Result, Shape};
 
 /// An array on a device, with its shape and tags. On a platform with a
 /// [`Mesh`] it is one block per device: the block of each split axis the
@@ -55,7 +53,7 @@ impl Buffer {
         let upload = |bytes: &[u8], dims: &[i64], device| {
             platform
                 .client()
-                .buffer_from_host(bytes, element_type(shape.dtype()), dims, device)
+                .buffer_from_host(bytes, shape.dtype().element_type(), dims, device)
         };
         let shards = match mesh {
             None => vec![upload(bytes, shape.dims(), platform.device())?],
@@ -164,24 +162,5 @@ impl Buffer {
     /// Downloads the values as a literal.
     pub fn to_literal(&self) -> Result<Literal> {
         Ok(Literal::from_bytes(self.shape, &self.host_bytes()?))
-    }
-}
-
-/// The PJRT element type of `dtype`.
-pub(crate) fn element_type(dtype: DType) -> ElementType {
-    match dtype {
-        DType::Bool => ElementType::Bool,
-        DType::I8 => ElementType::S8,
-        DType::I16 => ElementType::S16,
-        DType::I32 => ElementType::S32,
-        DType::I64 => ElementType::S64,
-        DType::U8 => ElementType::U8,
-        DType::U16 => ElementType::U16,
-        DType::U32 => ElementType::U32,
-        DType::U64 => ElementType::U64,
-        DType::F16 => ElementType::F16,
-        DType::BF16 => ElementType::BF16,
-        DType::F32 => ElementType::F32,
-        DType::F64 => ElementType::F64,
     }
 }

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use radix_pjrt::ElementType;
+
 /// The element type of a tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
@@ -53,30 +55,30 @@ impl DType {
 
     /// Bytes per element on the host and on the device.
     pub fn size_in_bytes(self) -> usize {
-        match self {
-            DType::Bool | DType::I8 | DType::U8 => 1,
-            DType::I16 | DType::U16 | DType::F16 | DType::BF16 => 2,
-            DType::I32 | DType::U32 | DType::F32 => 4,
-            DType::I64 | DType::U64 | DType::F64 => 8,
-        }
+        self.element_type().byte_size()
     }
 
     /// The element type's name in MLIR (`f32`, `bf16`, `i1`, `ui8`, ...).
     pub fn mlir_name(self) -> &'static str {
+        self.element_type().mlir_name()
+    }
+
+    /// The PJRT element type of this dtype.
+    pub fn element_type(self) -> ElementType {
         match self {
-            DType::Bool => "i1",
-            DType::I8 => "i8",
-            DType::I16 => "i16",
-            DType::I32 => "i32",
-            DType::I64 => "i64",
-            DType::U8 => "ui8",
-            DType::U16 => "ui16",
-            DType::U32 => "ui32",
-            DType::U64 => "ui64",
-            DType::F16 => "f16",
-            DType::BF16 => "bf16",
-            DType::F32 => "f32",
-            DType::F64 => "f64",
+            DType::Bool => ElementType::Bool,
+            DType::I8 => ElementType::S8,
+            DType::I16 => ElementType::S16,
+            DType::I32 => ElementType::S32,
+            DType::I64 => ElementType::S64,
+            DType::U8 => ElementType::U8,
+            DType::U16 => ElementType::U16,
+            DType::U32 => ElementType::U32,
+            DType::U64 => ElementType::U64,
+            DType::F16 => ElementType::F16,
+            DType::BF16 => ElementType::BF16,
+            DType::F32 => ElementType::F32,
+            DType::F64 => ElementType::F64,
         }
     }
 
