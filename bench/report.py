@@ -110,7 +110,8 @@ def main(results):
     w = md.append
     w("# Benchmarks\n")
     w("radix against what its users would otherwise pick, every comparison run side by side "
-      f"by one `bench/run` on this machine ({machine.get('date', '?')}), each system in its own "
+      f"by one `bench/run` on this machine ({machine.get('date', '?')}; {machine.get('cpu', '?')}, "
+      f"{machine.get('vector extensions', '?')}), each system in its own "
       f"process, {machine.get('threads', 2)} threads everywhere. Figures are medians with the "
       "10th–90th percentile range of the samples; *radix / this* is the ratio of medians "
       "(for times below 1 means radix is faster, for rates above 1). Written by `bench/report.py` "

@@ -22,9 +22,19 @@ if sys.argv[1:] == ["end"]:
     sys.exit(0)
 
 cpu = sh("lscpu | sed -n 's/^Model name: *//p' | head -1")
+# The model name alone ("AMD EPYC" on these virtual machines) does not tell
+# a Zen 2 from a Zen 5: the family and model numbers do, and the vector
+# extensions decide which code XLA and the kernels run. Figures from
+# machines that differ here are not comparable.
+family = sh("lscpu | sed -n 's/^CPU family: *//p' | head -1")
+model = sh("lscpu | sed -n 's/^Model: *//p' | head -1")
+VECTOR = ["sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl",
+          "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile"]
+flags = set(sh("grep -m1 '^flags' /proc/cpuinfo").split())
 meta = {
     "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-    "cpu": cpu,
+    "cpu": f"{cpu} (family {family}, model {model})",
+    "vector extensions": " ".join(f for f in VECTOR if f in flags) or "?",
     "cores": os.cpu_count(),
     "threads": int(os.environ.get("BENCH_THREADS", "2")),
     "memory": sh("free -h | awk '/^Mem:/ {print $2}'"),

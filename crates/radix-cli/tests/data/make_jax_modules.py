@@ -153,8 +153,13 @@ if hasattr(jax.config, "jax_use_shardy_partitioner"):
     jax.config.update("jax_use_shardy_partitioner", True)
 save_sharded("shardy")
 
+# The CPU matters: XLA emits other code for AVX2 and AVX-512, so float
+# outputs move in their last digits between machines (the tests' tolerances
+# allow for it).
+flags = next((l for l in open("/proc/cpuinfo") if l.startswith("flags")), "").split()
+vector = " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_bf16") if f in flags)
 (HERE / "README.md").write_text(
     "Test data for `radix run`, made by `make_jax_modules.py` with "
-    f"jax {jax.__version__} (jaxlib {jaxlib.__version__}) on CPU; "
-    "run it again to remake the files.\n"
+    f"jax {jax.__version__} (jaxlib {jaxlib.__version__}) on CPU "
+    f"({vector}); run it again to remake the files.\n"
 )
