@@ -1,12 +1,12 @@
 //! The program the tracing and warm-start comparisons use: SmolLM2's
 //! prefill over 128 tokens (30 unrolled blocks, d=576, 9 query and 3
 //! key/value heads, SwiGLU 1536, rotary positions, a 256-position KV cache
-//! written in place, logits of the last token), traced from
+//! written in place, logits of the last token; each block one call of the
+//! same function), traced from
 //! `radix_models::llama::Llama`, the same model code the runner uses.
 //! `bench/py/jax_llama.py` writes the same computation in JAX.
 
-use radix::nn::KvCache;
-use radix::{DType, Program, Shape, Tensor};
+use radix::Program;
 use radix_models::llama::{Llama, LlamaConfig};
 
 pub const DESCRIPTION: &str = "SmolLM2-135M prefill: 30 unrolled llama blocks (d=576, 9/3 heads, FFN 1536), \
@@ -30,31 +30,11 @@ pub fn smollm2_config() -> LlamaConfig {
     }
 }
 
-/// Traces the prefill step as `LlamaRunner` compiles it: weights, then
-/// `ids (b, s)`, `start` and `last`; results are the logits and the caches.
+/// Traces the prefill step as the generator compiles it
+/// (`radix_models::generate::trace_prefill`): weights, then `ids (b, s)`,
+/// `start` and `last`; results are the logits and the cache pair.
 pub fn prefill(cfg: &LlamaConfig) -> radix::Result<Program> {
-    let model = Llama::new(cfg);
-    let ids = Tensor::param(Shape::tagged(DType::I32, &[("b", 1), ("s", PROMPT)]));
-    let scalar = Tensor::param(Shape::scalar(DType::I32));
-    let cache = Shape::tagged(
-        DType::F32,
-        &[
-            ("b", 1),
-            ("k", CAPACITY),
-            ("h", cfg.n_kv_heads),
-            ("hd", cfg.head_dim()),
-        ],
-    );
-    let n_layers = cfg.n_layers;
-    radix::trace(&model, &(ids, scalar, scalar), |m, (ids, start, last)| {
-        let zeros = Tensor::zeros(cache);
-        m.forward(
-            ids,
-            start,
-            last,
-            vec![KvCache { k: zeros, v: zeros }; n_layers],
-        )
-    })
+    radix_models::generate::trace_prefill(&Llama::new(cfg), PROMPT as usize, CAPACITY as usize)
 }
 
 #[cfg(test)]
@@ -67,8 +47,9 @@ mod tests {
         // The GGUF's 272 tensors, then ids, start and last.
         assert_eq!(program.n_weights(), 272);
         assert_eq!(program.args().len(), 275);
-        // The logits, then each layer's keys and values.
-        assert_eq!(program.results().len(), 1 + 2 * 30);
+        // The logits, then the keys and values of every layer.
+        assert_eq!(program.results().len(), 1 + 2);
+        assert_eq!(program.results()[1].shape.dims(), [30, 1, 256, 3, 64]);
         assert_eq!(program.results()[0].shape.dims(), [1, 49152]);
     }
 }

@@ -20,7 +20,7 @@ use clap::{Parser, Subcommand};
 use radix::io::Gguf;
 use radix::{Buffer, CacheMode, CompileConfig, DType, Origin, Platform, Shape, Tensor};
 use radix_models::bert::{Embedder, EmbedderConfig};
-use radix_models::llama::LlamaRunner;
+use radix_models::llama::Llama;
 use serde_json::json;
 
 use crate::measure::{Report, time_per_call};
@@ -153,14 +153,14 @@ fn dispatch(samples: usize, calls: usize) -> Result<Report> {
     let a = Buffer::from_slice(&platform, &[1f32, 2., 3., 4.], shape)?;
     let b = Buffer::from_slice(&platform, &[1f32, 2., 3., 4.], shape)?;
     let options = radix_pjrt::ExecuteOptions::default();
-    let sum = exe.call(&[&a, &b])?[0].to_vec::<f32>()?;
+    let sum = exe.call(&(), (a.clone(), b.clone()))?.to_vec::<f32>()?;
     ensure!(sum == [2., 4., 6., 8.], "tiny add gave {sum:?}");
 
     let mut report = Report::new("dispatch");
     let (mut call, mut execute) = (vec![], vec![]);
     // Alternate the two so that drift hits both alike.
     for _ in 0..samples + 5 {
-        call.push(time_per_call(calls, || exe.call(&[&a, &b]).map(drop))? * 1e6);
+        call.push(time_per_call(calls, || exe.call(&(), (a.clone(), b.clone())).map(drop))? * 1e6);
         execute.push(
             time_per_call(calls, || {
                 raw.execute(&[[a.raw(), b.raw()]], &options).map(drop)
@@ -341,7 +341,7 @@ fn smollm2(
         .map(|t| t.dims.iter().product::<i64>() * 4)
         .sum();
     let t = Instant::now();
-    let mut runner = LlamaRunner::load(&platform, gguf, prompt_len + n_decode)?;
+    let mut runner = Llama::load(&platform, gguf, prompt_len + n_decode)?;
     let mut report = Report::new("smollm2");
     report.meta("load_s", json!(t.elapsed().as_secs_f64()));
     report.meta("weight_bytes_f32", json!(weight_bytes));

@@ -18,7 +18,8 @@ use indicatif::ProgressBar;
 use radix::Platform;
 use radix::io::{ChatMessage, Gguf, Tokenizer};
 use radix::nn::Sampler;
-use radix_models::llama::LlamaRunner;
+use radix_models::generate::Generation;
+use radix_models::llama::{Llama, LlamaRunner};
 use serde_json::json;
 
 use crate::Cli;
@@ -100,7 +101,7 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        eprintln!("{}", res.summary(ids.len()));
+        eprintln!("{}", summary(&res, ids.len()));
     }
     Ok(())
 }
@@ -226,14 +227,6 @@ struct Session {
     runner: Option<LlamaRunner>,
 }
 
-/// What one generation produced, and how long it took.
-struct Generation {
-    ids: Vec<u32>,
-    prefill: Duration,
-    decode: Duration,
-    n_decoded: usize,
-}
-
 impl Session {
     fn new(platform: Platform, model: Model, min_capacity: usize) -> Session {
         Session {
@@ -257,7 +250,7 @@ impl Session {
             let bar = spinner(format!("loading {name}"));
             let t = Instant::now();
             self.runner = None;
-            let runner = LlamaRunner::open(&self.platform, &self.model.path, capacity)
+            let runner = Llama::open(&self.platform, &self.model.path, capacity)
                 .with_context(|| format!("cannot load {}", self.model.path.display()))?;
             bar.finish_and_clear();
             tracing::info!("loaded {name} in {:.2?}", t.elapsed());
@@ -285,61 +278,35 @@ impl Session {
         sampler: &mut Sampler,
         mut emit: impl FnMut(&str) -> Result<()>,
     ) -> Result<Generation> {
-        let mut res = Generation {
-            ids: vec![],
-            prefill: Duration::ZERO,
-            decode: Duration::ZERO,
-            n_decoded: 0,
-        };
         if n_new == 0 {
-            return Ok(res);
+            return Ok(Generation::default());
         }
         let stops = self.model.stops.clone();
         let tokenizer = self.model.tokenizer.clone();
         let mut text = TextStream::default();
+        let mut ids_so_far = vec![];
         let runner = self.runner(ids.len() + n_new, ids.len())?;
-        let t = Instant::now();
-        let (mut logits, mut cache) = runner.prefill(ids)?;
-        res.prefill = t.elapsed();
-        let t = Instant::now();
-        loop {
-            let next = sampler.pick(&logits) as u32;
-            res.ids.push(next);
-            emit(&text.push(&tokenizer, &res.ids)?)?;
-            if res.ids.len() == n_new || stops.contains(&next) {
-                break;
-            }
-            logits = runner.decode(next, &mut cache)?;
-            res.n_decoded += 1;
-        }
-        res.decode = t.elapsed();
+        let res = runner.generate_with(ids, n_new, sampler, |next| {
+            ids_so_far.push(next);
+            let piece = text
+                .push(&tokenizer, &ids_so_far)
+                .map_err(|e| radix_models::Error::Input(e.to_string()))?;
+            emit(&piece).map_err(|e| radix_models::Error::Input(e.to_string()))?;
+            Ok(!stops.contains(&next))
+        })?;
         Ok(res)
     }
 }
 
-impl Generation {
-    fn prefill_tokens_per_s(&self, n_prompt: usize) -> Option<f64> {
-        per_s(n_prompt, self.prefill)
-    }
-
-    fn decode_tokens_per_s(&self) -> Option<f64> {
-        per_s(self.n_decoded, self.decode)
-    }
-
-    /// One line: prompt and generated tokens and their speeds.
-    fn summary(&self, n_prompt: usize) -> String {
-        let speed = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
-        format!(
-            "prefill: {n_prompt} tokens, {} tokens/s; decode: {} tokens, {} tokens/s",
-            speed(self.prefill_tokens_per_s(n_prompt)),
-            self.ids.len(),
-            speed(self.decode_tokens_per_s()),
-        )
-    }
-}
-
-fn per_s(n: usize, time: Duration) -> Option<f64> {
-    (n > 0 && !time.is_zero()).then(|| n as f64 / time.as_secs_f64())
+/// One line: prompt and generated tokens and their speeds.
+fn summary(res: &Generation, n_prompt: usize) -> String {
+    let speed = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+    format!(
+        "prefill: {n_prompt} tokens, {} tokens/s; decode: {} tokens, {} tokens/s",
+        speed(res.prefill_tokens_per_s(n_prompt)),
+        res.ids.len(),
+        speed(res.decode_tokens_per_s()),
+    )
 }
 
 /// Turns a growing list of ids into text pieces, holding back a piece that
@@ -396,7 +363,7 @@ fn chat_loop(cli: &Cli, model: Model, args: &GenerateArgs, mut sampler: Sampler)
             Ok(stdout.flush()?)
         })?;
         writeln!(stdout)?;
-        eprintln!("{}", res.summary(ids.len()));
+        eprintln!("{}", summary(&res, ids.len()));
         let reply = session.model.tokenizer.decode_skipping_special(&res.ids)?;
         history.push(ChatMessage::assistant(reply.trim()));
     }

@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 
 use radix::nn::Rng;
-use radix::{Buffer, DType, Module, Platform, Shape, Tensor};
+use radix::{Buffer, Bufferized, DType, Module, Platform, Shape, Tensor};
 use radix_models::mnist::Classifier;
 
 const PIXELS: i64 = 784;
@@ -116,7 +116,7 @@ fn normal(rng: &mut Rng, n: usize, std: f64) -> Vec<f32> {
         .collect()
 }
 
-fn save(path: &Path, tensors: &[(&str, &[i64], Vec<f32>)]) -> std::io::Result<()> {
+fn save(path: &Path, tensors: &[(&str, Vec<i64>, Vec<f32>)]) -> std::io::Result<()> {
     let mut header = serde_json::Map::new();
     let mut data = vec![];
     for (name, dims, values) in tensors {
@@ -148,37 +148,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let platform = Platform::cpu()?;
     let images = Tensor::param(Shape::tagged(DType::U8, &[("b", BATCH), ("px", PIXELS)]));
     let labels = Tensor::param(Shape::tagged(DType::I32, &[("b", BATCH)]));
-    let inputs = (Params::new(), Params::new(), images, labels);
-    let step = radix::compile(&platform, &(), &inputs, |_, (p, v, x, y)| p.step(v, x, y))?;
+    // The model is the parameters; the velocities and a batch are the
+    // inputs; the step returns new parameters and velocities.
+    let inputs = (Params::new(), images, labels);
+    let step = radix::compile(&platform, &Params::new(), &inputs, |p, (v, x, y)| {
+        p.clone().step(v, x, y)
+    })?;
 
     let mut rng = Rng::new(0);
-    let shapes: Vec<Shape> = radix::module::tensors(&Params::new())
-        .iter()
-        .map(|t| t.1.shape())
-        .collect();
-    let init = [
-        normal(
-            &mut rng,
-            (HIDDEN * PIXELS) as usize,
-            (2.0 / PIXELS as f64).sqrt(),
-        ),
-        vec![0.0; HIDDEN as usize],
-        normal(
-            &mut rng,
-            (CLASSES * HIDDEN) as usize,
-            (1.0 / HIDDEN as f64).sqrt(),
-        ),
-        vec![0.0; CLASSES as usize],
-    ];
-    let mut params: Vec<Buffer> = init
-        .iter()
-        .zip(&shapes)
-        .map(|(v, &s)| Buffer::from_slice(&platform, v, s))
-        .collect::<radix::Result<_>>()?;
-    let mut velocity: Vec<Buffer> = shapes
-        .iter()
-        .map(|&s| Buffer::from_slice(&platform, &vec![0f32; s.count()], s))
-        .collect::<radix::Result<_>>()?;
+    // The parameters and velocities: `Params` with buffer leaves.
+    let mut params: Bufferized<Params> =
+        Params::new().map(&mut String::new(), &mut |path, t| {
+            let s = t.shape();
+            let values = match path {
+                "w0" => normal(&mut rng, s.count(), (2.0 / PIXELS as f64).sqrt()),
+                "w1" => normal(&mut rng, s.count(), (1.0 / HIDDEN as f64).sqrt()),
+                _ => vec![0.0; s.count()],
+            };
+            Buffer::from_slice(&platform, &values, s)
+        })?;
+    let mut velocity: Bufferized<Params> = Params::new().map(&mut String::new(), &mut |_, t| {
+        Buffer::from_slice(&platform, &vec![0f32; t.shape().count()], t.shape())
+    })?;
 
     let b = BATCH as usize;
     let mut order: Vec<usize> = (0..n).collect();
@@ -196,23 +187,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let y: Vec<i32> = batch.iter().map(|&k| train_y[k]).collect();
             let x = Buffer::from_slice(&platform, &x, images.shape())?;
             let y = Buffer::from_slice(&platform, &y, labels.shape())?;
-            let mut inputs: Vec<&Buffer> = params.iter().chain(&velocity).collect();
-            inputs.extend([&x, &y]);
-            velocity = step.call(&inputs)?;
-            params = velocity.drain(..4).collect();
+            (params, velocity) = step.call(&params, (velocity, x, y))?;
         }
         eprintln!("epoch {epoch} done");
     }
 
+    // The classifier's checkpoint names of the fields.
     let names = [
-        "layers.0.weight",
-        "layers.0.bias",
-        "layers.1.weight",
-        "layers.1.bias",
+        (&params.w0, "layers.0.weight"),
+        (&params.b0, "layers.0.bias"),
+        (&params.w1, "layers.1.weight"),
+        (&params.b1, "layers.1.bias"),
     ];
     let mut tensors = vec![];
-    for ((name, p), s) in names.iter().zip(&params).zip(&shapes) {
-        tensors.push((*name, s.dims(), p.to_vec::<f32>()?));
+    for (p, name) in names {
+        tensors.push((name, p.shape().dims().to_vec(), p.to_vec::<f32>()?));
     }
     save(&out, &tensors)?;
 

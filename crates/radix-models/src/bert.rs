@@ -22,8 +22,8 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use radix::io::{Safetensors, Tokenizer, WeightStore};
-use radix::nn::{Embedding, LayerNorm, Linear, Mlp, attention, load_weights, padding_mask};
-use radix::{Buffer, DType, Executable, Module, Platform, Shape, Tensor};
+use radix::nn::{Embedding, LayerNorm, Linear, attention, load_weights, padding_mask};
+use radix::{Buffer, Bufferized, Compiled, DType, Module, Platform, Shape, Tensor};
 use serde::Deserialize;
 
 use crate::{Error, Result};
@@ -84,51 +84,16 @@ impl BertConfig {
     }
 }
 
-/// The checkpoint name (HF `BertModel`) of a field path of [`Bert`]:
-/// `layers.3.attention.query.weight` -> `encoder.layer.3.attention.self.query.weight`.
-pub fn checkpoint_name(path: &str) -> String {
-    const EMBEDDINGS: [(&str, &str); 4] = [
-        ("embeddings.word.", "embeddings.word_embeddings."),
-        ("embeddings.position.", "embeddings.position_embeddings."),
-        (
-            "embeddings.token_type.",
-            "embeddings.token_type_embeddings.",
-        ),
-        ("embeddings.norm.", "embeddings.LayerNorm."),
-    ];
-    const LAYER: [(&str, &str); 8] = [
-        ("attention.query.", "attention.self.query."),
-        ("attention.key.", "attention.self.key."),
-        ("attention.value.", "attention.self.value."),
-        ("attention.output.", "attention.output.dense."),
-        ("attention.norm.", "attention.output.LayerNorm."),
-        ("mlp.up.", "intermediate.dense."),
-        ("mlp.down.", "output.dense."),
-        ("norm.", "output.LayerNorm."),
-    ];
-    let replace = |s: &str, table: &[(&str, &str)]| {
-        table
-            .iter()
-            .find_map(|(from, to)| s.strip_prefix(from).map(|rest| format!("{to}{rest}")))
-    };
-    if let Some(name) = replace(path, &EMBEDDINGS) {
-        return name;
-    }
-    if let Some(rest) = path.strip_prefix("layers.")
-        && let Some((n, rest)) = rest.split_once('.')
-    {
-        let rest = replace(rest, &LAYER).unwrap_or_else(|| rest.to_string());
-        return format!("encoder.layer.{n}.{rest}");
-    }
-    path.to_string()
-}
-
 /// Word, position and token-type embeddings, summed and normalized.
 #[derive(Module, Clone, Debug)]
 pub struct BertEmbeddings {
+    #[module(rename = "word_embeddings")]
     word: Embedding,
+    #[module(rename = "position_embeddings")]
     position: Embedding,
+    #[module(rename = "token_type_embeddings")]
     token_type: Embedding,
+    #[module(rename = "LayerNorm")]
     norm: LayerNorm,
 }
 
@@ -168,12 +133,16 @@ impl BertEmbeddings {
 /// Multi-head self-attention with its output projection, residual and norm.
 #[derive(Module, Clone, Debug)]
 pub struct BertAttention {
+    #[module(rename = "self.query")]
     query: Linear,
+    #[module(rename = "self.key")]
     key: Linear,
+    #[module(rename = "self.value")]
     value: Linear,
+    #[module(rename = "output.dense")]
     output: Linear,
+    #[module(rename = "output.LayerNorm")]
     norm: LayerNorm,
-    #[module(skip)]
     n_heads: i64,
 }
 
@@ -216,7 +185,13 @@ impl BertAttention {
 #[derive(Module, Clone, Debug)]
 pub struct BertLayer {
     attention: BertAttention,
-    mlp: Mlp,
+    /// `d -> ff`.
+    #[module(rename = "intermediate.dense")]
+    up: Linear,
+    /// `ff -> d`.
+    #[module(rename = "output.dense")]
+    down: Linear,
+    #[module(rename = "output.LayerNorm")]
     norm: LayerNorm,
 }
 
@@ -224,9 +199,11 @@ impl BertLayer {
     /// The parameters for `cfg`.
     pub fn new(cfg: &BertConfig) -> BertLayer {
         let d = ("d", cfg.hidden_size);
+        let ff = ("ff", cfg.intermediate_size);
         BertLayer {
             attention: BertAttention::new(cfg),
-            mlp: Mlp::new(d, cfg.intermediate_size),
+            up: Linear::new(d, ff).with_bias(),
+            down: Linear::new(ff, d).with_bias(),
             norm: LayerNorm::new(d, cfg.layer_norm_eps),
         }
     }
@@ -235,20 +212,23 @@ impl BertLayer {
     #[track_caller]
     pub fn forward(&self, x: Tensor, mask: Tensor) -> Tensor {
         let x = self.attention.forward(x, mask);
-        self.norm.forward(x + self.mlp.forward(x))
+        let y = self.down.forward(self.up.forward(x).gelu_erf());
+        self.norm.forward(x + y)
     }
 }
 
-/// The BERT encoder (without the pooler, which sentence embeddings do not use).
+/// The BERT encoder (without the pooler, which sentence embeddings do not
+/// use). Its field paths are the checkpoint names of Hugging Face's
+/// `BertModel` (`encoder.layer.3.attention.self.query.weight`).
 #[derive(Module, Clone, Debug)]
 pub struct Bert {
     embeddings: BertEmbeddings,
+    #[module(rename = "encoder.layer")]
     layers: Vec<BertLayer>,
 }
 
 impl Bert {
-    /// The parameters for `cfg` (field paths map to checkpoint names by
-    /// [`checkpoint_name`]).
+    /// The parameters for `cfg`.
     pub fn new(cfg: &BertConfig) -> Bert {
         Bert {
             embeddings: BertEmbeddings::new(cfg),
@@ -410,9 +390,9 @@ pub struct Embedder {
     config: BertConfig,
     buckets: EmbedderConfig,
     tokenizer: Tokenizer,
-    weights: Vec<Buffer>,
+    weights: Bufferized<Bert>,
     model: Bert,
-    exes: HashMap<(usize, usize), Executable>,
+    exes: HashMap<(usize, usize), Compiled<Bert, (Tensor, Tensor), Tensor>>,
 }
 
 impl Embedder {
@@ -442,7 +422,7 @@ impl Embedder {
         let model = Bert::new(&config);
         let store = WeightStore::new(
             vec![Box::new(Safetensors::open(&dir.join("model.safetensors"))?)],
-            checkpoint_name,
+            str::to_string,
         );
         let weights = load_weights(platform, &store, &model)?;
         Ok(Embedder {
@@ -510,10 +490,8 @@ impl Embedder {
         let valid =
             Buffer::from_slice(&self.platform, tokens.valid(), shape.with_dtype(DType::F32))?;
         self.compile(batch, len)?;
-        let mut args: Vec<&Buffer> = self.weights.iter().collect();
-        args.extend([&ids, &valid]);
-        let out = self.exes[&(batch, len)].call(&args)?;
-        let flat = out[0].to_vec::<f32>()?;
+        let out = self.exes[&(batch, len)].call(&self.weights, (ids, valid))?;
+        let flat = out.to_vec::<f32>()?;
         let d = self.config.hidden_size as usize;
         Ok(flat
             .chunks(d)
@@ -523,16 +501,15 @@ impl Embedder {
     }
 
     /// Compiles the executable for `batch` texts of `len` tokens unless it
-    /// exists: its arguments are the weights, the ids and the mask.
+    /// exists: it takes the weights, the ids and the mask.
     pub fn compile(&mut self, batch: usize, len: usize) -> Result<()> {
         if !self.exes.contains_key(&(batch, len)) {
             let shape = Shape::tagged(DType::I32, &[("b", batch as i64), ("s", len as i64)]);
             let inputs = (
-                self.model.clone(),
                 Tensor::param(shape),
                 Tensor::param(shape.with_dtype(DType::F32)),
             );
-            let exe = radix::compile(&self.platform, &(), &inputs, |_, (m, ids, valid)| {
+            let exe = radix::compile(&self.platform, &self.model, &inputs, |m, (ids, valid)| {
                 m.embed(ids, valid)
             })?;
             self.exes.insert((batch, len), exe);

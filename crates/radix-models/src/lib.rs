@@ -4,6 +4,7 @@
 
 pub mod bert;
 mod error;
+pub mod generate;
 pub mod llama;
 pub mod mnist;
 pub mod packages;

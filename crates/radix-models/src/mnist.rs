@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use radix::io::{Safetensors, WeightStore};
 use radix::nn::{Linear, load_weights};
-use radix::{Buffer, DType, Executable, Module, Platform, Shape, Tensor};
+use radix::{Buffer, Bufferized, Compiled, DType, Module, Platform, Shape, Tensor};
 
 use crate::{Error, Result};
 
@@ -60,9 +60,11 @@ impl Default for Mlp {
     }
 }
 
-/// An [`Mlp`] compiled for a fixed batch of images, with its weights bound.
+/// An [`Mlp`] compiled for a fixed batch of images, with its weights on the device.
 pub struct Classifier {
-    exe: Executable,
+    platform: Platform,
+    exe: Compiled<Mlp, Tensor, Tensor>,
+    weights: Bufferized<Mlp>,
     batch: i64,
 }
 
@@ -71,12 +73,17 @@ impl Classifier {
     pub fn new(platform: &Platform, weights: &Path, batch: i64) -> Result<Classifier> {
         let model = Mlp::new();
         let images = Tensor::param(image_shape(batch));
-        let mut exe = radix::compile(platform, &model, &images, |m, x| {
+        let exe = radix::compile(platform, &model, &images, |m, x| {
             m.forward(x).argmax("class")
         })?;
         let store = WeightStore::new(vec![Box::new(Safetensors::open(weights)?)], str::to_string);
-        exe.bind(load_weights(platform, &store, &model)?)?;
-        Ok(Classifier { exe, batch })
+        let weights = load_weights(platform, &store, &model)?;
+        Ok(Classifier {
+            platform: platform.clone(),
+            exe,
+            weights,
+            batch,
+        })
     }
 
     /// The predicted digit of each image in `pixels` (u8, 784 per image, row-major).
@@ -92,9 +99,8 @@ impl Classifier {
         for chunk in pixels.chunks(per * self.batch as usize) {
             let mut padded = chunk.to_vec();
             padded.resize(per * self.batch as usize, 0);
-            let x = Buffer::from_slice(self.exe.platform(), &padded, image_shape(self.batch))?;
-            let out = self.exe.call(&[&x])?;
-            let digits = out[0].to_vec::<i32>()?;
+            let x = Buffer::from_slice(&self.platform, &padded, image_shape(self.batch))?;
+            let digits = self.exe.call(&self.weights, x)?.to_vec::<i32>()?;
             res.extend(digits[..chunk.len() / per].iter().map(|&d| d as u8));
         }
         Ok(res)

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use radix::io::Safetensors;
 use radix::testing::{Tol, assert_all_close, compare, platform};
 use radix::{Buffer, DType, Shape, Tensor};
-use radix_models::bert::{Bert, BertConfig, Embedder, TokenBatch, checkpoint_name};
+use radix_models::bert::{Bert, BertConfig, Embedder, TokenBatch};
 use radix_models::packages::minilm_dir;
 
 /// The reference outputs: sentences, ids and masks (JSON), full arrays (safetensors).
@@ -155,7 +155,7 @@ fn hidden_states_match_the_reference() {
         Tensor::param(shape),
         Tensor::param(shape.with_dtype(DType::F32)),
     );
-    let mut exe = radix::compile(&platform, &model, &inputs, |m, (ids, valid)| {
+    let exe = radix::compile(&platform, &model, &inputs, |m, (ids, valid)| {
         m.forward(ids, valid)
     })
     .unwrap();
@@ -163,10 +163,9 @@ fn hidden_states_match_the_reference() {
         vec![Box::new(
             Safetensors::open(&dir.join("model.safetensors")).unwrap(),
         )],
-        checkpoint_name,
+        str::to_string,
     );
-    exe.bind(radix::nn::load_weights(&platform, &store, &model).unwrap())
-        .unwrap();
+    let weights = radix::nn::load_weights(&platform, &store, &model).unwrap();
 
     let ids: Vec<i32> = r.input_ids.concat().iter().map(|&i| i as i32).collect();
     let valid: Vec<f32> = r
@@ -177,12 +176,12 @@ fn hidden_states_match_the_reference() {
         .collect();
     let ids = Buffer::from_slice(&platform, &ids, shape).unwrap();
     let valid = Buffer::from_slice(&platform, &valid, shape.with_dtype(DType::F32)).unwrap();
-    let out = exe.call(&[&ids, &valid]).unwrap();
+    let out = exe.call(&weights, (ids, valid)).unwrap();
     assert_eq!(
-        out[0].shape(),
+        out.shape(),
         Shape::tagged(DType::F32, &[("b", b), ("s", s), ("d", 384)])
     );
-    let got = out[0].to_vec::<f32>().unwrap();
+    let got = out.to_vec::<f32>().unwrap();
     let (_, want) = r.array("last_hidden_state");
     // Padding positions attend to the valid keys as in PyTorch, so they compare too.
     let diff = max_abs_diff(&got, &want);
@@ -196,7 +195,7 @@ fn checkpoint_names_follow_bert_model() {
     let cfg = BertConfig::from_file(&dir.join("config.json")).unwrap();
     let names: Vec<String> = radix::module::tensors(&Bert::new(&cfg))
         .into_iter()
-        .map(|(p, _)| checkpoint_name(&p))
+        .map(|(p, _)| p)
         .collect();
     // 5 embedding tensors, then 16 per layer.
     assert_eq!(names.len(), 5 + 16 * 6);

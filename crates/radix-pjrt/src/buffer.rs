@@ -192,6 +192,9 @@ impl Client {
         // SAFETY: `bytes` and `dims` outlive the call, and with
         // `kImmutableOnlyDuringCall` the plugin is done with `bytes` on return.
         unsafe { call!(&inner.plugin, PJRT_Client_BufferFromHostBuffer, &mut args) }?;
+        inner
+            .host_to_device_bytes
+            .fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
         // The host-buffer event carries no information with these semantics.
         if !args.done_with_host_buffer.is_null() {
             // SAFETY: an event we own.

@@ -1,6 +1,7 @@
 //! A PJRT client (one per plugin and process, usually) and its devices.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::ffi;
 use crate::named_value::{NamedValue, Value};
@@ -33,6 +34,8 @@ pub(crate) struct ClientInner {
     process_index: i32,
     devices: Vec<Device>,
     addressable: Vec<Device>,
+    /// Bytes copied from the host into buffers of this client so far.
+    pub(crate) host_to_device_bytes: AtomicU64,
 }
 
 // SAFETY: PJRT clients are thread-safe; the remaining fields are plain data.
@@ -150,6 +153,7 @@ impl Client {
             process_index: 0,
             devices: Vec::new(),
             addressable: Vec::new(),
+            host_to_device_bytes: AtomicU64::new(0),
         };
         inner.describe()?;
         Ok(Client {
@@ -160,6 +164,12 @@ impl Client {
     /// The plugin behind this client.
     pub fn plugin(&self) -> &Arc<Plugin> {
         &self.inner.plugin
+    }
+
+    /// How many bytes [`Client::buffer_from_host`] has copied to this
+    /// client's devices so far (what a model's weights cost to upload).
+    pub fn host_to_device_bytes(&self) -> u64 {
+        self.inner.host_to_device_bytes.load(Ordering::Relaxed)
     }
 
     /// The platform name, e.g. `cpu` or `cuda`.

@@ -1,6 +1,7 @@
 //! A 2-layer MLP written with `#[derive(Module)]`, compiled and run on the CPU,
-//! in the spirit of ZML's MNIST example: the struct is the argument ABI,
-//! axes are named, and `forward` contracts by tag.
+//! in the spirit of ZML's MNIST example: the struct is the argument ABI (its
+//! weights are the same struct with buffer leaves), axes are named, and
+//! `forward` contracts by tag.
 //!
 //! Run with `cargo run -p radix --example mlp`.
 
@@ -47,30 +48,27 @@ fn main() -> radix::Result<()> {
         layers: [Linear::new(784, 128), Linear::new(128, 10)],
     };
     let image = Tensor::param(Shape::tagged(DType::U8, &[("b", 4), ("h", 28), ("w", 28)]));
-    let mut exe = radix::compile(&platform, &model, &image, |m, x| m.forward(x))?;
+    let exe = radix::compile(&platform, &model, &image, |m, x| m.forward(x))?;
 
-    // Deterministic stand-in weights (a real run loads them from a file, by path).
-    let mut weights = vec![];
-    for (i, arg) in exe.program().args()[..exe.program().n_weights()]
-        .iter()
-        .enumerate()
-    {
-        let n = arg.shape.count();
+    // Deterministic stand-in weights, made by path into the same tree with
+    // buffer leaves (a real run reads them from a file: `nn::load_weights`).
+    let weights: radix::Bufferized<Mnist> = model.map(&mut String::new(), &mut |path, t| {
+        let n = t.shape().count();
+        let seed = path.len();
         let values: Vec<f32> = (0..n)
-            .map(|k| (((k * 7919 + i * 31) % 97) as f32 / 97.0 - 0.5) * 0.1)
+            .map(|k| (((k * 7919 + seed * 31) % 97) as f32 / 97.0 - 0.5) * 0.1)
             .collect();
-        println!("{:>16}  {}", arg.path, arg.shape);
-        weights.push(Buffer::from_slice(&platform, &values, arg.shape)?);
-    }
-    exe.bind(weights)?;
+        println!("{path:>16}  {}", t.shape());
+        Buffer::from_slice(&platform, &values, t.shape())
+    })?;
 
     let pixels: Vec<u8> = (0..4 * 28 * 28).map(|k| ((k * 13) % 256) as u8).collect();
     let input = Buffer::from_slice(&platform, &pixels, image.shape())?;
-    let digits = exe.call(&[&input])?;
+    let digits = exe.call(&weights, input)?;
     println!(
         "predicted digits {} = {:?}",
-        digits[0].shape(),
-        digits[0].to_vec::<i32>()?
+        digits.shape(),
+        digits.to_vec::<i32>()?
     );
     Ok(())
 }

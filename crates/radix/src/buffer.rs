@@ -1,6 +1,8 @@
 //! `Buffer`: an array on a device, or split over a mesh of devices, with
 //! its [`Shape`] (tags and sharding included).
 
+use std::sync::Arc;
+
 use crate::literal::Literal;
 use crate::sharding::{Mesh, place_block, slice_block};
 use crate::{Element, Error, Platform, Result, Shape};
@@ -8,11 +10,16 @@ use crate::{Element, Error, Platform, Result, Shape};
 /// An array on a device, with its shape and tags. On a platform with a
 /// [`Mesh`] it is one block per device: the block of each split axis the
 /// device's mesh position names, the whole array where nothing is split.
-#[derive(Debug)]
+///
+/// A `Buffer` is a shared handle: cloning it shares the device memory, so
+/// one set of weights serves every executable. The memory is freed when the
+/// last clone is dropped, or taken by a call that donates it (then every
+/// clone reads as spent: [`Error::Donated`]).
+#[derive(Debug, Clone)]
 pub struct Buffer {
-    shards: Vec<radix_pjrt::Buffer>,
+    shards: Arc<[radix_pjrt::Buffer]>,
     shape: Shape,
-    mesh: Option<Mesh>,
+    mesh: Option<Arc<Mesh>>,
 }
 
 impl Buffer {
@@ -70,9 +77,9 @@ impl Buffer {
             }
         };
         Ok(Buffer {
-            shards,
+            shards: shards.into(),
             shape,
-            mesh: mesh.cloned(),
+            mesh: mesh.cloned().map(Arc::new),
         })
     }
 
@@ -84,9 +91,9 @@ impl Buffer {
         mesh: Option<Mesh>,
     ) -> Buffer {
         Buffer {
-            shards,
+            shards: shards.into(),
             shape,
-            mesh,
+            mesh: mesh.map(Arc::new),
         }
     }
 
@@ -108,13 +115,13 @@ impl Buffer {
 
     /// The mesh the buffer is spread over, if any.
     pub fn mesh(&self) -> Option<&Mesh> {
-        self.mesh.as_ref()
+        self.mesh.as_deref()
     }
 
     /// The dense little-endian bytes of the whole array, gathered from the
     /// devices' blocks.
     fn host_bytes(&self) -> Result<Vec<u8>> {
-        let Some(mesh) = self.mesh.as_ref().filter(|_| self.shape.is_sharded()) else {
+        let Some(mesh) = self.mesh.as_deref().filter(|_| self.shape.is_sharded()) else {
             return Ok(self.shards[0].to_host_vec()?);
         };
         let size = self.shape.dtype().size_in_bytes();

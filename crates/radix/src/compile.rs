@@ -5,7 +5,7 @@ use crate::cache::{self, CacheKey, ExecutableCache, Origin};
 use crate::compile_config::{CacheMode, CompileConfig};
 use crate::donation;
 use crate::error::Error;
-use crate::exe::Executable;
+use crate::exe::{Compiled, Executable};
 use crate::ir::{Function, interp, print};
 use crate::literal::Literal;
 use crate::module::{Module, with_field};
@@ -165,9 +165,22 @@ where
     O: Module,
     F: FnOnce(&M, I) -> O,
 {
+    Ok(trace_outputs(model, inputs, forward)?.0)
+}
+
+/// [`trace`], also returning the traced outputs: the tree a call's results
+/// are put back into.
+#[track_caller]
+pub(crate) fn trace_outputs<M, I, O, F>(model: &M, inputs: &I, forward: F) -> Result<(Program, O)>
+where
+    M: Module + Clone,
+    I: Module + Clone,
+    O: Module,
+    F: FnOnce(&M, I) -> O,
+{
     let loc = std::panic::Location::caller();
     let mut args = vec![];
-    let ((n_weights, results), mut function, error) = with_trace(|| {
+    let ((n_weights, results, out), mut function, error) = with_trace(|| {
         let mut bind = |path: &str, t: &mut Tensor| {
             *t = parameter(args.len(), t.shape(), loc);
             args.push(ArgSpec {
@@ -198,7 +211,7 @@ where
                 ))
             })
         });
-        (n_weights, results)
+        (n_weights, results, out)
     });
     if let Some(e) = error {
         return Err(Error::Trace(e));
@@ -208,24 +221,30 @@ where
     let function = passes::optimize(&function);
     let aliases = donation::aliases(&function, reused, n_weights);
     let results = results.into_iter().map(|r| r.0).collect();
-    Ok(Program {
+    let program = Program {
         function,
         args,
         n_weights,
         results,
         aliases,
         mesh: None,
-    })
+    };
+    Ok((program, out))
 }
 
-/// Traces `forward(model, inputs)` (see [`trace`]) and compiles it for `platform`.
+/// Traces `forward(model, inputs)` (see [`trace`]) and compiles it for
+/// `platform`: a [`Compiled`] called with the model's buffers and the
+/// inputs as the same structs ([`crate::Bufferized`]).
 ///
 /// ```no_run
 /// # fn main() -> radix::Result<()> {
-/// use radix::{DType, Platform, Shape, Tensor};
+/// use radix::{Buffer, DType, Platform, Shape, Tensor};
 /// let platform = Platform::cpu()?;
-/// let x = Tensor::param(Shape::tagged(DType::F32, &[("b", 2), ("d", 3)]));
-/// let exe = radix::compile(&platform, &(), &x, |_, x| (x * 2.0).sum("d"))?;
+/// let shape = Shape::tagged(DType::F32, &[("b", 2), ("d", 3)]);
+/// let exe = radix::compile(&platform, &(), &Tensor::param(shape), |_, x| (x * 2.0).sum("d"))?;
+/// let x = Buffer::from_slice(&platform, &[1f32, 2., 3., 4., 5., 6.], shape)?;
+/// let sums = exe.call(&(), x)?;
+/// assert_eq!(sums.to_vec::<f32>()?, [12., 30.]);
 /// # Ok(())
 /// # }
 /// ```
@@ -235,15 +254,15 @@ pub fn compile<M, I, O, F>(
     model: &M,
     inputs: &I,
     forward: F,
-) -> Result<Executable>
+) -> Result<Compiled<M, I, O>>
 where
     M: Module + Clone,
     I: Module + Clone,
     O: Module,
     F: FnOnce(&M, I) -> O,
 {
-    let program = trace(model, inputs, forward)?;
-    compile_program(platform, program)
+    let (program, outputs) = trace_outputs(model, inputs, forward)?;
+    Ok(Compiled::new(compile_program(platform, program)?, outputs))
 }
 
 /// Compiles a traced program for `platform` with [`CompileConfig::new`]

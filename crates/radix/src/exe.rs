@@ -1,18 +1,111 @@
-//! `Executable`: a compiled program, its bound weights, and `call`.
+//! Executables: [`Compiled`], typed by the model, inputs and outputs it was
+//! traced from, over [`Executable`], which takes and returns buffers by
+//! position.
+
+use std::marker::PhantomData;
 
 use radix_pjrt::{ExecuteOptions, LoadedExecutable};
 
 use crate::cache::{CacheKey, Origin};
 use crate::compile::{ArgSpec, Program};
+use crate::module::{Bufferized, Module};
 use crate::{Buffer, Error, Platform, Result, Shape};
 
-/// A compiled program. Bind the model's weights once with
-/// [`Executable::bind`], then [`Executable::call`] it with input buffers.
+/// A program compiled from `forward(&M, I) -> O` (see [`crate::compile`]):
+/// called with the model's buffers and the inputs as the same structs, it
+/// returns the outputs as the same struct, with [`Buffer`] leaves.
+///
+/// ```no_run
+/// # fn main() -> radix::Result<()> {
+/// use radix::{Buffer, DType, Module, Platform, Shape, Tensor};
+///
+/// #[derive(Module, Clone)]
+/// struct Scale {
+///     w: Tensor,
+/// }
+///
+/// let platform = Platform::cpu()?;
+/// let shape = Shape::tagged(DType::F32, &[("d", 3)]);
+/// let model = Scale { w: Tensor::param(shape) };
+/// let exe = radix::compile(&platform, &model, &Tensor::param(shape), |m, x| (x * m.w, x + m.w))?;
+/// // `Scale`'s twin with buffer leaves, `radix::Bufferized<Scale>`.
+/// let weights = ScaleWith { w: Buffer::from_slice(&platform, &[1f32, 2., 3.], shape)? };
+/// let x = Buffer::from_slice(&platform, &[4f32, 5., 6.], shape)?;
+/// let (product, sum) = exe.call(&weights, x)?;
+/// assert_eq!(product.to_vec::<f32>()?, [4., 10., 18.]);
+/// # Ok(())
+/// # }
+/// ```
+pub struct Compiled<M: Module, I: Module, O: Module> {
+    exe: Executable,
+    /// The traced outputs: the tree the results are put back into.
+    outputs: O,
+    types: PhantomData<fn(&M, I)>,
+}
+
+impl<M: Module, I: Module, O: Module> Compiled<M, I, O> {
+    pub(crate) fn new(exe: Executable, outputs: O) -> Self {
+        Compiled {
+            exe,
+            outputs,
+            types: PhantomData,
+        }
+    }
+
+    /// Runs on the model's buffers and `inputs`; returns the outputs. The
+    /// weights are never donated; inputs the program donates
+    /// ([`Program::aliases`]) are spent after the call (their memory holds
+    /// a result), which is why inputs are moved in.
+    pub fn call(&self, model: &Bufferized<M>, inputs: Bufferized<I>) -> Result<Bufferized<O>> {
+        let mut args: Vec<&Buffer> = Vec::with_capacity(self.exe.program.args().len());
+        M::visit_leaves(model, &mut String::new(), &mut |_, b| args.push(b));
+        let n_weights = args.len();
+        if n_weights != self.exe.program.n_weights() {
+            return Err(Error::ArgumentCount {
+                what: "weights",
+                expected: self.exe.program.n_weights(),
+                got: n_weights,
+            });
+        }
+        I::visit_leaves(&inputs, &mut String::new(), &mut |_, b| args.push(b));
+        let mut results = self.exe.call(&args)?.into_iter();
+        drop(args);
+        drop(inputs);
+        self.outputs.map(&mut String::new(), &mut |path, _| {
+            results
+                .next()
+                .ok_or_else(|| Error::Host(format!("the executable returned no buffer for {path}")))
+        })
+    }
+
+    /// The executable underneath, which takes buffers by position.
+    pub fn executable(&self) -> &Executable {
+        &self.exe
+    }
+
+    /// The traced program (arguments, results, StableHLO text).
+    pub fn program(&self) -> &Program {
+        &self.exe.program
+    }
+
+    /// The executable cache key (also in dump file names).
+    pub fn key(&self) -> CacheKey {
+        self.exe.key
+    }
+
+    /// Whether it was compiled now or loaded from the executable cache.
+    pub fn origin(&self) -> Origin {
+        self.exe.origin
+    }
+}
+
+/// A compiled program that takes and returns buffers by position: the
+/// model's weights, then the inputs, in ABI order ([`Program::args`]).
+/// [`Compiled`] calls it with structs instead.
 pub struct Executable {
     platform: Platform,
     exe: LoadedExecutable,
     program: Program,
-    weights: Vec<Buffer>,
     options: ExecuteOptions,
     key: CacheKey,
     origin: Origin,
@@ -26,12 +119,16 @@ impl Executable {
         key: CacheKey,
         origin: Origin,
     ) -> Executable {
+        // The model's weights are shared by every call: never donated
+        // (where the program aliases one, the plugin copies it instead).
+        let options = ExecuteOptions {
+            non_donatable_input_indices: (0..program.n_weights() as i64).collect(),
+        };
         Executable {
             platform,
             exe,
             program,
-            weights: vec![],
-            options: ExecuteOptions::default(),
+            options,
             key,
             origin,
         }
@@ -57,47 +154,17 @@ impl Executable {
         &self.platform
     }
 
-    /// Binds the model's weights (in ABI order; see [`Program::args`]),
-    /// replacing any bound before. Weights are never donated: where the
-    /// program aliases one, the plugin copies it instead.
-    pub fn bind(&mut self, weights: Vec<Buffer>) -> Result<()> {
-        let specs = &self.program.args()[..self.program.n_weights()];
-        check_args("weights", specs, 0, weights.iter(), self.n_partitions())?;
-        self.options.non_donatable_input_indices = (0..weights.len() as i64).collect();
-        self.weights = weights;
-        Ok(())
-    }
-
-    /// Runs on `inputs` (in the inputs' visit order) with the bound weights;
+    /// Runs on `args`: the model's weights, then the inputs, in ABI order;
     /// returns the results in the output's visit order, with their tags.
-    /// Inputs the program donates ([`Program::aliases`]) are consumed: using
+    /// Inputs the program donates ([`Program::aliases`]) are spent: using
     /// one again is [`Error::Donated`].
-    pub fn call(&self, inputs: &[&Buffer]) -> Result<Vec<Buffer>> {
-        let n_w = self.program.n_weights();
-        if self.weights.len() != n_w {
-            return Err(Error::ArgumentCount {
-                what: "bound weights",
-                expected: n_w,
-                got: self.weights.len(),
-            });
-        }
+    pub fn call(&self, args: &[&Buffer]) -> Result<Vec<Buffer>> {
         let n = self.n_partitions();
-        check_args(
-            "inputs",
-            &self.program.args()[n_w..],
-            n_w,
-            inputs.iter().copied(),
-            n,
-        )?;
-        let args: Vec<Vec<&radix_pjrt::Buffer>> = (0..n)
-            .map(|d| {
-                let weights = self.weights.iter().map(|b| &b.shards()[d]);
-                weights
-                    .chain(inputs.iter().map(|b| &b.shards()[d]))
-                    .collect()
-            })
+        check_args("arguments", self.program.args(), 0, args.iter().copied(), n)?;
+        let per_device: Vec<Vec<&radix_pjrt::Buffer>> = (0..n)
+            .map(|d| args.iter().map(|b| &b.shards()[d]).collect())
             .collect();
-        let out = self.exe.execute(&args, &self.options)?;
+        let out = self.exe.execute(&per_device, &self.options)?;
         // Per device, per result -> per result, per device.
         let mut shards: Vec<Vec<radix_pjrt::Buffer>> =
             self.program.results().iter().map(|_| vec![]).collect();

@@ -8,8 +8,8 @@
 //! let shape = Shape::tagged(DType::F32, &[("b", 2), ("d", 3)]);
 //! let exe = radix::compile(&platform, &(), &Tensor::param(shape), |_, x| x.softmax("d"))?;
 //! let x = Buffer::from_slice(&platform, &[1f32, 2., 3., 4., 5., 6.], shape)?;
-//! let y = exe.call(&[&x])?;
-//! assert_eq!(y[0].shape(), shape);
+//! let y = exe.call(&(), x)?;
+//! assert_eq!(y.shape(), shape);
 //! # Ok(())
 //! # }
 //! ```
@@ -48,7 +48,7 @@ pub use compile_config::{CacheMode, CompileConfig, platform_env_overrides};
 pub use dtype::{DType, Element};
 pub use dump::{DumpConfig, XlaDump};
 pub use error::{Error, Result, TraceError};
-pub use exe::Executable;
+pub use exe::{Compiled, Executable};
 pub use ir::ops::control::{call, for_, if_, while_};
 pub use ir::ops::dot::DotDims;
 pub use ir::ops::reduce::reduce;
@@ -56,7 +56,7 @@ pub use ir::ops::shape_ops::{PadSpec, SliceSpec};
 pub use ir::ops::sort::sort;
 pub use ir::ops::{Binary, Compare, Order, Unary, Window};
 pub use literal::Literal;
-pub use module::Module;
+pub use module::{Bufferized, Module, Shapes};
 pub use platform::Platform;
 pub use radix_macros::Module;
 pub use shape::{Axes, AxisRef, Shape, Tag};

@@ -95,7 +95,7 @@ fn linear_end_to_end() {
     let platform = platform();
     let model = Linear::new(3, 2);
     let x = Tensor::param(Shape::tagged(DType::F32, &[("b", 2), ("d", 3)]));
-    let mut exe = radix::compile(&platform, &model, &x, |m, x| m.forward(x)).unwrap();
+    let exe = radix::compile(&platform, &model, &x, |m, x| m.forward(x)).unwrap();
     let args: Vec<String> = exe
         .program()
         .args()
@@ -107,14 +107,18 @@ fn linear_end_to_end() {
     let w =
         Buffer::from_slice(&platform, &[1f32, 0., 1., 0., 1., 0.], model.weight.shape()).unwrap();
     let b = Buffer::from_slice(&platform, &[10f32, 20.], model.bias.unwrap().shape()).unwrap();
-    exe.bind(vec![w, b]).unwrap();
+    // The model's twin with buffer leaves (`radix::Bufferized<Linear>`),
+    // made by `#[derive(Module)]`; plain fields are kept.
+    let weights = LinearWith {
+        weight: w,
+        bias: Some(b),
+        _name: "test",
+        n_out: 2,
+    };
     let x = Buffer::from_slice(&platform, &[1f32, 2., 3., 4., 5., 6.], x.shape()).unwrap();
-    let y = exe.call(&[&x]).unwrap();
-    assert_eq!(
-        y[0].shape(),
-        Shape::tagged(DType::F32, &[("b", 2), ("d", 2)])
-    );
-    assert_eq!(y[0].to_vec::<f32>().unwrap(), vec![14., 22., 20., 25.]);
+    let y = exe.call(&weights, x).unwrap();
+    assert_eq!(y.shape(), Shape::tagged(DType::F32, &[("b", 2), ("d", 2)]));
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![14., 22., 20., 25.]);
     assert_eq!(model.n_out, 2);
 }
 

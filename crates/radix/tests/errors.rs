@@ -81,7 +81,7 @@ fn wrong_call_arguments() {
     let exe = radix::compile(&platform, &(), &(x, x), |_, (x, y)| x + y).unwrap();
     let good = Buffer::from_slice(&platform, &[1f32, 2.], x.shape()).unwrap();
     let bad = Buffer::from_slice(&platform, &[1f32, 2., 3.], Shape::new(DType::F32, &[3])).unwrap();
-    match exe.call(&[&good, &bad]) {
+    match exe.call(&(), (good.clone(), bad)) {
         Err(Error::Argument {
             index,
             path,
@@ -98,46 +98,49 @@ fn wrong_call_arguments() {
     }
     let ints = Buffer::from_slice(&platform, &[1i32, 2], Shape::new(DType::I32, &[2])).unwrap();
     assert!(matches!(
-        exe.call(&[&ints, &good]),
+        exe.call(&(), (ints, good.clone())),
         Err(Error::Argument { index: 0, .. })
     ));
     assert!(matches!(
-        exe.call(&[&good]),
+        exe.executable().call(&[&good]),
         Err(Error::ArgumentCount {
             expected: 2,
             got: 1,
             ..
         })
     ));
-    let sum = exe.call(&[&good, &good]).unwrap();
-    assert_eq!(sum[0].to_vec::<f32>().unwrap(), vec![2., 4.]);
-    assert!(matches!(sum[0].to_vec::<i32>(), Err(Error::Host(_))));
+    let sum = exe.call(&(), (good.clone(), good)).unwrap();
+    assert_eq!(sum.to_vec::<f32>().unwrap(), vec![2., 4.]);
+    assert!(matches!(sum.to_vec::<i32>(), Err(Error::Host(_))));
 }
 
 #[test]
-fn unbound_and_misbound_weights() {
+fn misshapen_weights() {
     let platform = platform();
-    let w = Tensor::param(Shape::tagged(DType::F32, &[("a", 2)]));
-    let mut exe = radix::compile(&platform, &w, &w, |w, x| *w * x).unwrap();
-    let buf = Buffer::from_slice(&platform, &[3f32, 4.], w.shape()).unwrap();
+    let w = vec![Tensor::param(Shape::tagged(DType::F32, &[("a", 2)])); 2];
+    let x = w[0];
+    let exe = radix::compile(&platform, &w, &x, |w, x| w[0] * w[1] * x).unwrap();
+    let buf = Buffer::from_slice(&platform, &[3f32, 4.], x.shape()).unwrap();
+    // A tree of another length than the model's.
     assert!(matches!(
-        exe.call(&[&buf]),
+        exe.call(&vec![buf.clone()], buf.clone()),
         Err(Error::ArgumentCount {
-            what: "bound weights",
-            ..
+            what: "weights",
+            expected: 2,
+            got: 1,
         })
     ));
     let short = Buffer::from_slice(&platform, &[3f32], Shape::new(DType::F32, &[1])).unwrap();
-    match exe.bind(vec![short]) {
-        Err(Error::Argument { index: 0, path, .. }) => assert_eq!(path, ""),
+    match exe.call(&vec![buf.clone(), short], buf.clone()) {
+        Err(Error::Argument { index: 1, path, .. }) => assert_eq!(path, "1"),
         other => panic!("{other:?}"),
     }
-    exe.bind(vec![
-        Buffer::from_slice(&platform, &[3f32, 4.], w.shape()).unwrap(),
-    ])
-    .unwrap();
+    let one = Buffer::from_slice(&platform, &[1f32, 1.], x.shape()).unwrap();
     assert_eq!(
-        exe.call(&[&buf]).unwrap()[0].to_vec::<f32>().unwrap(),
+        exe.call(&vec![buf.clone(), one], buf)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
         vec![9., 16.]
     );
 }

@@ -56,13 +56,12 @@ fn four_device_matmul_equals_the_unsharded_one() {
         let w_param = Tensor::param(w_shape);
         let program =
             radix::trace(&w_param, &Tensor::param(x_shape), |w, x| x.dot(*w, "d")).unwrap();
-        let mut exe = build(platform, program).unwrap();
-        exe.bind(vec![Buffer::from_slice(platform, &w, w_shape).unwrap()])
-            .unwrap();
+        let exe = build(platform, program).unwrap();
+        let wb = Buffer::from_slice(platform, &w, w_shape).unwrap();
         let x: Vec<f32> = (0..32).map(|v| v as f32 * 0.5).collect();
         let xb = Buffer::from_slice(platform, &x, x_shape).unwrap();
         assert_eq!(xb.shards().len(), exe.n_partitions());
-        let y = exe.call(&[&xb]).unwrap();
+        let y = exe.call(&[&wb, &xb]).unwrap();
         y[0].to_vec::<f32>().unwrap()
     };
     let whole = matmul(&radix::testing::platform(), rows());

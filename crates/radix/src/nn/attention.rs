@@ -8,7 +8,7 @@
 //! (`b`, `q`, `k`), in that order.
 
 use crate::nn::broadcast_like;
-use crate::{DType, Module, Tensor};
+use crate::{DType, Module, Shape, Tensor};
 
 /// `softmax(q k^T / sqrt(hd) masked) v` per head: the result has `q`'s shape.
 ///
@@ -72,8 +72,9 @@ pub fn padding_mask(valid: Tensor) -> Tensor {
     valid.ne(Tensor::scalar(0.0, valid.dtype()))
 }
 
-/// Keys and values of one attention layer for `capacity` positions, tagged
-/// `(b, k, h, hd)`: an argument and a result of each decoding step.
+/// Keys and values of every attention layer for `capacity` positions,
+/// tagged `(layer, b, k, h, hd)`: one pair of tensors for the whole model,
+/// an argument and a result of each decoding step.
 #[derive(Module, Clone, Copy, Debug)]
 pub struct KvCache {
     /// The keys.
@@ -82,41 +83,69 @@ pub struct KvCache {
     pub v: Tensor,
 }
 
+/// The axes of a [`KvCache`], in order.
+const CACHE_AXES: [&str; 5] = ["layer", "b", "k", "h", "hd"];
+
 impl KvCache {
-    /// A cache placeholder (for tracing) of `capacity` positions.
-    pub fn new(batch: i64, capacity: i64, n_kv_heads: i64, head_dim: i64, dtype: DType) -> Self {
-        let shape = crate::Shape::tagged(
-            dtype,
-            &[
-                ("b", batch),
-                ("k", capacity),
-                ("h", n_kv_heads),
-                ("hd", head_dim),
-            ],
-        );
+    /// The shape of the keys (and of the values) of a cache.
+    pub fn shape(
+        n_layers: i64,
+        batch: i64,
+        capacity: i64,
+        n_kv_heads: i64,
+        head_dim: i64,
+        dtype: DType,
+    ) -> Shape {
+        let dims = [n_layers, batch, capacity, n_kv_heads, head_dim];
+        let axes: Vec<(&str, i64)> = CACHE_AXES.iter().copied().zip(dims).collect();
+        Shape::tagged(dtype, &axes)
+    }
+
+    /// A cache placeholder (for tracing) of `shape` (see [`KvCache::shape`]).
+    pub fn param(shape: Shape) -> KvCache {
         KvCache {
             k: Tensor::param(shape),
             v: Tensor::param(shape),
         }
     }
 
-    /// The cache with new keys and values (tagged `(b, k, h, hd)` in any order)
-    /// written from position `start` (a rank-0 integer tensor) on
+    /// An empty cache of `shape`, made inside the program.
+    pub fn zeros(shape: Shape) -> KvCache {
+        KvCache {
+            k: Tensor::zeros(shape),
+            v: Tensor::zeros(shape),
+        }
+    }
+
+    /// The cache with layer `layer`'s new keys and values (tagged
+    /// `(b, k, h, hd)` in any order) written from position `start` on;
+    /// `layer` and `start` are rank-0 integer tensors
     /// (`stablehlo.dynamic_update_slice`).
     #[track_caller]
-    pub fn update(self, k: Tensor, v: Tensor, start: Tensor) -> KvCache {
+    pub fn update(self, layer: Tensor, start: Tensor, k: Tensor, v: Tensor) -> KvCache {
+        let zero = Tensor::scalar(0.0, start.dtype());
+        let layer = layer.convert(start.dtype());
+        let starts = [layer, zero, start, zero, zero];
         let write = |cache: Tensor, new: Tensor| {
-            let order = ["b", "k", "h", "hd"];
-            let zero = Tensor::scalar(0.0, start.dtype());
-            let starts: Vec<Tensor> = order
-                .iter()
-                .map(|&t| if t == "k" { start } else { zero })
-                .collect();
-            cache.dynamic_update_slice(new.transpose(order), &starts)
+            let new = new.transpose(["b", "k", "h", "hd"]).unsqueeze(0, "layer");
+            cache.dynamic_update_slice(new, &starts)
         };
         KvCache {
             k: write(self.k, k),
             v: write(self.v, v),
         }
+    }
+
+    /// Layer `layer`'s keys and values, `(b, k, h, hd)`.
+    #[track_caller]
+    pub fn layer(self, layer: Tensor) -> (Tensor, Tensor) {
+        let zero = Tensor::scalar(0.0, layer.dtype());
+        let starts = [layer, zero, zero, zero, zero];
+        let read = |cache: Tensor| {
+            let mut sizes: Vec<i64> = cache.shape().dims().to_vec();
+            sizes[0] = 1;
+            cache.dynamic_slice(&starts, &sizes).squeeze("layer")
+        };
+        (read(self.k), read(self.v))
     }
 }

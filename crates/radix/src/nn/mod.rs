@@ -30,7 +30,7 @@ pub use rope::{RopeLayout, Rotary};
 pub use sampling::{Rng, Sampler};
 
 use crate::io::WeightStore;
-use crate::{Buffer, DType, Module, Platform, Shape, Tensor};
+use crate::{Buffer, Bufferized, DType, Module, Platform, Shape, Tensor};
 
 /// Why weights could not be loaded: the file side or the device side.
 #[derive(Debug, thiserror::Error)]
@@ -51,19 +51,26 @@ pub fn param(axes: &[(&str, i64)]) -> Tensor {
 
 /// Reads every tensor of `model` from `store` by its field path (mapped by the
 /// store's name map), checks its dims against the parameter's, and uploads it:
-/// the buffers to pass to [`crate::Executable::bind`], in ABI order.
+/// the model's weights on the device, as the same tree.
 pub fn load_weights<M: Module + ?Sized>(
     platform: &Platform,
     store: &WeightStore,
     model: &M,
-) -> Result<Vec<Buffer>, LoadError> {
-    let mut res = vec![];
-    for (path, t) in crate::module::tensors(model) {
-        let host = store.get(&path, t.shape().dims())?;
-        let values = host.to_f32_vec();
-        res.push(Buffer::from_slice(platform, &values, t.shape())?);
+) -> Result<Bufferized<M>, LoadError> {
+    // `map` carries radix errors only: keep the file side's apart.
+    let mut io_error = None;
+    let res = model.map(&mut String::new(), &mut |path, t| {
+        let host = store.get(path, t.shape().dims()).map_err(|e| {
+            let msg = e.to_string();
+            io_error = Some(e);
+            crate::Error::Host(msg)
+        })?;
+        Buffer::from_slice(platform, &host.to_f32_vec(), t.shape())
+    });
+    match (res, io_error) {
+        (_, Some(e)) => Err(LoadError::Io(e)),
+        (res, None) => Ok(res?),
     }
-    Ok(res)
 }
 
 /// `t` (whose axes are all tagged and present in `like`) broadcast to

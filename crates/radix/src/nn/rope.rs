@@ -2,10 +2,10 @@
 //! in both layouts found in checkpoints.
 
 use crate::nn::broadcast_like;
-use crate::{DType, Tensor};
+use crate::{DType, Module, Tensor};
 
 /// Which components of a head vector rotate together.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Module, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RopeLayout {
     /// `(i, i + hd/2)` pairs: the Hugging Face llama layout (`rotate_half`).
     HalfSplit,
@@ -16,7 +16,7 @@ pub enum RopeLayout {
 /// Rotary embeddings over a head axis `hd` of even size: pair `j` turns by
 /// `pos * theta^(-2j/hd)`. Angles, cosines and sines are computed in `f64`
 /// from integer positions, then rounded to the input's dtype.
-#[derive(Debug, Clone, Copy)]
+#[derive(Module, Debug, Clone, Copy)]
 pub struct Rotary {
     head_dim: i64,
     theta: f64,
