@@ -141,11 +141,10 @@ fn paths() -> Result<Report> {
 fn dispatch(samples: usize, calls: usize) -> Result<Report> {
     let platform = Platform::cpu()?;
     let shape = Shape::new(DType::F32, &[4]);
-    let exe = radix::compile(
+    let exe = radix::compile_fn(
         &platform,
-        &(),
         &(Tensor::param(shape), Tensor::param(shape)),
-        |_, (x, y)| x + y,
+        |(x, y)| x + y,
     )?;
     let raw = platform
         .client()
@@ -153,14 +152,14 @@ fn dispatch(samples: usize, calls: usize) -> Result<Report> {
     let a = Buffer::from_slice(&platform, &[1f32, 2., 3., 4.], shape)?;
     let b = Buffer::from_slice(&platform, &[1f32, 2., 3., 4.], shape)?;
     let options = radix_pjrt::ExecuteOptions::default();
-    let sum = exe.call(&(), (a.clone(), b.clone()))?.to_vec::<f32>()?;
+    let sum = exe.call_fn((a.clone(), b.clone()))?.to_vec::<f32>()?;
     ensure!(sum == [2., 4., 6., 8.], "tiny add gave {sum:?}");
 
     let mut report = Report::new("dispatch");
     let (mut call, mut execute) = (vec![], vec![]);
     // Alternate the two so that drift hits both alike.
     for _ in 0..samples + 5 {
-        call.push(time_per_call(calls, || exe.call(&(), (a.clone(), b.clone())).map(drop))? * 1e6);
+        call.push(time_per_call(calls, || exe.call_fn((a.clone(), b.clone())).map(drop))? * 1e6);
         execute.push(
             time_per_call(calls, || {
                 raw.execute(&[[a.raw(), b.raw()]], &options).map(drop)

@@ -371,6 +371,9 @@ impl EmbedderConfig {
     }
 }
 
+/// The embedding step: ids and mask in, unit vectors out.
+type Embed = Compiled<Bert, (Tensor, Tensor), Tensor>;
+
 /// Sentence embeddings from a sentence-transformers BERT folder
 /// (`config.json`, `model.safetensors`, `tokenizer.json`). The weights are
 /// uploaded once and passed to every executable (one per batch and length
@@ -392,7 +395,7 @@ pub struct Embedder {
     tokenizer: Tokenizer,
     weights: Bufferized<Bert>,
     model: Bert,
-    exes: HashMap<(usize, usize), Compiled<Bert, (Tensor, Tensor), Tensor>>,
+    exes: HashMap<(usize, usize), Embed>,
 }
 
 impl Embedder {

@@ -142,14 +142,10 @@ impl Attention {
     /// into layer `layer` of `cache` from position `start` and attends over
     /// that layer's cache, hiding keys after each query's position.
     pub fn forward(&self, x: Tensor, pos: Tensor, step: Step) -> (Tensor, KvCache) {
-        let heads = |t: Tensor, n: i64| t.split_axis("d", &[("h", n), ("hd", -1)]);
-        let q = self
-            .rope
-            .forward(heads(self.q.forward(x), self.n_heads), pos);
-        let k = self
-            .rope
-            .forward(heads(self.k.forward(x), self.n_kv_heads), pos);
-        let v = heads(self.v.forward(x), self.n_kv_heads);
+        let heads = |l: &Linear, n: i64| l.forward(x).split_axis("d", &[("h", n), ("hd", -1)]);
+        let q = self.rope.forward(heads(&self.q, self.n_heads), pos);
+        let k = self.rope.forward(heads(&self.k, self.n_kv_heads), pos);
+        let v = heads(&self.v, self.n_kv_heads);
         let (k, v) = (k.rename("s", "k"), v.rename("s", "k"));
         let cache = step.cache.update(step.layer, step.start, k, v);
         let (keys, values) = cache.layer(step.layer);
@@ -284,60 +280,3 @@ impl CausalLm for Llama {
 
 /// A SmolLM2-style model on a device, ready to generate.
 pub type LlamaRunner = Generator<Llama>;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn tiny() -> LlamaConfig {
-        LlamaConfig {
-            n_layers: 2,
-            dim: 8,
-            n_heads: 2,
-            n_kv_heads: 1,
-            ffn_dim: 16,
-            vocab: 10,
-            rope_theta: 10000.0,
-            rms_eps: 1e-5,
-            tied_embeddings: true,
-        }
-    }
-
-    #[test]
-    fn weight_names_are_gguf_names() {
-        let names: Vec<String> = radix::module::tensors(&Llama::new(&tiny()))
-            .into_iter()
-            .map(|(p, _)| p)
-            .collect();
-        let want = [
-            "token_embd.weight",
-            "blk.0.attn_norm.weight",
-            "blk.0.attn_q.weight",
-            "blk.0.attn_k.weight",
-            "blk.0.attn_v.weight",
-            "blk.0.attn_output.weight",
-            "blk.0.ffn_norm.weight",
-            "blk.0.ffn_gate.weight",
-            "blk.0.ffn_up.weight",
-            "blk.0.ffn_down.weight",
-        ];
-        assert_eq!(names[..want.len()], want);
-        assert_eq!(names.last().map(String::as_str), Some("output_norm.weight"));
-        assert_eq!(names.len(), 1 + 9 * 2 + 1);
-    }
-
-    #[test]
-    fn blocks_are_one_function() {
-        let model = Llama::new(&tiny());
-        let program = crate::generate::trace_decode(&model, 4).unwrap();
-        let text = program.stablehlo();
-        assert_eq!(text.matches("func.func private").count(), 1, "{text}");
-        assert_eq!(text.matches("func.call").count(), 2, "{text}");
-        // Weights, ids, start, last are kept; the cache pair goes to
-        // results 1 and 2.
-        let n = radix::module::tensors(&model).len();
-        let aliases = program.aliases();
-        assert!(aliases[..n + 3].iter().all(Option::is_none));
-        assert_eq!(&aliases[n + 3..], &[Some(1), Some(2)]);
-    }
-}

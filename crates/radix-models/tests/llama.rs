@@ -8,7 +8,7 @@ use std::sync::{Mutex, OnceLock};
 use radix::io::{Gguf, Safetensors, Tokenizer};
 use radix::nn::Sampler;
 use radix::testing::{Tol, assert_all_close};
-use radix_models::llama::{Llama, LlamaRunner};
+use radix_models::llama::{Llama, LlamaConfig, LlamaRunner};
 use serde_json::Value;
 
 struct Fixture {
@@ -147,4 +147,58 @@ fn weights_are_uploaded_once() {
     // Ids (32 and 64 positions), positions and one id per decode step.
     let moved = bytes() - before;
     assert!(moved < 1024, "{moved} bytes uploaded by two generations");
+}
+
+// The model's structure, without weights.
+
+fn tiny() -> LlamaConfig {
+    LlamaConfig {
+        n_layers: 2,
+        dim: 8,
+        n_heads: 2,
+        n_kv_heads: 1,
+        ffn_dim: 16,
+        vocab: 10,
+        rope_theta: 10000.0,
+        rms_eps: 1e-5,
+        tied_embeddings: true,
+    }
+}
+
+#[test]
+fn weight_names_are_gguf_names() {
+    let names: Vec<String> = radix::module::tensors(&Llama::new(&tiny()))
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    let want = [
+        "token_embd.weight",
+        "blk.0.attn_norm.weight",
+        "blk.0.attn_q.weight",
+        "blk.0.attn_k.weight",
+        "blk.0.attn_v.weight",
+        "blk.0.attn_output.weight",
+        "blk.0.ffn_norm.weight",
+        "blk.0.ffn_gate.weight",
+        "blk.0.ffn_up.weight",
+        "blk.0.ffn_down.weight",
+    ];
+    assert_eq!(names[..want.len()], want);
+    assert_eq!(names.last().map(String::as_str), Some("output_norm.weight"));
+    assert_eq!(names.len(), 1 + 9 * 2 + 1);
+}
+
+#[test]
+fn blocks_are_one_function() {
+    let model = Llama::new(&tiny());
+    let program = radix_models::generate::trace_decode(&model, 4).unwrap();
+    let text = program.stablehlo();
+    assert_eq!(text.matches("func.func private").count(), 1, "{text}");
+    assert_eq!(text.matches("func.call").count(), 2, "{text}");
+    // Weights, ids, start, last are kept; the cache pair goes to
+    // results 1 and 2.
+    let n = radix::module::tensors(&model).len();
+    let aliases = program.aliases();
+    assert!(aliases[..n + 3].iter().all(Option::is_none));
+    assert_eq!(&aliases[n + 3..], &[Some(1), Some(2)]);
 }

@@ -23,11 +23,10 @@ fn bench_trace(c: &mut Criterion) {
 fn bench_call(c: &mut Criterion) {
     let platform = radix::testing::platform();
     let shape = Shape::new(DType::F32, &[4]);
-    let exe = radix::compile(
+    let exe = radix::compile_fn(
         &platform,
-        &(),
         &(Tensor::param(shape), Tensor::param(shape)),
-        |_, (x, y)| x + y,
+        |(x, y)| x + y,
     )
     .unwrap();
     let raw = platform
@@ -37,7 +36,7 @@ fn bench_call(c: &mut Criterion) {
     let a = Buffer::from_slice(&platform, &[1f32, 2., 3., 4.], shape).unwrap();
     let b = Buffer::from_slice(&platform, &[1f32, 2., 3., 4.], shape).unwrap();
     c.bench_function("Executable::call tiny add", |bench| {
-        bench.iter(|| exe.call(&[&a, &b]).unwrap())
+        bench.iter(|| exe.call_fn((a.clone(), b.clone())).unwrap())
     });
     let options = radix_pjrt::ExecuteOptions::default();
     c.bench_function("raw PJRT execute tiny add", |bench| {

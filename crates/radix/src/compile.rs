@@ -238,13 +238,20 @@ where
 ///
 /// ```no_run
 /// # fn main() -> radix::Result<()> {
-/// use radix::{Buffer, DType, Platform, Shape, Tensor};
+/// use radix::{Buffer, DType, Module, Platform, Shape, Tensor};
+///
+/// #[derive(Module, Clone)]
+/// struct Bias {
+///     b: Tensor,
+/// }
+///
 /// let platform = Platform::cpu()?;
-/// let shape = Shape::tagged(DType::F32, &[("b", 2), ("d", 3)]);
-/// let exe = radix::compile(&platform, &(), &Tensor::param(shape), |_, x| (x * 2.0).sum("d"))?;
-/// let x = Buffer::from_slice(&platform, &[1f32, 2., 3., 4., 5., 6.], shape)?;
-/// let sums = exe.call(&(), x)?;
-/// assert_eq!(sums.to_vec::<f32>()?, [12., 30.]);
+/// let shape = Shape::tagged(DType::F32, &[("d", 3)]);
+/// let model = Bias { b: Tensor::param(shape) };
+/// let exe = radix::compile(&platform, &model, &Tensor::param(shape), |m, x| x + m.b)?;
+/// let weights = BiasWith { b: Buffer::from_slice(&platform, &[1f32, 1., 1.], shape)? };
+/// let x = Buffer::from_slice(&platform, &[1f32, 2., 3.], shape)?;
+/// assert_eq!(exe.call(&weights, x)?.to_vec::<f32>()?, [2., 3., 4.]);
 /// # Ok(())
 /// # }
 /// ```
@@ -263,6 +270,30 @@ where
 {
     let (program, outputs) = trace_outputs(model, inputs, forward)?;
     Ok(Compiled::new(compile_program(platform, program)?, outputs))
+}
+
+/// Traces and compiles a function of `inputs` alone, with no model: a
+/// [`Compiled`] called with [`Compiled::call_fn`].
+///
+/// ```no_run
+/// # fn main() -> radix::Result<()> {
+/// use radix::{Buffer, DType, Platform, Shape, Tensor};
+/// let platform = Platform::cpu()?;
+/// let shape = Shape::tagged(DType::F32, &[("b", 2), ("d", 3)]);
+/// let exe = radix::compile_fn(&platform, &Tensor::param(shape), |x| (x * 2.0).sum("d"))?;
+/// let x = Buffer::from_slice(&platform, &[1f32, 2., 3., 4., 5., 6.], shape)?;
+/// assert_eq!(exe.call_fn(x)?.to_vec::<f32>()?, [12., 30.]);
+/// # Ok(())
+/// # }
+/// ```
+#[track_caller]
+pub fn compile_fn<I, O, F>(platform: &Platform, inputs: &I, f: F) -> Result<Compiled<(), I, O>>
+where
+    I: Module + Clone,
+    O: Module,
+    F: FnOnce(I) -> O,
+{
+    compile(platform, &(), inputs, |_, x| f(x))
 }
 
 /// Compiles a traced program for `platform` with [`CompileConfig::new`]

@@ -99,6 +99,13 @@ impl<M: Module, I: Module, O: Module> Compiled<M, I, O> {
     }
 }
 
+impl<I: Module, O: Module> Compiled<(), I, O> {
+    /// Runs a function compiled without a model ([`crate::compile_fn`]).
+    pub fn call_fn(&self, inputs: Bufferized<I>) -> Result<Bufferized<O>> {
+        self.call(&(), inputs)
+    }
+}
+
 /// A compiled program that takes and returns buffers by position: the
 /// model's weights, then the inputs, in ABI order ([`Program::args`]).
 /// [`Compiled`] calls it with structs instead.

@@ -6,9 +6,9 @@
 //! use radix::{Buffer, DType, Platform, Shape, Tensor};
 //! let platform = Platform::cpu()?;
 //! let shape = Shape::tagged(DType::F32, &[("b", 2), ("d", 3)]);
-//! let exe = radix::compile(&platform, &(), &Tensor::param(shape), |_, x| x.softmax("d"))?;
+//! let exe = radix::compile_fn(&platform, &Tensor::param(shape), |x| x.softmax("d"))?;
 //! let x = Buffer::from_slice(&platform, &[1f32, 2., 3., 4., 5., 6.], shape)?;
-//! let y = exe.call(&(), x)?;
+//! let y = exe.call_fn(x)?;
 //! assert_eq!(y.shape(), shape);
 //! # Ok(())
 //! # }
@@ -42,7 +42,7 @@ pub mod testing;
 pub use buffer::Buffer;
 pub use cache::{CacheEntry, CacheKey, ExecutableCache, Origin};
 pub use compile::{
-    ArgSpec, Program, cache_key, compile, compile_program, compile_program_with, trace,
+    ArgSpec, Program, cache_key, compile, compile_fn, compile_program, compile_program_with, trace,
 };
 pub use compile_config::{CacheMode, CompileConfig, platform_env_overrides};
 pub use dtype::{DType, Element};
