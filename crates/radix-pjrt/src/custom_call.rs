@@ -60,6 +60,19 @@ pub enum AttrValue {
     F64s(Vec<f64>),
 }
 
+macro_rules! attr_from {
+    ($($t:ty => $v:ident),*) => {$(
+        impl From<$t> for AttrValue {
+            fn from(x: $t) -> AttrValue {
+                AttrValue::$v(x.into())
+            }
+        }
+    )*};
+}
+
+attr_from!(bool => Bool, i32 => I32, i64 => I64, f32 => F32, f64 => F64, &str => Str,
+    String => Str, Vec<i32> => I32s, Vec<i64> => I64s, Vec<f32> => F32s, Vec<f64> => F64s);
+
 /// The plugin's FFI extension.
 pub struct FfiExtension<'p> {
     plugin: &'p Plugin,

@@ -3,6 +3,7 @@
 
 use crate::cache::{self, CacheKey, ExecutableCache, Origin};
 use crate::compile_config::{CacheMode, CompileConfig};
+use crate::custom_call;
 use crate::donation;
 use crate::error::Error;
 use crate::exe::Executable;
@@ -261,7 +262,17 @@ pub fn cache_key(
     config: &CompileConfig,
 ) -> Result<CacheKey> {
     let options = config.options.to_bytes()?;
-    let text = program.stablehlo_without_locations();
+    let lowered = custom_call::lower(platform, &program.function, config.custom_calls)?;
+    let program = match lowered {
+        Some(function) => &Program {
+            function,
+            ..program.clone()
+        },
+        None => program,
+    };
+    let mut text = program.stablehlo_without_locations();
+    // A kernel is code the executable depends on.
+    text.push_str(&custom_call::key_text(&program.function));
     CacheKey::new(&text, &options, platform.client().plugin())
 }
 
@@ -288,6 +299,14 @@ pub fn compile_program_with(
         }
         _ => program,
     };
+    let program = match custom_call::lower(platform, &program.function, config.custom_calls)? {
+        Some(function) => Program {
+            function,
+            ..program
+        },
+        None => program,
+    };
+    custom_call::register(platform, &program.function)?;
     let key = cache_key(platform, &program, config)?;
     let text = program.stablehlo();
     if let Some(dump) = &config.dump

@@ -22,6 +22,7 @@ mod buffer;
 pub mod cache;
 mod compile;
 mod compile_config;
+pub mod custom_call;
 mod donation;
 pub mod dtype;
 pub mod dump;
@@ -45,6 +46,7 @@ pub use compile::{
     ArgSpec, Program, cache_key, compile, compile_program, compile_program_with, trace,
 };
 pub use compile_config::{CacheMode, CompileConfig, platform_env_overrides};
+pub use custom_call::{Attrs, CustomCall, CustomCallMode, host_callback};
 pub use dtype::{DType, Element};
 pub use dump::{DumpConfig, XlaDump};
 pub use error::{Error, Result, TraceError};
