@@ -419,3 +419,47 @@ fn print_inside_a_loop_prints_each_step_in_order() {
     assert_eq!(compiled, want);
     assert_eq!(interpreted, want);
 }
+
+/// Sleeps 20 ms in each of 8 tasks on up to `workers` threads and counts
+/// the threads that ran them.
+static THREADS_SEEN: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+static SLEEPY: LazyLock<CustomCall> = LazyLock::new(|| {
+    CustomCall::builder(
+        "radix_test.sleepy",
+        1,
+        |s, _| Ok(vec![s[0]]),
+        |k| {
+            let workers = k.attrs().i64("workers")? as usize;
+            let ids: Mutex<Vec<std::thread::ThreadId>> = Mutex::default();
+            k.parallel_for(8, workers, &|_| {
+                ids.lock().unwrap().push(std::thread::current().id());
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            })?;
+            let mut ids = ids.into_inner().unwrap();
+            assert_eq!(ids.len(), 8, "every task ran once");
+            ids.sort_by_key(|id| format!("{id:?}"));
+            ids.dedup();
+            THREADS_SEEN.lock().unwrap().push(ids.len());
+            k.output::<f32>(0)?.copy_from_slice(k.input::<f32>(0)?);
+            Ok(())
+        },
+    )
+    .register()
+    .unwrap()
+});
+
+#[test]
+fn kernels_split_work_over_the_plugins_threads() {
+    let platform = platform();
+    let shape = Shape::new(DType::F32, &[1]);
+    let x = Buffer::from_slice(&platform, &[1f32], shape).unwrap();
+    for workers in [1i64, 2] {
+        let exe = radix::compile(&platform, &(), &Tensor::param(shape), |_, x| {
+            SLEEPY.call(&[x], &Attrs::new().with("workers", workers))[0]
+        })
+        .unwrap();
+        exe.call(&[&x]).unwrap();
+        let seen = THREADS_SEEN.lock().unwrap().pop();
+        assert_eq!(seen, Some(workers as usize), "{workers} workers");
+    }
+}
