@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use kernels::{ADD_ONE_IN_PLACE, FAILS, PANICS, matmul, softsign};
-use radix::custom_call::{AttrValue, Attrs, CustomCall, CustomCallMode, set_print_sink};
+use radix::custom_call::{AttrValue, Attrs, CustomCall, CustomCallMode};
+use radix::host_callback::set_print_sink;
 use radix::testing::{Tol, check, platform, run, trace_fn};
 use radix::{Buffer, CacheMode, CompileConfig, DType, Error, Literal, Shape, Tensor};
 
