@@ -255,7 +255,9 @@ pub fn compile_program(platform: &Platform, program: Program) -> Result<Executab
 
 /// The executable cache key of `program` compiled for `platform` with
 /// `config` (see [`crate::cache`]). Dump flags are left out: they do not
-/// change the executable.
+/// change the executable. Custom calls count as compiled: their fallbacks
+/// where `config` or the platform calls for them, else each used call's
+/// name and implementation version.
 pub fn cache_key(
     platform: &Platform,
     program: &Program,
