@@ -274,6 +274,37 @@ args! {
     PJRT_Buffer_ReadyEvent_Args { buffer: *mut PJRT_Buffer, event: *mut PJRT_Event }
 }
 
+/// `PJRT_Extension_Type_FFI`: the FFI extension in the `PJRT_Api`'s chain.
+pub const PJRT_Extension_Type_FFI: c_int = 5;
+
+/// `PJRT_FFI_Register_Handler_Args` (pjrt_c_api_ffi_extension.h, newest form:
+/// no `extension_start`, no `api_version`; only typed handlers).
+#[repr(C)]
+pub struct PJRT_FFI_Register_Handler_Args {
+    pub struct_size: usize,
+    pub target_name: *const c_char,
+    pub target_name_size: usize,
+    pub handler: *mut c_void,
+    pub platform_name: *const c_char,
+    pub platform_name_size: usize,
+    pub traits: u32,
+}
+
+impl PJRT_FFI_Register_Handler_Args {
+    /// `PJRT_STRUCT_SIZE`: the end of `traits`.
+    pub const STRUCT_SIZE: usize =
+        std::mem::offset_of!(PJRT_FFI_Register_Handler_Args, traits) + std::mem::size_of::<u32>();
+}
+
+/// `PJRT_FFI_Extension`: the extension header and its three entries.
+#[repr(C)]
+pub struct PJRT_FFI_Extension {
+    pub base: PJRT_Extension_Base,
+    pub type_id_register: Unused,
+    pub user_data_add: Unused,
+    pub register_handler: Fn<PJRT_FFI_Register_Handler_Args>,
+}
+
 /// A PJRT entry point that returns an error.
 pub type Fn<A> = Option<unsafe extern "C" fn(*mut A) -> *mut PJRT_Error>;
 /// A PJRT entry point that returns nothing.
@@ -462,5 +493,15 @@ mod tests {
         assert_eq!(PJRT_Buffer_ToHostBuffer_Args::STRUCT_SIZE, 56);
         assert_eq!(PJRT_Event_IsReady_Args::STRUCT_SIZE, 25);
         assert_eq!(PJRT_Plugin_Initialize_Args::STRUCT_SIZE, 16);
+        // From pjrt_c_api_ffi_extension.h (openxla/xla, FFI extension
+        // version 2 without `api_version`), compiled the same way.
+        assert_eq!(PJRT_FFI_Register_Handler_Args::STRUCT_SIZE, 52);
+        assert_eq!(offset_of!(PJRT_FFI_Register_Handler_Args, handler), 24);
+        assert_eq!(
+            offset_of!(PJRT_FFI_Register_Handler_Args, platform_name),
+            32
+        );
+        assert_eq!(size_of::<PJRT_FFI_Extension>(), 48);
+        assert_eq!(offset_of!(PJRT_FFI_Extension, register_handler), 40);
     }
 }

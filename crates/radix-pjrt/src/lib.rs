@@ -42,6 +42,7 @@ macro_rules! call {
 mod buffer;
 mod client;
 pub mod compile_options;
+pub mod custom_call;
 mod error;
 mod executable;
 mod ffi;
@@ -50,6 +51,7 @@ mod plugin;
 mod program_shape;
 pub mod provision;
 mod select;
+mod xla_ffi;
 
 pub use buffer::{Buffer, ElementType, Event, byte_len};
 pub use client::{Client, ClientOptions, Device};

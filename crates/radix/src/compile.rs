@@ -3,6 +3,7 @@
 
 use crate::cache::{self, CacheKey, ExecutableCache, Origin};
 use crate::compile_config::{CacheMode, CompileConfig};
+use crate::custom_call;
 use crate::donation;
 use crate::error::Error;
 use crate::exe::{Compiled, Executable};
@@ -304,14 +305,26 @@ pub fn compile_program(platform: &Platform, program: Program) -> Result<Executab
 
 /// The executable cache key of `program` compiled for `platform` with
 /// `config` (see [`crate::cache`]). Dump flags are left out: they do not
-/// change the executable.
+/// change the executable. Custom calls count as compiled: their fallbacks
+/// where `config` or the platform calls for them, else each used call's
+/// name and implementation version.
 pub fn cache_key(
     platform: &Platform,
     program: &Program,
     config: &CompileConfig,
 ) -> Result<CacheKey> {
     let options = config.options.to_bytes()?;
-    let text = program.stablehlo_without_locations();
+    let lowered = custom_call::lower(platform, &program.function, config.custom_calls)?;
+    let program = match lowered {
+        Some(function) => &Program {
+            function,
+            ..program.clone()
+        },
+        None => program,
+    };
+    let mut text = program.stablehlo_without_locations();
+    // A kernel is code the executable depends on.
+    text.push_str(&custom_call::key_text(&program.function));
     CacheKey::new(&text, &options, platform.client().plugin())
 }
 
@@ -338,6 +351,14 @@ pub fn compile_program_with(
         }
         _ => program,
     };
+    let program = match custom_call::lower(platform, &program.function, config.custom_calls)? {
+        Some(function) => Program {
+            function,
+            ..program
+        },
+        None => program,
+    };
+    custom_call::register(platform, &program.function)?;
     let key = cache_key(platform, &program, config)?;
     let text = program.stablehlo();
     if let Some(dump) = &config.dump

@@ -8,6 +8,7 @@ use radix_pjrt::{CompileOptions, OverrideValue};
 
 use crate::Platform;
 use crate::cache::ExecutableCache;
+use crate::custom_call::CustomCallMode;
 use crate::dump::DumpConfig;
 
 /// Everything [`crate::compile_program_with`] needs besides the program.
@@ -37,6 +38,8 @@ pub struct CompileConfig {
     pub cache: CacheMode,
     /// Where to dump the module and XLA's passes, if anywhere.
     pub dump: Option<DumpConfig>,
+    /// Which implementation of custom calls to compile.
+    pub custom_calls: CustomCallMode,
 }
 
 /// Whether and where compiled executables are cached on disk.
@@ -71,6 +74,7 @@ impl CompileConfig {
             options,
             cache: CacheMode::Dir(ExecutableCache::default_dir()),
             dump: DumpConfig::from_env(),
+            custom_calls: CustomCallMode::Native,
         }
     }
 

@@ -53,6 +53,15 @@ pub enum Error {
     /// Host data does not fit the shape it is given for.
     #[error("host data: {0}")]
     Host(String),
+    /// A custom call cannot be declared, or cannot run on the platform (no
+    /// Rust implementation there and no fallback).
+    #[error("custom call {name}: {reason}")]
+    CustomCall {
+        /// The call's name.
+        name: String,
+        /// What is wrong, naming the platform where it matters.
+        reason: String,
+    },
     /// The PJRT runtime failed (compile or execute).
     #[error(transparent)]
     Runtime(#[from] radix_pjrt::Error),

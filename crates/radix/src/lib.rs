@@ -22,11 +22,13 @@ mod buffer;
 pub mod cache;
 mod compile;
 mod compile_config;
+pub mod custom_call;
 mod donation;
 pub mod dtype;
 pub mod dump;
 mod error;
 mod exe;
+pub mod host_callback;
 pub mod io;
 pub mod ir;
 mod literal;
@@ -45,10 +47,12 @@ pub use compile::{
     ArgSpec, Program, cache_key, compile, compile_fn, compile_program, compile_program_with, trace,
 };
 pub use compile_config::{CacheMode, CompileConfig, platform_env_overrides};
+pub use custom_call::{Attrs, CustomCall, CustomCallMode};
 pub use dtype::{DType, Element};
 pub use dump::{DumpConfig, XlaDump};
 pub use error::{Error, Result, TraceError};
 pub use exe::{Compiled, Executable};
+pub use host_callback::host_callback;
 pub use ir::ops::control::{call, for_, if_, while_};
 pub use ir::ops::dot::DotDims;
 pub use ir::ops::reduce::reduce;

@@ -1,6 +1,8 @@
 //! Property test: random well-typed graphs compiled through the CPU plugin
 //! give what the reference interpreter gives.
 
+mod kernels;
+
 use proptest::prelude::*;
 use radix::testing::{Tol, compare, run_program, trace_fn};
 use radix::{DType, Literal, Shape, Tensor, Unary};
@@ -25,6 +27,8 @@ enum Step {
     Gather(usize),
     Transpose2(usize),
     Bf16RoundTrip(usize),
+    /// A custom call (a Rust kernel) among the ops.
+    Softsign(usize),
 }
 
 const SAFE_UNARY: [Unary; 6] = [
@@ -55,6 +59,7 @@ fn step() -> impl Strategy<Value = Step> {
         i().prop_map(Step::Gather),
         i().prop_map(Step::Transpose2),
         i().prop_map(Step::Bf16RoundTrip),
+        i().prop_map(Step::Softsign),
     ]
 }
 
@@ -99,6 +104,7 @@ fn apply(step: &Step, v: &[Tensor]) -> Tensor {
         }
         Step::Transpose2(a) => at(a).transpose(["b", "a"]).transpose(["a", "b"]),
         Step::Bf16RoundTrip(a) => at(a).convert(DType::BF16).convert(DType::F32),
+        Step::Softsign(a) => kernels::softsign(at(a)),
     }
 }
 

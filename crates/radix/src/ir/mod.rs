@@ -38,7 +38,8 @@ pub(crate) struct Node {
     pub(crate) loc: &'static Location<'static>,
 }
 
-/// A traced function: nodes in creation order, parameters, results.
+/// A traced function: nodes in creation order, parameters, results, and
+/// the side-effecting nodes, which are kept even when no result needs them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Function {
     pub(crate) nodes: Vec<Node>,
@@ -47,6 +48,9 @@ pub(crate) struct Function {
     /// `(value, parameter index)` pairs recorded by `Tensor::reuse_buffer`
     /// while tracing; `trace` turns them into argument aliases.
     pub(crate) reuses: Vec<(ValueId, usize)>,
+    /// The nodes with side effects ([`Op::has_side_effect`]), in order;
+    /// [`Function::push`] records them.
+    pub(crate) effects: Vec<ValueId>,
 }
 
 impl Function {
@@ -56,15 +60,20 @@ impl Function {
 
     pub(crate) fn push(&mut self, node: Node) -> ValueId {
         let id = ValueId(self.nodes.len() as u32);
+        if node.op.has_side_effect() {
+            self.effects.push(id);
+        }
         self.nodes.push(node);
         id
     }
 
-    /// Which nodes the results depend on (parameters always count).
+    /// Which nodes the results and the side effects depend on (parameters
+    /// always count).
     pub(crate) fn reachable(&self) -> Vec<bool> {
         let mut live = vec![false; self.nodes.len()];
         let mut stack: Vec<ValueId> = self.results.clone();
         stack.extend(&self.params);
+        stack.extend(&self.effects);
         while let Some(id) = stack.pop() {
             if !std::mem::replace(&mut live[id.0 as usize], true) {
                 stack.extend(&self.node(id).args);

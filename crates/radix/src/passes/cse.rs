@@ -1,6 +1,6 @@
 //! Common-subexpression elimination: a node equal to one already in the
 //! function (same op, operands and shape) is replaced by that first one,
-//! which keeps its location.
+//! which keeps its location. Side-effecting nodes are never merged.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -17,6 +17,10 @@ impl Table {
     /// The id of a node equal to `node` already in `f`, or of `node` pushed
     /// onto `f`.
     pub(crate) fn intern(&mut self, f: &mut Function, node: Node) -> ValueId {
+        if node.op.has_side_effect() {
+            // Each side effect happens once per occurrence.
+            return f.push(node);
+        }
         let key = key(&node);
         let bucket = self.buckets.entry(key).or_default();
         let same = |id: &&ValueId| {

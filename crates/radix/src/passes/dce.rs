@@ -1,8 +1,10 @@
-//! Dead-code elimination and scheduling: keep the parameters and the nodes
-//! the results depend on, in a canonical order.
+//! Dead-code elimination and scheduling: keep the parameters, the
+//! side-effecting nodes and the nodes the results depend on, in a canonical
+//! order.
 //!
-//! The order is a depth-first post-order from the results (each node's
-//! operands in operand order, then the node), after the parameters. It
+//! The order is a depth-first post-order from the side effects (in trace
+//! order), then from the results (each node's operands in operand order,
+//! then the node), after the parameters. It
 //! depends only on the graph, not on the order the ops were traced in, so
 //! `let e = x.exp(); let t = x.tanh(); t + e` and the same sum written with
 //! `tanh` traced first print the same.
@@ -18,7 +20,7 @@ pub(crate) fn run(f: &Function) -> Function {
     }
     // Iterative post-order: (node, whether its operands were pushed).
     let mut stack: Vec<(ValueId, bool)> = vec![];
-    for &r in &f.results {
+    for &r in f.effects.iter().chain(&f.results) {
         stack.push((r, false));
         while let Some((id, expanded)) = stack.pop() {
             if renamed[id.0 as usize].is_some() {

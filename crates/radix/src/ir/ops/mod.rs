@@ -6,6 +6,7 @@ pub mod composite;
 pub mod constant;
 pub mod control;
 pub mod convert;
+pub mod custom_call;
 pub mod dot;
 pub mod elementwise;
 pub mod indexing;
@@ -115,6 +116,10 @@ pub(crate) enum Op {
     /// `stablehlo.custom_call @Sharding`: the operand, split as the result
     /// shape's sharding says.
     Sharding,
+    /// `stablehlo.custom_call` of a Rust kernel declared with
+    /// [`crate::custom_call::CustomCall`] (several results, read through
+    /// `Project` nodes).
+    CustomCall(Arc<custom_call::Site>),
 }
 
 impl Op {
@@ -152,6 +157,7 @@ impl Op {
             Op::If { .. } => "if",
             Op::Call { .. } => "call",
             Op::Sharding => "sharding",
+            Op::CustomCall(_) => "custom_call",
         }
     }
 
@@ -180,6 +186,7 @@ impl Op {
             Op::Project(_) => unreachable!("projections are not printed"),
             Op::While { .. } | Op::If { .. } | Op::Call { .. } => control::print(self, p),
             Op::Sharding => sharding::print(p),
+            Op::CustomCall(site) => custom_call::print(site, p),
         }
     }
 
@@ -209,6 +216,7 @@ impl Op {
             | Op::While { .. }
             | Op::If { .. }
             | Op::Call { .. }
+            | Op::CustomCall(_)
             | Op::Sort { .. } => {
                 unreachable!("{} is evaluated by `eval_multi`", self.name())
             }
@@ -218,10 +226,64 @@ impl Op {
     /// Whether the op has several results (read through `Project` nodes).
     pub(crate) fn is_multi(&self) -> bool {
         match self {
-            Op::While { .. } | Op::If { .. } | Op::Call { .. } | Op::Sort { .. } => true,
+            Op::While { .. }
+            | Op::If { .. }
+            | Op::Call { .. }
+            | Op::Sort { .. }
+            | Op::CustomCall(_) => true,
             Op::Reduce { body, .. } => body.results.len() > 1,
             _ => false,
         }
+    }
+
+    /// Whether the op has an effect besides its results (a side-effecting
+    /// custom call, or a block holding one): it is kept without users and
+    /// never merged with an equal op.
+    pub(crate) fn has_side_effect(&self) -> bool {
+        match self {
+            Op::CustomCall(site) => site.has_side_effect(),
+            Op::While { cond, body, .. } => !cond.effects.is_empty() || !body.effects.is_empty(),
+            Op::If { then, other, .. } => !then.effects.is_empty() || !other.effects.is_empty(),
+            Op::Call { f, .. } => !f.effects.is_empty(),
+            _ => false,
+        }
+    }
+
+    /// The nested functions of the op (a custom call's fallback is not one:
+    /// it is compiled only in the call's place).
+    pub(crate) fn bodies(&self) -> Vec<&Function> {
+        match self {
+            Op::Scatter { update: b, .. }
+            | Op::Reduce { body: b, .. }
+            | Op::ReduceWindow { body: b, .. }
+            | Op::Sort { comparator: b, .. }
+            | Op::Call { f: b, .. } => vec![b],
+            Op::While { cond, body, .. } => vec![cond, body],
+            Op::If { then, other, .. } => vec![then, other],
+            _ => vec![],
+        }
+    }
+
+    /// The op with `g` applied to each of its [`Op::bodies`].
+    pub(crate) fn map_bodies(&self, g: &dyn Fn(&Function) -> Function) -> Op {
+        let mut op = self.clone();
+        match &mut op {
+            Op::Scatter { update: b, .. }
+            | Op::Reduce { body: b, .. }
+            | Op::ReduceWindow { body: b, .. }
+            | Op::Sort { comparator: b, .. }
+            | Op::Call { f: b, .. } => *b = Arc::new(g(b)),
+            Op::While { cond, body, .. } => {
+                *cond = Arc::new(g(cond));
+                *body = Arc::new(g(body));
+            }
+            Op::If { then, other, .. } => {
+                *then = Arc::new(g(then));
+                *other = Arc::new(g(other));
+            }
+            _ => {}
+        }
+        op
     }
 
     /// The reference semantics of a multi-result op.
@@ -229,6 +291,7 @@ impl Op {
         match self {
             Op::Reduce { .. } => reduce::eval(self, args),
             Op::Sort { .. } => sort::eval(self, args),
+            Op::CustomCall(site) => custom_call::eval(site, args),
             _ => control::eval(self, args),
         }
     }

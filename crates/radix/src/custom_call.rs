@@ -1,0 +1,712 @@
+//! Custom calls: kernels written in Rust that run inside compiled programs.
+//!
+//! A [`CustomCall`] is declared once, with a name, an implementation
+//! version, a shape rule and a Rust kernel; optionally side effects,
+//! operands whose buffer an output reuses, and a fallback written with
+//! ordinary ops. [`CustomCall::call`] uses it in a traced function like any
+//! op: it becomes `stablehlo.custom_call @name` with `api_version = 4` and
+//! the call's [`Attrs`] as a typed `backend_config`.
+//!
+//! The kernel is the op's reference semantics *and* its CPU implementation:
+//! the reference interpreter runs it on host literals, and before the first
+//! compile that uses the call, radix registers it with the CPU plugin
+//! through the PJRT FFI extension (once per process), so XLA runs it on the
+//! buffers of the executable. On a platform without a Rust implementation
+//! (no FFI extension, or not the CPU), or with [`CustomCallMode::Fallback`],
+//! the call's fallback is compiled instead; without one, compiling is an
+//! [`Error::CustomCall`] naming the call and the platform.
+//!
+//! ```no_run
+//! # fn main() -> radix::Result<()> {
+//! use radix::custom_call::{Attrs, CustomCall};
+//! use radix::{DType, Platform, Shape, Tensor};
+//! // y = x * k, elementwise, on f32.
+//! let scale = CustomCall::builder(
+//!     "example.scale",
+//!     1,
+//!     |shapes, _| Ok(vec![shapes[0]]),
+//!     |k| {
+//!         let factor = k.attrs().f32("k")?;
+//!         let (x, y) = (k.input::<f32>(0)?, k.output::<f32>(0)?);
+//!         for (y, x) in y.iter_mut().zip(x) {
+//!             *y = x * factor;
+//!         }
+//!         Ok(())
+//!     },
+//! )
+//! .fallback(|x, attrs| vec![x[0] * attrs.f32("k").unwrap_or(1.0) as f64])
+//! .register()?;
+//! let platform = Platform::cpu()?;
+//! let x = Tensor::param(Shape::new(DType::F32, &[4]));
+//! let exe = radix::compile(&platform, &(), &x, |_, x| {
+//!     scale.call(&[x], &Attrs::new().with("k", 3.0f32))[0]
+//! })?;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::any::TypeId;
+use std::cell::Cell;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use radix_pjrt::custom_call::{
+    CallFrame, Handler, NAME_ATTR, ThreadPool, parallel_for, register_handler,
+};
+use radix_pjrt::provision::Target;
+
+pub use radix_pjrt::custom_call::AttrValue;
+
+use crate::ir::{Function, Op};
+use crate::{DType, Element, Error, Platform, Result, Shape, Tensor};
+
+/// The shape rule of a custom call: the result shapes for the operand
+/// shapes and attributes, or why they do not fit.
+pub type ShapeRule =
+    dyn Fn(&[Shape], &Attrs) -> std::result::Result<Vec<Shape>, String> + Send + Sync;
+/// A kernel: reads the inputs and attributes of a [`Kernel`], writes its
+/// outputs, or says what went wrong.
+pub type KernelFn = dyn Fn(&Kernel<'_>) -> std::result::Result<(), String> + Send + Sync;
+/// A fallback: the same results computed with ordinary ops.
+pub type FallbackFn = dyn Fn(&[Tensor], &Attrs) -> Vec<Tensor> + Send + Sync;
+
+/// Which implementation of custom calls a compile uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CustomCallMode {
+    /// The Rust kernel where the platform runs it (the CPU plugin with the
+    /// FFI extension), else the fallback, else an error.
+    Native,
+    /// Always the fallback (an error for a call without one): runs the
+    /// fallback path on the CPU.
+    Fallback,
+}
+
+/// The attributes of one call, sorted by name: what its kernel reads
+/// through [`Kernel::attrs`] and the `backend_config` it is printed with.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Attrs {
+    entries: Vec<(String, AttrValue)>,
+}
+
+impl Attrs {
+    /// No attributes.
+    pub fn new() -> Attrs {
+        Attrs::default()
+    }
+
+    /// These attributes with `name` set to `value` (replacing an earlier
+    /// value). Names are MLIR identifiers (`[A-Za-z_][A-Za-z0-9_$.]*`),
+    /// and `radix.` is reserved; [`CustomCall::call`] checks both.
+    pub fn with(mut self, name: &str, value: impl Into<AttrValue>) -> Attrs {
+        let value = value.into();
+        match self.entries.binary_search_by(|e| e.0.as_str().cmp(name)) {
+            Ok(i) => self.entries[i].1 = value,
+            Err(i) => self.entries.insert(i, (name.to_string(), value)),
+        }
+        self
+    }
+
+    /// The attributes, sorted by name.
+    pub fn entries(&self) -> &[(String, AttrValue)] {
+        &self.entries
+    }
+
+    /// The value of `name`.
+    pub fn get(&self, name: &str) -> Option<&AttrValue> {
+        self.entries
+            .binary_search_by(|e| e.0.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.entries[i].1)
+    }
+
+    fn typed<'s, T>(
+        &'s self,
+        name: &str,
+        want: &str,
+        f: impl FnOnce(&'s AttrValue) -> Option<T>,
+    ) -> std::result::Result<T, String> {
+        match self.get(name) {
+            None => Err(format!("no attribute {name}")),
+            Some(v) => f(v).ok_or_else(|| format!("attribute {name} is {v:?}, not {want}")),
+        }
+    }
+
+    /// The `i64` attribute `name`.
+    pub fn i64(&self, name: &str) -> std::result::Result<i64, String> {
+        self.typed(name, "an i64", |v| match v {
+            AttrValue::I64(x) => Some(*x),
+            _ => None,
+        })
+    }
+
+    /// The `f32` attribute `name`.
+    pub fn f32(&self, name: &str) -> std::result::Result<f32, String> {
+        self.typed(name, "an f32", |v| match v {
+            AttrValue::F32(x) => Some(*x),
+            _ => None,
+        })
+    }
+
+    /// The string attribute `name`.
+    pub fn str(&self, name: &str) -> std::result::Result<&str, String> {
+        self.typed(name, "a string", |v| match v {
+            AttrValue::Str(x) => Some(x.as_str()),
+            _ => None,
+        })
+    }
+
+    /// Why these attributes cannot be printed, if they cannot.
+    pub(crate) fn check(&self) -> std::result::Result<(), String> {
+        for (name, v) in &self.entries {
+            let mut chars = name.chars();
+            let ok_first = chars
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+            if !ok_first
+                || !chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '$' | '.'))
+            {
+                return Err(format!("attribute name {name:?} is not an MLIR identifier"));
+            }
+            if name.starts_with("radix.") {
+                return Err(format!(
+                    "attribute name {name} uses the reserved prefix radix."
+                ));
+            }
+            let finite = match v {
+                AttrValue::F32s(xs) => xs.iter().all(|x| x.is_finite()),
+                AttrValue::F64s(xs) => xs.iter().all(|x| x.is_finite()),
+                _ => true,
+            };
+            if !finite {
+                return Err(format!("attribute {name}: float arrays must be finite"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A declared custom call. Cheap to clone (shared); keep it in a `static`
+/// (`LazyLock`) or pass it around.
+#[derive(Clone)]
+pub struct CustomCall {
+    inner: Arc<Decl>,
+}
+
+struct Decl {
+    name: String,
+    version: u32,
+    shape_rule: Box<ShapeRule>,
+    kernel: Box<KernelFn>,
+    side_effect: bool,
+    aliases: Vec<(usize, usize)>,
+    fallback: Option<Box<FallbackFn>>,
+    /// What makes two declarations of one name the same.
+    semantics: Semantics,
+    /// The handler registered with plugins (one per declaration, so a
+    /// second registration on another plugin is the same handler).
+    handler: OnceLock<Arc<Handler>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Semantics {
+    version: u32,
+    side_effect: bool,
+    aliases: Vec<(usize, usize)>,
+    types: [TypeId; 3],
+}
+
+/// A custom call being declared; [`CustomCallBuilder::register`] ends it.
+pub struct CustomCallBuilder {
+    decl: Decl,
+    types: [TypeId; 3],
+}
+
+/// Declarations so far, by name.
+static DECLARED: Mutex<Vec<CustomCall>> = Mutex::new(Vec::new());
+
+impl CustomCall {
+    /// Starts declaring the custom call `name` (the `call_target_name`;
+    /// letters, digits and `_ . $`) at implementation `version` (raise it
+    /// whenever the kernel computes something else: executables cached
+    /// with the old one are then not reused), with its shape rule and its
+    /// kernel, which is both the reference semantics and the CPU
+    /// implementation.
+    pub fn builder<S, K>(name: &str, version: u32, shape_rule: S, kernel: K) -> CustomCallBuilder
+    where
+        S: Fn(&[Shape], &Attrs) -> std::result::Result<Vec<Shape>, String> + Send + Sync + 'static,
+        K: Fn(&Kernel<'_>) -> std::result::Result<(), String> + Send + Sync + 'static,
+    {
+        CustomCallBuilder {
+            types: [TypeId::of::<S>(), TypeId::of::<K>(), TypeId::of::<()>()],
+            decl: Decl {
+                name: name.to_string(),
+                version,
+                shape_rule: Box::new(shape_rule),
+                kernel: Box::new(kernel),
+                side_effect: false,
+                aliases: vec![],
+                fallback: None,
+                semantics: Semantics {
+                    version,
+                    side_effect: false,
+                    aliases: vec![],
+                    types: [TypeId::of::<()>(); 3],
+                },
+                handler: OnceLock::new(),
+            },
+        }
+    }
+
+    /// The name (`call_target_name`).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The implementation version.
+    pub fn version(&self) -> u32 {
+        self.inner.version
+    }
+
+    /// Whether the call has side effects.
+    pub fn has_side_effect(&self) -> bool {
+        self.inner.side_effect
+    }
+
+    /// `(output, operand)` pairs: outputs written in their operand's buffer.
+    pub fn aliases(&self) -> &[(usize, usize)] {
+        &self.inner.aliases
+    }
+
+    /// Applies the call to `operands` with `attrs` in the traced function
+    /// (`stablehlo.custom_call`); one tensor per result of the shape rule.
+    /// A shape rule's `Err`, bad attributes, an alias whose output and
+    /// operand differ in shape, or a fallback whose results differ from the
+    /// shape rule's are trace errors at the caller's line.
+    #[track_caller]
+    pub fn call(&self, operands: &[Tensor], attrs: &Attrs) -> Vec<Tensor> {
+        crate::ir::ops::custom_call::emit(self, operands, attrs)
+    }
+
+    pub(crate) fn same(&self, other: &CustomCall) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    pub(crate) fn shape_rule(&self) -> &ShapeRule {
+        &*self.inner.shape_rule
+    }
+
+    pub(crate) fn fallback(&self) -> Option<&FallbackFn> {
+        self.inner.fallback.as_deref()
+    }
+
+    /// Runs the kernel on host views (the interpreter and the handler).
+    pub(crate) fn run(&self, kernel: &Kernel<'_>) -> std::result::Result<(), String> {
+        (self.inner.kernel)(kernel)
+    }
+
+    /// The handler XLA runs: decodes the frame into a [`Kernel`].
+    fn handler(&self) -> Arc<Handler> {
+        self.inner
+            .handler
+            .get_or_init(|| {
+                let call = self.clone();
+                Arc::new(move |frame: &CallFrame<'_>| {
+                    let mut attrs = Attrs::new();
+                    for (name, v) in frame.attrs()? {
+                        if name != NAME_ATTR {
+                            attrs = attrs.with(&name, v);
+                        }
+                    }
+                    let view = |b: radix_pjrt::custom_call::FfiBuffer<'_>| {
+                        let dtype = b
+                            .dtype()
+                            .and_then(|t| DType::ALL.into_iter().find(|d| d.element_type() == t))
+                            .ok_or("a buffer of an element type radix does not model")?;
+                        Ok::<_, String>(View {
+                            shape: Shape::new(dtype, b.dims()),
+                            ptr: b.data(),
+                        })
+                    };
+                    let inputs = (0..frame.n_args())
+                        .map(|i| view(frame.arg(i)?))
+                        .collect::<std::result::Result<Vec<_>, _>>()?;
+                    let outputs = (0..frame.n_rets())
+                        .map(|i| view(frame.ret(i)?))
+                        .collect::<std::result::Result<Vec<_>, _>>()?;
+                    let kernel = Kernel::new(&call, inputs, outputs, &attrs, frame.thread_pool());
+                    call.run(&kernel)
+                })
+            })
+            .clone()
+    }
+}
+
+impl std::fmt::Debug for CustomCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CustomCall({} v{})", self.inner.name, self.inner.version)
+    }
+}
+
+impl CustomCallBuilder {
+    /// Declares side effects: the call runs once per execution of its
+    /// place in the program, even when nothing uses its results, and is
+    /// never merged with an equal call (`has_side_effect = true`).
+    pub fn side_effect(mut self) -> CustomCallBuilder {
+        self.decl.side_effect = true;
+        self
+    }
+
+    /// Output `output` is written in the buffer of operand `operand`
+    /// (`output_operand_aliases`): the kernel finds the operand's values in
+    /// the output and reads them there. With the operand donated
+    /// ([`Tensor::reuse_buffer`]) nothing is copied.
+    pub fn alias(mut self, output: usize, operand: usize) -> CustomCallBuilder {
+        self.decl.aliases.push((output, operand));
+        self
+    }
+
+    /// The same results computed with ordinary ops, compiled where the
+    /// kernel cannot run. It is traced with each call's operands and
+    /// attributes.
+    pub fn fallback<F>(mut self, fallback: F) -> CustomCallBuilder
+    where
+        F: Fn(&[Tensor], &Attrs) -> Vec<Tensor> + Send + Sync + 'static,
+    {
+        self.types[2] = TypeId::of::<F>();
+        self.decl.fallback = Some(Box::new(fallback));
+        self
+    }
+
+    /// Ends the declaration. Declaring a name again with the same
+    /// semantics (version, side effects, aliases, and the same shape rule,
+    /// kernel and fallback functions) returns the first declaration; with
+    /// other semantics it is an [`Error::CustomCall`]. A name that is not
+    /// letters, digits and `_ . $` is one too.
+    pub fn register(mut self) -> Result<CustomCall> {
+        let name = self.decl.name.clone();
+        let err = |reason: String| Error::CustomCall {
+            name: name.clone(),
+            reason,
+        };
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '$'))
+        {
+            return Err(err("a name is letters, digits and `_ . $`".into()));
+        }
+        self.decl.aliases.sort_unstable();
+        self.decl.semantics = Semantics {
+            version: self.decl.version,
+            side_effect: self.decl.side_effect,
+            aliases: self.decl.aliases.clone(),
+            types: self.types,
+        };
+        let mut declared = DECLARED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = declared.iter().find(|c| c.inner.name == name) {
+            return if old.inner.semantics == self.decl.semantics {
+                Ok(old.clone())
+            } else {
+                let (a, b) = (&old.inner.semantics, &self.decl.semantics);
+                Err(err(format!(
+                    "already declared with other semantics (version {} vs {}, side effect {} vs {}, aliases {:?} vs {:?}{})",
+                    a.version,
+                    b.version,
+                    a.side_effect,
+                    b.side_effect,
+                    a.aliases,
+                    b.aliases,
+                    if a.types == b.types {
+                        ""
+                    } else {
+                        ", other functions"
+                    }
+                )))
+            };
+        }
+        let call = CustomCall {
+            inner: Arc::new(self.decl),
+        };
+        declared.push(call.clone());
+        Ok(call)
+    }
+}
+
+/// A buffer a kernel reads or writes.
+pub(crate) struct View {
+    pub(crate) shape: Shape,
+    pub(crate) ptr: *mut u8,
+}
+
+/// What a kernel sees of one call: its inputs and outputs (host memory),
+/// its attributes, and the threads it may use.
+pub struct Kernel<'a> {
+    inputs: Vec<View>,
+    outputs: Vec<View>,
+    attrs: &'a Attrs,
+    aliases: &'a [(usize, usize)],
+    pool: Option<ThreadPool<'a>>,
+    taken: Cell<u64>,
+}
+
+impl<'a> Kernel<'a> {
+    /// The kernel of `call` over `inputs` and `outputs`, which are valid,
+    /// distinct (but for `call`'s aliases) and aligned for their dtype for
+    /// as long as the kernel lives.
+    pub(crate) fn new(
+        call: &'a CustomCall,
+        inputs: Vec<View>,
+        outputs: Vec<View>,
+        attrs: &'a Attrs,
+        pool: Option<ThreadPool<'a>>,
+    ) -> Kernel<'a> {
+        Kernel {
+            inputs,
+            outputs,
+            attrs,
+            aliases: &call.inner.aliases,
+            pool,
+            taken: Cell::new(0),
+        }
+    }
+
+    /// The inputs' buffers (the host-callback kernel copies them).
+    pub(crate) fn inputs(&self) -> &[View] {
+        &self.inputs
+    }
+
+    /// The outputs' buffers.
+    pub(crate) fn outputs(&self) -> &[View] {
+        &self.outputs
+    }
+
+    /// The number of inputs (operands).
+    pub fn n_inputs(&self) -> usize {
+        self.inputs.len()
+    }
+
+    /// The number of outputs (results).
+    pub fn n_outputs(&self) -> usize {
+        self.outputs.len()
+    }
+
+    /// The shape of input `i` (without tags).
+    pub fn input_shape(&self, i: usize) -> Option<Shape> {
+        self.inputs.get(i).map(|v| v.shape)
+    }
+
+    /// The shape of output `j` (without tags).
+    pub fn output_shape(&self, j: usize) -> Option<Shape> {
+        self.outputs.get(j).map(|v| v.shape)
+    }
+
+    /// The attributes of the call.
+    pub fn attrs(&self) -> &Attrs {
+        self.attrs
+    }
+
+    /// Input `i` as `T`s; an `Err` if there is none, if it is not of `T`'s
+    /// dtype, or if an output is written in its buffer (read it there).
+    pub fn input<T: Element>(&self, i: usize) -> std::result::Result<&[T], String> {
+        if let Some(&(j, _)) = self.aliases.iter().find(|a| a.1 == i) {
+            return Err(format!(
+                "input {i} shares its buffer with output {j}: read it there"
+            ));
+        }
+        let v = self
+            .inputs
+            .get(i)
+            .ok_or_else(|| format!("no input {i} (of {})", self.inputs.len()))?;
+        let n = typed::<T>(v, "input", i)?;
+        // SAFETY: `new`'s contract: the buffer holds `n` aligned values of
+        // `T` (checked dtype; bools checked to be 0 or 1) and lives as long
+        // as `self`; no output aliases it.
+        Ok(unsafe { std::slice::from_raw_parts(v.ptr.cast::<T>(), n) })
+    }
+
+    /// Output `j` as `T`s, to be written (once per call: a second request
+    /// for the same output is an `Err`, as is a wrong dtype). An aliased
+    /// output starts out holding its operand's values.
+    #[allow(clippy::mut_from_ref)] // Each output is handed out once (`taken`).
+    pub fn output<T: Element>(&self, j: usize) -> std::result::Result<&mut [T], String> {
+        let v = self
+            .outputs
+            .get(j)
+            .ok_or_else(|| format!("no output {j} (of {})", self.outputs.len()))?;
+        if j >= 64 || self.taken.get() & (1 << j) != 0 {
+            return Err(format!("output {j} is already taken"));
+        }
+        let n = typed::<T>(v, "output", j)?;
+        self.taken.set(self.taken.get() | 1 << j);
+        // SAFETY: `new`'s contract: the buffer holds `n` aligned values of
+        // `T`, is distinct from every input the kernel can read and from the
+        // other outputs, and is handed out once.
+        Ok(unsafe { std::slice::from_raw_parts_mut(v.ptr.cast::<T>(), n) })
+    }
+
+    /// How many threads [`Kernel::parallel_for`] can use: the calling one
+    /// plus the plugin's intra-op pool (1 in the interpreter).
+    pub fn n_threads(&self) -> usize {
+        self.pool.as_ref().map_or(1, |p| p.n_threads() + 1)
+    }
+
+    /// Runs `f(i)` for `i` in `0..n` on up to `max_workers` threads (see
+    /// [`Kernel::n_threads`]); a panic in `f` comes back as the `Err`.
+    pub fn parallel_for(
+        &self,
+        n: usize,
+        max_workers: usize,
+        f: &(dyn Fn(usize) + Sync),
+    ) -> std::result::Result<(), String> {
+        parallel_for(self.pool.as_ref(), n, max_workers, f)
+    }
+
+    /// Runs `f(k, chunk)` on the consecutive `chunk_len`-long chunks of
+    /// `data` (the last may be shorter) on up to `max_workers` threads.
+    pub fn parallel_chunks_mut<T: Send>(
+        &self,
+        data: &mut [T],
+        chunk_len: usize,
+        max_workers: usize,
+        f: impl Fn(usize, &mut [T]) + Sync,
+    ) -> std::result::Result<(), String> {
+        struct Chunks<T>(Vec<(*mut T, usize)>);
+        // SAFETY: the chunks are disjoint and each is used by one task.
+        unsafe impl<T: Send> Sync for Chunks<T> {}
+        impl<T> Chunks<T> {
+            fn get(&self, k: usize) -> (*mut T, usize) {
+                self.0[k]
+            }
+        }
+        let chunks = Chunks(
+            data.chunks_mut(chunk_len.max(1))
+                .map(|c| (c.as_mut_ptr(), c.len()))
+                .collect(),
+        );
+        self.parallel_for(chunks.0.len(), max_workers, &|k| {
+            let (ptr, len) = chunks.get(k);
+            // SAFETY: chunk `k` of `data`, borrowed mutably for this call,
+            // disjoint from the others, used by this task alone.
+            f(k, unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+        })
+    }
+}
+
+/// The number of `T`s in `v`, checking its dtype.
+fn typed<T: Element>(v: &View, what: &str, i: usize) -> std::result::Result<usize, String> {
+    if v.shape.dtype() != T::DTYPE {
+        return Err(format!(
+            "{what} {i} is {}, not {}",
+            v.shape.dtype(),
+            T::DTYPE
+        ));
+    }
+    let n = v.shape.count();
+    if T::DTYPE == DType::Bool {
+        // SAFETY: the buffer holds `n` bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(v.ptr, n) };
+        if bytes.iter().any(|&b| b > 1) {
+            return Err(format!("{what} {i} holds a byte that is not a bool"));
+        }
+    }
+    if n > 0 && !(v.ptr as usize).is_multiple_of(std::mem::align_of::<T>()) {
+        return Err(format!("{what} {i} is not aligned for {}", T::DTYPE));
+    }
+    Ok(n)
+}
+
+/// The custom calls a function (and the blocks inside it) uses.
+fn used(f: &Function, out: &mut Vec<CustomCall>) {
+    for node in &f.nodes {
+        if let Op::CustomCall(site) = &node.op
+            && !out.iter().any(|c| c.same(&site.call))
+        {
+            out.push(site.call.clone());
+        }
+        for body in node.op.bodies() {
+            used(body, out);
+        }
+    }
+}
+
+/// `name version` lines of the custom calls `f` uses, sorted: what the
+/// executable cache key adds to the module text.
+pub(crate) fn key_text(f: &Function) -> String {
+    let mut calls = vec![];
+    used(f, &mut calls);
+    let mut lines: Vec<String> = calls
+        .iter()
+        .map(|c| format!("custom_call {} {}\n", c.name(), c.version()))
+        .collect();
+    lines.sort();
+    lines.concat()
+}
+
+/// The XLA FFI platform name the Rust kernels run on for `platform`, or
+/// why there is none.
+fn native_platform(platform: &Platform) -> std::result::Result<&'static str, String> {
+    if platform.target() != Target::Cpu {
+        return Err(format!(
+            "radix has no Rust implementation on {}",
+            platform.target().name()
+        ));
+    }
+    platform
+        .client()
+        .plugin()
+        .ffi_extension()
+        .map(|_| "Host")
+        .map_err(|e| e.to_string())
+}
+
+/// `f` with each custom call the platform cannot run (or every one, with
+/// [`CustomCallMode::Fallback`]) replaced by a call of its fallback;
+/// `None` when nothing changes. An [`Error::CustomCall`] names a call
+/// without a fallback.
+pub(crate) fn lower(
+    platform: &Platform,
+    f: &Function,
+    mode: CustomCallMode,
+) -> Result<Option<Function>> {
+    let mut calls = vec![];
+    used(f, &mut calls);
+    if calls.is_empty() {
+        return Ok(None);
+    }
+    let why = match (mode, native_platform(platform)) {
+        (CustomCallMode::Native, Ok(_)) => return Ok(None),
+        (CustomCallMode::Native, Err(why)) => why,
+        (CustomCallMode::Fallback, _) => "fallbacks are forced".to_string(),
+    };
+    if let Some(c) = calls.iter().find(|c| c.fallback().is_none()) {
+        return Err(Error::CustomCall {
+            name: c.name().to_string(),
+            reason: format!(
+                "cannot run on platform {} ({why}) and declares no fallback",
+                platform.client().platform_name()
+            ),
+        });
+    }
+    Ok(Some(crate::ir::ops::custom_call::replace_by_fallbacks(f)))
+}
+
+/// Registers the kernels of the custom calls `f` uses with the platform's
+/// plugin (once per process and plugin).
+pub(crate) fn register(platform: &Platform, f: &Function) -> Result<()> {
+    let mut calls = vec![];
+    used(f, &mut calls);
+    if calls.is_empty() {
+        return Ok(());
+    }
+    let target = native_platform(platform).map_err(|why| Error::CustomCall {
+        name: calls[0].name().to_string(),
+        reason: why,
+    })?;
+    let plugin = platform.client().plugin();
+    for c in &calls {
+        register_handler(plugin, c.name(), target, c.handler()).map_err(|e| Error::CustomCall {
+            name: c.name().to_string(),
+            reason: e.to_string(),
+        })?;
+    }
+    Ok(())
+}

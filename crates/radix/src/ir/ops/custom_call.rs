@@ -1,0 +1,286 @@
+//! Custom calls of Rust kernels (`stablehlo.custom_call` with
+//! `api_version = 4`): the call site, its shape checks, its printing, and
+//! its reference semantics, which run the kernel itself on host literals.
+//! The declaration API is [`crate::custom_call`].
+
+use std::fmt::Write;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use radix_pjrt::custom_call::NAME_ATTR;
+
+use crate::custom_call::{AttrValue, Attrs, CustomCall, Kernel, View};
+use crate::ir::ops::control::{multi, poison};
+use crate::ir::print::{OpPrinter, i64_list};
+use crate::ir::{Function, Node, Op};
+use crate::literal::Literal;
+use crate::tensor::trace_block;
+use crate::{Shape, Tensor};
+
+/// One use of a custom call: the call, its attributes, its result shapes
+/// and, when declared, its fallback traced for these operands.
+pub(crate) struct Site {
+    pub(crate) call: CustomCall,
+    pub(crate) attrs: Attrs,
+    pub(crate) results: Vec<Shape>,
+    pub(crate) fallback: Option<Arc<Function>>,
+}
+
+impl Site {
+    pub(crate) fn has_side_effect(&self) -> bool {
+        self.call.has_side_effect()
+    }
+}
+
+impl PartialEq for Site {
+    fn eq(&self, other: &Site) -> bool {
+        self.call.same(&other.call)
+            && self.attrs == other.attrs
+            && self.results == other.results
+            && self.fallback == other.fallback
+    }
+}
+
+impl std::fmt::Debug for Site {
+    // What CSE hashes: the fallback follows from the rest.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?} {:?} {:?}", self.call, self.attrs, self.results)
+    }
+}
+
+/// Records `call(operands)` with `attrs` (see [`CustomCall::call`]).
+#[track_caller]
+pub(crate) fn emit(call: &CustomCall, operands: &[Tensor], attrs: &Attrs) -> Vec<Tensor> {
+    let shapes: Vec<Shape> = operands.iter().map(|t| t.shape()).collect();
+    let fail = |msg: String, n: usize| {
+        let at = shapes
+            .first()
+            .copied()
+            .unwrap_or(Shape::scalar(crate::DType::F32));
+        poison(
+            "custom_call",
+            format!("{}: {msg}", call.name()),
+            operands,
+            &vec![at; n.max(1)],
+        )
+    };
+    if let Err(msg) = attrs.check() {
+        return fail(msg, 1);
+    }
+    let results = match (call.shape_rule())(&shapes, attrs) {
+        Ok(r) if r.is_empty() => return fail("the shape rule gives no result".into(), 1),
+        Ok(r) => r,
+        Err(msg) => return fail(msg, 1),
+    };
+    for &(out, operand) in call.aliases() {
+        let same = match (results.get(out), shapes.get(operand)) {
+            (Some(r), Some(o)) => r.dims() == o.dims() && r.dtype() == o.dtype(),
+            _ => false,
+        };
+        if !same {
+            return fail(
+                format!("output {out} cannot live in operand {operand}'s buffer"),
+                results.len(),
+            );
+        }
+    }
+    let fallback = match call.fallback() {
+        None => None,
+        Some(f) => {
+            let block = trace_block("custom call fallback", false, &shapes, |args| {
+                f(args, attrs)
+            });
+            let got: Vec<(Vec<i64>, crate::DType)> = block
+                .results
+                .iter()
+                .map(|t| (t.dims(), t.dtype()))
+                .collect();
+            let want: Vec<(Vec<i64>, crate::DType)> = results
+                .iter()
+                .map(|s| (s.dims().to_vec(), s.dtype()))
+                .collect();
+            if got != want {
+                return fail(
+                    format!("the fallback gives {got:?}, the shape rule {want:?}"),
+                    results.len(),
+                );
+            }
+            Some(Arc::new(block.function))
+        }
+    };
+    let site = Site {
+        call: call.clone(),
+        attrs: attrs.clone(),
+        results: results.clone(),
+        fallback,
+    };
+    multi(Op::CustomCall(Arc::new(site)), operands, &results)
+}
+
+/// `"stablehlo.custom_call"(...) {api_version = 4 : i32, backend_config = {...}, ...}`.
+pub(crate) fn print(site: &Site, p: &mut OpPrinter<'_>) {
+    let name = site.call.name();
+    let mut config = format!("{NAME_ATTR} = {}", string(name));
+    for (k, v) in site.attrs.entries() {
+        let _ = write!(config, ", {k} = {}", attr(v));
+    }
+    let mut attrs = format!(
+        "api_version = 4 : i32, backend_config = {{{config}}}, call_target_name = {}, has_side_effect = {}",
+        string(name),
+        site.has_side_effect()
+    );
+    if !site.call.aliases().is_empty() {
+        let tuple = site.results.len() > 1;
+        let aliases: Vec<String> = site
+            .call
+            .aliases()
+            .iter()
+            .map(|&(out, operand)| {
+                let index = if tuple { vec![out as i64] } else { vec![] };
+                format!(
+                    "#stablehlo.output_operand_alias<output_tuple_indices = {}, operand_index = {operand}, operand_tuple_indices = []>",
+                    i64_list(index)
+                )
+            })
+            .collect();
+        let _ = write!(attrs, ", output_operand_aliases = [{}]", aliases.join(", "));
+    }
+    let n = p.arg_shapes().len();
+    p.multi("stablehlo.custom_call", n, &[], &attrs, &site.results);
+}
+
+/// An attribute value in MLIR: floats as exact hex scalars, arrays as
+/// `array<T: ...>` (float elements in shortest round-trip decimal).
+fn attr(v: &AttrValue) -> String {
+    fn list<T: std::fmt::Display>(ty: &str, xs: &[T], f: impl Fn(&T) -> String) -> String {
+        if xs.is_empty() {
+            return format!("array<{ty}>");
+        }
+        let items: Vec<String> = xs.iter().map(f).collect();
+        format!("array<{ty}: {}>", items.join(", "))
+    }
+    fn decimal(s: String) -> String {
+        // MLIR wants a `.` in a float literal: `1e-7` → `1.0e-7`.
+        if s.contains('.') {
+            s
+        } else if let Some(i) = s.find('e') {
+            format!("{}.0{}", &s[..i], &s[i..])
+        } else {
+            format!("{s}.0")
+        }
+    }
+    match v {
+        AttrValue::Bool(b) => b.to_string(),
+        AttrValue::I32(x) => format!("{x} : i32"),
+        AttrValue::I64(x) => format!("{x} : i64"),
+        AttrValue::F32(x) => format!("0x{:08X} : f32", x.to_bits()),
+        AttrValue::F64(x) => format!("0x{:016X} : f64", x.to_bits()),
+        AttrValue::Str(s) => string(s),
+        AttrValue::I32s(xs) => list("i32", xs, |x| x.to_string()),
+        AttrValue::I64s(xs) => list("i64", xs, |x| x.to_string()),
+        AttrValue::F32s(xs) => list("f32", xs, |x| decimal(format!("{x:?}"))),
+        AttrValue::F64s(xs) => list("f64", xs, |x| decimal(format!("{x:?}"))),
+    }
+}
+
+/// An MLIR string literal (`\XX` escapes for quotes, backslashes and
+/// anything not printable ASCII).
+fn string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for b in s.bytes() {
+        if (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\' {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "\\{b:02X}");
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The reference semantics: the kernel run on copies of `args`. A kernel
+/// error or panic is a panic here, naming the call.
+pub(crate) fn eval(site: &Site, args: &[&Literal]) -> Vec<Literal> {
+    // Aligned for every dtype.
+    let buffer = |bytes: &[u8]| {
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        // SAFETY: `words` holds at least `bytes.len()` bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), words.as_mut_ptr().cast(), bytes.len())
+        };
+        words
+    };
+    let mut ins: Vec<Vec<u64>> = args.iter().map(|a| buffer(&a.to_bytes())).collect();
+    let mut outs: Vec<Vec<u64>> = site
+        .results
+        .iter()
+        .enumerate()
+        .map(
+            |(j, s)| match site.call.aliases().iter().find(|a| a.0 == j) {
+                Some(&(_, operand)) => ins[operand].clone(),
+                None => vec![0u64; (s.count() * s.dtype().size_in_bytes()).div_ceil(8)],
+            },
+        )
+        .collect();
+    let views = |bufs: &mut [Vec<u64>], shapes: &mut dyn Iterator<Item = Shape>| -> Vec<View> {
+        bufs.iter_mut()
+            .zip(shapes)
+            .map(|(b, shape)| View {
+                shape: Shape::new(shape.dtype(), shape.dims()),
+                ptr: b.as_mut_ptr().cast(),
+            })
+            .collect()
+    };
+    let inputs = views(&mut ins, &mut args.iter().map(|a| a.shape()));
+    let outputs = views(&mut outs, &mut site.results.iter().copied());
+    let kernel = Kernel::new(&site.call, inputs, outputs, &site.attrs, None);
+    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| site.call.run(&kernel)));
+    match res {
+        Ok(Ok(())) => {}
+        Ok(Err(msg)) => panic!("custom call {} failed: {msg}", site.call.name()),
+        Err(p) => std::panic::resume_unwind(p),
+    }
+    drop(kernel);
+    outs.iter()
+        .zip(&site.results)
+        .map(|(b, &s)| {
+            let len = s.count() * s.dtype().size_in_bytes();
+            // SAFETY: `b` holds at least `len` bytes.
+            let bytes = unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<u8>(), len) };
+            Literal::from_bytes(s, bytes)
+        })
+        .collect()
+}
+
+/// `f` with every custom call replaced by a `func.call` of its fallback
+/// (which [`crate::custom_call::lower`] checked every call has), in nested
+/// blocks and fallbacks too.
+pub(crate) fn replace_by_fallbacks(f: &Function) -> Function {
+    let mut out = Function::default();
+    for node in &f.nodes {
+        let op = match &node.op {
+            Op::CustomCall(site) => {
+                let body = replace_by_fallbacks(site.fallback.as_ref().expect("checked"));
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                crate::ir::print::print_function(&body).hash(&mut h);
+                let base: String = site
+                    .call
+                    .name()
+                    .chars()
+                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                    .collect();
+                Op::Call {
+                    name: format!("{base}_fallback_{:08x}", h.finish() as u32).into(),
+                    f: Arc::new(body),
+                }
+            }
+            op => op.map_bodies(&replace_by_fallbacks),
+        };
+        out.push(Node { op, ..node.clone() });
+    }
+    out.params = f.params.clone();
+    out.results = f.results.clone();
+    out.reuses = f.reuses.clone();
+    out
+}
