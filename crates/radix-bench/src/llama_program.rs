@@ -30,8 +30,9 @@ pub fn smollm2_config() -> LlamaConfig {
     }
 }
 
-/// Traces the prefill step as `LlamaRunner` compiles it: weights, then
-/// `ids (b, s)`, `start` and `last`; results are the logits and the caches.
+/// Traces and optimizes the prefill step as `LlamaRunner` compiles it:
+/// weights, then `ids (b, s)`, `start` and `last`; results are the logits and
+/// the caches.
 pub fn prefill(cfg: &LlamaConfig) -> radix::Result<Program> {
     let model = Llama::new(cfg);
     let ids = Tensor::param(Shape::tagged(DType::I32, &[("b", 1), ("s", PROMPT)]));
@@ -55,6 +56,7 @@ pub fn prefill(cfg: &LlamaConfig) -> radix::Result<Program> {
             vec![KvCache { k: zeros, v: zeros }; n_layers],
         )
     })
+    .map(Program::optimize)
 }
 
 #[cfg(test)]

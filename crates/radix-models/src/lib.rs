@@ -7,5 +7,6 @@ mod error;
 pub mod llama;
 pub mod mnist;
 pub mod packages;
+pub mod sampling;
 
 pub use error::{Error, Result};

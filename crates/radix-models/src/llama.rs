@@ -22,9 +22,10 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use radix::io::{Gguf, WeightStore};
-use radix::nn::{self, Embedding, GatedMlp, KvCache, Linear, RmsNorm, RopeLayout, Rotary, Sampler};
+use radix::nn::{self, Embedding, GatedMlp, KvCache, Linear, RmsNorm, RopeLayout, Rotary};
 use radix::{Buffer, DType, Executable, Module, Platform, Shape, Tensor};
 
+use crate::sampling::Sampler;
 use crate::{Error, Result};
 
 /// The hyper-parameters, from the GGUF `llama.*` metadata.

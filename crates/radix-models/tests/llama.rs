@@ -5,9 +5,10 @@
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
-use radix::io::{Gguf, Safetensors, Tokenizer};
-use radix::nn::Sampler;
+use radix::io::{Gguf, Safetensors};
 use radix_models::llama::LlamaRunner;
+use radix_models::sampling::Sampler;
+use radix_text::Tokenizer;
 use serde_json::Value;
 
 struct Fixture {

@@ -3,7 +3,7 @@
 use radix_pjrt::{ExecuteOptions, LoadedExecutable};
 
 use crate::cache::{CacheKey, Origin};
-use crate::compile::{ArgSpec, Program};
+use crate::program::{ArgSpec, Program};
 use crate::{Buffer, Error, Platform, Result, Shape};
 
 /// A compiled program. Bind the model's weights once with
