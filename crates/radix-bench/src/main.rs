@@ -368,7 +368,7 @@ fn smollm2(
         let (mut logits, mut cache) = runner.prefill(&prompt)?;
         let start = Instant::now();
         for _ in 0..n_decode {
-            let next = radix::nn::Sampler::greedy().pick(&logits) as u32;
+            let next = radix_models::sampling::Sampler::greedy().pick(&logits) as u32;
             if run == 0 {
                 ids.push(next);
             }

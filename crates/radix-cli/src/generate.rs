@@ -16,10 +16,11 @@ use anyhow::{Context, Result, bail, ensure};
 use clap::Args;
 use indicatif::ProgressBar;
 use radix::Platform;
-use radix::io::{ChatMessage, Gguf, Tokenizer};
-use radix::nn::Sampler;
+use radix::io::Gguf;
 use radix_models::generate::Generation;
 use radix_models::llama::{Llama, LlamaRunner};
+use radix_models::sampling::Sampler;
+use radix_text::{ChatMessage, Tokenizer};
 use serde_json::json;
 
 use crate::Cli;

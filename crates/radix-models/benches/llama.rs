@@ -49,7 +49,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (mut logits, mut cache) = runner.prefill(&prompt)?;
         let t = Instant::now();
         for _ in 0..DECODE {
-            let next = radix::nn::Sampler::greedy().pick(&logits) as u32;
+            let next = radix_models::sampling::Sampler::greedy().pick(&logits) as u32;
             logits = runner.decode(next, &mut cache)?;
         }
         times.push(t.elapsed() / DECODE as u32);

@@ -14,9 +14,9 @@
 
 use std::path::{Path, PathBuf};
 
-use radix::nn::Rng;
 use radix::{Buffer, Bufferized, DType, Module, Platform, Shape, Tensor};
 use radix_models::mnist::Classifier;
+use radix_models::sampling::Rng;
 
 const PIXELS: i64 = 784;
 const HIDDEN: i64 = 128;

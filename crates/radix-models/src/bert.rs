@@ -21,9 +21,10 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use radix::io::{Safetensors, Tokenizer, WeightStore};
+use radix::io::{Safetensors, WeightStore};
 use radix::nn::{Embedding, LayerNorm, Linear, attention, load_weights, padding_mask};
 use radix::{Buffer, Bufferized, Compiled, DType, Module, Platform, Shape, Tensor};
+use radix_text::Tokenizer;
 use serde::Deserialize;
 
 use crate::{Error, Result};

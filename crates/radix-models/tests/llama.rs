@@ -5,10 +5,11 @@
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
-use radix::io::{Gguf, Safetensors, Tokenizer};
-use radix::nn::Sampler;
+use radix::io::{Gguf, Safetensors};
 use radix::testing::{Tol, assert_all_close};
 use radix_models::llama::{Llama, LlamaConfig, LlamaRunner};
+use radix_models::sampling::Sampler;
+use radix_text::Tokenizer;
 use serde_json::Value;
 
 struct Fixture {

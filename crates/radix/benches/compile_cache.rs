@@ -45,7 +45,7 @@ fn bench_compile_cache(c: &mut Criterion) {
     });
     group.finish();
     c.bench_function(format!("trace+passes {LAYERS}-layer stack").as_str(), |b| {
-        b.iter(|| radix::trace(&layers, &x, forward).unwrap())
+        b.iter(|| radix::trace(&layers, &x, forward).unwrap().optimize())
     });
 }
 

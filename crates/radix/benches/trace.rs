@@ -10,13 +10,21 @@ mod stack;
 fn bench_trace(c: &mut Criterion) {
     let (layers, x) = stack::stack(32);
     let forward = stack::forward;
-    let text = radix::trace(&layers, &x, forward).unwrap().stablehlo();
+    let text = radix::trace(&layers, &x, forward)
+        .unwrap()
+        .optimize()
+        .stablehlo();
     println!(
         "32-layer stack: {} lines of StableHLO",
         text.lines().count()
     );
     c.bench_function("trace+print 32 blocks d=576", |b| {
-        b.iter(|| radix::trace(&layers, &x, forward).unwrap().stablehlo())
+        b.iter(|| {
+            radix::trace(&layers, &x, forward)
+                .unwrap()
+                .optimize()
+                .stablehlo()
+        })
     });
 }
 

@@ -1,163 +1,24 @@
 //! Tracing a model's `forward` into a [`Program`] and compiling it into an
-//! [`Executable`].
+//! [`Executable`]: the compile step runs the passes ([`Program::optimize`]),
+//! the tracer does not.
 
 use crate::cache::{self, CacheKey, ExecutableCache, Origin};
 use crate::compile_config::{CacheMode, CompileConfig};
 use crate::custom_call;
-use crate::donation;
 use crate::error::Error;
 use crate::exe::{Compiled, Executable};
-use crate::ir::{Function, interp, print};
-use crate::literal::Literal;
 use crate::module::{Module, with_field};
-use crate::passes;
+use crate::program::{ArgSpec, Program};
 use crate::sharding::Mesh;
 use crate::tensor::{check_result, parameter, with_trace};
-use crate::{Platform, Result, Shape, Tensor};
-
-/// One argument or result of a program: its path in the model or input tree
-/// (inputs under `input`, results under `output`) and its shape.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ArgSpec {
-    /// The dotted path, e.g. `layers.0.weight` or `input.1`.
-    pub path: String,
-    /// The shape, with tags.
-    pub shape: Shape,
-}
-
-/// A traced function: the IR, its arguments (weights, then inputs) and results.
-#[derive(Debug, Clone)]
-pub struct Program {
-    function: Function,
-    args: Vec<ArgSpec>,
-    n_weights: usize,
-    results: Vec<ArgSpec>,
-    /// Per argument, the output it aliases (donation).
-    aliases: Vec<Option<usize>>,
-    /// The mesh it is partitioned over (see [`Program::with_mesh`]).
-    mesh: Option<Mesh>,
-}
-
-impl Program {
-    /// The StableHLO module text (deterministic), with source locations.
-    pub fn stablehlo(&self) -> String {
-        print::print_module_signed(&self.function, print::Locations::Include, &self.signature())
-    }
-
-    /// The StableHLO module text without source locations: what the
-    /// executable cache key hashes, so that moving code keeps the key.
-    pub fn stablehlo_without_locations(&self) -> String {
-        print::print_module_signed(&self.function, print::Locations::Omit, &self.signature())
-    }
-
-    /// Per argument, the index of the output that may live in its buffer
-    /// (see [`Tensor::reuse_buffer`]); such an input is consumed by a call.
-    pub fn aliases(&self) -> &[Option<usize>] {
-        &self.aliases
-    }
-
-    /// This program partitioned over `mesh`: its text gets `mhlo.sharding`
-    /// and `mhlo.layout_mode` on every argument and result (from their
-    /// shapes' sharding, see [`Shape::shard`]), the module gets
-    /// `mhlo.num_partitions` and `mhlo.num_replicas`, and sharding
-    /// constraints ([`Tensor::shard`]) name the mesh's devices. An
-    /// [`Error::Sharding`] names the first argument, result or constraint
-    /// whose sharding does not fit the mesh (a split axis that does not
-    /// divide, a mesh axis it lacks). [`compile_program_with`] applies the
-    /// platform's mesh itself.
-    pub fn with_mesh(mut self, mesh: Mesh) -> Result<Program> {
-        let fits = |what: &str, shape: &Shape| {
-            mesh.sharding_of(shape)
-                .map_err(|e| Error::Sharding(format!("{what}: {e}")))
-        };
-        for (i, a) in self.args.iter().enumerate() {
-            fits(&format!("argument {i} ({})", a.path), &a.shape)?;
-        }
-        for (i, r) in self.results.iter().enumerate() {
-            fits(&format!("result {i} ({})", r.path), &r.shape)?;
-        }
-        for n in &self.function.nodes {
-            if n.op == crate::ir::Op::Sharding {
-                let l = n.loc;
-                fits(
-                    &format!("the constraint at {}:{}", l.file(), l.line()),
-                    &n.shape,
-                )?;
-            }
-        }
-        self.mesh = (mesh.n_devices() > 1).then_some(mesh);
-        Ok(self)
-    }
-
-    /// The mesh the program is partitioned over, if any.
-    pub fn mesh(&self) -> Option<&Mesh> {
-        self.mesh.as_ref()
-    }
-
-    fn signature(&self) -> print::Signature {
-        let mut arg_attrs: Vec<String> = self
-            .aliases
-            .iter()
-            .map(|a| a.map_or(String::new(), |i| format!("tf.aliasing_output = {i} : i32")))
-            .collect();
-        let Some(mesh) = &self.mesh else {
-            return print::Signature {
-                arg_attrs,
-                ..print::Signature::default()
-            };
-        };
-        // `with_mesh` checked that every sharding fits.
-        let attrs = |shape: &Shape| {
-            let s = mesh.sharding_of(shape).unwrap_or_else(|e| e);
-            format!("mhlo.sharding = \"{s}\", mhlo.layout_mode = \"default\"")
-        };
-        for (a, spec) in arg_attrs.iter_mut().zip(&self.args) {
-            *a = if a.is_empty() {
-                attrs(&spec.shape)
-            } else {
-                format!("{a}, {}", attrs(&spec.shape))
-            };
-        }
-        print::Signature {
-            arg_attrs,
-            result_attrs: self.results.iter().map(|r| attrs(&r.shape)).collect(),
-            module_attrs: format!(
-                "mhlo.num_partitions = {} : i32, mhlo.num_replicas = 1 : i32",
-                mesh.n_devices()
-            ),
-            mesh: Some(mesh.clone()),
-        }
-    }
-
-    /// The arguments in ABI order: the model's tensors, then the inputs'.
-    pub fn args(&self) -> &[ArgSpec] {
-        &self.args
-    }
-
-    /// How many leading arguments are model weights.
-    pub fn n_weights(&self) -> usize {
-        self.n_weights
-    }
-
-    /// The results in order.
-    pub fn results(&self) -> &[ArgSpec] {
-        &self.results
-    }
-
-    /// Runs the reference interpreter on `args` (one literal per argument).
-    pub fn interpret(&self, args: &[Literal]) -> Vec<Literal> {
-        let res = interp::eval(&self.function, args);
-        // Tag-only ops (`rename`) change the handle, not the node: use the result specs.
-        res.into_iter()
-            .zip(&self.results)
-            .map(|(l, spec)| Literal::new(spec.shape, l.data().to_vec()))
-            .collect()
-    }
-}
+use crate::{Platform, Result, Tensor};
 
 /// Traces `forward(model, inputs)`: every tensor of `model` and `inputs`
 /// (made with [`Tensor::param`]) becomes an argument, in their visit order.
 /// The first misuse of an op while tracing comes back as [`Error::Trace`].
+///
+/// The program is as traced: the passes run when it is compiled, or earlier
+/// through [`Program::optimize`] (to read the text that will be compiled).
 #[track_caller]
 pub fn trace<M, I, O, F>(model: &M, inputs: &I, forward: F) -> Result<Program>
 where
@@ -218,19 +79,8 @@ where
         return Err(Error::Trace(e));
     }
     function.results = results.iter().map(|r| r.1).collect();
-    let reused = donation::reused(&function);
-    let function = passes::optimize(&function);
-    let aliases = donation::aliases(&function, reused, n_weights);
     let results = results.into_iter().map(|r| r.0).collect();
-    let program = Program {
-        function,
-        args,
-        n_weights,
-        results,
-        aliases,
-        mesh: None,
-    };
-    Ok((program, out))
+    Ok((Program::new(function, args, n_weights, results), out))
 }
 
 /// Traces `forward(model, inputs)` (see [`trace`]) and compiles it for
@@ -304,31 +154,37 @@ pub fn compile_program(platform: &Platform, program: Program) -> Result<Executab
 }
 
 /// The executable cache key of `program` compiled for `platform` with
-/// `config` (see [`crate::cache`]). Dump flags are left out: they do not
-/// change the executable. Custom calls count as compiled: their fallbacks
-/// where `config` or the platform calls for them, else each used call's
-/// name and implementation version.
+/// `config` (see [`crate::cache`]): the key of the optimized program, so a
+/// program as traced and the same program optimized have one key. Dump
+/// flags are left out: they do not change the executable. Custom calls
+/// count as compiled: their fallbacks where `config` or the platform calls
+/// for them, else each used call's name and implementation version.
 pub fn cache_key(
     platform: &Platform,
     program: &Program,
     config: &CompileConfig,
 ) -> Result<CacheKey> {
     let options = config.options.to_bytes()?;
-    let lowered = custom_call::lower(platform, &program.function, config.custom_calls)?;
-    let program = match lowered {
-        Some(function) => &Program {
-            function,
-            ..program.clone()
-        },
-        None => program,
+    let optimized;
+    let program = if program.is_optimized() {
+        program
+    } else {
+        optimized = program.clone().optimize();
+        &optimized
+    };
+    let lowered = custom_call::lower(platform, program.function(), config.custom_calls)?;
+    let program = &match lowered {
+        Some(function) => program.clone().with_function(function),
+        None => program.clone(),
     };
     let mut text = program.stablehlo_without_locations();
     // A kernel is code the executable depends on.
-    text.push_str(&custom_call::key_text(&program.function));
+    text.push_str(&custom_call::key_text(program.function()));
     CacheKey::new(&text, &options, platform.client().plugin())
 }
 
-/// Compiles a traced program for `platform` as `config` says: a cache hit
+/// Compiles a traced program for `platform` as `config` says: the passes
+/// run first ([`Program::optimize`]; a no-op on an optimized program), then a cache hit
 /// loads the stored executable; a miss, or an entry that fails to load
 /// (logged as a warning, never an error), compiles and stores it. With a
 /// dump configured the program is always compiled, so XLA writes its dumps.
@@ -340,6 +196,7 @@ pub fn compile_program_with(
     program: Program,
     config: &CompileConfig,
 ) -> Result<Executable> {
+    let program = program.optimize();
     let program = match (platform.mesh(), program.mesh()) {
         (Some(m), None) => program.with_mesh(m.clone())?,
         (p, m) if p != m => {
@@ -351,14 +208,11 @@ pub fn compile_program_with(
         }
         _ => program,
     };
-    let program = match custom_call::lower(platform, &program.function, config.custom_calls)? {
-        Some(function) => Program {
-            function,
-            ..program
-        },
+    let program = match custom_call::lower(platform, program.function(), config.custom_calls)? {
+        Some(function) => program.with_function(function),
         None => program,
     };
-    custom_call::register(platform, &program.function)?;
+    custom_call::register(platform, program.function())?;
     let key = cache_key(platform, &program, config)?;
     let text = program.stablehlo();
     if let Some(dump) = &config.dump

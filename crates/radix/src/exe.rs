@@ -7,8 +7,8 @@ use std::marker::PhantomData;
 use radix_pjrt::{ExecuteOptions, LoadedExecutable};
 
 use crate::cache::{CacheKey, Origin};
-use crate::compile::{ArgSpec, Program};
 use crate::module::{Bufferized, Module};
+use crate::program::{ArgSpec, Program};
 use crate::{Buffer, Error, Platform, Result, Shape};
 
 /// A program compiled from `forward(&M, I) -> O` (see [`crate::compile`]):

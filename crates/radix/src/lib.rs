@@ -36,6 +36,7 @@ pub mod module;
 pub mod nn;
 mod passes;
 mod platform;
+mod program;
 pub mod shape;
 pub mod sharding;
 mod tensor;
@@ -43,9 +44,7 @@ pub mod testing;
 
 pub use buffer::Buffer;
 pub use cache::{CacheEntry, CacheKey, ExecutableCache, Origin};
-pub use compile::{
-    ArgSpec, Program, cache_key, compile, compile_fn, compile_program, compile_program_with, trace,
-};
+pub use compile::{cache_key, compile, compile_fn, compile_program, compile_program_with, trace};
 pub use compile_config::{CacheMode, CompileConfig, platform_env_overrides};
 pub use custom_call::{Attrs, CustomCall, CustomCallMode};
 pub use dtype::{DType, Element};
@@ -62,6 +61,7 @@ pub use ir::ops::{Binary, Compare, Order, Unary, Window};
 pub use literal::Literal;
 pub use module::{Bufferized, Module, Shapes};
 pub use platform::Platform;
+pub use program::{ArgSpec, Program};
 pub use radix_macros::Module;
 pub use shape::{Axes, AxisRef, Shape, Tag};
 pub use tensor::Tensor;

@@ -48,7 +48,7 @@ fn check_layers(n: usize, scales: &[f64], n_funcs: usize) -> String {
         x
     })
     .unwrap();
-    let text = program.stablehlo_without_locations();
+    let text = program.optimize().stablehlo_without_locations();
     assert_eq!(text.matches("func.func private").count(), n_funcs, "{text}");
     assert_eq!(text.matches("\"func.call\"").count(), n, "{text}");
     text

@@ -43,7 +43,7 @@ struct Stack {
 
 fn check_stablehlo(f: impl FnOnce(Tensor) -> Tensor, x: Shape, want: Expect) {
     let program = radix::trace(&(), &Tensor::param(x), |_, x| f(x)).unwrap();
-    want.assert_eq(&program.stablehlo());
+    want.assert_eq(&program.optimize().stablehlo());
 }
 
 #[test]
@@ -132,9 +132,33 @@ fn printing_is_deterministic_and_skips_dead_ops() {
     let print = || {
         radix::trace(&(), &Tensor::param(s), |_, x| f(x))
             .unwrap()
+            .optimize()
             .stablehlo()
     };
     let (a, b) = (print(), print());
     assert_eq!(a, b);
     assert!(!a.contains("exponential"), "{a}");
+}
+
+/// `trace` leaves the passes to compiling: the traced program keeps `x + 0`,
+/// `optimize` drops it (once), and the compiled executable holds the
+/// optimized program.
+#[test]
+fn trace_leaves_the_passes_to_compile() {
+    let s = Shape::new(DType::F32, &[2]);
+    let traced = radix::trace(&(), &Tensor::param(s), |_, x| x.tanh() + 0.0).unwrap();
+    assert!(!traced.is_optimized());
+    let raw = traced.stablehlo_without_locations();
+    assert!(raw.contains("stablehlo.add"), "{raw}");
+    let optimized = traced.clone().optimize();
+    assert!(optimized.is_optimized());
+    let text = optimized.stablehlo_without_locations();
+    assert!(text.contains("stablehlo.tanh"), "{text}");
+    assert!(!text.contains("stablehlo.add"), "{text}");
+    assert_eq!(
+        optimized.clone().optimize().stablehlo_without_locations(),
+        text
+    );
+    let exe = radix::compile_program(&platform(), traced).unwrap();
+    assert_eq!(exe.program().stablehlo_without_locations(), text);
 }

@@ -62,7 +62,7 @@ fn while_text() {
           }
         }
     "#]]
-    .assert_eq(&program.stablehlo_without_locations());
+    .assert_eq(&program.clone().optimize().stablehlo_without_locations());
     radix::testing::run_program(program, &[i32s(&[1, 2])]).unwrap();
 }
 

@@ -29,7 +29,7 @@ fn check(f: impl FnOnce(Tensor, Tensor, Tensor) -> Vec<Tensor>, want: Expect) {
         Tensor::param(Shape::scalar(DType::I32)),
     );
     let program = radix::trace(&(), &inputs, |_, (c, r, p)| f(c, r, p)).unwrap();
-    let text = program.stablehlo_without_locations();
+    let text = program.optimize().stablehlo_without_locations();
     let main = text.lines().find(|l| l.contains("@main")).unwrap();
     want.assert_eq(main.trim());
 }

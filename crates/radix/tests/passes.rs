@@ -9,8 +9,9 @@ fn x_literal() -> Literal {
     Literal::from_slice(&[1f32, -2., 3., 4.5, -0.5, 6.], &[2, 3])
 }
 
+/// `f` traced and optimized.
 fn program(f: impl FnOnce(Tensor) -> Tensor) -> Program {
-    trace_fn(&[x_literal()], |xs| f(xs[0])).unwrap()
+    trace_fn(&[x_literal()], |xs| f(xs[0])).unwrap().optimize()
 }
 
 /// `a` and `b` print equal without locations, have the same cache key, and
@@ -228,7 +229,9 @@ fn folded_values_match_the_plugin() {
     radix::testing::assert_close(&folded[0], computed[0].data(), Tol::F32);
     // 64-bit integers beyond 2^53 are not folded (f64 would round them).
     let big = (1i64 << 60) + 1;
-    let p = trace_fn(&[], |_| Tensor::from_slice(&[big], &[1]) + 1.0).unwrap();
+    let p = trace_fn(&[], |_| Tensor::from_slice(&[big], &[1]) + 1.0)
+        .unwrap()
+        .optimize();
     assert!(p.stablehlo().contains("stablehlo.add"));
     let res = radix::testing::run_program(p, &[]).unwrap();
     assert_eq!(res[0].shape(), Shape::new(DType::I64, &[1]));

@@ -130,7 +130,7 @@ fn reduce_text_and_equal_reductions_merge() {
           }
         }
     "#]]
-    .assert_eq(&program.stablehlo_without_locations());
+    .assert_eq(&program.optimize().stablehlo_without_locations());
 }
 
 #[test]

@@ -93,20 +93,4 @@ pub enum Error {
         /// The tensor's dtype.
         dtype: DType,
     },
-    /// A tokenizer could not be built from its file or metadata.
-    #[error("{path}: tokenizer: {reason}")]
-    Tokenizer {
-        /// The file the tokenizer came from.
-        path: PathBuf,
-        /// What was wrong.
-        reason: String,
-    },
-    /// Encoding or decoding text failed, or a chat template is unsupported.
-    #[error("tokenizer from {path}: {reason}")]
-    Tokenize {
-        /// The file the tokenizer came from.
-        path: PathBuf,
-        /// What was wrong.
-        reason: String,
-    },
 }

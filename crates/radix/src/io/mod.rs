@@ -1,8 +1,9 @@
-//! Reading weights and tokenizers from model files.
+//! Reading weights from model files.
 //!
 //! This module does IO and nothing else: it knows the file formats (safetensors,
-//! GGUF, HF `tokenizer.json`) and hands back host arrays ([`HostTensor`]) and
-//! tokenizers, but knows nothing of tracing, devices or model structure. Models
+//! GGUF) and hands back host arrays ([`HostTensor`]) and GGUF metadata, but
+//! knows nothing of tracing, devices, model structure or text (tokenizers
+//! live in the `radix-text` crate). Models
 //! look their weights up by name through a [`WeightStore`], which maps the names a
 //! model uses to the names a file uses.
 //!
@@ -18,14 +19,12 @@ pub mod gguf;
 pub mod safetensors;
 mod store;
 mod tensor;
-pub mod tokenizer;
 
 pub use error::{Error, Result};
 pub use gguf::Gguf;
 pub use safetensors::Safetensors;
 pub use store::{TensorSource, WeightStore};
 pub use tensor::HostTensor;
-pub use tokenizer::{ChatMessage, Tokenizer};
 
 /// Opens and memory-maps `path` read-only; a failure names the file.
 fn map_file(path: &std::path::Path) -> Result<memmap2::Mmap> {

@@ -10,8 +10,6 @@
 //! over (`"d"`, `"hd"`, `"k"`), never an axis position. The conventions used by
 //! the attention helpers: queries `(.., q, h, hd)`, keys and values
 //! `(.., k, h, hd)`.
-//!
-//! Sampling ([`Sampler`]) runs on the host over downloaded logits.
 
 mod attention;
 mod embedding;
@@ -19,7 +17,6 @@ mod linear;
 mod mlp;
 mod norm;
 mod rope;
-mod sampling;
 
 pub use attention::{KvCache, attention, causal_mask, padding_mask};
 pub use embedding::Embedding;
@@ -27,7 +24,6 @@ pub use linear::Linear;
 pub use mlp::{GatedMlp, Mlp};
 pub use norm::{LayerNorm, RmsNorm};
 pub use rope::{RopeLayout, Rotary};
-pub use sampling::{Rng, Sampler};
 
 use crate::io::WeightStore;
 use crate::{Buffer, Bufferized, DType, Module, Platform, Shape, Tensor};

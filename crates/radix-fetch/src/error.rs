@@ -1,0 +1,57 @@
+//! The one error type of the fetch crate.
+
+use std::path::PathBuf;
+
+/// What can go wrong while fetching, checking or unpacking a wheel. Callers
+/// map it into their own errors (the PJRT crate reports a plugin wheel that
+/// cannot be fetched as a provisioning error of its target).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// pip could not be run, failed, or left no wheel.
+    #[error("cannot fetch {requirement}: {reason}")]
+    Download {
+        /// `name==version`, as given to pip.
+        requirement: String,
+        /// What was tried and what to do about it.
+        reason: String,
+    },
+    /// A downloaded or cached file does not have the pinned sha256.
+    #[error("{path}: sha256 is {got}, expected {expected}")]
+    Checksum {
+        /// The file that was checked.
+        path: PathBuf,
+        /// The pinned digest.
+        expected: String,
+        /// The digest of the file.
+        got: String,
+    },
+    /// The wheel is not a zip archive radix can unpack, or an entry would
+    /// land outside the unpack folder.
+    #[error("{path}: not a usable wheel: {reason}")]
+    Wheel {
+        /// The wheel file.
+        path: PathBuf,
+        /// What was wrong with it.
+        reason: String,
+    },
+    /// A filesystem operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or folder involved.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+/// `Result` with the fetch crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Error {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

