@@ -23,7 +23,7 @@ use std::path::Path;
 
 use radix::io::{Gguf, WeightStore};
 use radix::nn::{self, Embedding, GatedMlp, KvCache, Linear, RmsNorm, RopeLayout, Rotary, Sampler};
-use radix::{Buffer, DType, Executable, Module, Platform, Shape, Tensor};
+use radix::{Buffer, DType, Executable, Module, Platform, Shape, Size, Tensor};
 
 use crate::{Error, Result};
 
@@ -142,7 +142,7 @@ impl Attention {
         cache: KvCache,
         start: Tensor,
     ) -> (Tensor, KvCache) {
-        let heads = |t: Tensor, n: i64| t.split_axis("d", &[("h", n), ("hd", -1)]);
+        let heads = |t: Tensor, n: i64| t.split_axis("d", &[("h", n.into()), ("hd", Size::Auto)]);
         let q = self
             .rope
             .forward(heads(self.q.forward(x), self.n_heads), pos);
@@ -151,7 +151,7 @@ impl Attention {
             .forward(heads(self.k.forward(x), self.n_kv_heads), pos);
         let v = heads(self.v.forward(x), self.n_kv_heads);
         let cache = cache.update(k.rename("s", "k"), v.rename("s", "k"), start);
-        let capacity = cache.k.shape().dim("k").unwrap_or(0);
+        let capacity = cache.k.dim("k");
         let k_pos = Tensor::iota(Shape::tagged(pos.dtype(), &[("k", capacity)]), "k");
         let mask = nn::causal_mask(pos.rename("s", "q"), k_pos);
         let out = nn::attention(q.rename("s", "q"), cache.k, cache.v, Some(mask));
@@ -218,7 +218,7 @@ impl Llama {
             out.push(c);
         }
         let zero = Tensor::scalar(0.0, DType::I32);
-        let size = |t: &str| x.shape().dim(t).unwrap_or(1);
+        let size = |t: &str| x.dim(t);
         let x = x
             .dynamic_slice(&[zero, last, zero], &[size("b"), 1, size("d")])
             .squeeze("s");

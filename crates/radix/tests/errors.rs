@@ -58,7 +58,7 @@ fn missing_tag_dtype_and_rank_errors() {
 fn first_error_wins_and_tracing_continues() {
     let base = line!();
     let (op, line, _) = check(base, |x| {
-        let bad = x.slice("a", 0, 5, 1);
+        let bad = x.slice("a", 0..5);
         let worse = bad.matmul(bad).sum("zz");
         worse + x
     });

@@ -16,11 +16,11 @@ use crate::{DType, Module, Tensor};
 /// that may read no key gets the mean of all values (no NaN).
 #[track_caller]
 pub fn attention(q: Tensor, k: Tensor, v: Tensor, mask: Option<Tensor>) -> Tensor {
-    let n_heads = q.shape().dim("h").unwrap_or(1);
-    let n_kv = k.shape().dim("h").unwrap_or(1);
-    let head_dim = q.shape().dim("hd").unwrap_or(1);
+    let n_heads = q.dim("h");
+    let n_kv = k.dim("h");
+    let head_dim = q.dim("hd");
     let rep = n_heads / n_kv.max(1);
-    let q = q.split_axis("h", &[("h", n_kv), ("rep", rep)]);
+    let q = q.split_axis("h", &[("h", n_kv.into()), ("rep", rep.into())]);
     let scores = q.dot(k, "hd") * (1.0 / (head_dim as f64).sqrt());
     let scores = match mask {
         Some(m) => {

@@ -2,7 +2,7 @@
 //! in both layouts found in checkpoints.
 
 use crate::nn::broadcast_like;
-use crate::{DType, Tensor};
+use crate::{DType, Size, Tensor};
 
 /// Which components of a head vector rotate together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,14 +53,14 @@ impl Rotary {
         let cos = angle.cos().convert(x.dtype());
         let sin = angle.sin().convert(x.dtype());
 
-        let parts: [(&str, i64); 2] = match self.layout {
-            RopeLayout::HalfSplit => [("rot", 2), ("hd2", half)],
-            RopeLayout::AdjacentPair => [("hd2", half), ("rot", 2)],
+        let parts: [(&str, Size); 2] = match self.layout {
+            RopeLayout::HalfSplit => [("rot", 2.into()), ("hd2", half.into())],
+            RopeLayout::AdjacentPair => [("hd2", half.into()), ("rot", 2.into())],
         };
         let split = x.split_axis("hd", &parts);
         let at = split.shape().axis("rot").unwrap_or(0);
-        let x0 = split.slice("rot", 0, 1, 1).squeeze("rot");
-        let x1 = split.slice("rot", 1, 2, 1).squeeze("rot");
+        let x0 = split.slice("rot", 0..1).squeeze("rot");
+        let x1 = split.slice("rot", 1..2).squeeze("rot");
         let (c, s) = (broadcast_like(cos, x0), broadcast_like(sin, x0));
         let y0 = x0 * c - x1 * s;
         let y1 = x1 * c + x0 * s;
