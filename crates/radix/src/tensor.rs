@@ -59,10 +59,14 @@ impl Tensor {
     #[track_caller]
     pub fn dim(&self, axis: impl Into<AxisRef>) -> i64 {
         let axis = axis.into();
-        self.shape.dim(axis).unwrap_or_else(|| {
-            report("dim", format!("no axis {axis}"), &[*self]);
-            1
-        })
+        // A `match`, not a closure: a closure would hide the caller's line.
+        match self.shape.dim(axis) {
+            Some(n) => n,
+            None => {
+                report("dim", format!("no axis {axis}"), &[*self]);
+                1
+            }
+        }
     }
 
     /// The same value with a different shape annotation (same dims and dtype);

@@ -8,7 +8,11 @@
 //! (`b`, `q`, `k`), in that order.
 
 use crate::nn::broadcast_like;
+use crate::nn::tags::{B, H, HD, K, Q};
 use crate::{DType, Module, Tensor};
+
+/// The group of query heads that share one key/value head.
+const REP: &str = "rep";
 
 /// `softmax(q k^T / sqrt(hd) masked) v` per head: the result has `q`'s shape.
 ///
@@ -16,12 +20,12 @@ use crate::{DType, Module, Tensor};
 /// that may read no key gets the mean of all values (no NaN).
 #[track_caller]
 pub fn attention(q: Tensor, k: Tensor, v: Tensor, mask: Option<Tensor>) -> Tensor {
-    let n_heads = q.dim("h");
-    let n_kv = k.dim("h");
-    let head_dim = q.dim("hd");
+    let n_heads = q.dim(H);
+    let n_kv = k.dim(H);
+    let head_dim = q.dim(HD);
     let rep = n_heads / n_kv.max(1);
-    let q = q.split_axis("h", &[("h", n_kv.into()), ("rep", rep.into())]);
-    let scores = q.dot(k, "hd") * (1.0 / (head_dim as f64).sqrt());
+    let q = q.split_axis(H, &[(H, n_kv.into()), (REP, rep.into())]);
+    let scores = q.dot(k, HD) * (1.0 / (head_dim as f64).sqrt());
     let scores = match mask {
         Some(m) => {
             let hidden = Tensor::full(scores.shape(), f64::from(f32::MIN));
@@ -29,16 +33,15 @@ pub fn attention(q: Tensor, k: Tensor, v: Tensor, mask: Option<Tensor>) -> Tenso
         }
         None => scores,
     };
-    let probs = scores.softmax("k");
-    let out = probs.dot(v, "k");
+    let probs = scores.softmax(K);
+    let out = probs.dot(v, K);
     let order: Vec<&str> = q
         .shape()
         .tags()
         .iter()
         .map(|t| t.map_or("", |t| t.as_str()))
         .collect();
-    out.transpose(order.as_slice())
-        .merge_axes(["h", "rep"], "h")
+    out.transpose(order.as_slice()).merge_axes([H, REP], H)
 }
 
 /// Bools tagged `(.., q, k)`: query at position `q_pos` may read keys at
@@ -57,8 +60,8 @@ pub fn causal_mask(q_pos: Tensor, k_pos: Tensor) -> Tensor {
     }
     // Batch axes first, then q, then k.
     axes.sort_by_key(|a| match a.0 {
-        "q" => 1,
-        "k" => 2,
+        Q => 1,
+        K => 2,
         _ => 0,
     });
     let grid = crate::Shape::tagged(q_pos.dtype(), &axes);
@@ -87,12 +90,7 @@ impl KvCache {
     pub fn new(batch: i64, capacity: i64, n_kv_heads: i64, head_dim: i64, dtype: DType) -> Self {
         let shape = crate::Shape::tagged(
             dtype,
-            &[
-                ("b", batch),
-                ("k", capacity),
-                ("h", n_kv_heads),
-                ("hd", head_dim),
-            ],
+            &[(B, batch), (K, capacity), (H, n_kv_heads), (HD, head_dim)],
         );
         KvCache {
             k: Tensor::param(shape),
@@ -106,11 +104,11 @@ impl KvCache {
     #[track_caller]
     pub fn update(self, k: Tensor, v: Tensor, start: Tensor) -> KvCache {
         let write = |cache: Tensor, new: Tensor| {
-            let order = ["b", "k", "h", "hd"];
+            let order = [B, K, H, HD];
             let zero = Tensor::scalar(0.0, start.dtype());
             let starts: Vec<Tensor> = order
                 .iter()
-                .map(|&t| if t == "k" { start } else { zero })
+                .map(|&t| if t == K { start } else { zero })
                 .collect();
             cache.dynamic_update_slice(new.transpose(order), &starts)
         };
