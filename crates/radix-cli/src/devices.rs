@@ -74,9 +74,9 @@ pub fn open_client(cli: &Cli) -> Result<Client> {
         PlatformArg::Rocm => Some(radix_pjrt::provision::Target::Rocm),
         PlatformArg::Tpu => Some(radix_pjrt::provision::Target::Tpu),
     };
-    Ok(radix_pjrt::open(
+    Ok(radix_pjrt::open(&radix_pjrt::OpenOptions {
         target,
-        cli.plugin.as_deref(),
-        cli.devices,
-    )?)
+        plugin: cli.plugin.as_deref(),
+        cpu_devices: cli.devices,
+    })?)
 }

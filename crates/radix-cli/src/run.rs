@@ -171,8 +171,11 @@ fn open_client(cli: &Cli, n_parts: usize) -> Result<Client> {
     let mut n = client.addressable_devices().len();
     if n < n_parts && cli.devices.is_none() && client.platform_name() == "cpu" {
         drop(client);
-        let target = Some(radix_pjrt::provision::Target::Cpu);
-        let client = radix_pjrt::open(target, cli.plugin.as_deref(), Some(n_parts as i64))?;
+        let client = radix_pjrt::open(&radix_pjrt::OpenOptions {
+            plugin: cli.plugin.as_deref(),
+            cpu_devices: Some(n_parts as i64),
+            ..radix_pjrt::OpenOptions::target(radix_pjrt::provision::Target::Cpu)
+        })?;
         n = client.addressable_devices().len();
         if n >= n_parts {
             return Ok(client);

@@ -23,7 +23,7 @@ use std::path::Path;
 
 use radix::io::{Safetensors, WeightStore};
 use radix::nn::{Embedding, LayerNorm, Linear, attention, load_weights, padding_mask};
-use radix::{Buffer, Bufferized, Compiled, DType, Module, Platform, Shape, Tensor};
+use radix::{Buffer, Bufferized, Compiled, DType, Module, Platform, Shape, Size, Tensor};
 use radix_text::Tokenizer;
 use serde::Deserialize;
 
@@ -114,18 +114,10 @@ impl BertEmbeddings {
     #[track_caller]
     pub fn forward(&self, ids: Tensor) -> Tensor {
         assert_tags(ids, &["b", "s"]);
-        let n = ids.shape().dim("s").unwrap_or(0);
+        let n = ids.dim("s");
         let x = self.word.forward(ids);
-        let pos = self
-            .position
-            .weight()
-            .slice("voc", 0, n, 1)
-            .rename("voc", "s");
-        let segment = self
-            .token_type
-            .weight()
-            .slice("voc", 0, 1, 1)
-            .squeeze("voc");
+        let pos = self.position.weight().slice("voc", 0..n).rename("voc", "s");
+        let segment = self.token_type.weight().slice("voc", 0..1).squeeze("voc");
         let x = x + pos.broadcast(x.shape()) + segment.broadcast(x.shape());
         self.norm.forward(x)
     }
@@ -169,7 +161,7 @@ impl BertAttention {
         assert_tags(x, &["b", "s", "d"]);
         let heads = |l: &Linear, s: &str| {
             l.forward(x)
-                .split_axis("d", &[("h", self.n_heads), ("hd", -1)])
+                .split_axis("d", &[("h", self.n_heads.into()), ("hd", Size::Auto)])
                 .rename("s", s)
         };
         let q = heads(&self.query, "q");

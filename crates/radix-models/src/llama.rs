@@ -20,7 +20,7 @@ use std::path::Path;
 
 use radix::io::{Gguf, WeightStore};
 use radix::nn::{self, Embedding, GatedMlp, KvCache, Linear, RmsNorm, RopeLayout, Rotary};
-use radix::{DType, Module, Platform, Shape, Tensor};
+use radix::{DType, Module, Platform, Shape, Size, Tensor};
 
 use crate::generate::{CausalLm, Generator};
 use crate::{Error, Result};
@@ -142,14 +142,17 @@ impl Attention {
     /// into layer `layer` of `cache` from position `start` and attends over
     /// that layer's cache, hiding keys after each query's position.
     pub fn forward(&self, x: Tensor, pos: Tensor, step: Step) -> (Tensor, KvCache) {
-        let heads = |l: &Linear, n: i64| l.forward(x).split_axis("d", &[("h", n), ("hd", -1)]);
+        let heads = |l: &Linear, n: i64| {
+            l.forward(x)
+                .split_axis("d", &[("h", n.into()), ("hd", Size::Auto)])
+        };
         let q = self.rope.forward(heads(&self.q, self.n_heads), pos);
         let k = self.rope.forward(heads(&self.k, self.n_kv_heads), pos);
         let v = heads(&self.v, self.n_kv_heads);
         let (k, v) = (k.rename("s", "k"), v.rename("s", "k"));
         let cache = step.cache.update(step.layer, step.start, k, v);
         let (keys, values) = cache.layer(step.layer);
-        let capacity = keys.shape().dim("k").unwrap_or(0);
+        let capacity = keys.dim("k");
         let k_pos = Tensor::iota(Shape::tagged(pos.dtype(), &[("k", capacity)]), "k");
         let mask = nn::causal_mask(pos.rename("s", "q"), k_pos);
         let out = nn::attention(q.rename("s", "q"), keys, values, Some(mask));
@@ -265,7 +268,7 @@ impl CausalLm for Llama {
             );
         }
         let zero = Tensor::scalar(0.0, DType::I32);
-        let size = |t: &str| x.shape().dim(t).unwrap_or(1);
+        let size = |t: &str| x.dim(t);
         let x = x
             .dynamic_slice(&[zero, last, zero], &[size("b"), 1, size("d")])
             .squeeze("s");

@@ -60,4 +60,4 @@ pub use error::{Error, Result};
 pub use executable::{ExecuteOptions, Execution, LoadedExecutable};
 pub use named_value::{NamedValue, Value};
 pub use plugin::{PJRT_API_MAJOR, PJRT_API_MINOR, Plugin};
-pub use select::open;
+pub use select::{OpenOptions, open};

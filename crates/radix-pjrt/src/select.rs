@@ -5,16 +5,47 @@ use std::path::Path;
 use crate::provision::{self, Target};
 use crate::{Client, ClientOptions, Plugin, Result};
 
-/// Opens a client on `target`, or, when `target` is `None`, on the first
-/// accelerator (CUDA, ROCm, TPU) whose plugin is already on this machine and
-/// which shows a device, else on the CPU. Only the CPU plugin is ever fetched
-/// by auto-selection. `plugin` overrides the plugin file; `cpu_devices` sets the
-/// CPU client's device count.
-pub fn open(
-    target: Option<Target>,
-    plugin: Option<&Path>,
-    cpu_devices: Option<i64>,
-) -> Result<Client> {
+/// What [`open`] opens: a target (or the automatic choice), a plugin file
+/// and the CPU client's device count. Start from [`OpenOptions::AUTO`] or
+/// [`OpenOptions::target`] and set what differs:
+/// `OpenOptions { cpu_devices: Some(4), ..OpenOptions::target(Target::Cpu) }`.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenOptions<'a> {
+    /// The target; `None` picks the first accelerator (CUDA, ROCm, TPU)
+    /// whose plugin is already on this machine and which shows a device,
+    /// else the CPU.
+    pub target: Option<Target>,
+    /// A plugin file to load instead of the one [`provision::locate`] finds.
+    pub plugin: Option<&'a Path>,
+    /// The CPU client's device count; `None` leaves the plugin's default.
+    pub cpu_devices: Option<i64>,
+}
+
+impl OpenOptions<'static> {
+    /// The automatic choice of target, with its default plugin and devices.
+    pub const AUTO: OpenOptions<'static> = OpenOptions {
+        target: None,
+        plugin: None,
+        cpu_devices: None,
+    };
+
+    /// `target`, with its default plugin and devices.
+    pub fn target(target: Target) -> OpenOptions<'static> {
+        OpenOptions {
+            target: Some(target),
+            ..OpenOptions::AUTO
+        }
+    }
+}
+
+/// Opens a client as `options` say. Only the CPU plugin is ever fetched by
+/// auto-selection.
+pub fn open(options: &OpenOptions<'_>) -> Result<Client> {
+    let OpenOptions {
+        target,
+        plugin,
+        cpu_devices,
+    } = *options;
     let options = ClientOptions {
         cpu_device_count: cpu_devices,
         ..ClientOptions::default()

@@ -1,10 +1,9 @@
 //! `Platform`: a PJRT plugin and client to compile for and run on.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use radix_pjrt::provision::Target;
-use radix_pjrt::{Client, Device};
+use radix_pjrt::{Client, Device, OpenOptions};
 
 use crate::sharding::Mesh;
 use crate::{Error, Result};
@@ -27,32 +26,18 @@ impl Platform {
     /// An accelerator whose plugin is already on this machine and which shows
     /// a device, else the CPU (whose plugin is fetched on first use).
     pub fn auto() -> Result<Platform> {
-        Platform::open(None, None, None)
+        Platform::open(&OpenOptions::AUTO)
     }
 
     /// The host CPU.
     pub fn cpu() -> Result<Platform> {
-        Platform::open(Some(Target::Cpu), None, None)
+        Platform::open(&OpenOptions::target(Target::Cpu))
     }
 
-    /// The plugin for `target` (at `plugin` if given, else where
-    /// [`radix_pjrt::provision::locate`] finds it) with a default client.
-    pub fn new(target: Target, plugin: Option<&Path>) -> Result<Platform> {
-        Platform::open(Some(target), plugin, None)
-    }
-
-    /// A client on `target`, or on the automatic choice when `None` (see
-    /// [`radix_pjrt::open`]); `cpu_devices` sets the CPU device count.
-    pub fn open(
-        target: Option<Target>,
-        plugin: Option<&Path>,
-        cpu_devices: Option<i64>,
-    ) -> Result<Platform> {
-        Ok(Platform::from_client(radix_pjrt::open(
-            target,
-            plugin,
-            cpu_devices,
-        )?))
+    /// A client opened as `options` say (see [`radix_pjrt::open`]), e.g.
+    /// `Platform::open(&OpenOptions { cpu_devices: Some(4), ..OpenOptions::target(Target::Cpu) })`.
+    pub fn open(options: &OpenOptions<'_>) -> Result<Platform> {
+        Ok(Platform::from_client(radix_pjrt::open(options)?))
     }
 
     /// A platform over an existing client.
@@ -71,8 +56,8 @@ impl Platform {
     /// This platform with programs partitioned over `mesh`: they compile
     /// for `mesh.n_devices()` SPMD partitions on the first that many
     /// devices, and buffers hold one block per device. An error if the
-    /// client has fewer devices (on the CPU, see the `cpu_devices` of
-    /// [`Platform::open`]). A mesh of one device is no mesh.
+    /// client has fewer devices (on the CPU, see
+    /// [`OpenOptions::cpu_devices`]). A mesh of one device is no mesh.
     pub fn with_mesh(&self, mesh: Mesh) -> Result<Platform> {
         let have = self.client().addressable_devices().len();
         if mesh.n_devices() > have {

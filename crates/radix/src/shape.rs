@@ -64,6 +64,22 @@ pub enum AxisRef {
     Tag(Tag),
 }
 
+/// The size of one part of a split axis ([`Shape::split_axis`]): a number,
+/// or [`Size::Auto`], what the other parts leave (ZML's `.auto`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Size {
+    /// Exactly this many elements.
+    Exactly(i64),
+    /// The axis size divided by the other parts' sizes.
+    Auto,
+}
+
+impl From<i64> for Size {
+    fn from(n: i64) -> Size {
+        Size::Exactly(n)
+    }
+}
+
 impl From<usize> for AxisRef {
     fn from(i: usize) -> AxisRef {
         AxisRef::Index(i as i64)
@@ -363,21 +379,30 @@ impl Shape {
     }
 
     /// This shape with `axis` split into `parts` (`(tag, size)` pairs whose
-    /// sizes multiply to its size; one size may be `-1` to infer it).
-    pub fn split_axis(self, axis: impl Into<AxisRef>, parts: &[(&str, i64)]) -> Option<Shape> {
+    /// sizes multiply to its size; one size may be [`Size::Auto`]).
+    pub fn split_axis(self, axis: impl Into<AxisRef>, parts: &[(&str, Size)]) -> Option<Shape> {
         let at = self.axis(axis)?;
         let total = self.dims[at];
-        let known: i64 = parts.iter().map(|p| p.1).filter(|&d| d != -1).product();
-        let n_infer = parts.iter().filter(|p| p.1 == -1).count();
+        let known: i64 = parts
+            .iter()
+            .filter_map(|p| match p.1 {
+                Size::Exactly(n) => Some(n),
+                Size::Auto => None,
+            })
+            .product();
+        let n_auto = parts.iter().filter(|p| p.1 == Size::Auto).count();
         let mut res = self.remove_axis(at)?;
-        if self.rank() - 1 + parts.len() > MAX_RANK || n_infer > 1 || known == 0 {
+        if self.rank() - 1 + parts.len() > MAX_RANK || n_auto > 1 || known <= 0 {
             return None;
         }
-        if (n_infer == 0 && known != total) || (n_infer == 1 && total % known != 0) {
+        if (n_auto == 0 && known != total) || (n_auto == 1 && total % known != 0) {
             return None;
         }
         for (k, (tag, d)) in parts.iter().enumerate() {
-            let d = if *d == -1 { total / known } else { *d };
+            let d = match *d {
+                Size::Exactly(n) => n,
+                Size::Auto => total / known,
+            };
             res = res.insert_axis(at + k, d, tag)?;
         }
         Some(res)
@@ -446,14 +471,19 @@ mod tests {
     #[test]
     fn edit_axes() {
         let s = Shape::tagged(DType::F32, &[("b", 2), ("d", 6)]);
-        let split = s.split_axis("d", &[("h", 2), ("hd", -1)]).unwrap();
+        let split = s
+            .split_axis("d", &[("h", Size::Exactly(2)), ("hd", Size::Auto)])
+            .unwrap();
         expect!["{b=2, h=2, hd=3, f32}"].assert_eq(&split.to_string());
         let merged = split.merge_axes(&["h".into(), "hd".into()], "d").unwrap();
         assert_eq!(merged, s);
         expect!["{b=2, x=6, f32}"].assert_eq(&s.rename("d", "x").unwrap().to_string());
         expect!["{b=2, 1, d=6, f32}"].assert_eq(&s.insert_axis(1, 1, "").unwrap().to_string());
         expect!["{d=6, f32}"].assert_eq(&s.remove_axis("b").unwrap().to_string());
-        assert_eq!(s.split_axis("d", &[("h", 4), ("hd", -1)]), None);
+        assert_eq!(
+            s.split_axis("d", &[("h", Size::Exactly(4)), ("hd", Size::Auto)]),
+            None
+        );
         assert_eq!(s.merge_axes(&["d".into(), "b".into()], "x"), None);
     }
 }

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::error::TraceError;
 use crate::ir::{Function, Node, Op, ValueId};
+use crate::shape::AxisRef;
 use crate::{DType, Shape};
 
 /// A tensor of the function being traced: a cheap `Copy` handle (a value id
@@ -51,6 +52,21 @@ impl Tensor {
     /// The sizes of the axes.
     pub fn dims(&self) -> Vec<i64> {
         self.shape.dims().to_vec()
+    }
+
+    /// The size of `axis`. A missing axis records a [`TraceError`] at the
+    /// caller's line (the trace fails) and gives 1, so tracing goes on.
+    #[track_caller]
+    pub fn dim(&self, axis: impl Into<AxisRef>) -> i64 {
+        let axis = axis.into();
+        // A `match`, not a closure: a closure would hide the caller's line.
+        match self.shape.dim(axis) {
+            Some(n) => n,
+            None => {
+                report("dim", format!("no axis {axis}"), &[*self]);
+                1
+            }
+        }
     }
 
     /// The same value with a different shape annotation (same dims and dtype);
@@ -142,15 +158,44 @@ pub(crate) struct Block {
     pub(crate) captures: Vec<Tensor>,
 }
 
-/// Traces `f` over parameters of `params` as a nested block of the current
-/// trace. An open block may use values of enclosing blocks (captured as
-/// extra parameters); a hermetic one (`kind` names it) may not, and a
-/// capture records an error at the user's line. Errors inside the block
-/// become errors of the current trace.
+/// Traces `f` over parameters of `params` as a nested open block of the
+/// current trace (a `while`/`if` body): it may use values of enclosing
+/// blocks, captured as extra parameters. Errors inside the block become
+/// errors of the current trace.
 #[track_caller]
-pub(crate) fn trace_block(
+pub(crate) fn trace_open_block(
     kind: &'static str,
-    open: bool,
+    params: &[Shape],
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Block {
+    trace_block(kind, Captures::Open, params, f)
+}
+
+/// Traces `f` over parameters of `params` as a nested hermetic block of the
+/// current trace (a reduction or sort body, a `call`ed function, which
+/// `kind` names): using a value of an enclosing block records an error at
+/// the user's line. Errors inside the block become errors of the current
+/// trace.
+#[track_caller]
+pub(crate) fn trace_hermetic_block(
+    kind: &'static str,
+    params: &[Shape],
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Block {
+    trace_block(kind, Captures::Hermetic, params, f)
+}
+
+/// Whether a block may use values of enclosing blocks.
+#[derive(Clone, Copy, PartialEq)]
+enum Captures {
+    Open,
+    Hermetic,
+}
+
+#[track_caller]
+fn trace_block(
+    kind: &'static str,
+    captures: Captures,
     params: &[Shape],
     f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
 ) -> Block {
@@ -159,7 +204,7 @@ pub(crate) fn trace_block(
         let b = b.borrow();
         (b.trace, b.open_parents.clone(), b.enclosing.clone())
     });
-    if open {
+    if captures == Captures::Open {
         open_parents.push(outer_trace);
     } else {
         open_parents.clear();
@@ -272,6 +317,14 @@ pub(crate) fn record(
 /// Records a misuse of op `name` and returns a placeholder of `shape`.
 #[track_caller]
 pub(crate) fn fail(name: &'static str, message: String, args: &[Tensor], shape: Shape) -> Tensor {
+    report(name, message, args);
+    push(Op::Poison, &[], shape, |_, _| {})
+}
+
+/// Records a misuse of op `name` on `args` at the caller's line, unless the
+/// trace already failed.
+#[track_caller]
+fn report(name: &'static str, message: String, args: &[Tensor]) {
     let loc = Location::caller();
     BUILDER.with(|b| {
         let mut b = b.borrow_mut();
@@ -286,7 +339,6 @@ pub(crate) fn fail(name: &'static str, message: String, args: &[Tensor], shape: 
             });
         }
     });
-    push(Op::Poison, &[], shape, |_, _| {})
 }
 
 /// The value of result `t`, recording an error if it is not of this trace.

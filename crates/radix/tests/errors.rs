@@ -55,10 +55,28 @@ fn missing_tag_dtype_and_rank_errors() {
 }
 
 #[test]
+fn missing_axis_is_an_error_not_a_size() {
+    let base = line!();
+    let (op, line, msg) = check(base, |x| {
+        let n = x.dim("h");
+        x.split_axis("b", &[("h", n.into()), ("hd", radix::Size::Auto)])
+    });
+    assert_eq!((op.as_str(), line), ("dim", 2));
+    assert!(msg.contains("no axis .h"), "{msg}");
+
+    let base = line!();
+    let (op, line, msg) = check(base, |x| {
+        x.split_axis("b", &[("h", 2.into()), ("hd", radix::Size::Auto)])
+    });
+    assert_eq!((op.as_str(), line), ("split_axis", 2));
+    assert!(msg.contains("cannot split axis .b"), "{msg}");
+}
+
+#[test]
 fn first_error_wins_and_tracing_continues() {
     let base = line!();
     let (op, line, _) = check(base, |x| {
-        let bad = x.slice("a", 0, 5, 1);
+        let bad = x.slice("a", 0..5);
         let worse = bad.matmul(bad).sum("zz");
         worse + x
     });

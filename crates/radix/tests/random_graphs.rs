@@ -96,7 +96,7 @@ fn apply(step: &Step, v: &[Tensor]) -> Tensor {
         }
         Step::Select(a, b, c) => at(a).gt(at(b)).select(at(b), at(c)),
         Step::ConcatSlices(a, b) => {
-            Tensor::concatenate(&[at(a).slice("b", 0, 1, 1), at(b).slice("b", 1, 3, 1)], "b")
+            Tensor::concatenate(&[at(a).slice("b", 0..1), at(b).slice("b", 1..3)], "b")
         }
         Step::Gather(a) => {
             let ids = Tensor::from_slice(&[1i32, 0], &[2]).with_tags(&["a"]);

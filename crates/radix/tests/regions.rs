@@ -84,19 +84,19 @@ fn sum_max_min_argmax_on_reduce() {
     )];
     check(
         &x,
-        |x| x[0].sum("d").slice("b", 0, 2, 1),
+        |x| x[0].sum("d").slice("b", 0..2),
         &[7., -16.],
         Tol::EXACT,
     );
     check(
         &x,
-        |x| x[0].max("d").slice("b", 0, 2, 1),
+        |x| x[0].max("d").slice("b", 0..2),
         &[3., -2.],
         Tol::EXACT,
     );
     check(
         &x,
-        |x| x[0].min("d").slice("b", 0, 2, 1),
+        |x| x[0].min("d").slice("b", 0..2),
         &[0., -7.],
         Tol::EXACT,
     );

@@ -8,6 +8,7 @@ use radix::sharding::Mesh;
 use radix::{
     Buffer, CacheMode, CompileConfig, DType, Error, Executable, Platform, Program, Shape, Tensor,
 };
+use radix_pjrt::OpenOptions;
 use radix_pjrt::provision::Target;
 
 /// A CPU client with 4 devices (no mesh yet).
@@ -15,8 +16,11 @@ fn cpu4() -> Platform {
     static PLATFORM: OnceLock<Platform> = OnceLock::new();
     PLATFORM
         .get_or_init(|| {
-            Platform::open(Some(Target::Cpu), None, Some(4))
-                .unwrap_or_else(|e| panic!("no 4-device CPU platform: {e}"))
+            Platform::open(&OpenOptions {
+                cpu_devices: Some(4),
+                ..OpenOptions::target(Target::Cpu)
+            })
+            .unwrap_or_else(|e| panic!("no 4-device CPU platform: {e}"))
         })
         .clone()
 }

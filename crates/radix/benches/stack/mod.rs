@@ -1,7 +1,7 @@
 //! The transformer-block stack both benches trace: SmolLM2-shaped (d=576,
 //! 9 heads, gated FFN 1536, 128 tokens), written with tagged axes.
 
-use radix::{DType, Module, Shape, Tensor};
+use radix::{DType, Module, Shape, Size, Tensor};
 
 pub const D: i64 = 576;
 const HEADS: i64 = 9;
@@ -63,7 +63,7 @@ impl Block {
         let h = rms_norm(x, self.norm1);
         let heads = |l: &Linear, s: &str| {
             l.forward(h)
-                .split_axis("d", &[("h", HEADS), ("hd", -1)])
+                .split_axis("d", &[("h", HEADS.into()), ("hd", Size::Auto)])
                 .rename("s", s)
         };
         let (q, k, v) = (

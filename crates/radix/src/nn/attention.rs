@@ -8,7 +8,11 @@
 //! (`b`, `q`, `k`), in that order.
 
 use crate::nn::broadcast_like;
+use crate::nn::tags::{B, H, HD, K, LAYER, Q};
 use crate::{DType, Module, Shape, Tensor};
+
+/// The group of query heads that share one key/value head.
+const REP: &str = "rep";
 
 /// `softmax(q k^T / sqrt(hd) masked) v` per head: the result has `q`'s shape.
 ///
@@ -16,12 +20,12 @@ use crate::{DType, Module, Shape, Tensor};
 /// that may read no key gets the mean of all values (no NaN).
 #[track_caller]
 pub fn attention(q: Tensor, k: Tensor, v: Tensor, mask: Option<Tensor>) -> Tensor {
-    let n_heads = q.shape().dim("h").unwrap_or(1);
-    let n_kv = k.shape().dim("h").unwrap_or(1);
-    let head_dim = q.shape().dim("hd").unwrap_or(1);
+    let n_heads = q.dim(H);
+    let n_kv = k.dim(H);
+    let head_dim = q.dim(HD);
     let rep = n_heads / n_kv.max(1);
-    let q = q.split_axis("h", &[("h", n_kv), ("rep", rep)]);
-    let scores = q.dot(k, "hd") * (1.0 / (head_dim as f64).sqrt());
+    let q = q.split_axis(H, &[(H, n_kv.into()), (REP, rep.into())]);
+    let scores = q.dot(k, HD) * (1.0 / (head_dim as f64).sqrt());
     let scores = match mask {
         Some(m) => {
             let hidden = Tensor::full(scores.shape(), f64::from(f32::MIN));
@@ -29,16 +33,15 @@ pub fn attention(q: Tensor, k: Tensor, v: Tensor, mask: Option<Tensor>) -> Tenso
         }
         None => scores,
     };
-    let probs = scores.softmax("k");
-    let out = probs.dot(v, "k");
+    let probs = scores.softmax(K);
+    let out = probs.dot(v, K);
     let order: Vec<&str> = q
         .shape()
         .tags()
         .iter()
         .map(|t| t.map_or("", |t| t.as_str()))
         .collect();
-    out.transpose(order.as_slice())
-        .merge_axes(["h", "rep"], "h")
+    out.transpose(order.as_slice()).merge_axes([H, REP], H)
 }
 
 /// Bools tagged `(.., q, k)`: query at position `q_pos` may read keys at
@@ -57,8 +60,8 @@ pub fn causal_mask(q_pos: Tensor, k_pos: Tensor) -> Tensor {
     }
     // Batch axes first, then q, then k.
     axes.sort_by_key(|a| match a.0 {
-        "q" => 1,
-        "k" => 2,
+        Q => 1,
+        K => 2,
         _ => 0,
     });
     let grid = crate::Shape::tagged(q_pos.dtype(), &axes);
@@ -84,7 +87,7 @@ pub struct KvCache {
 }
 
 /// The axes of a [`KvCache`], in order.
-const CACHE_AXES: [&str; 5] = ["layer", "b", "k", "h", "hd"];
+const CACHE_AXES: [&str; 5] = [LAYER, B, K, H, HD];
 
 impl KvCache {
     /// The shape of the keys (and of the values) of a cache.
@@ -127,7 +130,7 @@ impl KvCache {
         let layer = layer.convert(start.dtype());
         let starts = [layer, zero, start, zero, zero];
         let write = |cache: Tensor, new: Tensor| {
-            let new = new.transpose(["b", "k", "h", "hd"]).unsqueeze(0, "layer");
+            let new = new.transpose([B, K, H, HD]).unsqueeze(0, LAYER);
             cache.dynamic_update_slice(new, &starts)
         };
         KvCache {
@@ -144,7 +147,7 @@ impl KvCache {
         let read = |cache: Tensor| {
             let mut sizes: Vec<i64> = cache.shape().dims().to_vec();
             sizes[0] = 1;
-            cache.dynamic_slice(&starts, &sizes).squeeze("layer")
+            cache.dynamic_slice(&starts, &sizes).squeeze(LAYER)
         };
         (read(self.k), read(self.v))
     }

@@ -1,6 +1,7 @@
 //! `Embedding`: a table of vectors looked up by integer ids.
 
 use crate::nn::param;
+use crate::nn::tags::VOC;
 use crate::{Module, Tensor};
 
 /// A `[voc, d]` table: `forward(ids)` gathers a `d`-vector per id (the result
@@ -15,7 +16,7 @@ impl Embedding {
     /// A table of `n_vocab` vectors of axis `dim` `(tag, size)`.
     pub fn new(n_vocab: i64, dim: (&str, i64)) -> Embedding {
         Embedding {
-            weight: param(&[("voc", n_vocab), dim]),
+            weight: param(&[(VOC, n_vocab), dim]),
         }
     }
 
@@ -27,7 +28,7 @@ impl Embedding {
     /// The vectors of integer `ids` (`stablehlo.gather`; out-of-range ids clamp).
     #[track_caller]
     pub fn forward(&self, ids: Tensor) -> Tensor {
-        self.weight.gather("voc", ids)
+        self.weight.gather(VOC, ids)
     }
 
     /// Scores against every table row: `x`'s axis `dim` contracted, `voc` appended.

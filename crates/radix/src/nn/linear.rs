@@ -40,7 +40,7 @@ impl Linear {
 
     /// The same layer with a bias of the output's size.
     pub fn with_bias(mut self) -> Linear {
-        let n = self.weight.shape().dim(OUT).unwrap_or(0);
+        let n = self.weight.dim(OUT);
         self.bias = Some(param(&[(OUT, n)]));
         self
     }

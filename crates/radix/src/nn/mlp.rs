@@ -1,6 +1,7 @@
 //! Feed-forward blocks: a GELU MLP (BERT) and a gated SiLU MLP (llama).
 
 use crate::nn::Linear;
+use crate::nn::tags::FF;
 use crate::{Module, Tensor};
 
 /// `down(gelu(up(x)))` with biases, exact (erf) GELU as BERT uses.
@@ -27,8 +28,8 @@ impl Mlp {
     /// An MLP from axis `dim` through a hidden axis `ff` of size `hidden`.
     pub fn new(dim: (&str, i64), hidden: i64) -> Mlp {
         Mlp {
-            up: Linear::new(dim, ("ff", hidden)).with_bias(),
-            down: Linear::new(("ff", hidden), dim).with_bias(),
+            up: Linear::new(dim, (FF, hidden)).with_bias(),
+            down: Linear::new((FF, hidden), dim).with_bias(),
         }
     }
 
@@ -43,9 +44,9 @@ impl GatedMlp {
     /// A gated MLP from axis `dim` through a hidden axis `ff` of size `hidden`.
     pub fn new(dim: (&str, i64), hidden: i64) -> GatedMlp {
         GatedMlp {
-            gate: Linear::new(dim, ("ff", hidden)),
-            up: Linear::new(dim, ("ff", hidden)),
-            down: Linear::new(("ff", hidden), dim),
+            gate: Linear::new(dim, (FF, hidden)),
+            up: Linear::new(dim, (FF, hidden)),
+            down: Linear::new((FF, hidden), dim),
         }
     }
 

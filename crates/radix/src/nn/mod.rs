@@ -18,6 +18,30 @@ mod mlp;
 mod norm;
 mod rope;
 
+/// The axis tags the layers use, as constants (`x.dot(w, tags::D)`).
+pub mod tags {
+    /// Batch.
+    pub const B: &str = "b";
+    /// Sequence positions.
+    pub const S: &str = "s";
+    /// Model width.
+    pub const D: &str = "d";
+    /// Attention heads.
+    pub const H: &str = "h";
+    /// Width of one head.
+    pub const HD: &str = "hd";
+    /// Query positions in attention scores.
+    pub const Q: &str = "q";
+    /// Key positions in attention scores and the KV cache.
+    pub const K: &str = "k";
+    /// The hidden width of a feed-forward block.
+    pub const FF: &str = "ff";
+    /// The vocabulary.
+    pub const VOC: &str = "voc";
+    /// The layers of a stacked tensor (the KV cache).
+    pub const LAYER: &str = "layer";
+}
+
 pub use attention::{KvCache, attention, causal_mask, padding_mask};
 pub use embedding::Embedding;
 pub use linear::Linear;

@@ -2,7 +2,13 @@
 //! in both layouts found in checkpoints.
 
 use crate::nn::broadcast_like;
-use crate::{DType, Module, Tensor};
+use crate::nn::tags::HD;
+use crate::{DType, Module, Size, Tensor};
+
+/// Half the head width: one rotation angle each.
+const HD2: &str = "hd2";
+/// The two elements a rotation mixes.
+const ROT: &str = "rot";
 
 /// Which components of a head vector rotate together.
 #[derive(Module, Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,33 +47,33 @@ impl Rotary {
         let inv: Vec<f64> = (0..half)
             .map(|j| self.theta.powf(-2.0 * j as f64 / self.head_dim as f64))
             .collect();
-        let inv = Tensor::from_slice(&inv, &[half]).with_tags(&["hd2"]);
+        let inv = Tensor::from_slice(&inv, &[half]).with_tags(&[HD2]);
         let pos = pos.convert(DType::F64);
         let mut axes: Vec<(&str, i64)> = vec![];
         for (t, d) in pos.shape().tags().iter().zip(pos.shape().dims()) {
             axes.push((t.map_or("", |t| t.as_str()), *d));
         }
-        axes.push(("hd2", half));
+        axes.push((HD2, half));
         let grid = crate::Shape::tagged(DType::F64, &axes);
         let angle = pos.broadcast(grid) * inv.broadcast(grid);
         let cos = angle.cos().convert(x.dtype());
         let sin = angle.sin().convert(x.dtype());
 
-        let parts: [(&str, i64); 2] = match self.layout {
-            RopeLayout::HalfSplit => [("rot", 2), ("hd2", half)],
-            RopeLayout::AdjacentPair => [("hd2", half), ("rot", 2)],
+        let parts: [(&str, Size); 2] = match self.layout {
+            RopeLayout::HalfSplit => [(ROT, 2.into()), (HD2, half.into())],
+            RopeLayout::AdjacentPair => [(HD2, half.into()), (ROT, 2.into())],
         };
-        let split = x.split_axis("hd", &parts);
-        let at = split.shape().axis("rot").unwrap_or(0);
-        let x0 = split.slice("rot", 0, 1, 1).squeeze("rot");
-        let x1 = split.slice("rot", 1, 2, 1).squeeze("rot");
+        let split = x.split_axis(HD, &parts);
+        let at = split.shape().axis(ROT).unwrap_or(0);
+        let x0 = split.slice(ROT, 0..1).squeeze(ROT);
+        let x1 = split.slice(ROT, 1..2).squeeze(ROT);
         let (c, s) = (broadcast_like(cos, x0), broadcast_like(sin, x0));
         let y0 = x0 * c - x1 * s;
         let y1 = x1 * c + x0 * s;
         let pair = match self.layout {
-            RopeLayout::HalfSplit => ["rot", "hd2"],
-            RopeLayout::AdjacentPair => ["hd2", "rot"],
+            RopeLayout::HalfSplit => [ROT, HD2],
+            RopeLayout::AdjacentPair => [HD2, ROT],
         };
-        Tensor::stack(&[y0, y1], at, "rot").merge_axes(pair, "hd")
+        Tensor::stack(&[y0, y1], at, ROT).merge_axes(pair, HD)
     }
 }

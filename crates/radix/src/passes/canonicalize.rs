@@ -8,7 +8,10 @@
 //!   Other constants fold only up to [`FOLD_LIMIT`] elements, and 64-bit
 //!   integers only while every value is exact in an `f64`.
 //! - A constant whose elements are all equal becomes a splat.
-//! - `x + 0`, `0 + x`, `x - 0`, `x * 1`, `1 * x`, `x / 1` → `x`.
+//! - `x op e` → `x` where `e` is the op's identity element, and `e op x` →
+//!   `x` when the op is commutative: `x + 0`, `x - 0`, `x * 1`, `x / 1`,
+//!   `x ^ 1`, `x | 0`, `x xor 0`. The identities are a column of the binary
+//!   op table ([`Binary::identity`](crate::Binary::identity)), not written here.
 //! - `reshape(reshape(x))` → `reshape(x)`; a reshape to the operand's own
 //!   dims → the operand. Likewise `transpose ∘ transpose` composes, and an
 //!   identity transpose, a `convert` to the same type and a `broadcast` that
@@ -19,7 +22,7 @@
 
 use std::sync::Arc;
 
-use crate::ir::ops::Binary;
+use crate::ir::ops::Elementwise;
 use crate::ir::{Function, Node, Op, ValueId};
 use crate::literal::Literal;
 use crate::{DType, Shape};
@@ -73,16 +76,15 @@ fn identity(f: &Function, node: &Node) -> Option<Simplified> {
     let same_type = |id: ValueId| same_type(f.node(id).shape, node.shape);
     let keep = |id: ValueId| same_type(id).then_some(Simplified::Value(id));
     match &node.op {
-        Op::Binary(b) => {
+        Op::Elementwise(Elementwise::Binary(b)) => {
+            let e = b.identity()?;
             let (x, y) = (arg(0), arg(1));
-            match b {
-                Binary::Add if is_splat_of(f, y, 0.0) => keep(x),
-                Binary::Add if is_splat_of(f, x, 0.0) => keep(y),
-                Binary::Sub if is_splat_of(f, y, 0.0) => keep(x),
-                Binary::Mul if is_splat_of(f, y, 1.0) => keep(x),
-                Binary::Mul if is_splat_of(f, x, 1.0) => keep(y),
-                Binary::Div if is_splat_of(f, y, 1.0) => keep(x),
-                _ => None,
+            if is_splat_of(f, y, e) {
+                keep(x)
+            } else if b.is_commutative() && is_splat_of(f, x, e) {
+                keep(y)
+            } else {
+                None
             }
         }
         Op::Convert => keep(arg(0)),
@@ -123,10 +125,7 @@ fn identity(f: &Function, node: &Node) -> Option<Simplified> {
 
 /// `node` evaluated into a constant, when all its operands are constants.
 fn fold(f: &Function, node: &Node) -> Option<Node> {
-    let elementwise = matches!(
-        node.op,
-        Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::Select | Op::Clamp | Op::Convert
-    );
+    let elementwise = matches!(node.op, Op::Elementwise(_) | Op::Convert);
     let layout = matches!(node.op, Op::Reshape | Op::Transpose(_) | Op::Broadcast(_));
     if !(elementwise || layout) || node.args.is_empty() {
         return None;

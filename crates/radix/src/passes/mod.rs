@@ -4,7 +4,8 @@
 //! [`optimize`] makes one forward sweep over the nodes (operands always come
 //! before their users): each node's operands are renamed to their rewritten
 //! values, [`canonicalize`] simplifies it (constant folding, algebraic
-//! identities), and [`cse`] reuses an equal node seen before. [`dce`] then
+//! identities), and [`cse`] orders a commutative op's operands canonically
+//! and reuses an equal node seen before. [`dce`] then
 //! drops what the results do not need. One sweep reaches a fixed point for
 //! these rules, because every operand is already in canonical form when its
 //! user is visited.
@@ -31,7 +32,7 @@ pub(crate) fn optimize(f: &Function) -> Function {
             *a = renamed[a.0 as usize];
         }
         let id = if matches!(node.op, Op::Parameter(_) | Op::Poison) {
-            out.push(node)
+            table.push(&mut out, node)
         } else {
             match canonicalize::simplify(&out, node) {
                 canonicalize::Simplified::Value(v) => v,

@@ -14,7 +14,7 @@ use crate::ir::print::OpPrinter;
 use crate::ir::{Op, interp};
 use crate::literal::Literal;
 use crate::module::Module;
-use crate::tensor::{Block, emit, fail, trace_block};
+use crate::tensor::{Block, emit, fail, trace_hermetic_block, trace_open_block};
 use crate::{DType, Shape, Tensor};
 
 /// Repeats `body` on a state of tensors, starting from `init`, while `cond`
@@ -29,8 +29,8 @@ pub fn while_(
     body: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
 ) -> Vec<Tensor> {
     let shapes: Vec<Shape> = init.iter().map(|t| t.shape()).collect();
-    let c = trace_block("while condition", true, &shapes, |s| vec![cond(s)]);
-    let b = trace_block("while body", true, &shapes, body);
+    let c = trace_open_block("while condition", &shapes, |s| vec![cond(s)]);
+    let b = trace_open_block("while body", &shapes, body);
     let cs = c.results[0].shape();
     if cs.rank() != 0 || cs.dtype() != DType::Bool {
         return poison(
@@ -72,7 +72,7 @@ pub fn for_(
 ) -> (Vec<Tensor>, Vec<Tensor>) {
     let mut shapes = vec![Shape::scalar(DType::I32)];
     shapes.extend(init.iter().map(|t| t.shape()));
-    let probe = trace_block("for body", true, &shapes, |s| {
+    let probe = trace_open_block("for body", &shapes, |s| {
         let (_, out) = body(s[0], &s[1..]);
         out
     });
@@ -114,8 +114,8 @@ pub fn if_(
     then: impl FnOnce() -> Vec<Tensor>,
     other: impl FnOnce() -> Vec<Tensor>,
 ) -> Vec<Tensor> {
-    let t = trace_block("if branch", true, &[], |_| then());
-    let e = trace_block("if branch", true, &[], |_| other());
+    let t = trace_open_block("if branch", &[], |_| then());
+    let e = trace_open_block("if branch", &[], |_| other());
     let shapes: Vec<Shape> = t.results.iter().map(|r| r.shape()).collect();
     let ps = pred.shape();
     if ps.rank() != 0 || ps.dtype() != DType::Bool {
@@ -159,7 +159,7 @@ pub fn call<A: Module + Clone, O: Module + Clone>(f: fn(&A) -> O, args: &A) -> O
     let mut out: Option<O> = None;
     let Block {
         function, results, ..
-    } = trace_block("called function", false, &shapes, |params| {
+    } = trace_hermetic_block("called function", &shapes, |params| {
         let mut a = args.clone();
         let mut k = 0;
         a.visit_mut(&mut String::new(), &mut |_, t| {

@@ -14,7 +14,7 @@ use crate::ir::ops::control::{multi, poison};
 use crate::ir::print::{OpPrinter, i64_list};
 use crate::ir::{Function, Node, Op};
 use crate::literal::Literal;
-use crate::tensor::trace_block;
+use crate::tensor::trace_hermetic_block;
 use crate::{Shape, Tensor};
 
 /// One use of a custom call: the call, its attributes, its result shapes
@@ -87,9 +87,8 @@ pub(crate) fn emit(call: &CustomCall, operands: &[Tensor], attrs: &Attrs) -> Vec
     let fallback = match call.fallback() {
         None => None,
         Some(f) => {
-            let block = trace_block("custom call fallback", false, &shapes, |args| {
-                f(args, attrs)
-            });
+            let block =
+                trace_hermetic_block("custom call fallback", &shapes, |args| f(args, attrs));
             let got: Vec<(Vec<i64>, crate::DType)> = block
                 .results
                 .iter()

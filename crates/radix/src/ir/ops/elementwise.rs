@@ -2,6 +2,14 @@
 //! `select` and `clamp`. Operands must have equal dims and dtypes; a rank-0
 //! operand is broadcast implicitly (nothing else is). Tags merge axis by axis;
 //! two different tags on one axis are an error.
+//!
+//! Each unary, binary and comparison op is one row of a table below
+//! ([`unary_ops!`], [`binary_ops!`], [`compare_ops!`]): its variant, its
+//! `Tensor` method, its StableHLO name, the dtypes it accepts, its
+//! properties and its reference semantics. Adding such an op is adding a
+//! row; the enums, methods, names, printing, evaluation and the properties
+//! the passes read ([`Binary::is_commutative`], [`Binary::identity`]) are
+//! generated from it.
 
 use std::ops;
 
@@ -11,359 +19,365 @@ use crate::literal::{Literal, round_to};
 use crate::tensor::{emit, fail, record};
 use crate::{DType, Shape, Tensor};
 
-/// One-operand elementwise ops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Unary {
-    /// `stablehlo.negate`
-    Neg,
-    /// `stablehlo.abs`
-    Abs,
-    /// `stablehlo.sign`
-    Sign,
-    /// `stablehlo.exponential`
-    Exp,
-    /// `stablehlo.log`
-    Log,
-    /// `stablehlo.log_plus_one`
-    Log1p,
-    /// `stablehlo.exponential_minus_one`
-    Expm1,
-    /// `stablehlo.sqrt`
-    Sqrt,
-    /// `stablehlo.rsqrt`
-    Rsqrt,
-    /// `stablehlo.tanh`
-    Tanh,
-    /// `stablehlo.sine`
-    Sin,
-    /// `stablehlo.cosine`
-    Cos,
-    /// `stablehlo.floor`
-    Floor,
-    /// `stablehlo.ceil`
-    Ceil,
-    /// `stablehlo.round_nearest_even`
-    Round,
-    /// `stablehlo.logistic`
-    Logistic,
-    /// `stablehlo.not`
-    Not,
+/// Any dtype.
+fn any(_: DType) -> bool {
+    true
 }
 
-/// Two-operand elementwise ops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Binary {
-    /// `stablehlo.add`
-    Add,
-    /// `stablehlo.subtract`
-    Sub,
-    /// `stablehlo.multiply`
-    Mul,
-    /// `stablehlo.divide`
-    Div,
-    /// `stablehlo.power`
-    Pow,
-    /// `stablehlo.maximum`
-    Max,
-    /// `stablehlo.minimum`
-    Min,
-    /// `stablehlo.remainder`
-    Rem,
-    /// `stablehlo.and`
-    And,
-    /// `stablehlo.or`
-    Or,
-    /// `stablehlo.xor`
-    Xor,
+/// Floating-point dtypes.
+fn float(d: DType) -> bool {
+    d.is_float()
 }
 
-/// Comparison directions of `stablehlo.compare`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Compare {
-    /// `==`
-    Eq,
-    /// `!=`
-    Ne,
-    /// `<`
-    Lt,
-    /// `<=`
-    Le,
-    /// `>`
-    Gt,
-    /// `>=`
-    Ge,
+/// Booleans and integers.
+fn not_float(d: DType) -> bool {
+    !d.is_float()
 }
 
-impl Unary {
-    /// All unary ops.
-    pub const ALL: [Unary; 17] = [
-        Unary::Neg,
-        Unary::Abs,
-        Unary::Sign,
-        Unary::Exp,
-        Unary::Log,
-        Unary::Log1p,
-        Unary::Expm1,
-        Unary::Sqrt,
-        Unary::Rsqrt,
-        Unary::Tanh,
-        Unary::Sin,
-        Unary::Cos,
-        Unary::Floor,
-        Unary::Ceil,
-        Unary::Round,
-        Unary::Logistic,
-        Unary::Not,
-    ];
+/// Every dtype but bool.
+fn not_bool(d: DType) -> bool {
+    d != DType::Bool
+}
 
-    pub(crate) fn name(self) -> &'static str {
-        &self.mlir()["stablehlo.".len()..]
-    }
+/// Floats and signed integers.
+fn signed(d: DType) -> bool {
+    d.is_float() || d != DType::Bool && !d.is_unsigned()
+}
 
-    fn mlir(self) -> &'static str {
-        match self {
-            Unary::Neg => "stablehlo.negate",
-            Unary::Abs => "stablehlo.abs",
-            Unary::Sign => "stablehlo.sign",
-            Unary::Exp => "stablehlo.exponential",
-            Unary::Log => "stablehlo.log",
-            Unary::Log1p => "stablehlo.log_plus_one",
-            Unary::Expm1 => "stablehlo.exponential_minus_one",
-            Unary::Sqrt => "stablehlo.sqrt",
-            Unary::Rsqrt => "stablehlo.rsqrt",
-            Unary::Tanh => "stablehlo.tanh",
-            Unary::Sin => "stablehlo.sine",
-            Unary::Cos => "stablehlo.cosine",
-            Unary::Floor => "stablehlo.floor",
-            Unary::Ceil => "stablehlo.ceil",
-            Unary::Round => "stablehlo.round_nearest_even",
-            Unary::Logistic => "stablehlo.logistic",
-            Unary::Not => "stablehlo.not",
+/// Defines [`Unary`] from one row per op:
+/// `Variant => method, "stablehlo name", dtypes, semantics, "doc";`
+/// where `dtypes` is a `fn(DType) -> bool` and `semantics` a
+/// `fn(DType, f64) -> f64` on the operand's dtype and value.
+macro_rules! unary_ops {
+    ($($v:ident => $method:ident, $mlir:literal, $accepts:expr, $eval:expr, $doc:literal;)*) => {
+        /// One-operand elementwise ops.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Unary {
+            $(#[doc = concat!("`stablehlo.", $mlir, "`")] $v,)*
         }
-    }
 
-    /// Which dtypes the op accepts.
-    fn accepts(self, d: DType) -> bool {
-        match self {
-            Unary::Neg | Unary::Abs | Unary::Sign => {
-                d != DType::Bool && !d.is_unsigned() || d.is_float()
+        impl Unary {
+            /// All unary ops.
+            pub const ALL: &[Unary] = &[$(Unary::$v),*];
+
+            /// The StableHLO op name without its `stablehlo.` prefix.
+            pub fn name(self) -> &'static str {
+                match self { $(Unary::$v => $mlir,)* }
             }
-            Unary::Not => !d.is_float(),
-            _ => d.is_float(),
-        }
-    }
 
-    fn eval(self, dtype: DType, x: f64) -> f64 {
-        match self {
-            Unary::Neg => -x,
-            Unary::Abs => x.abs(),
-            Unary::Sign => {
-                if x.is_nan() || x == 0.0 {
-                    x
-                } else {
-                    x.signum()
+            /// Whether the op accepts operands of dtype `d`.
+            pub fn accepts(self, d: DType) -> bool {
+                let f: fn(DType) -> bool = match self { $(Unary::$v => $accepts,)* };
+                f(d)
+            }
+
+            /// The reference semantics on one element of dtype `dtype`.
+            pub fn eval(self, dtype: DType, x: f64) -> f64 {
+                let f: fn(DType, f64) -> f64 = match self { $(Unary::$v => $eval,)* };
+                f(dtype, x)
+            }
+        }
+
+        #[allow(clippy::should_implement_trait)]
+        impl Tensor {
+            $(
+                #[doc = concat!($doc, " (`stablehlo.", $mlir, "`).")]
+                #[track_caller]
+                pub fn $method(self) -> Tensor {
+                    unary(Unary::$v, self)
                 }
+            )*
+        }
+    };
+}
+
+/// Defines [`Binary`] from one row per op:
+/// `Variant => method, "stablehlo name", dtypes, commutative: bool,
+/// identity: Option<f64>, semantics, "doc";` where `identity` is the `e`
+/// with `x op e = x` (and `e op x = x` when commutative) and `semantics` a
+/// `fn(DType, f64, f64) -> f64`.
+macro_rules! binary_ops {
+    ($($v:ident => $method:ident, $mlir:literal, $accepts:expr,
+       commutative: $comm:expr, identity: $id:expr, $eval:expr, $doc:literal;)*) => {
+        /// Two-operand elementwise ops.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Binary {
+            $(#[doc = concat!("`stablehlo.", $mlir, "`")] $v,)*
+        }
+
+        impl Binary {
+            /// All binary ops.
+            pub const ALL: &[Binary] = &[$(Binary::$v),*];
+
+            /// The StableHLO op name without its `stablehlo.` prefix.
+            pub fn name(self) -> &'static str {
+                match self { $(Binary::$v => $mlir,)* }
             }
-            Unary::Exp => x.exp(),
-            Unary::Log => x.ln(),
-            Unary::Log1p => x.ln_1p(),
-            Unary::Expm1 => x.exp_m1(),
-            Unary::Sqrt => x.sqrt(),
-            Unary::Rsqrt => 1.0 / x.sqrt(),
-            Unary::Tanh => x.tanh(),
-            Unary::Sin => x.sin(),
-            Unary::Cos => x.cos(),
-            Unary::Floor => x.floor(),
-            Unary::Ceil => x.ceil(),
-            Unary::Round => x.round_ties_even(),
-            Unary::Logistic => 1.0 / (1.0 + (-x).exp()),
-            Unary::Not if dtype == DType::Bool => 1.0 - x,
-            Unary::Not => !(x as i64) as f64,
+
+            /// Whether the op accepts operands of dtype `d`.
+            pub fn accepts(self, d: DType) -> bool {
+                let f: fn(DType) -> bool = match self { $(Binary::$v => $accepts,)* };
+                f(d)
+            }
+
+            /// Whether `x op y = y op x`.
+            pub fn is_commutative(self) -> bool {
+                match self { $(Binary::$v => $comm,)* }
+            }
+
+            /// The `e` with `x op e = x` (and `e op x = x` when the op is
+            /// commutative), where the op has one for every dtype it accepts.
+            pub fn identity(self) -> Option<f64> {
+                match self { $(Binary::$v => $id,)* }
+            }
+
+            /// The reference semantics on one pair of elements of dtype `dtype`.
+            pub fn eval(self, dtype: DType, a: f64, b: f64) -> f64 {
+                let f: fn(DType, f64, f64) -> f64 = match self { $(Binary::$v => $eval,)* };
+                f(dtype, a, b)
+            }
         }
+
+        #[allow(clippy::should_implement_trait)]
+        impl Tensor {
+            $(
+                #[doc = concat!($doc, " (`stablehlo.", $mlir, "`).")]
+                #[track_caller]
+                pub fn $method(self, rhs: Tensor) -> Tensor {
+                    binary(Binary::$v, self, rhs)
+                }
+            )*
+        }
+    };
+}
+
+/// Defines [`Compare`] from one row per direction:
+/// `Variant => method, "DIRECTION", commutative: bool, semantics, "doc";`
+/// with `semantics` a `fn(f64, f64) -> bool`. Comparisons accept every dtype.
+macro_rules! compare_ops {
+    ($($v:ident => $method:ident, $dir:literal, commutative: $comm:expr, $eval:expr, $doc:literal;)*) => {
+        /// Comparison directions of `stablehlo.compare`.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Compare {
+            $(#[doc = $doc] $v,)*
+        }
+
+        impl Compare {
+            /// All comparisons.
+            pub const ALL: &[Compare] = &[$(Compare::$v),*];
+
+            /// The `comparison_direction` of `stablehlo.compare`.
+            pub fn direction(self) -> &'static str {
+                match self { $(Compare::$v => $dir,)* }
+            }
+
+            /// Whether `x op y = y op x`.
+            pub fn is_commutative(self) -> bool {
+                match self { $(Compare::$v => $comm,)* }
+            }
+
+            /// The reference semantics on one pair of elements.
+            pub fn eval(self, a: f64, b: f64) -> bool {
+                let f: fn(f64, f64) -> bool = match self { $(Compare::$v => $eval,)* };
+                f(a, b)
+            }
+        }
+
+        impl Tensor {
+            $(
+                #[doc = concat!($doc, " as bools (`stablehlo.compare ", $dir, "`).")]
+                #[track_caller]
+                pub fn $method(self, rhs: Tensor) -> Tensor {
+                    compare(Compare::$v, self, rhs)
+                }
+            )*
+        }
+    };
+}
+
+#[rustfmt::skip]
+unary_ops! {
+    Neg      => neg,      "negate",                  signed,    |_, x| -x,                     "`-x`";
+    Abs      => abs,      "abs",                     signed,    |_, x| x.abs(),                "`|x|`";
+    Sign     => sign,     "sign",                    signed,    |_, x| sign(x),                "-1, 0 or 1";
+    Exp      => exp,      "exponential",             float,     |_, x| x.exp(),                "`e^x`";
+    Log      => log,      "log",                     float,     |_, x| x.ln(),                 "Natural log";
+    Log1p    => log1p,    "log_plus_one",            float,     |_, x| x.ln_1p(),              "`ln(1 + x)`";
+    Expm1    => expm1,    "exponential_minus_one",   float,     |_, x| x.exp_m1(),             "`e^x - 1`";
+    Sqrt     => sqrt,     "sqrt",                    float,     |_, x| x.sqrt(),               "Square root";
+    Rsqrt    => rsqrt,    "rsqrt",                   float,     |_, x| 1.0 / x.sqrt(),         "`1 / sqrt(x)`";
+    Tanh     => tanh,     "tanh",                    float,     |_, x| x.tanh(),               "Hyperbolic tangent";
+    Sin      => sin,      "sine",                    float,     |_, x| x.sin(),                "Sine";
+    Cos      => cos,      "cosine",                  float,     |_, x| x.cos(),                "Cosine";
+    Floor    => floor,    "floor",                   float,     |_, x| x.floor(),              "Round down";
+    Ceil     => ceil,     "ceil",                    float,     |_, x| x.ceil(),               "Round up";
+    Round    => round,    "round_nearest_even",      float,     |_, x| x.round_ties_even(),    "Round half to even";
+    Logistic => logistic, "logistic",                float,     |_, x| 1.0 / (1.0 + (-x).exp()), "`1 / (1 + e^-x)`";
+    Not      => not,      "not",                     not_float, not,                           "Logical or bitwise not";
+}
+
+#[rustfmt::skip]
+binary_ops! {
+    Add => add,     "add",       not_bool,  commutative: true,  identity: Some(0.0), |_, a, b| a + b, "`x + y`";
+    Sub => sub,     "subtract",  not_bool,  commutative: false, identity: Some(0.0), |_, a, b| a - b, "`x - y`";
+    Mul => mul,     "multiply",  not_bool,  commutative: true,  identity: Some(1.0), |_, a, b| a * b, "`x * y`";
+    Div => div,     "divide",    not_bool,  commutative: false, identity: Some(1.0), div,             "`x / y` (integers truncate)";
+    Pow => pow,     "power",     not_bool,  commutative: false, identity: Some(1.0),     |_, a, b| a.powf(b), "`x ^ y`";
+    Max => maximum, "maximum",   any,       commutative: true,  identity: None,      |_, a, b| a.max(b), "Elementwise maximum";
+    Min => minimum, "minimum",   any,       commutative: true,  identity: None,      |_, a, b| a.min(b), "Elementwise minimum";
+    Rem => rem,     "remainder", not_bool,  commutative: false, identity: None,      |_, a, b| a % b, "Remainder with the dividend's sign";
+    And => and,     "and",       not_float, commutative: true,  identity: None,      |_, a, b| bits(a, b, |x, y| x & y), "Logical or bitwise and";
+    Or  => or,      "or",        not_float, commutative: true,  identity: Some(0.0), |_, a, b| bits(a, b, |x, y| x | y), "Logical or bitwise or";
+    Xor => xor,     "xor",       not_float, commutative: true,  identity: Some(0.0), |_, a, b| bits(a, b, |x, y| x ^ y), "Logical or bitwise xor";
+}
+
+#[rustfmt::skip]
+compare_ops! {
+    Eq => eq, "EQ", commutative: true,  |a, b| a == b, "`x == y`";
+    Ne => ne, "NE", commutative: true,  |a, b| a != b, "`x != y`";
+    Lt => lt, "LT", commutative: false, |a, b| a < b,  "`x < y`";
+    Le => le, "LE", commutative: false, |a, b| a <= b, "`x <= y`";
+    Gt => gt, "GT", commutative: false, |a, b| a > b,  "`x > y`";
+    Ge => ge, "GE", commutative: false, |a, b| a >= b, "`x >= y`";
+}
+
+/// `stablehlo.sign`: NaN and ±0 stay as they are.
+fn sign(x: f64) -> f64 {
+    if x.is_nan() || x == 0.0 {
+        x
+    } else {
+        x.signum()
     }
 }
 
-impl Binary {
+/// `stablehlo.not`: logical on bools, bitwise on integers.
+fn not(dtype: DType, x: f64) -> f64 {
+    if dtype == DType::Bool {
+        1.0 - x
+    } else {
+        !(x as i64) as f64
+    }
+}
+
+/// `stablehlo.divide`: integer division truncates.
+fn div(dtype: DType, a: f64, b: f64) -> f64 {
+    if dtype.is_integer() || dtype == DType::Bool {
+        (a / b).trunc()
+    } else {
+        a / b
+    }
+}
+
+/// A bitwise op on the integer values of `a` and `b`.
+fn bits(a: f64, b: f64, f: fn(i64, i64) -> i64) -> f64 {
+    f(a as i64, b as i64) as f64
+}
+
+/// An elementwise op: the ops of the tables above, `select` and `clamp`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Elementwise {
+    /// A one-operand op.
+    Unary(Unary),
+    /// A two-operand op.
+    Binary(Binary),
+    /// `stablehlo.compare`.
+    Compare(Compare),
+    /// `stablehlo.select(pred, on_true, on_false)`.
+    Select,
+    /// `stablehlo.clamp(min, x, max)`.
+    Clamp,
+}
+
+impl Elementwise {
+    /// The op's short name for error messages.
     pub(crate) fn name(self) -> &'static str {
-        &self.mlir()["stablehlo.".len()..]
-    }
-
-    fn mlir(self) -> &'static str {
         match self {
-            Binary::Add => "stablehlo.add",
-            Binary::Sub => "stablehlo.subtract",
-            Binary::Mul => "stablehlo.multiply",
-            Binary::Div => "stablehlo.divide",
-            Binary::Pow => "stablehlo.power",
-            Binary::Max => "stablehlo.maximum",
-            Binary::Min => "stablehlo.minimum",
-            Binary::Rem => "stablehlo.remainder",
-            Binary::And => "stablehlo.and",
-            Binary::Or => "stablehlo.or",
-            Binary::Xor => "stablehlo.xor",
+            Elementwise::Unary(u) => u.name(),
+            Elementwise::Binary(b) => b.name(),
+            Elementwise::Compare(_) => "compare",
+            Elementwise::Select => "select",
+            Elementwise::Clamp => "clamp",
         }
     }
 
-    fn accepts(self, d: DType) -> bool {
+    /// Whether swapping the two operands changes nothing.
+    pub(crate) fn is_commutative(self) -> bool {
         match self {
-            Binary::And | Binary::Or | Binary::Xor => !d.is_float(),
-            Binary::Max | Binary::Min => true,
-            _ => d != DType::Bool,
+            Elementwise::Binary(b) => b.is_commutative(),
+            Elementwise::Compare(c) => c.is_commutative(),
+            _ => false,
         }
     }
 
-    fn eval(self, dtype: DType, a: f64, b: f64) -> f64 {
-        let int = dtype.is_integer() || dtype == DType::Bool;
+    pub(crate) fn print(self, p: &mut OpPrinter<'_>) {
         match self {
-            Binary::Add => a + b,
-            Binary::Sub => a - b,
-            Binary::Mul => a * b,
-            Binary::Div if int => (a / b).trunc(),
-            Binary::Div => a / b,
-            Binary::Pow => a.powf(b),
-            Binary::Max => a.max(b),
-            Binary::Min => a.min(b),
-            Binary::Rem => a % b,
-            Binary::And => ((a as i64) & (b as i64)) as f64,
-            Binary::Or => ((a as i64) | (b as i64)) as f64,
-            Binary::Xor => ((a as i64) ^ (b as i64)) as f64,
+            Elementwise::Unary(u) => p.generic(&format!("stablehlo.{}", u.name()), ""),
+            Elementwise::Binary(b) => p.generic(&format!("stablehlo.{}", b.name()), ""),
+            Elementwise::Compare(c) => {
+                let ty = p.arg_shapes()[0].dtype();
+                let kind = if ty.is_float() {
+                    "FLOAT"
+                } else if ty.is_unsigned() || ty == DType::Bool {
+                    "UNSIGNED"
+                } else {
+                    "SIGNED"
+                };
+                let attrs = format!(
+                    "comparison_direction = #stablehlo<comparison_direction {}>, compare_type = #stablehlo<comparison_type {kind}>",
+                    c.direction()
+                );
+                p.generic("stablehlo.compare", &attrs)
+            }
+            Elementwise::Select => p.generic("stablehlo.select", ""),
+            Elementwise::Clamp => p.generic("stablehlo.clamp", ""),
         }
+    }
+
+    pub(crate) fn eval(self, args: &[&Literal], shape: Shape) -> Literal {
+        let at = |k: usize, i: usize| {
+            let a = args[k].data();
+            if a.len() == 1 { a[0] } else { a[i] }
+        };
+        let dt = args[0].shape().dtype();
+        let data = (0..shape.count())
+            .map(|i| match self {
+                Elementwise::Unary(u) => u.eval(dt, at(0, i)),
+                Elementwise::Binary(b) => b.eval(dt, at(0, i), at(1, i)),
+                Elementwise::Compare(c) => c.eval(at(0, i), at(1, i)) as u8 as f64,
+                Elementwise::Select => {
+                    if at(0, i) != 0.0 {
+                        at(1, i)
+                    } else {
+                        at(2, i)
+                    }
+                }
+                Elementwise::Clamp => at(1, i).max(at(0, i)).min(at(2, i)),
+            })
+            .map(|v| round_to(shape.dtype(), v))
+            .collect();
+        Literal::new(shape, data)
     }
 }
 
-impl Compare {
-    fn mlir(self) -> &'static str {
-        match self {
-            Compare::Eq => "EQ",
-            Compare::Ne => "NE",
-            Compare::Lt => "LT",
-            Compare::Le => "LE",
-            Compare::Gt => "GT",
-            Compare::Ge => "GE",
-        }
-    }
-
-    fn eval(self, a: f64, b: f64) -> bool {
-        match self {
-            Compare::Eq => a == b,
-            Compare::Ne => a != b,
-            Compare::Lt => a < b,
-            Compare::Le => a <= b,
-            Compare::Gt => a > b,
-            Compare::Ge => a >= b,
-        }
+impl From<Unary> for Op {
+    fn from(u: Unary) -> Op {
+        Op::Elementwise(Elementwise::Unary(u))
     }
 }
 
-macro_rules! unary_methods {
-    ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {$(
-        $(#[$doc])*
-        #[track_caller]
-        pub fn $name(self) -> Tensor {
-            unary(Unary::$op, self)
-        }
-    )*};
+impl From<Binary> for Op {
+    fn from(b: Binary) -> Op {
+        Op::Elementwise(Elementwise::Binary(b))
+    }
 }
 
-macro_rules! binary_methods {
-    ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {$(
-        $(#[$doc])*
-        #[track_caller]
-        pub fn $name(self, rhs: Tensor) -> Tensor {
-            binary(Binary::$op, self, rhs)
-        }
-    )*};
+impl From<Compare> for Op {
+    fn from(c: Compare) -> Op {
+        Op::Elementwise(Elementwise::Compare(c))
+    }
 }
 
-macro_rules! compare_methods {
-    ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {$(
-        $(#[$doc])*
-        #[track_caller]
-        pub fn $name(self, rhs: Tensor) -> Tensor {
-            compare(Compare::$op, self, rhs)
-        }
-    )*};
-}
-
-#[allow(clippy::should_implement_trait)]
 impl Tensor {
-    unary_methods! {
-        /// `-x` (`stablehlo.negate`).
-        neg => Neg;
-        /// `|x|` (`stablehlo.abs`).
-        abs => Abs;
-        /// -1, 0 or 1 (`stablehlo.sign`).
-        sign => Sign;
-        /// `e^x` (`stablehlo.exponential`).
-        exp => Exp;
-        /// Natural log (`stablehlo.log`).
-        log => Log;
-        /// `ln(1 + x)` (`stablehlo.log_plus_one`).
-        log1p => Log1p;
-        /// `e^x - 1` (`stablehlo.exponential_minus_one`).
-        expm1 => Expm1;
-        /// Square root (`stablehlo.sqrt`).
-        sqrt => Sqrt;
-        /// `1 / sqrt(x)` (`stablehlo.rsqrt`).
-        rsqrt => Rsqrt;
-        /// Hyperbolic tangent (`stablehlo.tanh`).
-        tanh => Tanh;
-        /// Sine (`stablehlo.sine`).
-        sin => Sin;
-        /// Cosine (`stablehlo.cosine`).
-        cos => Cos;
-        /// Round down (`stablehlo.floor`).
-        floor => Floor;
-        /// Round up (`stablehlo.ceil`).
-        ceil => Ceil;
-        /// Round half to even (`stablehlo.round_nearest_even`).
-        round => Round;
-        /// `1 / (1 + e^-x)` (`stablehlo.logistic`).
-        logistic => Logistic;
-        /// Logical or bitwise not (`stablehlo.not`).
-        not => Not;
-    }
-
-    binary_methods! {
-        /// `x + y` (`stablehlo.add`).
-        add => Add;
-        /// `x - y` (`stablehlo.subtract`).
-        sub => Sub;
-        /// `x * y` (`stablehlo.multiply`).
-        mul => Mul;
-        /// `x / y` (`stablehlo.divide`; integers truncate).
-        div => Div;
-        /// `x ^ y` (`stablehlo.power`).
-        pow => Pow;
-        /// Elementwise maximum (`stablehlo.maximum`).
-        maximum => Max;
-        /// Elementwise minimum (`stablehlo.minimum`).
-        minimum => Min;
-        /// Remainder with the dividend's sign (`stablehlo.remainder`).
-        rem => Rem;
-        /// Logical or bitwise and (`stablehlo.and`).
-        and => And;
-        /// Logical or bitwise or (`stablehlo.or`).
-        or => Or;
-        /// Logical or bitwise xor (`stablehlo.xor`).
-        xor => Xor;
-    }
-
-    compare_methods! {
-        /// `x == y` as bools (`stablehlo.compare EQ`).
-        eq => Eq;
-        /// `x != y` (`stablehlo.compare NE`).
-        ne => Ne;
-        /// `x < y` (`stablehlo.compare LT`).
-        lt => Lt;
-        /// `x <= y` (`stablehlo.compare LE`).
-        le => Le;
-        /// `x > y` (`stablehlo.compare GT`).
-        gt => Gt;
-        /// `x >= y` (`stablehlo.compare GE`).
-        ge => Ge;
-    }
-
     /// Where `self` (bools) is true `on_true`, else `on_false`
     /// (`stablehlo.select`). A rank-0 predicate or branch is broadcast.
     #[track_caller]
@@ -388,7 +402,7 @@ impl Tensor {
         match res {
             Ok(s) => {
                 let [p, t, f] = args.map(|a| broadcast_scalar(a, s));
-                emit(Op::Select, &[p, t, f], s)
+                emit(Op::Elementwise(Elementwise::Select), &[p, t, f], s)
             }
             Err(msg) => fail("select", msg, &args, on_true.shape()),
         }
@@ -402,7 +416,11 @@ impl Tensor {
         if self.dtype() == DType::Bool {
             return fail("clamp", "clamp of bools".into(), &[self], self.shape());
         }
-        emit(Op::Clamp, &[lo, self, hi], self.shape())
+        emit(
+            Op::Elementwise(Elementwise::Clamp),
+            &[lo, self, hi],
+            self.shape(),
+        )
     }
 }
 
@@ -451,7 +469,7 @@ fn merge(a: Shape, b: Shape) -> Result<Shape, String> {
 #[track_caller]
 fn unary(op: Unary, x: Tensor) -> Tensor {
     let res = if op.accepts(x.dtype()) {
-        Ok((Op::Unary(op), x.shape()))
+        Ok((op.into(), x.shape()))
     } else {
         Err(format!("not defined on {}", x.dtype()))
     };
@@ -469,7 +487,7 @@ fn binary(op: Binary, a: Tensor, b: Tensor) -> Tensor {
         ),
         Ok(s) => {
             let (a2, b2) = (broadcast_scalar(a, s), broadcast_scalar(b, s));
-            emit(Op::Binary(op), &[a2, b2], s)
+            emit(op.into(), &[a2, b2], s)
         }
         Err(msg) => fail(op.name(), msg, &[a, b], a.shape()),
     }
@@ -480,61 +498,10 @@ fn compare(op: Compare, a: Tensor, b: Tensor) -> Tensor {
     match merge(a.shape(), b.shape()) {
         Ok(s) => {
             let (a2, b2) = (broadcast_scalar(a, s), broadcast_scalar(b, s));
-            emit(Op::Compare(op), &[a2, b2], s.with_dtype(DType::Bool))
+            emit(op.into(), &[a2, b2], s.with_dtype(DType::Bool))
         }
         Err(msg) => fail("compare", msg, &[a, b], a.shape().with_dtype(DType::Bool)),
     }
-}
-
-pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
-    match op {
-        Op::Unary(u) => p.generic(u.mlir(), ""),
-        Op::Binary(b) => p.generic(b.mlir(), ""),
-        Op::Compare(c) => {
-            let ty = p.arg_shapes()[0].dtype();
-            let kind = if ty.is_float() {
-                "FLOAT"
-            } else if ty.is_unsigned() || ty == DType::Bool {
-                "UNSIGNED"
-            } else {
-                "SIGNED"
-            };
-            let attrs = format!(
-                "comparison_direction = #stablehlo<comparison_direction {}>, compare_type = #stablehlo<comparison_type {kind}>",
-                c.mlir()
-            );
-            p.generic("stablehlo.compare", &attrs)
-        }
-        Op::Select => p.generic("stablehlo.select", ""),
-        Op::Clamp => p.generic("stablehlo.clamp", ""),
-        _ => unreachable!(),
-    }
-}
-
-pub(crate) fn eval(op: &Op, args: &[&Literal], shape: Shape) -> Literal {
-    let at = |k: usize, i: usize| {
-        let a = args[k].data();
-        if a.len() == 1 { a[0] } else { a[i] }
-    };
-    let dt = args[0].shape().dtype();
-    let data = (0..shape.count())
-        .map(|i| match op {
-            Op::Unary(u) => u.eval(dt, at(0, i)),
-            Op::Binary(b) => b.eval(dt, at(0, i), at(1, i)),
-            Op::Compare(c) => c.eval(at(0, i), at(1, i)) as u8 as f64,
-            Op::Select => {
-                if at(0, i) != 0.0 {
-                    at(1, i)
-                } else {
-                    at(2, i)
-                }
-            }
-            Op::Clamp => at(1, i).max(at(0, i)).min(at(2, i)),
-            _ => unreachable!(),
-        })
-        .map(|v| round_to(shape.dtype(), v))
-        .collect();
-    Literal::new(shape, data)
 }
 
 macro_rules! operator {

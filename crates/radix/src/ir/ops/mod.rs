@@ -22,6 +22,7 @@ use crate::ir::Function;
 use crate::ir::print::OpPrinter;
 use crate::literal::Literal;
 
+pub(crate) use elementwise::Elementwise;
 pub use elementwise::{Binary, Compare, Unary};
 pub use reduce::Window;
 pub use sort::Order;
@@ -37,16 +38,9 @@ pub(crate) enum Op {
     Constant(std::sync::Arc<[u8]>),
     /// `stablehlo.iota` along an axis.
     Iota(usize),
-    /// A one-operand elementwise op.
-    Unary(Unary),
-    /// A two-operand elementwise op.
-    Binary(Binary),
-    /// `stablehlo.compare`.
-    Compare(Compare),
-    /// `stablehlo.select(pred, on_true, on_false)`.
-    Select,
-    /// `stablehlo.clamp(min, x, max)`.
-    Clamp,
+    /// An elementwise op (one row of the tables in `elementwise.rs`,
+    /// `select` or `clamp`).
+    Elementwise(Elementwise),
     /// `stablehlo.convert`.
     Convert,
     /// `stablehlo.bitcast_convert` (same element width).
@@ -130,11 +124,7 @@ impl Op {
             Op::Poison => "poison",
             Op::Constant(_) => "constant",
             Op::Iota(_) => "iota",
-            Op::Unary(u) => u.name(),
-            Op::Binary(b) => b.name(),
-            Op::Compare(_) => "compare",
-            Op::Select => "select",
-            Op::Clamp => "clamp",
+            Op::Elementwise(e) => e.name(),
             Op::Convert => "convert",
             Op::Bitcast => "bitcast",
             Op::DotGeneral(_) => "dot_general",
@@ -166,9 +156,7 @@ impl Op {
         match self {
             Op::Parameter(_) | Op::Poison => unreachable!("{self:?} is not printed"),
             Op::Constant(_) | Op::Iota(_) => constant::print(self, p),
-            Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::Select | Op::Clamp => {
-                elementwise::print(self, p)
-            }
+            Op::Elementwise(e) => e.print(p),
             Op::Convert | Op::Bitcast => convert::print(self, p),
             Op::DotGeneral(d) => dot::print(d, p),
             Op::Reshape
@@ -195,9 +183,7 @@ impl Op {
         match self {
             Op::Parameter(_) | Op::Poison => unreachable!("{self:?} is not evaluated"),
             Op::Constant(_) | Op::Iota(_) => constant::eval(self, shape),
-            Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::Select | Op::Clamp => {
-                elementwise::eval(self, args, shape)
-            }
+            Op::Elementwise(e) => e.eval(args, shape),
             Op::Convert | Op::Bitcast => convert::eval(self, args, shape),
             Op::DotGeneral(d) => dot::eval(d, args, shape),
             Op::Reshape
@@ -220,6 +206,15 @@ impl Op {
             | Op::Sort { .. } => {
                 unreachable!("{} is evaluated by `eval_multi`", self.name())
             }
+        }
+    }
+
+    /// Whether swapping the op's two operands changes nothing (a property
+    /// of its row in the elementwise tables).
+    pub(crate) fn is_commutative(&self) -> bool {
+        match self {
+            Op::Elementwise(e) => e.is_commutative(),
+            _ => false,
         }
     }
 

@@ -15,7 +15,7 @@ use crate::ir::print::{OpPrinter, i64_array, i64_list};
 use crate::ir::{Function, Op, interp};
 use crate::literal::{Literal, strides, unravel};
 use crate::shape::{Axes, AxisRef};
-use crate::tensor::{Block, emit, fail, record, trace_block};
+use crate::tensor::{Block, emit, fail, record, trace_hermetic_block};
 use crate::{DType, Shape, Tensor};
 
 use super::Binary;
@@ -162,7 +162,7 @@ impl Tensor {
 /// built-in bodies are located here and equal wherever they are used.
 fn binary_body(dtype: DType, op: Binary) -> Block {
     scalar_block("reduce body", &[dtype], 2, |s| {
-        vec![emit(Op::Binary(op), &s[..2], Shape::scalar(dtype))]
+        vec![emit(op.into(), &s[..2], Shape::scalar(dtype))]
     })
 }
 
@@ -178,7 +178,7 @@ pub(crate) fn scalar_block(
     let shapes: Vec<Shape> = (0..n_sides)
         .flat_map(|_| dtypes.iter().map(|&d| Shape::scalar(d)))
         .collect();
-    trace_block(kind, false, &shapes, f)
+    trace_hermetic_block(kind, &shapes, f)
 }
 
 /// Whether `block` returns one scalar of each of `dtypes`.

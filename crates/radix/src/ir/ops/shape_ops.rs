@@ -5,9 +5,41 @@
 use crate::ir::Op;
 use crate::ir::print::{OpPrinter, i64_array};
 use crate::literal::{Literal, strides, unravel};
-use crate::shape::{Axes, AxisRef};
+use crate::shape::{Axes, AxisRef, Size};
 use crate::tensor::{fail, record};
 use crate::{Shape, Tensor};
+
+/// The bounds [`Tensor::slice`] takes along one axis: `a..b`, `a..`, `..b`
+/// or `..`, where a negative bound counts from the end.
+pub trait SliceRange {
+    /// `(start, end)` on an axis of `size` elements (negative bounds are
+    /// kept; the slice resolves them).
+    fn bounds(&self, size: i64) -> (i64, i64);
+}
+
+impl SliceRange for std::ops::Range<i64> {
+    fn bounds(&self, _: i64) -> (i64, i64) {
+        (self.start, self.end)
+    }
+}
+
+impl SliceRange for std::ops::RangeFrom<i64> {
+    fn bounds(&self, size: i64) -> (i64, i64) {
+        (self.start, size)
+    }
+}
+
+impl SliceRange for std::ops::RangeTo<i64> {
+    fn bounds(&self, _: i64) -> (i64, i64) {
+        (0, self.end)
+    }
+}
+
+impl SliceRange for std::ops::RangeFull {
+    fn bounds(&self, size: i64) -> (i64, i64) {
+        (0, size)
+    }
+}
 
 /// Where a `stablehlo.slice` starts, stops (exclusive) and its steps, per axis.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -144,10 +176,17 @@ impl Tensor {
         self.broadcast_in_dim(shape, &axes)
     }
 
-    /// Elements `start..end` by `step` along `axis`; negative `start`/`end`
-    /// count from the end (`stablehlo.slice`).
+    /// The elements in `range` along `axis` (`x.slice("s", 0..n)`, `1..`,
+    /// `..-1`); negative bounds count from the end (`stablehlo.slice`).
     #[track_caller]
-    pub fn slice(self, axis: impl Into<AxisRef>, start: i64, end: i64, step: i64) -> Tensor {
+    pub fn slice(self, axis: impl Into<AxisRef>, range: impl SliceRange) -> Tensor {
+        self.slice_step(axis, range, 1)
+    }
+
+    /// Every `step`-th element in `range` along `axis`, from its start
+    /// (`stablehlo.slice` with a stride).
+    #[track_caller]
+    pub fn slice_step(self, axis: impl Into<AxisRef>, range: impl SliceRange, step: i64) -> Tensor {
         let s = self.shape();
         let axis = axis.into();
         let Some(a) = s.axis(axis) else {
@@ -155,14 +194,14 @@ impl Tensor {
         };
         let d = s.dims()[a];
         let fix = |i: i64| if i < 0 { i + d } else { i };
-        let (st, en) = (fix(start), fix(end));
+        let (start, end) = range.bounds(d);
         let mut spec = SliceSpec {
             start: vec![0; s.rank()],
             limit: s.dims().to_vec(),
             strides: vec![1; s.rank()],
         };
-        spec.start[a] = st;
-        spec.limit[a] = en;
+        spec.start[a] = fix(start);
+        spec.limit[a] = fix(end);
         spec.strides[a] = step;
         self.slice_all(spec)
     }
@@ -300,10 +339,11 @@ impl Tensor {
         record("unsqueeze", &[self], res)
     }
 
-    /// `axis` split into `(tag, size)` parts (one size may be -1)
+    /// `axis` split into `(tag, size)` parts, one of which may be
+    /// [`Size::Auto`]: `x.split_axis("d", &[("h", n_heads.into()), ("hd", Size::Auto)])`
     /// (`stablehlo.reshape`).
     #[track_caller]
-    pub fn split_axis(self, axis: impl Into<AxisRef>, parts: &[(&str, i64)]) -> Tensor {
+    pub fn split_axis(self, axis: impl Into<AxisRef>, parts: &[(&str, Size)]) -> Tensor {
         let axis = axis.into();
         let res = self
             .shape()
@@ -557,19 +597,19 @@ mod tests {
     fn slice_concat_stack_pad() {
         check(
             &x23(),
-            |x| x[0].slice("b", 0, 3, 2),
+            |x| x[0].slice_step("b", 0..3, 2),
             &[1., 3., 4., 6.],
             Tol::EXACT,
         );
         check(
             &x23(),
-            |x| x[0].slice(1, -2, 3, 1),
+            |x| x[0].slice(1, -2..3),
             &[2., 3., 5., 6.],
             Tol::EXACT,
         );
         let c = check(
             &x23(),
-            |x| Tensor::concatenate(&[x[0], x[0].slice("a", 1, 2, 1)], "a"),
+            |x| Tensor::concatenate(&[x[0], x[0].slice("a", 1..)], "a"),
             &[1., 2., 3., 4., 5., 6., 4., 5., 6.],
             Tol::EXACT,
         );
@@ -601,7 +641,7 @@ mod tests {
         let s = check(
             &x23(),
             |x| {
-                x[0].split_axis("b", &[("h", 3), ("e", 1)])
+                x[0].split_axis("b", &[("h", 3.into()), ("e", 1.into())])
                     .squeeze("e")
                     .unsqueeze(0, "one")
             },

@@ -95,7 +95,7 @@ impl Tensor {
     pub fn top_k(self, axis: impl Into<AxisRef>, k: i64) -> (Tensor, Tensor) {
         let axis = axis.into();
         let (v, i) = self.sorted_with_indices(axis, Order::Descending);
-        (v.slice(axis, 0, k, 1), i.slice(axis, 0, k, 1))
+        (v.slice(axis, 0..k), i.slice(axis, 0..k))
     }
 
     #[track_caller]
