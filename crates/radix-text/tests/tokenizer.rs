@@ -3,6 +3,8 @@
 //! transformers built from the same GGUF (an HF `tokenizer.json` oracle), and
 //! the ChatML chat template.
 
+// The model files and reference outputs, found as the `radix` io tests find them.
+#[path = "../../radix/tests/io_common/mod.rs"]
 mod common;
 
 use common::{Rng, minilm_dir, reference_dir, reference_json, smollm2_gguf, write};

@@ -186,6 +186,18 @@ impl<T: Module + ?Sized> Module for Box<T> {
     }
 }
 
+/// Visits the leaves of the twins of a slice's or array's items, each under
+/// its index.
+fn visit_items<'a, T: Module, L>(
+    items: &'a [T::With<L>],
+    path: &mut String,
+    f: &mut dyn FnMut(&str, &'a L),
+) {
+    for (i, x) in items.iter().enumerate() {
+        with_field(path, &i.to_string(), |p| T::visit_leaves(x, p, f));
+    }
+}
+
 impl<T: Module> Module for [T] {
     type With<L> = Vec<T::With<L>>;
     fn visit(&self, path: &mut String, f: &mut dyn FnMut(&str, &Tensor)) {
@@ -214,9 +226,7 @@ impl<T: Module> Module for [T] {
         path: &mut String,
         f: &mut dyn FnMut(&str, &'a L),
     ) {
-        for (i, x) in tree.iter().enumerate() {
-            with_field(path, &i.to_string(), |p| T::visit_leaves(x, p, f));
-        }
+        visit_items::<T, L>(tree, path, f)
     }
 }
 
@@ -268,9 +278,7 @@ impl<T: Module, const N: usize> Module for [T; N] {
         path: &mut String,
         f: &mut dyn FnMut(&str, &'a L),
     ) {
-        for (i, x) in tree.iter().enumerate() {
-            with_field(path, &i.to_string(), |p| T::visit_leaves(x, p, f));
-        }
+        visit_items::<T, L>(tree, path, f)
     }
 }
 

@@ -236,7 +236,8 @@ fn identities_come_from_the_op_table() {
         let one = Tensor::scalar(1.0, DType::I32);
         (zero.or(xs[0]).xor(zero) + zero).pow(one)
     })
-    .unwrap();
+    .unwrap()
+    .optimize();
     expect![[r#"
         module @radix {
           func.func @main(%arg0: tensor<3xi32> {tf.aliasing_output = 0 : i32}) -> (tensor<3xi32>) {

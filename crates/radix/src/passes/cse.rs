@@ -38,8 +38,8 @@ impl Table {
     /// onto `f`. A commutative op's operands are ordered canonically first.
     pub(crate) fn intern(&mut self, f: &mut Function, mut node: Node) -> ValueId {
         if node.op.has_side_effect() {
-            // Each side effect happens once per occurrence.
-            return f.push(node);
+            // Each side effect happens once per occurrence: never merged.
+            return self.push(f, node);
         }
         if node.op.is_commutative() {
             node.args.sort_by_key(|&a| self.rank(f, a));

