@@ -10,7 +10,7 @@ use radix::Program;
 use radix_models::llama::{Llama, LlamaConfig};
 
 pub const DESCRIPTION: &str = "SmolLM2-135M prefill: 30 unrolled llama blocks (d=576, 9/3 heads, FFN 1536), \
-     128 tokens, 256-position KV cache, weights as arguments";
+     128 tokens, 256-position KV cache per layer, weights as arguments";
 
 pub const PROMPT: i64 = 128;
 pub const CAPACITY: i64 = 256;
@@ -47,9 +47,9 @@ mod tests {
         // The GGUF's 272 tensors, then ids, start and last.
         assert_eq!(program.n_weights(), 272);
         assert_eq!(program.args().len(), 275);
-        // The logits, then the keys and values of every layer.
-        assert_eq!(program.results().len(), 1 + 2);
-        assert_eq!(program.results()[1].shape.dims(), [30, 1, 256, 3, 64]);
+        // The logits, then each layer's keys and values.
+        assert_eq!(program.results().len(), 1 + 2 * 30);
+        assert_eq!(program.results()[1].shape.dims(), [1, 256, 3, 64]);
         assert_eq!(program.results()[0].shape.dims(), [1, 49152]);
     }
 }

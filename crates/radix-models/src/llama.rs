@@ -139,8 +139,8 @@ impl Attention {
     }
 
     /// `x` `(b, s, d)` at positions `pos` `(b, s)`: writes its keys and values
-    /// into layer `layer` of `cache` from position `start` and attends over
-    /// that layer's cache, hiding keys after each query's position.
+    /// into the layer's cache from position `start` and attends over it,
+    /// hiding keys after each query's position.
     pub fn forward(&self, x: Tensor, pos: Tensor, step: Step) -> (Tensor, KvCache) {
         let heads = |l: &Linear, n: i64| {
             l.forward(x)
@@ -150,8 +150,8 @@ impl Attention {
         let k = self.rope.forward(heads(&self.k, self.n_kv_heads), pos);
         let v = heads(&self.v, self.n_kv_heads);
         let (k, v) = (k.rename("s", "k"), v.rename("s", "k"));
-        let cache = step.cache.update(step.layer, step.start, k, v);
-        let (keys, values) = cache.layer(step.layer);
+        let cache = step.cache.write(step.start, k, v);
+        let (keys, values) = (cache.k, cache.v);
         let capacity = keys.dim("k");
         let k_pos = Tensor::iota(Shape::tagged(pos.dtype(), &[("k", capacity)]), "k");
         let mask = nn::causal_mask(pos.rename("s", "q"), k_pos);
@@ -161,12 +161,11 @@ impl Attention {
     }
 }
 
-/// What a block needs besides its input: the cache, the block's layer
-/// index and the first position written (rank-0 `i32`s).
+/// What a block needs besides its input: its layer's cache and the first
+/// position written (rank-0 `i32`).
 #[derive(Module, Clone, Copy, Debug)]
 pub struct Step {
     cache: KvCache,
-    layer: Tensor,
     start: Tensor,
 }
 
@@ -229,40 +228,36 @@ impl Llama {
 }
 
 impl CausalLm for Llama {
-    fn cache_shape(&self, capacity: usize) -> Shape {
+    fn cache_shapes(&self, capacity: usize) -> Vec<Shape> {
         let cfg = &self.cfg;
-        let layers = cfg.n_layers as i64;
-        KvCache::shape(
-            layers,
+        let shape = KvCache::shape(
             1,
             capacity as i64,
             cfg.n_kv_heads,
             cfg.head_dim(),
             DType::F32,
-        )
+        );
+        vec![shape; cfg.n_layers]
     }
 
-    /// Each block is one `radix::call` of the same function (its weights,
-    /// the layer index and the cache are arguments), so the program holds
-    /// one block body, not one per layer.
+    /// Each block is one `radix::call` of the same function (its weights
+    /// and its layer's cache are arguments), so the program holds one block
+    /// body, not one per layer.
     fn forward(
         &self,
         ids: Tensor,
         start: Tensor,
         last: Tensor,
-        cache: KvCache,
-    ) -> (Tensor, KvCache) {
+        mut caches: Vec<KvCache>,
+    ) -> (Tensor, Vec<KvCache>) {
         let pos = Tensor::iota(ids.shape(), "s") + start;
         let mut x = self.embed.forward(ids);
-        let mut cache = cache;
-        for (i, block) in self.layers.iter().enumerate() {
-            let layer = Tensor::scalar(i as f64, DType::I32);
+        for (block, cache) in self.layers.iter().zip(&mut caches) {
             let step = Step {
-                cache,
-                layer,
+                cache: *cache,
                 start,
             };
-            (x, cache) = radix::call(
+            (x, *cache) = radix::call(
                 |(b, x, pos, step)| b.forward(*x, *pos, *step),
                 &(block.clone(), x, pos, step),
             );
@@ -277,7 +272,7 @@ impl CausalLm for Llama {
             Some(o) => o.forward(x),
             None => self.embed.unembed(x, "d"),
         };
-        (logits, cache)
+        (logits, caches)
     }
 }
 

@@ -196,10 +196,10 @@ fn blocks_are_one_function() {
     let text = program.stablehlo();
     assert_eq!(text.matches("func.func private").count(), 1, "{text}");
     assert_eq!(text.matches("func.call").count(), 2, "{text}");
-    // Weights, ids, start, last are kept; the cache pair goes to
-    // results 1 and 2.
+    // Weights, ids, start, last are kept; each layer's keys and values go
+    // to results 1.. in order.
     let n = radix::module::tensors(&model).len();
     let aliases = program.aliases();
     assert!(aliases[..n + 3].iter().all(Option::is_none));
-    assert_eq!(&aliases[n + 3..], &[Some(1), Some(2)]);
+    assert_eq!(&aliases[n + 3..], &[Some(1), Some(2), Some(3), Some(4)]);
 }

@@ -8,7 +8,7 @@
 //! (`b`, `q`, `k`), in that order.
 
 use crate::nn::broadcast_like;
-use crate::nn::tags::{B, H, HD, K, LAYER, Q};
+use crate::nn::tags::{B, H, HD, K, Q};
 use crate::{DType, Module, Shape, Tensor};
 
 /// The group of query heads that share one key/value head.
@@ -75,9 +75,8 @@ pub fn padding_mask(valid: Tensor) -> Tensor {
     valid.ne(Tensor::scalar(0.0, valid.dtype()))
 }
 
-/// Keys and values of every attention layer for `capacity` positions,
-/// tagged `(layer, b, k, h, hd)`: one pair of tensors for the whole model,
-/// an argument and a result of each decoding step.
+/// Keys and values of one attention layer for `capacity` positions, tagged
+/// `(b, k, h, hd)`: an argument and a result of each decoding step.
 #[derive(Module, Clone, Copy, Debug)]
 pub struct KvCache {
     /// The keys.
@@ -86,22 +85,13 @@ pub struct KvCache {
     pub v: Tensor,
 }
 
-/// The axes of a [`KvCache`], in order.
-const CACHE_AXES: [&str; 5] = [LAYER, B, K, H, HD];
-
 impl KvCache {
-    /// The shape of the keys (and of the values) of a cache.
-    pub fn shape(
-        n_layers: i64,
-        batch: i64,
-        capacity: i64,
-        n_kv_heads: i64,
-        head_dim: i64,
-        dtype: DType,
-    ) -> Shape {
-        let dims = [n_layers, batch, capacity, n_kv_heads, head_dim];
-        let axes: Vec<(&str, i64)> = CACHE_AXES.iter().copied().zip(dims).collect();
-        Shape::tagged(dtype, &axes)
+    /// The shape of the keys (and of the values) of a layer's cache.
+    pub fn shape(batch: i64, capacity: i64, n_kv_heads: i64, head_dim: i64, dtype: DType) -> Shape {
+        Shape::tagged(
+            dtype,
+            &[(B, batch), (K, capacity), (H, n_kv_heads), (HD, head_dim)],
+        )
     }
 
     /// A cache placeholder (for tracing) of `shape` (see [`KvCache::shape`]).
@@ -120,35 +110,19 @@ impl KvCache {
         }
     }
 
-    /// The cache with layer `layer`'s new keys and values (tagged
-    /// `(b, k, h, hd)` in any order) written from position `start` on;
-    /// `layer` and `start` are rank-0 integer tensors
+    /// The cache with new keys and values (tagged `(b, k, h, hd)` in any order) written
+    /// from position `start` (a rank-0 integer tensor) on
     /// (`stablehlo.dynamic_update_slice`).
     #[track_caller]
-    pub fn update(self, layer: Tensor, start: Tensor, k: Tensor, v: Tensor) -> KvCache {
+    pub fn write(self, start: Tensor, k: Tensor, v: Tensor) -> KvCache {
         let zero = Tensor::scalar(0.0, start.dtype());
-        let layer = layer.convert(start.dtype());
-        let starts = [layer, zero, start, zero, zero];
+        let starts = [zero, start, zero, zero];
         let write = |cache: Tensor, new: Tensor| {
-            let new = new.transpose([B, K, H, HD]).unsqueeze(0, LAYER);
-            cache.dynamic_update_slice(new, &starts)
+            cache.dynamic_update_slice(new.transpose([B, K, H, HD]), &starts)
         };
         KvCache {
             k: write(self.k, k),
             v: write(self.v, v),
         }
-    }
-
-    /// Layer `layer`'s keys and values, `(b, k, h, hd)`.
-    #[track_caller]
-    pub fn layer(self, layer: Tensor) -> (Tensor, Tensor) {
-        let zero = Tensor::scalar(0.0, layer.dtype());
-        let starts = [layer, zero, zero, zero, zero];
-        let read = |cache: Tensor| {
-            let mut sizes: Vec<i64> = cache.shape().dims().to_vec();
-            sizes[0] = 1;
-            cache.dynamic_slice(&starts, &sizes).squeeze(LAYER)
-        };
-        (read(self.k), read(self.v))
     }
 }

@@ -38,8 +38,6 @@ pub mod tags {
     pub const FF: &str = "ff";
     /// The vocabulary.
     pub const VOC: &str = "voc";
-    /// The layers of a stacked tensor (the KV cache).
-    pub const LAYER: &str = "layer";
 }
 
 pub use attention::{KvCache, attention, causal_mask, padding_mask};
