@@ -106,7 +106,7 @@ fn list(text: &str, marker: &str) -> Option<BTreeSet<String>> {
 fn metadata() -> Graph {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--offline", "--locked"])
+        .args(["metadata", "--format-version", "1", "--locked"])
         .arg("--manifest-path")
         .arg(workspace_root().join("Cargo.toml"))
         .output()
