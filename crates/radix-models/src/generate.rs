@@ -67,11 +67,13 @@ pub fn trace_prefill<M: CausalLm>(
     len: usize,
     capacity: usize,
 ) -> radix::Result<Program> {
-    let shapes = model.cache_shapes(capacity);
-    radix::trace(model, &step_inputs(len), |m, (ids, start, last)| {
-        m.forward(ids, start, last, empty_caches(&shapes))
-    })
-    .map(Program::optimize)
+    let step = prefill_step(model.cache_shapes(capacity));
+    radix::trace(model, &step_inputs(len), step).map(Program::optimize)
+}
+
+/// The prefill step: the tokens written into empty caches of `shapes`.
+fn prefill_step<M: CausalLm>(shapes: Vec<Shape>) -> impl FnOnce(&M, StepInputs) -> StepOutputs {
+    move |m, (ids, start, last)| m.forward(ids, start, last, empty_caches(&shapes))
 }
 
 /// The decode step: one token, the cache passed in and written in place.
@@ -222,9 +224,9 @@ impl<M: CausalLm> Generator<M> {
         Ok(())
     }
 
-    /// The prefill executable for prompts of `n` tokens, compiled on first
-    /// use; and its bucket length.
-    fn ensure_prefill(&mut self, n: usize) -> Result<(usize, &Prefill<M>)> {
+    /// Compiles the prefill executable for prompts of `n` tokens unless it
+    /// is there; returns its bucket length.
+    fn ensure_prefill(&mut self, n: usize) -> Result<usize> {
         let len = bucket(n);
         if n == 0 || len > self.capacity {
             return Err(Error::Input(format!(
@@ -233,16 +235,11 @@ impl<M: CausalLm> Generator<M> {
             )));
         }
         if !self.prefill.contains_key(&len) {
-            let shapes = self.model.cache_shapes(self.capacity);
-            let exe = radix::compile(
-                &self.platform,
-                &self.model,
-                &step_inputs(len),
-                |m, (ids, start, last)| m.forward(ids, start, last, empty_caches(&shapes)),
-            )?;
+            let step = prefill_step(self.model.cache_shapes(self.capacity));
+            let exe = radix::compile(&self.platform, &self.model, &step_inputs(len), step)?;
             self.prefill.insert(len, exe);
         }
-        Ok((len, &self.prefill[&len]))
+        Ok(len)
     }
 
     /// The decode executable, compiled on first use.
@@ -277,7 +274,7 @@ impl<M: CausalLm> Generator<M> {
     /// the cache holding the prompt.
     pub fn prefill(&mut self, ids: &[u32]) -> Result<(Vec<f32>, Cache)> {
         let n = ids.len();
-        let (len, _) = self.ensure_prefill(n)?;
+        let len = self.ensure_prefill(n)?;
         let mut padded: Vec<i32> = ids.iter().map(|&t| t as i32).collect();
         padded.resize(len, 0);
         let inputs = (
