@@ -58,6 +58,32 @@ impl Function {
         &self.nodes[id.0 as usize]
     }
 
+    /// A hash of what the function computes: its nodes (ops, operands,
+    /// shapes; constants by their bytes), results and side effects, not
+    /// their source locations. Equal functions hash equal; `call` names a
+    /// body by it instead of printing it.
+    pub(crate) fn structural_hash(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = xxhash_rust::xxh64::Xxh64::new(0);
+        for n in &self.nodes {
+            match &n.op {
+                Op::Constant(bytes) => {
+                    h.write(b"constant");
+                    h.write(bytes);
+                }
+                op => {
+                    let mut w = HashWriter(&mut h);
+                    let _ = std::fmt::Write::write_fmt(&mut w, format_args!("{op:?}"));
+                }
+            }
+            n.args.hash(&mut h);
+            n.shape.hash(&mut h);
+        }
+        self.results.hash(&mut h);
+        self.effects.hash(&mut h);
+        h.finish()
+    }
+
     pub(crate) fn push(&mut self, node: Node) -> ValueId {
         let id = ValueId(self.nodes.len() as u32);
         if node.op.has_side_effect() {
@@ -80,5 +106,15 @@ impl Function {
             }
         }
         live
+    }
+}
+
+/// Feeds formatted text into a hasher without building the string.
+pub(crate) struct HashWriter<'h, H: std::hash::Hasher>(pub(crate) &'h mut H);
+
+impl<H: std::hash::Hasher> std::fmt::Write for HashWriter<'_, H> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.write(s.as_bytes());
+        Ok(())
     }
 }

@@ -14,6 +14,7 @@ use std::hash::{Hash, Hasher};
 
 use xxhash_rust::xxh64::Xxh64;
 
+use crate::ir::HashWriter;
 use crate::ir::{Function, Node, Op, ValueId};
 
 /// The nodes seen so far, by a structural hash of their op, operands and
@@ -101,15 +102,5 @@ impl Table {
         }
         node.shape.hash(&mut h);
         h.finish()
-    }
-}
-
-/// Feeds formatted text into a hasher without building the string.
-struct HashWriter<'h, H: Hasher>(&'h mut H);
-
-impl<H: Hasher> std::fmt::Write for HashWriter<'_, H> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.write(s.as_bytes());
-        Ok(())
     }
 }
