@@ -287,15 +287,11 @@ impl Session {
         let mut text = TextStream::default();
         let mut ids_so_far = vec![];
         let runner = self.runner(ids.len() + n_new, ids.len())?;
-        let res = runner.generate_with(ids, n_new, sampler, |next| {
+        runner.generate_with(ids, n_new, sampler, |next| {
             ids_so_far.push(next);
-            let piece = text
-                .push(&tokenizer, &ids_so_far)
-                .map_err(|e| radix_models::Error::Input(e.to_string()))?;
-            emit(&piece).map_err(|e| radix_models::Error::Input(e.to_string()))?;
+            emit(&text.push(&tokenizer, &ids_so_far)?)?;
             Ok(!stops.contains(&next))
-        })?;
-        Ok(res)
+        })
     }
 }
 

@@ -95,18 +95,18 @@ fn decode_step<M: CausalLm>(
 
 /// Traces and optimizes the decode step (what [`Generator`] compiles).
 pub fn trace_decode<M: CausalLm>(model: &M, capacity: usize) -> radix::Result<Program> {
-    let caches = cache_params(&model.cache_shapes(capacity));
-    radix::trace(model, &(step_inputs(1), caches), decode_step).map(Program::optimize)
+    radix::trace(model, &decode_inputs(model, capacity), decode_step).map(Program::optimize)
+}
+
+/// What the decode step takes: one token and the caches (placeholders).
+fn decode_inputs<M: CausalLm>(model: &M, capacity: usize) -> (StepInputs, Vec<KvCache>) {
+    let caches = model.cache_shapes(capacity).into_iter().map(KvCache::param);
+    (step_inputs(1), caches.collect())
 }
 
 /// Empty caches, made inside the program.
 fn empty_caches(shapes: &[Shape]) -> Vec<KvCache> {
     shapes.iter().map(|&s| KvCache::zeros(s)).collect()
-}
-
-/// Cache placeholders (for tracing).
-fn cache_params(shapes: &[Shape]) -> Vec<KvCache> {
-    shapes.iter().map(|&s| KvCache::param(s)).collect()
 }
 
 /// The prompt-length bucket of `n` tokens: 32, 64, 128, ...
@@ -220,8 +220,7 @@ impl<M: CausalLm> Generator<M> {
     /// first [`Generator::prefill`] and [`Generator::decode`] only run.
     pub fn compile(&mut self, n: usize) -> Result<()> {
         self.ensure_prefill(n)?;
-        self.ensure_decode()?;
-        Ok(())
+        self.ensure_decode()
     }
 
     /// Compiles the prefill executable for prompts of `n` tokens unless it
@@ -242,11 +241,10 @@ impl<M: CausalLm> Generator<M> {
         Ok(len)
     }
 
-    /// The decode executable, compiled on first use.
-    fn ensure_decode(&mut self) -> Result<&Decode<M>> {
+    /// Compiles the decode executable unless it is there.
+    fn ensure_decode(&mut self) -> Result<()> {
         if self.decode.is_none() {
-            let caches = cache_params(&self.model.cache_shapes(self.capacity));
-            let inputs = (step_inputs(1), caches);
+            let inputs = decode_inputs(&self.model, self.capacity);
             self.decode = Some(radix::compile(
                 &self.platform,
                 &self.model,
@@ -254,7 +252,7 @@ impl<M: CausalLm> Generator<M> {
                 decode_step,
             )?);
         }
-        Ok(self.decode.as_ref().expect("compiled just above"))
+        Ok(())
     }
 
     fn i32_scalar(&self, v: usize) -> Result<Buffer> {
@@ -310,14 +308,15 @@ impl<M: CausalLm> Generator<M> {
 
     /// Generates up to `max_tokens` after `prompt` with the KV cache,
     /// stopping after the end-of-sequence token or when `on_token` returns
-    /// `false`; `on_token` sees each new token as it is picked.
-    pub fn generate_with(
+    /// `false`; `on_token` sees each new token as it is picked, and its
+    /// errors (of the caller's own type) end the generation as they are.
+    pub fn generate_with<E: From<Error>>(
         &mut self,
         prompt: &[u32],
         max_tokens: usize,
         sampler: &mut Sampler,
-        mut on_token: impl FnMut(u32) -> Result<bool>,
-    ) -> Result<Generation> {
+        mut on_token: impl FnMut(u32) -> Result<bool, E>,
+    ) -> Result<Generation, E> {
         let mut res = Generation::default();
         if max_tokens == 0 {
             return Ok(res);
@@ -348,7 +347,7 @@ impl<M: CausalLm> Generator<M> {
         sampler: &mut Sampler,
     ) -> Result<Vec<u32>> {
         Ok(self
-            .generate_with(prompt, max_tokens, sampler, |_| Ok(true))?
+            .generate_with(prompt, max_tokens, sampler, |_| Ok::<_, Error>(true))?
             .ids)
     }
 
