@@ -217,11 +217,11 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
             fn visit_mut(&mut self, path: &mut ::std::string::String, f: &mut dyn FnMut(&str, &mut ::radix::Tensor)) {
                 #(#visits_mut)*
             }
-            fn map<#leaf>(
+            fn map<#leaf, __E>(
                 &self,
                 path: &mut ::std::string::String,
-                f: &mut dyn FnMut(&str, &::radix::Tensor) -> ::radix::Result<#leaf>,
-            ) -> ::radix::Result<Self::With<#leaf>> {
+                f: &mut dyn FnMut(&str, &::radix::Tensor) -> ::std::result::Result<#leaf, __E>,
+            ) -> ::std::result::Result<Self::With<#leaf>, __E> {
                 #(#maps)*
                 Ok(#build)
             }
@@ -245,11 +245,11 @@ fn plain(input: &DeriveInput) -> Tokens {
             type With<__L> = Self;
             fn visit(&self, _: &mut ::std::string::String, _: &mut dyn FnMut(&str, &::radix::Tensor)) {}
             fn visit_mut(&mut self, _: &mut ::std::string::String, _: &mut dyn FnMut(&str, &mut ::radix::Tensor)) {}
-            fn map<__L>(
+            fn map<__L, __E>(
                 &self,
                 _: &mut ::std::string::String,
-                _: &mut dyn FnMut(&str, &::radix::Tensor) -> ::radix::Result<__L>,
-            ) -> ::radix::Result<Self> {
+                _: &mut dyn FnMut(&str, &::radix::Tensor) -> ::std::result::Result<__L, __E>,
+            ) -> ::std::result::Result<Self, __E> {
                 Ok(::std::clone::Clone::clone(self))
             }
             fn visit_leaves<'__a, __L>(

@@ -3,7 +3,9 @@
 //! That order is the executable's argument ABI: tracing, binding and results
 //! all walk it. `#[derive(Module)]` implements it for structs.
 
-use crate::{Buffer, Result, Shape, Tensor};
+use std::convert::Infallible;
+
+use crate::{Buffer, Shape, Tensor};
 
 /// A tree of tensors: structs (via `#[derive(Module)]`), `Option`, `Vec`,
 /// arrays, `Box`, tuples, and plain values holding none.
@@ -25,12 +27,13 @@ pub trait Module {
     fn visit_mut(&mut self, path: &mut String, f: &mut dyn FnMut(&str, &mut Tensor));
 
     /// The same tree with `f(path, tensor)` in place of each tensor, made
-    /// in visit order; plain values are cloned. The first `Err` stops it.
-    fn map<L>(
+    /// in visit order; plain values are cloned. The first `Err` stops it
+    /// and is returned as it is.
+    fn map<L, E>(
         &self,
         path: &mut String,
-        f: &mut dyn FnMut(&str, &Tensor) -> Result<L>,
-    ) -> Result<Self::With<L>>;
+        f: &mut dyn FnMut(&str, &Tensor) -> Result<L, E>,
+    ) -> Result<Self::With<L>, E>;
 
     /// Calls `f` on each leaf of `tree` with its path, in visit order.
     fn visit_leaves<'a, L>(
@@ -106,9 +109,10 @@ pub fn leaves<M: Module + ?Sized, L>(tree: &M::With<L>) -> Vec<&L> {
 
 /// The shapes of `m`'s tensors, as the same tree.
 pub fn shapes<M: Module + ?Sized>(m: &M) -> Shapes<M> {
-    match m.map(&mut String::new(), &mut |_, t| Ok(t.shape())) {
+    let shapes = m.map::<Shape, Infallible>(&mut String::new(), &mut |_, t| Ok(t.shape()));
+    match shapes {
         Ok(s) => s,
-        Err(_) => unreachable!("mapping to shapes cannot fail"),
+        Err(never) => match never {},
     }
 }
 
@@ -120,11 +124,11 @@ impl Module for Tensor {
     fn visit_mut(&mut self, path: &mut String, f: &mut dyn FnMut(&str, &mut Tensor)) {
         f(leaf_path(path), self)
     }
-    fn map<L>(
+    fn map<L, E>(
         &self,
         path: &mut String,
-        f: &mut dyn FnMut(&str, &Tensor) -> Result<L>,
-    ) -> Result<L> {
+        f: &mut dyn FnMut(&str, &Tensor) -> Result<L, E>,
+    ) -> Result<L, E> {
         f(leaf_path(path), self)
     }
     fn visit_leaves<'a, L>(tree: &'a L, path: &mut String, f: &mut dyn FnMut(&str, &'a L)) {
@@ -144,11 +148,11 @@ impl<T: Module> Module for Option<T> {
             x.visit_mut(path, f)
         }
     }
-    fn map<L>(
+    fn map<L, E>(
         &self,
         path: &mut String,
-        f: &mut dyn FnMut(&str, &Tensor) -> Result<L>,
-    ) -> Result<Self::With<L>> {
+        f: &mut dyn FnMut(&str, &Tensor) -> Result<L, E>,
+    ) -> Result<Self::With<L>, E> {
         self.as_ref().map(|x| x.map(path, f)).transpose()
     }
     fn visit_leaves<'a, L>(
@@ -170,11 +174,11 @@ impl<T: Module + ?Sized> Module for Box<T> {
     fn visit_mut(&mut self, path: &mut String, f: &mut dyn FnMut(&str, &mut Tensor)) {
         (**self).visit_mut(path, f)
     }
-    fn map<L>(
+    fn map<L, E>(
         &self,
         path: &mut String,
-        f: &mut dyn FnMut(&str, &Tensor) -> Result<L>,
-    ) -> Result<Self::With<L>> {
+        f: &mut dyn FnMut(&str, &Tensor) -> Result<L, E>,
+    ) -> Result<Self::With<L>, E> {
         Ok(Box::new((**self).map(path, f)?))
     }
     fn visit_leaves<'a, L>(
@@ -210,11 +214,11 @@ impl<T: Module> Module for [T] {
             with_field(path, &i.to_string(), |p| x.visit_mut(p, f));
         }
     }
-    fn map<L>(
+    fn map<L, E>(
         &self,
         path: &mut String,
-        f: &mut dyn FnMut(&str, &Tensor) -> Result<L>,
-    ) -> Result<Self::With<L>> {
+        f: &mut dyn FnMut(&str, &Tensor) -> Result<L, E>,
+    ) -> Result<Self::With<L>, E> {
         let mut res = Vec::with_capacity(self.len());
         for (i, x) in self.iter().enumerate() {
             res.push(with_field(path, &i.to_string(), |p| x.map(p, f))?);
@@ -238,11 +242,11 @@ impl<T: Module> Module for Vec<T> {
     fn visit_mut(&mut self, path: &mut String, f: &mut dyn FnMut(&str, &mut Tensor)) {
         self.as_mut_slice().visit_mut(path, f)
     }
-    fn map<L>(
+    fn map<L, E>(
         &self,
         path: &mut String,
-        f: &mut dyn FnMut(&str, &Tensor) -> Result<L>,
-    ) -> Result<Self::With<L>> {
+        f: &mut dyn FnMut(&str, &Tensor) -> Result<L, E>,
+    ) -> Result<Self::With<L>, E> {
         self.as_slice().map(path, f)
     }
     fn visit_leaves<'a, L>(
@@ -262,11 +266,11 @@ impl<T: Module, const N: usize> Module for [T; N] {
     fn visit_mut(&mut self, path: &mut String, f: &mut dyn FnMut(&str, &mut Tensor)) {
         self.as_mut_slice().visit_mut(path, f)
     }
-    fn map<L>(
+    fn map<L, E>(
         &self,
         path: &mut String,
-        f: &mut dyn FnMut(&str, &Tensor) -> Result<L>,
-    ) -> Result<Self::With<L>> {
+        f: &mut dyn FnMut(&str, &Tensor) -> Result<L, E>,
+    ) -> Result<Self::With<L>, E> {
         let items = self.as_slice().map(path, f)?;
         match items.try_into() {
             Ok(a) => Ok(a),
@@ -289,7 +293,7 @@ macro_rules! plain {
             type With<L> = $t;
             fn visit(&self, _: &mut String, _: &mut dyn FnMut(&str, &Tensor)) {}
             fn visit_mut(&mut self, _: &mut String, _: &mut dyn FnMut(&str, &mut Tensor)) {}
-            fn map<L>(&self, _: &mut String, _: &mut dyn FnMut(&str, &Tensor) -> Result<L>) -> Result<$t> {
+            fn map<L, E>(&self, _: &mut String, _: &mut dyn FnMut(&str, &Tensor) -> Result<L, E>) -> Result<$t, E> {
                 Ok(self.clone())
             }
             fn visit_leaves<'a, L>(_: &'a $t, _: &mut String, _: &mut dyn FnMut(&str, &'a L)) {}
@@ -326,11 +330,11 @@ macro_rules! tuple {
             fn visit_mut(&mut self, path: &mut String, f: &mut dyn FnMut(&str, &mut Tensor)) {
                 $(with_field(path, stringify!($n), |p| self.$n.visit_mut(p, f));)*
             }
-            fn map<L>(
+            fn map<L, Fail>(
                 &self,
                 path: &mut String,
-                f: &mut dyn FnMut(&str, &Tensor) -> Result<L>,
-            ) -> Result<Self::With<L>> {
+                f: &mut dyn FnMut(&str, &Tensor) -> Result<L, Fail>,
+            ) -> Result<Self::With<L>, Fail> {
                 Ok(($(with_field(path, stringify!($n), |p| self.$n.map(p, f))?,)*))
             }
             fn visit_leaves<'a, L>(
@@ -409,7 +413,7 @@ mod tests {
         let b = block();
         let mut n = 0;
         let twin: <Block as Module>::With<usize> = b
-            .map(&mut String::new(), &mut |_, _| {
+            .map::<usize, Infallible>(&mut String::new(), &mut |_, _| {
                 n += 1;
                 Ok(n)
             })

@@ -75,20 +75,10 @@ pub fn load_weights<M: Module + ?Sized>(
     store: &WeightStore,
     model: &M,
 ) -> Result<Bufferized<M>, LoadError> {
-    // `map` carries radix errors only: keep the file side's apart.
-    let mut io_error = None;
-    let res = model.map(&mut String::new(), &mut |path, t| {
-        let host = store.get(path, t.shape().dims()).map_err(|e| {
-            let msg = e.to_string();
-            io_error = Some(e);
-            crate::Error::Host(msg)
-        })?;
-        Buffer::from_slice(platform, &host.to_f32_vec(), t.shape())
-    });
-    match (res, io_error) {
-        (_, Some(e)) => Err(LoadError::Io(e)),
-        (res, None) => Ok(res?),
-    }
+    model.map(&mut String::new(), &mut |path, t| {
+        let host = store.get(path, t.shape().dims())?;
+        Ok(Buffer::from_slice(platform, &host.to_f32_vec(), t.shape())?)
+    })
 }
 
 /// `t` (whose axes are all tagged and present in `like`) broadcast to
