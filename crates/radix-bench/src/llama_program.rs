@@ -31,10 +31,11 @@ pub fn smollm2_config() -> LlamaConfig {
 }
 
 /// Traces the prefill step as the generator compiles it
-/// (`radix_models::generate::trace_prefill`): weights, then `ids (b, s)`,
-/// `start` and `last`; results are the logits and the cache pair.
+/// (`radix_models::generate::trace_step`): weights, then `ids (b, s)`,
+/// `start`, `last` and each layer's keys and values; results are the logits
+/// and the caches.
 pub fn prefill(cfg: &LlamaConfig) -> radix::Result<Program> {
-    radix_models::generate::trace_prefill(&Llama::new(cfg), PROMPT as usize, CAPACITY as usize)
+    radix_models::generate::trace_step(&Llama::new(cfg), PROMPT as usize, CAPACITY as usize)
 }
 
 #[cfg(test)]
@@ -44,9 +45,9 @@ mod tests {
     #[test]
     fn prefill_program_has_smollm2s_arguments() {
         let program = prefill(&smollm2_config()).unwrap();
-        // The GGUF's 272 tensors, then ids, start and last.
+        // The GGUF's 272 tensors, then ids, start, last and the caches.
         assert_eq!(program.n_weights(), 272);
-        assert_eq!(program.args().len(), 275);
+        assert_eq!(program.args().len(), 275 + 2 * 30);
         // The logits, then each layer's keys and values.
         assert_eq!(program.results().len(), 1 + 2 * 30);
         assert_eq!(program.results()[1].shape.dims(), [1, 256, 3, 64]);

@@ -24,35 +24,105 @@ use radix::{Buffer, Bufferized, Compiled, DType, Module, Platform, Program, Shap
 use crate::sampling::Sampler;
 use crate::{Error, Result};
 
-/// A decoder a [`Generator`] can run: logits at one position, and the cache
-/// with the new tokens' keys and values written.
+/// A decoder a [`Generator`] can run, as its three parts: the embedding of
+/// the tokens, a stack of blocks of one type (each with its layer's cache)
+/// and the head that turns one position into logits.
 pub trait CausalLm: Module + Clone {
+    /// One layer.
+    type Block: Module + Clone;
+
     /// The shape of the keys (and values) of each layer's cache of
     /// `capacity` positions for one sequence (see [`KvCache::shape`]).
     fn cache_shapes(&self, capacity: usize) -> Vec<Shape>;
 
-    /// Logits `(b, voc)` at position `last` (rank-0 `i32`) of token `ids`
-    /// `(b, s)` placed at positions `start..start + s` (`start` rank-0
-    /// `i32`), and the layers' caches with the tokens' keys and values
-    /// written.
-    fn forward(
-        &self,
-        ids: Tensor,
-        start: Tensor,
-        last: Tensor,
-        caches: Vec<KvCache>,
-    ) -> (Tensor, Vec<KvCache>);
+    /// The hidden states `(b, s, d)` of token `ids` `(b, s)` placed at
+    /// positions `start..start + s` (`start` rank-0 `i32`), and those
+    /// positions `(b, s)`.
+    fn embed(&self, ids: Tensor, start: Tensor) -> (Tensor, Tensor);
+
+    /// The layers, in order.
+    fn blocks(&self) -> &[Self::Block];
+
+    /// The layers' weights within the model's.
+    fn block_weights(weights: &Bufferized<Self>) -> &[Bufferized<Self::Block>];
+
+    /// One layer over hidden states `x` at positions `pos`: the new hidden
+    /// states and the layer's cache with the tokens' keys and values written.
+    fn block(block: &Self::Block, x: Tensor, pos: Tensor, step: Step) -> (Tensor, KvCache);
+
+    /// Logits `(b, voc)` at position `last` (rank-0 `i32`) of `x`.
+    fn head(&self, x: Tensor, last: Tensor) -> Tensor;
 }
 
-/// What a step takes besides the weights: token ids `(b, s)`, the first
-/// position and the position whose logits to return.
+/// What a layer needs besides its input: its cache and the first position
+/// written (rank-0 `i32`).
+#[derive(Module, Clone, Copy, Debug)]
+pub struct Step {
+    /// The layer's keys and values.
+    pub cache: KvCache,
+    /// Where the step's tokens go in the cache.
+    pub start: Tensor,
+}
+
+/// The whole model over token `ids` `(b, s)` at positions `start..`: logits
+/// at `last` and the caches with the tokens written. Each layer is one
+/// `radix::call` of the same function (its weights and its cache are
+/// arguments), so the program holds one block body, not one per layer.
+pub fn forward<M: CausalLm>(
+    model: &M,
+    ids: Tensor,
+    start: Tensor,
+    last: Tensor,
+    mut caches: Vec<KvCache>,
+) -> (Tensor, Vec<KvCache>) {
+    let (mut x, pos) = model.embed(ids, start);
+    for (block, cache) in model.blocks().iter().zip(&mut caches) {
+        let step = Step {
+            cache: *cache,
+            start,
+        };
+        (x, *cache) = radix::call(
+            |(b, x, pos, step)| M::block(b, *x, *pos, *step),
+            &(block.clone(), x, pos, step),
+        );
+    }
+    (model.head(x, last), caches)
+}
+
+/// How a [`Generator`] runs a step (the prefill of a prompt, or one decoded
+/// token).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Plan {
+    /// One program per step length holding every layer: one dispatch per
+    /// step.
+    OneProgram,
+    /// Per step length, an embedding, a block and a head executable; the
+    /// block executable runs once per layer with that layer's weights and
+    /// cache. `2 + layers` dispatches per step, but each program holds one
+    /// layer, so it compiles and loads that much faster.
+    #[default]
+    PerBlock,
+}
+
+/// Token ids `(b, s)`, the first position and the position whose logits to
+/// return.
 type StepInputs = (Tensor, Tensor, Tensor);
-/// What a step returns: the logits and the caches.
+/// The logits and the caches.
 type StepOutputs = (Tensor, Vec<KvCache>);
-/// Prefill: a step that starts from an empty cache.
-type Prefill<M> = Compiled<M, StepInputs, StepOutputs>;
-/// Decode: a step that takes the cache (donated).
-type Decode<M> = Compiled<M, (StepInputs, Vec<KvCache>), StepOutputs>;
+
+/// The executables of one step length.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a generator holds a few, one per step length"
+)]
+enum StepExe<M: CausalLm> {
+    OneProgram(Compiled<M, (StepInputs, Vec<KvCache>), StepOutputs>),
+    PerBlock {
+        embed: Compiled<M, (Tensor, Tensor), (Tensor, Tensor)>,
+        block: Compiled<M::Block, (Tensor, Tensor, Step), (Tensor, KvCache)>,
+        head: Compiled<M, (Tensor, Tensor), Tensor>,
+    },
+}
 
 fn step_inputs(len: usize) -> StepInputs {
     let ids = Tensor::param(Shape::tagged(DType::I32, &[("b", 1), ("s", len as i64)]));
@@ -60,53 +130,56 @@ fn step_inputs(len: usize) -> StepInputs {
     (ids, scalar, scalar)
 }
 
-/// Traces and optimizes the prefill step over `len` tokens (what
-/// [`Generator`] compiles).
-pub fn trace_prefill<M: CausalLm>(
+/// What a step takes: `len` tokens and the caches (placeholders).
+fn one_program_inputs<M: CausalLm>(
     model: &M,
     len: usize,
     capacity: usize,
-) -> radix::Result<Program> {
-    let step = prefill_step(model.cache_shapes(capacity));
-    radix::trace(model, &step_inputs(len), step).map(Program::optimize)
+) -> (StepInputs, Vec<KvCache>) {
+    let caches = model.cache_shapes(capacity).into_iter().map(KvCache::param);
+    (step_inputs(len), caches.collect())
 }
 
-/// The prefill step: the tokens written into empty caches of `shapes`.
-fn prefill_step<M: CausalLm>(shapes: Vec<Shape>) -> impl FnOnce(&M, StepInputs) -> StepOutputs {
-    move |m, (ids, start, last)| m.forward(ids, start, last, empty_caches(&shapes))
-}
-
-/// The decode step: one token, the cache passed in and written in place.
-fn decode_step<M: CausalLm>(
+/// The whole model as one step: the caches passed in are written in place.
+fn one_program_step<M: CausalLm>(
     m: &M,
     ((ids, start, last), caches): (StepInputs, Vec<KvCache>),
 ) -> StepOutputs {
-    let (logits, new) = m.forward(ids, start, last, caches.clone());
-    let caches = new
-        .into_iter()
-        .zip(caches)
-        .map(|(new, old)| KvCache {
-            k: new.k.reuse_buffer(old.k),
-            v: new.v.reuse_buffer(old.v),
-        })
-        .collect();
-    (logits, caches)
+    let (logits, new) = forward(m, ids, start, last, caches.clone());
+    (logits, new.into_iter().zip(caches).map(in_place).collect())
 }
 
-/// Traces and optimizes the decode step (what [`Generator`] compiles).
-pub fn trace_decode<M: CausalLm>(model: &M, capacity: usize) -> radix::Result<Program> {
-    radix::trace(model, &decode_inputs(model, capacity), decode_step).map(Program::optimize)
+/// One layer as a step of its own: its cache is written in place.
+fn block_step<M: CausalLm>(
+    b: &M::Block,
+    (x, pos, step): (Tensor, Tensor, Step),
+) -> (Tensor, KvCache) {
+    let (x, cache) = M::block(b, x, pos, step);
+    (x, in_place((cache, step.cache)))
 }
 
-/// What the decode step takes: one token and the caches (placeholders).
-fn decode_inputs<M: CausalLm>(model: &M, capacity: usize) -> (StepInputs, Vec<KvCache>) {
-    let caches = model.cache_shapes(capacity).into_iter().map(KvCache::param);
-    (step_inputs(1), caches.collect())
+/// `new` in the buffers of `old` (donated).
+fn in_place((new, old): (KvCache, KvCache)) -> KvCache {
+    KvCache {
+        k: new.k.reuse_buffer(old.k),
+        v: new.v.reuse_buffer(old.v),
+    }
 }
 
 /// Empty caches, made inside the program.
 fn empty_caches(shapes: &[Shape]) -> Vec<KvCache> {
     shapes.iter().map(|&s| KvCache::zeros(s)).collect()
+}
+
+/// Traces and optimizes the model as one step over `len` tokens with a
+/// cache of `capacity` positions (what [`Plan::OneProgram`] compiles).
+pub fn trace_step<M: CausalLm>(model: &M, len: usize, capacity: usize) -> radix::Result<Program> {
+    radix::trace(
+        model,
+        &one_program_inputs(model, len, capacity),
+        one_program_step,
+    )
+    .map(Program::optimize)
 }
 
 /// The prompt-length bucket of `n` tokens: 32, 64, 128, ...
@@ -163,22 +236,26 @@ fn per_s(n: usize, time: Duration) -> Option<f64> {
     (n > 0 && !time.is_zero()).then(|| n as f64 / time.as_secs_f64())
 }
 
-/// A causal model on a device: weights uploaded once and shared by a
-/// prefill executable per prompt bucket and a decode executable (compiled
-/// on first use). Batch size 1.
+/// A causal model on a device: weights uploaded once and shared by the
+/// executables of each step length (a prefill per prompt bucket, and
+/// decode), compiled on first use. Batch size 1.
 pub struct Generator<M: CausalLm> {
     platform: Platform,
     model: M,
     weights: Bufferized<M>,
     capacity: usize,
-    prefill: HashMap<usize, Prefill<M>>,
-    decode: Option<Decode<M>>,
     eos: Option<u32>,
+    plan: Plan,
+    /// By step length: 1 for decode, a bucket for a prefill.
+    steps: HashMap<usize, StepExe<M>>,
+    /// Makes the empty caches a prefill starts from.
+    empty: Option<Compiled<(), (), Vec<KvCache>>>,
 }
 
 impl<M: CausalLm> Generator<M> {
     /// A runner for `model` with its `weights` on `platform`; the cache
-    /// holds `capacity` positions; generation stops after `eos`.
+    /// holds `capacity` positions; generation stops after `eos`. Steps run
+    /// as [`Plan::PerBlock`] unless [`Generator::with_plan`] says otherwise.
     pub fn new(
         platform: &Platform,
         model: M,
@@ -194,10 +271,21 @@ impl<M: CausalLm> Generator<M> {
             model,
             weights,
             capacity,
-            prefill: HashMap::new(),
-            decode: None,
             eos,
+            plan: Plan::default(),
+            steps: HashMap::new(),
+            empty: None,
         })
+    }
+
+    /// The same runner with its steps run as `plan` (compiled anew on first
+    /// use).
+    pub fn with_plan(self, plan: Plan) -> Self {
+        Generator {
+            plan,
+            steps: HashMap::new(),
+            ..self
+        }
     }
 
     /// The model (parameters only).
@@ -215,17 +303,18 @@ impl<M: CausalLm> Generator<M> {
         self.eos
     }
 
-    /// Compiles (or loads from the executable cache) the prefill executable
-    /// for prompts of `n` tokens and the decode executable, so that the
-    /// first [`Generator::prefill`] and [`Generator::decode`] only run.
+    /// Compiles (or loads from the executable cache) the executables of a
+    /// prompt of `n` tokens and of decode, so that the first
+    /// [`Generator::prefill`] and [`Generator::decode`] only run.
     pub fn compile(&mut self, n: usize) -> Result<()> {
-        self.ensure_prefill(n)?;
-        self.ensure_decode()
+        let len = self.bucket(n)?;
+        self.ensure_empty()?;
+        self.ensure_step(len)?;
+        self.ensure_step(1)
     }
 
-    /// Compiles the prefill executable for prompts of `n` tokens unless it
-    /// is there; returns its bucket length.
-    fn ensure_prefill(&mut self, n: usize) -> Result<usize> {
+    /// The prompt bucket of `n` tokens, if it fits the cache.
+    fn bucket(&self, n: usize) -> Result<usize> {
         let len = bucket(n);
         if n == 0 || len > self.capacity {
             return Err(Error::Input(format!(
@@ -233,25 +322,46 @@ impl<M: CausalLm> Generator<M> {
                 self.capacity
             )));
         }
-        if !self.prefill.contains_key(&len) {
-            let step = prefill_step(self.model.cache_shapes(self.capacity));
-            let exe = radix::compile(&self.platform, &self.model, &step_inputs(len), step)?;
-            self.prefill.insert(len, exe);
-        }
         Ok(len)
     }
 
-    /// Compiles the decode executable unless it is there.
-    fn ensure_decode(&mut self) -> Result<()> {
-        if self.decode.is_none() {
-            let inputs = decode_inputs(&self.model, self.capacity);
-            self.decode = Some(radix::compile(
-                &self.platform,
-                &self.model,
-                &inputs,
-                decode_step,
-            )?);
+    fn ensure_empty(&mut self) -> Result<()> {
+        if self.empty.is_none() {
+            let shapes = self.model.cache_shapes(self.capacity);
+            let no_inputs = ();
+            let exe = radix::compile_fn(&self.platform, &no_inputs, |()| empty_caches(&shapes))?;
+            self.empty = Some(exe);
         }
+        Ok(())
+    }
+
+    /// Compiles the executables of steps over `len` tokens unless they are
+    /// there.
+    fn ensure_step(&mut self, len: usize) -> Result<()> {
+        if self.steps.contains_key(&len) {
+            return Ok(());
+        }
+        let (platform, model) = (&self.platform, &self.model);
+        let exe = match self.plan {
+            Plan::OneProgram => {
+                let inputs = one_program_inputs(model, len, self.capacity);
+                StepExe::OneProgram(radix::compile(platform, model, &inputs, one_program_step)?)
+            }
+            Plan::PerBlock => {
+                let (ids, start, last) = step_inputs(len);
+                let embed = radix::compile(platform, model, &(ids, start), |m, (ids, start)| {
+                    m.embed(ids, start)
+                })?;
+                let [x, pos] = [0, 1].map(|i| Tensor::param(embed.program().results()[i].shape));
+                let cache = KvCache::param(model.cache_shapes(self.capacity)[0]);
+                let inputs = (x, pos, Step { cache, start });
+                let block = radix::compile(platform, &model.blocks()[0], &inputs, block_step::<M>)?;
+                let head =
+                    radix::compile(platform, model, &(x, last), |m, (x, last)| m.head(x, last))?;
+                StepExe::PerBlock { embed, block, head }
+            }
+        };
+        self.steps.insert(len, exe);
         Ok(())
     }
 
@@ -268,20 +378,57 @@ impl<M: CausalLm> Generator<M> {
         Ok(Buffer::from_slice(&self.platform, ids, shape)?)
     }
 
+    /// Runs the step over `ids` (its length compiled) placed from position
+    /// `start`: the logits at `last` and `caches` with the tokens written.
+    fn step(
+        &mut self,
+        ids: &[i32],
+        start: usize,
+        last: usize,
+        caches: Bufferized<Vec<KvCache>>,
+    ) -> Result<(Vec<f32>, Bufferized<Vec<KvCache>>)> {
+        self.ensure_step(ids.len())?;
+        let (ids_buf, start, last) = (
+            self.ids(ids)?,
+            self.i32_scalar(start)?,
+            self.i32_scalar(last)?,
+        );
+        let (logits, caches) = match &self.steps[&ids.len()] {
+            StepExe::OneProgram(exe) => {
+                exe.call(&self.weights, ((ids_buf, start, last), caches))?
+            }
+            StepExe::PerBlock { embed, block, head } => {
+                let (mut x, pos) = embed.call(&self.weights, (ids_buf, start.clone()))?;
+                let mut written = Vec::with_capacity(caches.len());
+                let layers = M::block_weights(&self.weights);
+                for (weights, cache) in layers.iter().zip(caches) {
+                    let start = start.clone();
+                    let (y, cache) =
+                        block.call(weights, (x, pos.clone(), StepWith { cache, start }))?;
+                    x = y;
+                    written.push(cache);
+                }
+                (head.call(&self.weights, (x, last))?, written)
+            }
+        };
+        Ok((logits.to_vec::<f32>()?, caches))
+    }
+
     /// Runs the prompt `ids` from position 0: the last position's logits and
     /// the cache holding the prompt.
     pub fn prefill(&mut self, ids: &[u32]) -> Result<(Vec<f32>, Cache)> {
         let n = ids.len();
-        let len = self.ensure_prefill(n)?;
+        let len = self.bucket(n)?;
         let mut padded: Vec<i32> = ids.iter().map(|&t| t as i32).collect();
         padded.resize(len, 0);
-        let inputs = (
-            self.ids(&padded)?,
-            self.i32_scalar(0)?,
-            self.i32_scalar(n - 1)?,
-        );
-        let (logits, buffers) = self.prefill[&len].call(&self.weights, inputs)?;
-        Ok((logits.to_vec::<f32>()?, Cache { buffers, len: n }))
+        self.ensure_empty()?;
+        let empty = self
+            .empty
+            .as_ref()
+            .expect("compiled just above")
+            .call_fn(())?;
+        let (logits, buffers) = self.step(&padded, 0, n - 1, empty)?;
+        Ok((logits, Cache { buffers, len: n }))
     }
 
     /// Appends `token` to `cache` and returns the logits after it. The
@@ -293,17 +440,10 @@ impl<M: CausalLm> Generator<M> {
                 self.capacity
             )));
         }
-        self.ensure_decode()?;
-        let step = (
-            self.ids(&[token as i32])?,
-            self.i32_scalar(cache.len)?,
-            self.i32_scalar(0)?,
-        );
-        let exe = self.decode.as_ref().expect("compiled just above");
-        let (logits, buffers) = exe.call(&self.weights, (step, cache.buffers.clone()))?;
+        let (logits, buffers) = self.step(&[token as i32], cache.len, 0, cache.buffers.clone())?;
         cache.buffers = buffers;
         cache.len += 1;
-        Ok(logits.to_vec::<f32>()?)
+        Ok(logits)
     }
 
     /// Generates up to `max_tokens` after `prompt` with the KV cache,

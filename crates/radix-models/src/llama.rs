@@ -20,9 +20,9 @@ use std::path::Path;
 
 use radix::io::{Gguf, WeightStore};
 use radix::nn::{self, Embedding, GatedMlp, KvCache, Linear, RmsNorm, RopeLayout, Rotary};
-use radix::{DType, Module, Platform, Shape, Size, Tensor};
+use radix::{Bufferized, DType, Module, Platform, Shape, Size, Tensor};
 
-use crate::generate::{CausalLm, Generator};
+use crate::generate::{CausalLm, Generator, Step};
 use crate::{Error, Result};
 
 /// The hyper-parameters, from the GGUF `llama.*` metadata.
@@ -161,14 +161,6 @@ impl Attention {
     }
 }
 
-/// What a block needs besides its input: its layer's cache and the first
-/// position written (rank-0 `i32`).
-#[derive(Module, Clone, Copy, Debug)]
-pub struct Step {
-    cache: KvCache,
-    start: Tensor,
-}
-
 impl Block {
     /// A block's parameters.
     pub fn new(cfg: &LlamaConfig) -> Block {
@@ -228,51 +220,44 @@ impl Llama {
 }
 
 impl CausalLm for Llama {
+    type Block = Block;
+
     fn cache_shapes(&self, capacity: usize) -> Vec<Shape> {
-        let cfg = &self.cfg;
-        let shape = KvCache::shape(
-            1,
-            capacity as i64,
-            cfg.n_kv_heads,
-            cfg.head_dim(),
-            DType::F32,
-        );
+        let (cfg, capacity) = (&self.cfg, capacity as i64);
+        let shape = KvCache::shape(1, capacity, cfg.n_kv_heads, cfg.head_dim(), DType::F32);
         vec![shape; cfg.n_layers]
     }
 
-    /// Each block is one `radix::call` of the same function (its weights
-    /// and its layer's cache are arguments), so the program holds one block
-    /// body, not one per layer.
-    fn forward(
-        &self,
-        ids: Tensor,
-        start: Tensor,
-        last: Tensor,
-        mut caches: Vec<KvCache>,
-    ) -> (Tensor, Vec<KvCache>) {
-        let pos = Tensor::iota(ids.shape(), "s") + start;
-        let mut x = self.embed.forward(ids);
-        for (block, cache) in self.layers.iter().zip(&mut caches) {
-            let step = Step {
-                cache: *cache,
-                start,
-            };
-            (x, *cache) = radix::call(
-                |(b, x, pos, step)| b.forward(*x, *pos, *step),
-                &(block.clone(), x, pos, step),
-            );
-        }
+    fn embed(&self, ids: Tensor, start: Tensor) -> (Tensor, Tensor) {
+        (
+            self.embed.forward(ids),
+            Tensor::iota(ids.shape(), "s") + start,
+        )
+    }
+
+    fn blocks(&self) -> &[Block] {
+        &self.layers
+    }
+
+    fn block_weights(weights: &Bufferized<Llama>) -> &[Bufferized<Block>] {
+        &weights.layers
+    }
+
+    fn block(block: &Block, x: Tensor, pos: Tensor, step: Step) -> (Tensor, KvCache) {
+        block.forward(x, pos, step)
+    }
+
+    fn head(&self, x: Tensor, last: Tensor) -> Tensor {
         let zero = Tensor::scalar(0.0, DType::I32);
         let size = |t: &str| x.dim(t);
         let x = x
             .dynamic_slice(&[zero, last, zero], &[size("b"), 1, size("d")])
             .squeeze("s");
         let x = self.norm.forward(x);
-        let logits = match &self.output {
+        match &self.output {
             Some(o) => o.forward(x),
             None => self.embed.unembed(x, "d"),
-        };
-        (logits, caches)
+        }
     }
 }
 

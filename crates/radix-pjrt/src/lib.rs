@@ -46,6 +46,7 @@ pub mod custom_call;
 mod error;
 mod executable;
 mod ffi;
+mod file_hash;
 mod named_value;
 mod plugin;
 mod program_shape;

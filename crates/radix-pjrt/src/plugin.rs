@@ -12,8 +12,6 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use sha2::Digest;
-
 use crate::ffi;
 use crate::named_value::{NamedValue, Value};
 use crate::{Error, Result};
@@ -166,26 +164,15 @@ impl Plugin {
         self.int64_list("stablehlo_minimum_version")
     }
 
-    /// The hex sha256 of the plugin file, computed on first use. Compiled
+    /// The hex sha256 of the plugin file, computed on first use (or
+    /// remembered from an earlier process, see `file_hash.rs`). Compiled
     /// executables only load into the plugin build that made them, so caches
     /// key on this.
     pub fn sha256(&self) -> Result<&str> {
         if let Some(s) = self.sha256.get() {
             return Ok(s);
         }
-        let mut file = std::fs::File::open(&self.path).map_err(|e| Error::io(&self.path, e))?;
-        let mut hasher = sha2::Sha256::new();
-        let mut chunk = vec![0u8; 1 << 20];
-        loop {
-            let n = file
-                .read(&mut chunk)
-                .map_err(|e| Error::io(&self.path, e))?;
-            if n == 0 {
-                break;
-            }
-            hasher.update(&chunk[..n]);
-        }
-        let digest = hex::encode(hasher.finalize());
+        let digest = crate::file_hash::sha256(&self.path)?;
         Ok(self.sha256.get_or_init(|| digest))
     }
 

@@ -8,6 +8,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 
 pub use radix_fetch::{Package, cache_dir};
 
@@ -37,6 +38,29 @@ impl Target {
             Target::Cuda => "cuda",
             Target::Rocm => "rocm",
             Target::Tpu => "tpu",
+        }
+    }
+
+    /// Whether this machine has the device files the target's driver makes
+    /// (`/dev/nvidiactl`, `/dev/kfd`, `/dev/accel*` or `/dev/vfio/*`).
+    /// Without them no plugin of the target can see a device, so automatic
+    /// selection skips the target without looking for its plugin (which
+    /// would start Python to list its package folders).
+    pub fn has_device_files(self) -> bool {
+        let any_in = |dir: &str, prefix: &str| {
+            std::fs::read_dir(dir).is_ok_and(|entries| {
+                entries.flatten().any(|e| {
+                    let name = e.file_name();
+                    let name = name.to_string_lossy();
+                    name.starts_with(prefix) && name != "vfio"
+                })
+            })
+        };
+        match self {
+            Target::Cpu => true,
+            Target::Cuda => Path::new("/dev/nvidiactl").exists(),
+            Target::Rocm => Path::new("/dev/kfd").exists(),
+            Target::Tpu => any_in("/dev", "accel") || any_in("/dev/vfio", ""),
         }
     }
 
@@ -220,8 +244,14 @@ fn fetch_error(target: Target, e: radix_fetch::Error) -> Error {
 }
 
 /// The folders on Python's `sys.path`, where installed packages live. Empty
-/// when there is no `python3`.
-fn python_paths() -> Vec<PathBuf> {
+/// when there is no `python3`. Asked once per process: starting Python
+/// takes a good part of a second on some machines.
+fn python_paths() -> &'static [PathBuf] {
+    static PATHS: OnceLock<Vec<PathBuf>> = OnceLock::new();
+    PATHS.get_or_init(ask_python_paths)
+}
+
+fn ask_python_paths() -> Vec<PathBuf> {
     let out = Command::new("python3")
         .args([
             "-c",

@@ -12,8 +12,8 @@ use crate::{Client, ClientOptions, Plugin, Result};
 #[derive(Debug, Clone, Copy)]
 pub struct OpenOptions<'a> {
     /// The target; `None` picks the first accelerator (CUDA, ROCm, TPU)
-    /// whose plugin is already on this machine and which shows a device,
-    /// else the CPU.
+    /// whose device files exist ([`Target::has_device_files`]), whose plugin
+    /// is already on this machine and which shows a device, else the CPU.
     pub target: Option<Target>,
     /// A plugin file to load instead of the one [`provision::locate`] finds.
     pub plugin: Option<&'a Path>,
@@ -55,7 +55,8 @@ pub fn open(options: &OpenOptions<'_>) -> Result<Client> {
         return Client::new(Plugin::load(&path)?, &options);
     }
     if plugin.is_none() {
-        for target in [Target::Cuda, Target::Rocm, Target::Tpu] {
+        let accelerators = [Target::Cuda, Target::Rocm, Target::Tpu];
+        for target in accelerators.into_iter().filter(|t| t.has_device_files()) {
             let Ok(Some((path, _))) = provision::find(target, None) else {
                 continue;
             };

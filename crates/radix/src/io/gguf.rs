@@ -172,7 +172,7 @@ impl Gguf {
         let start = self.data_start + info.offset as usize;
         let bytes = &self.map[start..start + len];
         let dims = info.dims.clone();
-        let values: Vec<f32> = match info.ty {
+        let dequantize: fn(&[u8], &mut [f32]) = match info.ty {
             GgmlType::F32 => {
                 return Ok(Some(HostTensor::mapped(
                     DType::F32,
@@ -182,20 +182,24 @@ impl Gguf {
                     len,
                 )));
             }
-            GgmlType::F16 => bytes
-                .chunks_exact(2)
-                .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            GgmlType::BF16 => bytes
-                .chunks_exact(2)
-                .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            GgmlType::Q8_0 => dequantize_q8_0(bytes),
-            GgmlType::Q4_0 => dequantize_q4_0(bytes),
-            GgmlType::Q4_1 => dequantize_q4_1(bytes),
+            GgmlType::F16 => |bytes, out| {
+                for (b, o) in bytes.chunks_exact(2).zip(out) {
+                    *o = f16::from_le_bytes([b[0], b[1]]).to_f32();
+                }
+            },
+            GgmlType::BF16 => |bytes, out| {
+                for (b, o) in bytes.chunks_exact(2).zip(out) {
+                    *o = bf16::from_le_bytes([b[0], b[1]]).to_f32();
+                }
+            },
+            GgmlType::Q8_0 => dequantize_q8_0,
+            GgmlType::Q4_0 => dequantize_q4_0,
+            GgmlType::Q4_1 => dequantize_q4_1,
             _ => return Err(unsupported()),
         };
-        Ok(Some(HostTensor::from_slice(&dims, &values)))
+        Ok(Some(HostTensor::f32_filled(dims, |out| {
+            dequantize(bytes, out)
+        })))
     }
 }
 
@@ -374,20 +378,19 @@ impl GgmlType {
 }
 
 /// `Q8_0`: each 34-byte block is an `f16` scale `d` and 32 `i8`s `q`; `x = d * q`.
-fn dequantize_q8_0(bytes: &[u8]) -> Vec<f32> {
-    let mut out = Vec::with_capacity(bytes.len() / 34 * 32);
-    for b in bytes.chunks_exact(34) {
+fn dequantize_q8_0(bytes: &[u8], out: &mut [f32]) {
+    for (b, o) in bytes.chunks_exact(34).zip(out.chunks_exact_mut(32)) {
         let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
-        out.extend(b[2..].iter().map(|&q| d * f32::from(q as i8)));
+        for (o, &q) in o.iter_mut().zip(&b[2..]) {
+            *o = d * f32::from(q as i8);
+        }
     }
-    out
 }
 
 /// `Q4_0`: each 18-byte block is an `f16` scale `d` and 16 bytes of nibbles;
 /// element `j < 16` is the low nibble of byte `j`, element `j + 16` its high
 /// nibble; `x = d * (q - 8)`.
-fn dequantize_q4_0(bytes: &[u8]) -> Vec<f32> {
-    let mut out = vec![0f32; bytes.len() / 18 * 32];
+fn dequantize_q4_0(bytes: &[u8], out: &mut [f32]) {
     for (b, o) in bytes.chunks_exact(18).zip(out.chunks_exact_mut(32)) {
         let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
         for (j, &q) in b[2..].iter().enumerate() {
@@ -395,13 +398,11 @@ fn dequantize_q4_0(bytes: &[u8]) -> Vec<f32> {
             o[j + 16] = d * f32::from((q >> 4) as i8 - 8);
         }
     }
-    out
 }
 
 /// `Q4_1`: each 20-byte block is an `f16` scale `d`, an `f16` minimum `m` and 16
 /// bytes of nibbles laid out as in `Q4_0`; `x = d * q + m`.
-fn dequantize_q4_1(bytes: &[u8]) -> Vec<f32> {
-    let mut out = vec![0f32; bytes.len() / 20 * 32];
+fn dequantize_q4_1(bytes: &[u8], out: &mut [f32]) {
     for (b, o) in bytes.chunks_exact(20).zip(out.chunks_exact_mut(32)) {
         let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
         let m = f16::from_le_bytes([b[2], b[3]]).to_f32();
@@ -410,7 +411,6 @@ fn dequantize_q4_1(bytes: &[u8]) -> Vec<f32> {
             o[j + 16] = d * f32::from(q >> 4) + m;
         }
     }
-    out
 }
 
 /// The header, metadata and tensor infos of a GGUF file.

@@ -59,6 +59,23 @@ impl HostTensor {
         }
     }
 
+    /// An `f32` tensor of `dims` whose elements `fill` writes in place (a
+    /// dequantized weight: no second copy of a large tensor).
+    pub(crate) fn f32_filled(dims: Vec<i64>, fill: impl FnOnce(&mut [f32])) -> Self {
+        let n = dims.iter().product::<i64>() as usize;
+        let len = n * 4;
+        let mut words = vec![0u64; len.div_ceil(8)];
+        // SAFETY: `words` holds at least `n` f32s, is aligned for them, and
+        // every bit pattern is a valid f32.
+        let values = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<f32>(), n) };
+        fill(values);
+        HostTensor {
+            dtype: DType::F32,
+            dims,
+            data: Bytes::Owned { words, len },
+        }
+    }
+
     /// A tensor over `len` bytes at `start` of `map`; the caller has checked the
     /// range and that `len` matches `dtype` and `dims`.
     pub(crate) fn mapped(

@@ -75,10 +75,67 @@ pub fn load_weights<M: Module + ?Sized>(
     store: &WeightStore,
     model: &M,
 ) -> Result<Bufferized<M>, LoadError> {
-    model.map(&mut String::new(), &mut |path, t| {
-        let host = store.get(path, t.shape().dims())?;
-        Ok(Buffer::from_slice(platform, &host.to_f32_vec(), t.shape())?)
+    let params: Vec<(String, Shape)> = crate::module::tensors(model)
+        .into_iter()
+        .map(|(path, t)| (path, t.shape()))
+        .collect();
+    // Reading (dequantizing) and uploading a weight is independent of the
+    // others: spread over the cores, a model loads that much sooner.
+    let mut loaded =
+        parallel_map(&params, |(path, shape)| load(platform, store, path, *shape)).into_iter();
+    model.map(&mut String::new(), &mut |_, _| {
+        loaded
+            .next()
+            .expect("model.map visits the leaves tensors() listed")
     })
+}
+
+/// One weight, read from `store` and uploaded as `shape`: bytes of the
+/// parameter's dtype go up as they are (from the file's memory map), others
+/// are converted to `f32` first.
+fn load(
+    platform: &Platform,
+    store: &WeightStore,
+    path: &str,
+    shape: Shape,
+) -> Result<Buffer, LoadError> {
+    let host = store.get(path, shape.dims())?;
+    if host.dtype() == shape.dtype() {
+        return Ok(Buffer::from_bytes(platform, host.bytes(), shape)?);
+    }
+    Ok(Buffer::from_slice(platform, &host.to_f32_vec(), shape)?)
+}
+
+/// `f` of each item, in order, computed on up to as many threads as the
+/// machine has cores.
+fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(items.len());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut done: Vec<(usize, R)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = vec![];
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break mine };
+                        mine.push((i, f(item)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| {
+                w.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
 }
 
 /// `t` (whose axes are all tagged and present in `like`) broadcast to
