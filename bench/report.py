@@ -100,6 +100,40 @@ def verdict(ok):
     return "**met**" if ok else "**missed**"
 
 
+def start_section(w, runs, g):
+    """§3b: `radix generate` as whole processes, this build (both plans) and the build before issue 11."""
+    labels = [("before", "before issue 11 (one program per step)"), ("one-program", "now, `--plan one-program`"),
+              ("per-block", "now, `--plan per-block` (the default)")]
+    if not any(g(f"{label} warm wall") for label, _ in labels):
+        return
+    sm = meta(runs, "start-per-block")
+    bm = meta(runs, "start-before")
+    w("## 3b. `radix generate` from start to the last token: before and after issue 11\n")
+    w(f"Whole processes: `{sm.get('command', '?')}`, the release binary of this tree and of commit "
+      f"`{bm.get('commit', '?')}` (built by `bench/run` from that commit). *Cold*: an executable cache with no "
+      "entries (a fresh `RADIX_CACHE_DIR` whose `packages/` and `hashes/` link to the real one, so nothing is "
+      "downloaded); *warm*: the same folder again. *Executables* is the time until every program of the "
+      "command was ready (compiled, or loaded from the cache), *load* the weights' read and upload, both as "
+      "radix logs them (`RUST_LOG=info`). Per-block: an embedding, one block and a head executable per step "
+      "length (the block called once per layer); one program: every layer in one program (one `radix::call` "
+      "body, inlined by XLA).\n")
+    rows = []
+    for name, unit_note in [("warm wall", "warm wall (s)"), ("warm executables", "warm: executables ready (s)"),
+                            ("warm load", "warm: weights loaded (s)"), ("cold executables", "cold: executables compiled (s)"),
+                            ("cold wall", "cold wall (s)")]:
+        cells = []
+        for label, _ in labels:
+            fig = g(f"{label} {name}")
+            cells.append(f"{fmt(fig.median)} ({fig.spread()}, n={fig.n})" if fig else "—")
+        rows.append(f"| {unit_note} | " + " | ".join(cells) + " |")
+    w("| median (p10–p90, n) | " + " | ".join(d for _, d in labels) + " |")
+    w("|---" * (1 + len(labels)) + "|")
+    w("\n".join(rows) + "\n")
+    texts = {label: meta(runs, f"start-{label}").get("text") for label, _ in labels}
+    same = len({t for t in texts.values() if t is not None}) == 1
+    w(f"The three print the same text: {'yes' if same else 'no'} ({texts.get('per-block')!r}).\n")
+
+
 def main(results):
     runs = load(results)
     f = figures(runs)
@@ -160,7 +194,18 @@ def main(results):
     if dec:
         target("SmolLM2 decode, fp32", f"{fmt(dec.median)} tokens/s"
                + (f" (bound {fmt(bound)})" if bound else ""), "≥ 40 tokens/s", dec.median >= 40)
-    w("## Targets (issue 7)\n")
+    before, after = g("before warm wall"), g("per-block warm wall")
+    if before and after:
+        target("warm `radix generate` wall vs before (issue 11)",
+               f"{fmt(after.median)} s vs {fmt(before.median)} s ({after.median / before.median:.2f}×)",
+               "≤ 0.5×", after.median <= 0.5 * before.median)
+    for plan in ("per-block", "one-program"):
+        cold, warm = g(f"{plan} cold executables"), g(f"{plan} warm executables")
+        if cold and warm:
+            target(f"`radix generate` cached start vs compile, {plan} (issue 11)",
+                   f"{fmt(warm.median * 1e3)} ms vs {fmt(cold.median * 1e3)} ms ({cold.median / warm.median:.1f}×)",
+                   "≥ 10× faster", cold.median >= 10 * warm.median)
+    w("## Targets (issues 7 and 11)\n")
     w("| target | this run | goal | |\n|---|---|---|---|")
     w("\n".join(rows) + "\n")
 
@@ -207,6 +252,8 @@ def main(results):
              ("JAX: `compile()` on a persistent-cache hit (no lowering)", g("jax persistent cache: compile() only"),
               False)], cached, True) + "\n")
     w("The ratio column is against radix's cached start; rows marked (part) break a radix figure down.\n")
+
+    start_section(w, runs, g)
 
     w("## 4. MiniLM (all-MiniLM-L6-v2) sentence embeddings\n")
     mm = meta(runs, "minilm-ort")

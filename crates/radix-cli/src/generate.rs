@@ -17,7 +17,7 @@ use clap::Args;
 use indicatif::ProgressBar;
 use radix::Platform;
 use radix::io::Gguf;
-use radix_models::generate::Generation;
+use radix_models::generate::{Generation, Plan};
 use radix_models::llama::{Llama, LlamaRunner};
 use radix_models::sampling::Sampler;
 use radix_text::{ChatMessage, Tokenizer};
@@ -53,10 +53,33 @@ pub struct GenerateArgs {
     /// Format the prompt as a user message with the model's chat template.
     #[arg(long)]
     chat: bool,
-    /// Print one JSON object (prompt and generated ids, text, tokens/s)
-    /// instead of streaming the text.
+    /// Print one JSON object (prompt and generated ids, text, tokens/s and
+    /// where the time went) instead of streaming the text.
     #[arg(long)]
     json: bool,
+    /// How a step runs: each layer as a call of one block executable (fast
+    /// to compile and to load), or the whole model as one program (one
+    /// dispatch per token).
+    #[arg(long, value_enum, default_value_t = PlanArg::PerBlock)]
+    plan: PlanArg,
+}
+
+/// `--plan`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PlanArg {
+    /// Each layer a call of one block executable.
+    PerBlock,
+    /// The whole model as one program.
+    OneProgram,
+}
+
+impl From<PlanArg> for Plan {
+    fn from(p: PlanArg) -> Plan {
+        match p {
+            PlanArg::PerBlock => Plan::PerBlock,
+            PlanArg::OneProgram => Plan::OneProgram,
+        }
+    }
 }
 
 /// Runs `radix generate`.
@@ -77,7 +100,7 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
     };
     let ids = model.tokenizer.encode(&text)?;
     let n_new = model.n_new(ids.len(), args.max_tokens)?;
-    let mut session = Session::new(open_platform(cli)?, model, 32);
+    let mut session = Session::new(open_platform(cli)?, model, 32, args.plan.into());
     let res = if args.json {
         session.generate(&ids, n_new, &mut sampler, |_| Ok(()))?
     } else {
@@ -99,6 +122,10 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
             "text": tokenizer.decode_skipping_special(&res.ids)?,
             "prefill_tokens_per_s": res.prefill_tokens_per_s(ids.len()),
             "decode_tokens_per_s": res.decode_tokens_per_s(),
+            "load_s": session.load_time.as_secs_f64(),
+            "compile_s": session.compile_time.as_secs_f64(),
+            "prefill_s": res.prefill.as_secs_f64(),
+            "decode_s": res.decode.as_secs_f64(),
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
@@ -225,16 +252,25 @@ struct Session {
     model: Model,
     /// The smallest cache to load a runner with.
     min_capacity: usize,
+    plan: Plan,
     runner: Option<LlamaRunner>,
+    /// How long the last load of the weights took.
+    load_time: Duration,
+    /// How long the executables of the last generation took to compile (or
+    /// to load from the executable cache).
+    compile_time: Duration,
 }
 
 impl Session {
-    fn new(platform: Platform, model: Model, min_capacity: usize) -> Session {
+    fn new(platform: Platform, model: Model, min_capacity: usize, plan: Plan) -> Session {
         Session {
             platform,
             model,
             min_capacity,
+            plan,
             runner: None,
+            load_time: Duration::ZERO,
+            compile_time: Duration::ZERO,
         }
     }
 
@@ -252,9 +288,11 @@ impl Session {
             let t = Instant::now();
             self.runner = None;
             let runner = Llama::open(&self.platform, &self.model.path, capacity)
-                .with_context(|| format!("cannot load {}", self.model.path.display()))?;
+                .with_context(|| format!("cannot load {}", self.model.path.display()))?
+                .with_plan(self.plan);
             bar.finish_and_clear();
-            tracing::info!("loaded {name} in {:.2?}", t.elapsed());
+            self.load_time = t.elapsed();
+            tracing::info!("loaded {name} in {:.2?}", self.load_time);
             self.runner = Some(runner);
         }
         let runner = self.runner.as_mut().context("no runner")?;
@@ -262,10 +300,11 @@ impl Session {
         let t = Instant::now();
         runner.compile(n)?;
         bar.finish_and_clear();
+        self.compile_time = t.elapsed();
         tracing::info!(
             "prefill ({n} tokens) and decode executables (cache of {} positions) ready in {:.2?}",
             runner.capacity(),
-            t.elapsed()
+            self.compile_time
         );
         Ok(runner)
     }
@@ -331,7 +370,7 @@ impl TextStream {
 /// exchanges dropped when it outgrows the context.
 fn chat_loop(cli: &Cli, model: Model, args: &GenerateArgs, mut sampler: Sampler) -> Result<()> {
     // A longer cache than the first turns need, so that later turns reuse it.
-    let mut session = Session::new(open_platform(cli)?, model, 1024);
+    let mut session = Session::new(open_platform(cli)?, model, 1024, args.plan.into());
     let mut history: Vec<ChatMessage> = vec![];
     let mut stdin = std::io::stdin().lock();
     let mut stdout = std::io::stdout();
