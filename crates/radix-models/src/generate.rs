@@ -18,6 +18,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use radix::io::{Gguf, WeightStore};
 use radix::nn::KvCache;
 use radix::{Buffer, Bufferized, Compiled, DType, Module, Platform, Program, Shape, Tensor};
 
@@ -276,6 +277,19 @@ impl<M: CausalLm> Generator<M> {
             steps: HashMap::new(),
             empty: None,
         })
+    }
+
+    /// A runner for `model` with its weights read from `gguf` by their
+    /// field paths (the file's tensor names), stopping after the file's
+    /// end-of-sequence token (`tokenizer.ggml.eos_token_id`).
+    pub fn from_gguf(platform: &Platform, model: M, gguf: Gguf, capacity: usize) -> Result<Self> {
+        let eos = gguf
+            .get("tokenizer.ggml.eos_token_id")
+            .and_then(|v| v.as_i64())
+            .map(|v| v as u32);
+        let store = WeightStore::new(vec![Box::new(gguf)], str::to_string);
+        let weights = radix::nn::load_weights(platform, &store, &model)?;
+        Generator::new(platform, model, weights, capacity, eos)
     }
 
     /// The same runner with its steps run as `plan` (compiled anew on first

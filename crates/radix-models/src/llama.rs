@@ -7,10 +7,8 @@
 //! GGUF stores `attn_q`/`attn_k` with rows permuted for adjacent-pair rotary
 //! embeddings; they are used as stored, with [`RopeLayout::AdjacentPair`].
 //!
-//! [`Llama`] is the model: its fields carry the GGUF names of its weights.
-//! Running it (prompt buckets, the KV cache, the decode loop) is the
-//! business of [`crate::generate::Generator`]; [`LlamaRunner`] is that
-//! runner over this model.
+//! [`Llama`] is the model, its fields named for its GGUF weights; running it
+//! is [`crate::generate::Generator`]'s business ([`LlamaRunner`]).
 //!
 //! Axes: `b` batch, `s` sequence, `d` model width, `h` heads, `hd` head width,
 //! `ff` MLP width, `voc` vocabulary; inside attention `s` becomes `q` (queries)
@@ -18,7 +16,7 @@
 
 use std::path::Path;
 
-use radix::io::{Gguf, WeightStore};
+use radix::io::Gguf;
 use radix::nn::{self, Embedding, GatedMlp, KvCache, Linear, RmsNorm, RopeLayout, Rotary};
 use radix::{Bufferized, DType, Module, Platform, Shape, Size, Tensor};
 
@@ -151,11 +149,9 @@ impl Attention {
         let v = heads(&self.v, self.n_kv_heads);
         let (k, v) = (k.rename("s", "k"), v.rename("s", "k"));
         let cache = step.cache.write(step.start, k, v);
-        let (keys, values) = (cache.k, cache.v);
-        let capacity = keys.dim("k");
-        let k_pos = Tensor::iota(Shape::tagged(pos.dtype(), &[("k", capacity)]), "k");
+        let k_pos = Tensor::iota(Shape::tagged(pos.dtype(), &[("k", cache.k.dim("k"))]), "k");
         let mask = nn::causal_mask(pos.rename("s", "q"), k_pos);
-        let out = nn::attention(q.rename("s", "q"), keys, values, Some(mask));
+        let out = nn::attention(q.rename("s", "q"), cache.k, cache.v, Some(mask));
         let out = out.merge_axes(["h", "hd"], "d").rename("q", "s");
         (self.o.forward(out), cache)
     }
@@ -182,11 +178,6 @@ impl Block {
 }
 
 impl Llama {
-    /// The configuration.
-    pub fn config(&self) -> &LlamaConfig {
-        &self.cfg
-    }
-
     /// The model's parameters (placeholders until loaded).
     pub fn new(cfg: &LlamaConfig) -> Llama {
         Llama {
@@ -207,15 +198,8 @@ impl Llama {
     /// Loads the model in `gguf` on `platform` into a runner whose cache
     /// holds `capacity` positions.
     pub fn load(platform: &Platform, gguf: Gguf, capacity: usize) -> Result<LlamaRunner> {
-        let cfg = LlamaConfig::from_gguf(&gguf)?;
-        let eos = gguf
-            .get("tokenizer.ggml.eos_token_id")
-            .and_then(|v| v.as_i64())
-            .map(|v| v as u32);
-        let model = Llama::new(&cfg);
-        let store = WeightStore::new(vec![Box::new(gguf)], str::to_string);
-        let weights = nn::load_weights(platform, &store, &model)?;
-        Generator::new(platform, model, weights, capacity, eos)
+        let model = Llama::new(&LlamaConfig::from_gguf(&gguf)?);
+        Generator::from_gguf(platform, model, gguf, capacity)
     }
 }
 
