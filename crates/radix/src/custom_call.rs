@@ -38,7 +38,7 @@
 //! .register()?;
 //! let platform = Platform::cpu()?;
 //! let x = Tensor::param(Shape::new(DType::F32, &[4]));
-//! let exe = radix::compile(&platform, &(), &x, |_, x| {
+//! let exe = radix::compile_fn(&platform, &x, |x| {
 //!     scale.call(&[x], &Attrs::new().with("k", 3.0f32))[0]
 //! })?;
 //! # Ok(())

@@ -44,7 +44,9 @@ pub mod testing;
 
 pub use buffer::Buffer;
 pub use cache::{CacheEntry, CacheKey, ExecutableCache, Origin};
-pub use compile::{cache_key, compile, compile_fn, compile_program, compile_program_with, trace};
+pub use compile::{
+    cache_key, compile, compile_fn, compile_program, compile_program_with, trace, trace_fn,
+};
 pub use compile_config::{CacheMode, CompileConfig, platform_env_overrides};
 pub use custom_call::{Attrs, CustomCall, CustomCallMode};
 pub use dtype::{DType, Element};

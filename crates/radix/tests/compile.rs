@@ -42,7 +42,7 @@ struct Stack {
 }
 
 fn check_stablehlo(f: impl FnOnce(Tensor) -> Tensor, x: Shape, want: Expect) {
-    let program = radix::trace(&(), &Tensor::param(x), |_, x| f(x)).unwrap();
+    let program = radix::trace_fn(&Tensor::param(x), f).unwrap();
     want.assert_eq(&program.optimize().stablehlo());
 }
 
@@ -130,7 +130,7 @@ fn printing_is_deterministic_and_skips_dead_ops() {
     };
     let s = Shape::new(DType::F32, &[2]);
     let print = || {
-        radix::trace(&(), &Tensor::param(s), |_, x| f(x))
+        radix::trace_fn(&Tensor::param(s), f)
             .unwrap()
             .optimize()
             .stablehlo()
@@ -146,7 +146,7 @@ fn printing_is_deterministic_and_skips_dead_ops() {
 #[test]
 fn trace_leaves_the_passes_to_compile() {
     let s = Shape::new(DType::F32, &[2]);
-    let traced = radix::trace(&(), &Tensor::param(s), |_, x| x.tanh() + 0.0).unwrap();
+    let traced = radix::trace_fn(&Tensor::param(s), |x| x.tanh() + 0.0).unwrap();
     assert!(!traced.is_optimized());
     let raw = traced.stablehlo_without_locations();
     assert!(raw.contains("stablehlo.add"), "{raw}");
