@@ -233,7 +233,7 @@ fn trace_block(
         });
     }
     Block {
-        function: crate::passes::optimize(&done.function),
+        function: done.function,
         results,
         captures: done.captures.into_iter().map(|c| c.0).collect(),
     }

@@ -162,3 +162,28 @@ fn trace_leaves_the_passes_to_compile() {
     let exe = radix::compile_program(&platform(), traced).unwrap();
     assert_eq!(exe.program().stablehlo_without_locations(), text);
 }
+
+/// The tracer leaves nested functions as traced too: a `call` body and a
+/// `while` body keep their `x + 0` until `optimize`, which reaches into them.
+#[test]
+fn trace_leaves_nested_functions_as_traced() {
+    fn body(x: &Tensor) -> Tensor {
+        x.tanh() + 0.0
+    }
+    let s = Shape::new(DType::F32, &[2]);
+    let f = |x: Tensor| {
+        let y = radix::call(body, &x);
+        radix::while_(
+            &[y],
+            |s| s[0].max(0).lt(Tensor::scalar(10.0, DType::F32)),
+            |s| vec![s[0] * 2.0 + 0.0],
+        )[0]
+    };
+    let traced = radix::trace_fn(&Tensor::param(s), f).unwrap();
+    let raw = traced.stablehlo_without_locations();
+    assert_eq!(raw.matches("stablehlo.add").count(), 2, "{raw}");
+    let text = traced.optimize().stablehlo_without_locations();
+    assert!(!text.contains("stablehlo.add"), "{text}");
+    assert!(text.contains("stablehlo.tanh"), "{text}");
+    assert!(text.contains("stablehlo.multiply"), "{text}");
+}

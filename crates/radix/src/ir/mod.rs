@@ -8,11 +8,12 @@
 //! (softmax, gelu, mean, ...) are built from these primitives and add no op.
 //!
 //! Nested blocks: ops with regions hold their bodies as nested
-//! `Function`s, already optimized. `while`/`if` bodies are open (they name
+//! `Function`s, as traced (the passes optimize them with the function that
+//! holds them). `while`/`if` bodies are open (they name
 //! enclosing values, passed as extra operands); `call`ed functions and the
 //! scalar bodies of `reduce`, `reduce_window`, `sort` and `scatter` are
-//! hermetic. The passes treat a body as part of its op: CSE compares it
-//! whole, and nothing rewrites inside it. An op with several results is one
+//! hermetic. The passes optimize each body on its own, then treat it as
+//! part of its op: CSE compares it whole. An op with several results is one
 //! node followed by a `Project` node per result.
 
 pub(crate) mod interp;
