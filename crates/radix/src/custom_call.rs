@@ -283,7 +283,7 @@ impl CustomCall {
     /// shape rule's are trace errors at the caller's line.
     #[track_caller]
     pub fn call(&self, operands: &[Tensor], attrs: &Attrs) -> Vec<Tensor> {
-        crate::ir::ops::custom_call::emit(self, operands, attrs)
+        crate::tensor::custom_call::emit(self, operands, attrs)
     }
 
     pub(crate) fn same(&self, other: &CustomCall) -> bool {

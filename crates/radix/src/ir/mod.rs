@@ -3,8 +3,9 @@
 //! A [`Function`] holds nodes in creation order (so every operand precedes
 //! its user), its parameters and its results. Each node is one op producing
 //! one tensor. The op set is a small closed enum, [`Op`]; each op family lives
-//! in one file under [`ops`] with its public `Tensor` methods, shape rule,
-//! StableHLO printing and reference semantics side by side. Composites
+//! in one file under [`ops`] with its shape rule, StableHLO printing and
+//! reference semantics side by side. The IR knows nothing of the tracer:
+//! the methods recording ops live under `tensor/`, which uses this module. Composites
 //! (softmax, gelu, mean, ...) are built from these primitives and add no op.
 //!
 //! Nested blocks: ops with regions hold their bodies as nested
@@ -46,7 +47,7 @@ pub(crate) struct Function {
     pub(crate) nodes: Vec<Node>,
     pub(crate) params: Vec<ValueId>,
     pub(crate) results: Vec<ValueId>,
-    /// `(value, parameter index)` pairs recorded by `Tensor::reuse_buffer`
+    /// `(value, parameter index)` pairs recorded by `reuse_buffer`
     /// while tracing; `trace` turns them into argument aliases.
     pub(crate) reuses: Vec<(ValueId, usize)>,
     /// The nodes with side effects ([`Op::has_side_effect`]), in order;
