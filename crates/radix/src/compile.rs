@@ -30,6 +30,32 @@ where
     Ok(trace_outputs(model, inputs, forward)?.0)
 }
 
+/// Traces a function of `inputs` alone, with no model (see [`trace`]): every
+/// tensor of `inputs` becomes an argument, in their visit order.
+///
+/// ```
+/// # fn main() -> radix::Result<()> {
+/// use radix::{DType, Shape, Tensor};
+/// let shape = Shape::tagged(DType::F32, &[("b", 2), ("d", 3)]);
+/// let program = radix::trace_fn(&Tensor::param(shape), |x| (x * 2.0).sum("d"))?;
+/// assert_eq!(program.args().len(), 1);
+/// # Ok(())
+/// # }
+/// ```
+#[track_caller]
+pub fn trace_fn<I, O, F>(inputs: &I, f: F) -> Result<Program>
+where
+    I: Module + Clone,
+    O: Module,
+    F: FnOnce(I) -> O,
+{
+    trace(&NO_MODEL, inputs, |_, x| f(x))
+}
+
+/// The model of a function traced without one: it has no tensors, so the
+/// program has no weights.
+const NO_MODEL: () = ();
+
 /// [`trace`], also returning the traced outputs: the tree a call's results
 /// are put back into.
 #[track_caller]
@@ -144,7 +170,7 @@ where
     O: Module,
     F: FnOnce(I) -> O,
 {
-    compile(platform, &(), inputs, |_, x| f(x))
+    compile(platform, &NO_MODEL, inputs, |_, x| f(x))
 }
 
 /// Compiles a traced program for `platform` with [`CompileConfig::new`]

@@ -38,7 +38,7 @@
 //! .register()?;
 //! let platform = Platform::cpu()?;
 //! let x = Tensor::param(Shape::new(DType::F32, &[4]));
-//! let exe = radix::compile(&platform, &(), &x, |_, x| {
+//! let exe = radix::compile_fn(&platform, &x, |x| {
 //!     scale.call(&[x], &Attrs::new().with("k", 3.0f32))[0]
 //! })?;
 //! # Ok(())
@@ -283,7 +283,7 @@ impl CustomCall {
     /// shape rule's are trace errors at the caller's line.
     #[track_caller]
     pub fn call(&self, operands: &[Tensor], attrs: &Attrs) -> Vec<Tensor> {
-        crate::ir::ops::custom_call::emit(self, operands, attrs)
+        crate::tensor::custom_call::emit(self, operands, attrs)
     }
 
     pub(crate) fn same(&self, other: &CustomCall) -> bool {

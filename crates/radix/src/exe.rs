@@ -102,7 +102,9 @@ impl<M: Module, I: Module, O: Module> Compiled<M, I, O> {
 impl<I: Module, O: Module> Compiled<(), I, O> {
     /// Runs a function compiled without a model ([`crate::compile_fn`]).
     pub fn call_fn(&self, inputs: Bufferized<I>) -> Result<Bufferized<O>> {
-        self.call(&(), inputs)
+        // A function has no weights: its model is the unit struct.
+        let no_weights = ();
+        self.call(&no_weights, inputs)
     }
 }
 

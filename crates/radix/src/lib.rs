@@ -44,7 +44,9 @@ pub mod testing;
 
 pub use buffer::Buffer;
 pub use cache::{CacheEntry, CacheKey, ExecutableCache, Origin};
-pub use compile::{cache_key, compile, compile_fn, compile_program, compile_program_with, trace};
+pub use compile::{
+    cache_key, compile, compile_fn, compile_program, compile_program_with, trace, trace_fn,
+};
 pub use compile_config::{CacheMode, CompileConfig, platform_env_overrides};
 pub use custom_call::{Attrs, CustomCall, CustomCallMode};
 pub use dtype::{DType, Element};
@@ -52,11 +54,9 @@ pub use dump::{DumpConfig, XlaDump};
 pub use error::{Error, Result, TraceError};
 pub use exe::{Compiled, Executable};
 pub use host_callback::host_callback;
-pub use ir::ops::control::{call, for_, if_, while_};
+
 pub use ir::ops::dot::DotDims;
-pub use ir::ops::reduce::reduce;
 pub use ir::ops::shape_ops::{PadSpec, SliceRange, SliceSpec};
-pub use ir::ops::sort::sort;
 pub use ir::ops::{Binary, Compare, Order, Unary, Window};
 pub use literal::Literal;
 pub use module::{Bufferized, Module, Shapes};
@@ -65,3 +65,6 @@ pub use program::{ArgSpec, Program};
 pub use radix_macros::Module;
 pub use shape::{Axes, AxisRef, Shape, Size, Tag};
 pub use tensor::Tensor;
+pub use tensor::control::{call, for_, if_, while_};
+pub use tensor::reduce::reduce;
+pub use tensor::sort::sort;

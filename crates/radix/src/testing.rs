@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-use crate::compile::{compile_program, trace};
+use crate::compile::{self, compile_program};
 use crate::{Buffer, DType, Literal, Module, Platform, Program, Result, Tensor};
 
 /// The shared CPU platform of this process.
@@ -21,7 +21,7 @@ pub fn platform() -> Platform {
 #[track_caller]
 pub fn trace_fn<O: Module>(inputs: &[Literal], f: impl FnOnce(&[Tensor]) -> O) -> Result<Program> {
     let params: Vec<Tensor> = inputs.iter().map(|l| Tensor::param(l.shape())).collect();
-    trace(&(), &params, |_, xs: Vec<Tensor>| f(&xs))
+    compile::trace_fn(&params, |xs: Vec<Tensor>| f(&xs))
 }
 
 /// Compiles `f` on the CPU and calls it on `inputs`.

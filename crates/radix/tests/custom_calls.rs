@@ -144,7 +144,7 @@ fn a_kernel_error_and_a_panic_come_back_from_call() {
         (&*FAILS, "the kernel refuses 1 inputs"),
         (&*PANICS, "the kernel panicked on purpose"),
     ] {
-        let exe = radix::compile(&platform, &(), &Tensor::param(shape), |_, x| {
+        let exe = radix::compile_fn(&platform, &Tensor::param(shape), |x| {
             call.call(&[x], &Attrs::new())[0]
         })
         .unwrap();
@@ -156,7 +156,7 @@ fn a_kernel_error_and_a_panic_come_back_from_call() {
         assert!(err.to_string().contains(msg), "{err}");
     }
     // The process goes on: a good call still works.
-    let exe = radix::compile(&platform, &(), &Tensor::param(shape), |_, x| softsign(x)).unwrap();
+    let exe = radix::compile_fn(&platform, &Tensor::param(shape), softsign).unwrap();
     assert_eq!(
         exe.executable().call(&[&x]).unwrap()[0]
             .to_vec::<f32>()
@@ -169,7 +169,7 @@ fn a_kernel_error_and_a_panic_come_back_from_call() {
 fn an_aliased_output_lives_in_the_donated_input() {
     let platform = platform();
     let shape = Shape::new(DType::F32, &[4]);
-    let program = radix::trace(&(), &Tensor::param(shape), |_, x| {
+    let program = radix::trace_fn(&Tensor::param(shape), |x| {
         ADD_ONE_IN_PLACE.call(&[x], &Attrs::new())[0].reuse_buffer(x)
     })
     .unwrap();
@@ -192,7 +192,7 @@ fn an_aliased_output_lives_in_the_donated_input() {
     let err = exe.call(&[&x]).unwrap_err();
     assert!(matches!(err, Error::Donated { index: 0, .. }), "{err}");
     // Without donation the plugin copies: the input survives.
-    let exe = radix::compile(&platform, &(), &Tensor::param(shape), |_, x| {
+    let exe = radix::compile_fn(&platform, &Tensor::param(shape), |x| {
         ADD_ONE_IN_PLACE.call(&[x], &Attrs::new())[0]
     })
     .unwrap();
@@ -368,7 +368,7 @@ fn cache_key_child() {
     .unwrap();
     let platform = platform();
     let x = Tensor::param(Shape::new(DType::F32, &[2]));
-    let program = radix::trace(&(), &x, |_, x| call.call(&[x], &Attrs::new())[0]).unwrap();
+    let program = radix::trace_fn(&x, |x| call.call(&[x], &Attrs::new())[0]).unwrap();
     let key = radix::cache_key(&platform, &program, &CompileConfig::new(&platform)).unwrap();
     println!("KEY={key}");
 }
@@ -463,7 +463,7 @@ fn kernels_split_work_over_the_plugins_threads() {
     let shape = Shape::new(DType::F32, &[1]);
     let x = Buffer::from_slice(&platform, &[1f32], shape).unwrap();
     for workers in [1i64, 2] {
-        let exe = radix::compile(&platform, &(), &Tensor::param(shape), |_, x| {
+        let exe = radix::compile_fn(&platform, &Tensor::param(shape), |x| {
             SLEEPY.call(&[x], &Attrs::new().with("workers", workers))[0]
         })
         .unwrap();

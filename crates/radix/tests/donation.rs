@@ -28,7 +28,7 @@ fn check(f: impl FnOnce(Tensor, Tensor, Tensor) -> Vec<Tensor>, want: Expect) {
         Tensor::param(row_shape()),
         Tensor::param(Shape::scalar(DType::I32)),
     );
-    let program = radix::trace(&(), &inputs, |_, (c, r, p)| f(c, r, p)).unwrap();
+    let program = radix::trace_fn(&inputs, |(c, r, p)| f(c, r, p)).unwrap();
     let text = program.optimize().stablehlo_without_locations();
     let main = text.lines().find(|l| l.contains("@main")).unwrap();
     want.assert_eq(main.trim());
@@ -54,16 +54,16 @@ fn reuse_buffer_and_returned_inputs_alias() {
 #[test]
 fn bad_donations_are_errors() {
     let inputs = (Tensor::param(cache_shape()), Tensor::param(row_shape()));
-    let err = radix::trace(&(), &inputs, |_, (c, _)| {
+    let err = radix::trace_fn(&inputs, |(c, _)| {
         vec![(c * 2.0).reuse_buffer(c), (c + 1.0).reuse_buffer(c)]
     })
     .unwrap_err();
     expect!["reuse_buffer: argument 0 is donated twice (shapes: {s=4, d=2, f32}, {s=4, d=2, f32})"]
         .assert_eq(&without_location(&err));
-    let err = radix::trace(&(), &inputs, |_, (c, r)| r.reuse_buffer(c)).unwrap_err();
+    let err = radix::trace_fn(&inputs, |(c, r)| r.reuse_buffer(c)).unwrap_err();
     expect!["reuse_buffer: {s=1, d=2, f32} cannot reuse the buffer of {s=4, d=2, f32} (shapes: {s=1, d=2, f32}, {s=4, d=2, f32})"]
         .assert_eq(&without_location(&err));
-    let err = radix::trace(&(), &inputs, |_, (c, _)| c.reuse_buffer(c * 2.0)).unwrap_err();
+    let err = radix::trace_fn(&inputs, |(c, _)| c.reuse_buffer(c * 2.0)).unwrap_err();
     expect!["reuse_buffer: only an argument's buffer can be reused (shapes: {s=4, d=2, f32}, {s=4, d=2, f32})"]
         .assert_eq(&without_location(&err));
     // The error names the user's line.
@@ -84,13 +84,13 @@ fn a_donated_buffer_is_consumed() {
         Tensor::param(row_shape()),
         Tensor::param(Shape::scalar(DType::I32)),
     );
-    let exe = radix::compile(&platform, &(), &inputs, |_, (c, r, p)| update(c, r, p)).unwrap();
+    let exe = radix::compile_fn(&platform, &inputs, |(c, r, p)| update(c, r, p)).unwrap();
     let cache = Buffer::from_slice(&platform, &[0f32; 8], cache_shape()).unwrap();
     let row = Buffer::from_slice(&platform, &[1f32, 2.], row_shape()).unwrap();
     let pos = Buffer::from_slice(&platform, &[2i32], Shape::scalar(DType::I32)).unwrap();
     // The call takes its inputs by value; these clones share the buffers.
     let out = exe
-        .call(&(), (cache.clone(), row.clone(), pos.clone()))
+        .call_fn((cache.clone(), row.clone(), pos.clone()))
         .unwrap();
     assert_eq!(
         out.to_vec::<f32>().unwrap(),
@@ -99,7 +99,7 @@ fn a_donated_buffer_is_consumed() {
     // The row and position were not donated; the cache was.
     assert!(row.to_vec::<f32>().is_ok());
     assert!(cache.to_vec::<f32>().is_err());
-    let err = exe.call(&(), (cache, row, pos)).unwrap_err();
+    let err = exe.call_fn((cache, row, pos)).unwrap_err();
     expect!["argument 0 (input.0): the buffer was donated to an earlier call"]
         .assert_eq(&err.to_string());
 }
@@ -125,7 +125,7 @@ fn a_donated_state_fed_back_keeps_memory_flat() {
         Tensor::param(row_shape),
         Tensor::param(Shape::scalar(DType::I32)),
     );
-    let exe = radix::compile(&platform, &(), &inputs, |_, (c, r, p)| update(c, r, p)).unwrap();
+    let exe = radix::compile_fn(&platform, &inputs, |(c, r, p)| update(c, r, p)).unwrap();
     let mut cache =
         Buffer::from_slice(&platform, &vec![0f32; (n_s * n_d) as usize], cache_shape).unwrap();
     let row = Buffer::from_slice(&platform, &vec![1f32; n_d as usize], row_shape).unwrap();
@@ -137,7 +137,7 @@ fn a_donated_state_fed_back_keeps_memory_flat() {
         let pos =
             Buffer::from_slice(&platform, &[step % n_s as i32], Shape::scalar(DType::I32)).unwrap();
         let old = cache.clone();
-        cache = exe.call(&(), (cache, row.clone(), pos)).unwrap();
+        cache = exe.call_fn((cache, row.clone(), pos)).unwrap();
         assert!(old.raw().is_deleted().unwrap(), "step {step}");
     }
     rss.push(rss_bytes());

@@ -8,7 +8,7 @@ use radix::{Buffer, DType, Error, Shape, Tensor};
 /// `(op, line, message)`; `line` is relative to `base` (the caller's `line!()`).
 fn check(base: u32, f: impl FnOnce(Tensor) -> Tensor) -> (String, u32, String) {
     let x = Tensor::param(Shape::tagged(DType::F32, &[("a", 2), ("b", 3)]));
-    let err = radix::compile(&platform(), &(), &x, |_, x| f(x))
+    let err = radix::compile_fn(&platform(), &x, f)
         .err()
         .expect("a trace error");
     let e = err
@@ -96,10 +96,10 @@ fn captured_tensor_is_an_error() {
 fn wrong_call_arguments() {
     let platform = platform();
     let x = Tensor::param(Shape::tagged(DType::F32, &[("a", 2)]));
-    let exe = radix::compile(&platform, &(), &(x, x), |_, (x, y)| x + y).unwrap();
+    let exe = radix::compile_fn(&platform, &(x, x), |(x, y)| x + y).unwrap();
     let good = Buffer::from_slice(&platform, &[1f32, 2.], x.shape()).unwrap();
     let bad = Buffer::from_slice(&platform, &[1f32, 2., 3.], Shape::new(DType::F32, &[3])).unwrap();
-    match exe.call(&(), (good.clone(), bad)) {
+    match exe.call_fn((good.clone(), bad)) {
         Err(Error::Argument {
             index,
             path,
@@ -116,7 +116,7 @@ fn wrong_call_arguments() {
     }
     let ints = Buffer::from_slice(&platform, &[1i32, 2], Shape::new(DType::I32, &[2])).unwrap();
     assert!(matches!(
-        exe.call(&(), (ints, good.clone())),
+        exe.call_fn((ints, good.clone())),
         Err(Error::Argument { index: 0, .. })
     ));
     assert!(matches!(
@@ -127,7 +127,7 @@ fn wrong_call_arguments() {
             ..
         })
     ));
-    let sum = exe.call(&(), (good.clone(), good)).unwrap();
+    let sum = exe.call_fn((good.clone(), good)).unwrap();
     assert_eq!(sum.to_vec::<f32>().unwrap(), vec![2., 4.]);
     assert!(matches!(sum.to_vec::<i32>(), Err(Error::Host(_))));
 }

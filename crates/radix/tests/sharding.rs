@@ -40,7 +40,7 @@ fn build(platform: &Platform, program: Program) -> radix::Result<Executable> {
 /// Runs `f` on `x` (values `0, 1, ..`) on `platform`: the result's values
 /// and shape.
 fn run(platform: &Platform, x: Shape, f: impl FnOnce(Tensor) -> Tensor) -> (Vec<f32>, Shape) {
-    let program = radix::trace(&(), &Tensor::param(x), |_, x| f(x)).unwrap();
+    let program = radix::trace_fn(&Tensor::param(x), f).unwrap();
     let exe = build(platform, program).unwrap();
     let values: Vec<f32> = (0..x.count()).map(|v| v as f32).collect();
     let xb = Buffer::from_slice(platform, &values, x).unwrap();
@@ -115,7 +115,7 @@ fn a_two_by_two_mesh_splits_both_axes() {
 #[test]
 fn sharded_text_has_partition_attributes() {
     let x = rows().shard("b", 0).unwrap();
-    let program = radix::trace(&(), &Tensor::param(x), |_, x| {
+    let program = radix::trace_fn(&Tensor::param(x), |x| {
         let y = (x * 2.0).shard("d", 0);
         (y.sum("d").shard("b", 0), y.replicate())
     })
@@ -157,7 +157,7 @@ fn a_split_that_does_not_divide_is_an_error() {
     let err = Buffer::from_slice(&platform, &[0f32; 6], x).unwrap_err();
     expect!["sharding: {b=6@0, f32} on mesh [4]: axis 0 of size 6 does not split 4 ways"]
         .assert_eq(&err.to_string());
-    let program = radix::trace(&(), &Tensor::param(x), |_, x| x + 1.0).unwrap();
+    let program = radix::trace_fn(&Tensor::param(x), |x| x + 1.0).unwrap();
     let err = build(&platform, program).err().unwrap();
     assert!(matches!(err, Error::Sharding(_)), "{err}");
     expect!["sharding: argument 0 (input): {b=6@0, f32} on mesh [4]: axis 0 of size 6 does not split 4 ways"]
@@ -195,7 +195,7 @@ fn a_sharding_constraint_compiles_and_runs() {
 fn a_buffer_split_another_way_is_refused() {
     let platform = meshed(&[4]);
     let x = rows().shard("b", 0).unwrap();
-    let program = radix::trace(&(), &Tensor::param(x), |_, x| x + 1.0).unwrap();
+    let program = radix::trace_fn(&Tensor::param(x), |x| x + 1.0).unwrap();
     let exe = build(&platform, program).unwrap();
     let whole = Buffer::from_slice(&platform, &[0f32; 32], rows()).unwrap();
     let err = exe.call(&[&whole]).unwrap_err();
@@ -216,7 +216,7 @@ fn a_sharded_executable_loads_from_the_cache() {
     let xb = Buffer::from_slice(&platform, &values, x).unwrap();
     let mut origins = vec![];
     for _ in 0..2 {
-        let program = radix::trace(&(), &Tensor::param(x), |_, x| x * 3.0).unwrap();
+        let program = radix::trace_fn(&Tensor::param(x), |x| x * 3.0).unwrap();
         let exe = radix::compile_program_with(&platform, program, &config).unwrap();
         origins.push(exe.origin());
         let y = exe.call(&[&xb]).unwrap();

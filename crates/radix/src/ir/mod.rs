@@ -3,16 +3,18 @@
 //! A [`Function`] holds nodes in creation order (so every operand precedes
 //! its user), its parameters and its results. Each node is one op producing
 //! one tensor. The op set is a small closed enum, [`Op`]; each op family lives
-//! in one file under [`ops`] with its public `Tensor` methods, shape rule,
-//! StableHLO printing and reference semantics side by side. Composites
+//! in one file under [`ops`] with its shape rule, StableHLO printing and
+//! reference semantics side by side. The IR knows nothing of the tracer:
+//! the methods recording ops live under `tensor/`, which uses this module. Composites
 //! (softmax, gelu, mean, ...) are built from these primitives and add no op.
 //!
 //! Nested blocks: ops with regions hold their bodies as nested
-//! `Function`s, already optimized. `while`/`if` bodies are open (they name
+//! `Function`s, as traced (the passes optimize them with the function that
+//! holds them). `while`/`if` bodies are open (they name
 //! enclosing values, passed as extra operands); `call`ed functions and the
 //! scalar bodies of `reduce`, `reduce_window`, `sort` and `scatter` are
-//! hermetic. The passes treat a body as part of its op: CSE compares it
-//! whole, and nothing rewrites inside it. An op with several results is one
+//! hermetic. The passes optimize each body on its own, then treat it as
+//! part of its op: CSE compares it whole. An op with several results is one
 //! node followed by a `Project` node per result.
 
 pub(crate) mod interp;
@@ -45,7 +47,7 @@ pub(crate) struct Function {
     pub(crate) nodes: Vec<Node>,
     pub(crate) params: Vec<ValueId>,
     pub(crate) results: Vec<ValueId>,
-    /// `(value, parameter index)` pairs recorded by `Tensor::reuse_buffer`
+    /// `(value, parameter index)` pairs recorded by `reuse_buffer`
     /// while tracing; `trace` turns them into argument aliases.
     pub(crate) reuses: Vec<(ValueId, usize)>,
     /// The nodes with side effects ([`Op::has_side_effect`]), in order;

@@ -10,6 +10,10 @@
 //! these rules, because every operand is already in canonical form when its
 //! user is visited.
 //!
+//! Nested functions (`call` bodies, `while`/`if` regions, reduction, sort
+//! and scatter bodies) are optimized the same way, each on its own, before
+//! the node holding them is visited; nothing rewrites across a body's edge.
+//!
 //! Locations stay deterministic: a node merged by CSE keeps the location of
 //! its first occurrence, a folded constant takes the location of the op it
 //! replaces, and a node replaced by one of its operands disappears with its
@@ -21,13 +25,19 @@ pub(crate) mod dce;
 
 use crate::ir::{Function, Op, ValueId};
 
-/// The function `f` after canonicalization, CSE and DCE.
+/// The function `f` after canonicalization, CSE and DCE, its nested
+/// functions included.
 pub(crate) fn optimize(f: &Function) -> Function {
     let mut out = Function::default();
     let mut renamed: Vec<ValueId> = Vec::with_capacity(f.nodes.len());
     let mut table = cse::Table::default();
     for node in &f.nodes {
         let mut node = node.clone();
+        // Bodies come from the tracer as traced, like the top level: each is
+        // optimized on its own before CSE compares its op whole.
+        if !node.op.bodies().is_empty() {
+            node.op = node.op.map_bodies(&optimize);
+        }
         for a in &mut node.args {
             *a = renamed[a.0 as usize];
         }

@@ -1,12 +1,10 @@
-//! Contractions: `dot_general` (positional batch and contracting axes),
-//! `dot` by tags, and `matmul`.
+//! Contractions, `stablehlo.dot_general`: the axes, the shape rule (and the
+//! axes of a contraction by tags), printing and reference semantics.
 
-use crate::ir::Op;
+use crate::Shape;
 use crate::ir::print::{OpPrinter, i64_list};
 use crate::literal::{Literal, round_to, strides, unravel};
-use crate::shape::{Axes, Tag};
-use crate::tensor::record;
-use crate::{Shape, Tensor};
+use crate::shape::Axes;
 
 /// The axes of a `dot_general`: batch axes pair up, contracting axes are summed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -21,63 +19,7 @@ pub struct DotDims {
     pub rhs_contract: Vec<usize>,
 }
 
-impl Tensor {
-    /// The general contraction (`stablehlo.dot_general`): the result has the
-    /// batch axes (tags from the left), then the left's free axes, then the right's.
-    #[track_caller]
-    pub fn dot_general(self, rhs: Tensor, dims: DotDims) -> Tensor {
-        let res = dot_shape(self.shape(), rhs.shape(), &dims).map(|s| (Op::DotGeneral(dims), s));
-        record("dot_general", &[self, rhs], res)
-    }
-
-    /// Contracts the axes tagged `axes` (present in both operands); the other
-    /// tags the operands share become batch axes (`stablehlo.dot_general`).
-    #[track_caller]
-    pub fn dot(self, rhs: Tensor, axes: impl Axes) -> Tensor {
-        let res = dot_by_tags(self.shape(), rhs.shape(), &axes).and_then(|dims| {
-            let s = dot_shape(self.shape(), rhs.shape(), &dims)?;
-            let tags: Vec<Tag> = s.tags().iter().flatten().copied().collect();
-            if (1..tags.len()).any(|i| tags[..i].contains(&tags[i])) {
-                return Err(format!("the result {s} would repeat a tag"));
-            }
-            Ok((Op::DotGeneral(dims), s))
-        });
-        record("dot", &[self, rhs], res)
-    }
-
-    /// Matrix product over the last axis of `self` and the second-last of
-    /// `rhs` (or its first when it has rank 2): `[.., m, k] x [k, n]`, or
-    /// `[b.., m, k] x [b.., k, n]` with equal batch axes.
-    #[track_caller]
-    pub fn matmul(self, rhs: Tensor) -> Tensor {
-        let (lr, rr) = (self.rank(), rhs.rank());
-        let res = if lr < 1 || rr < 2 {
-            Err("matmul needs ranks >= 1 and >= 2".to_string())
-        } else if rr == 2 {
-            let dims = DotDims {
-                lhs_batch: vec![],
-                rhs_batch: vec![],
-                lhs_contract: vec![lr - 1],
-                rhs_contract: vec![0],
-            };
-            dot_shape(self.shape(), rhs.shape(), &dims).map(|s| (Op::DotGeneral(dims), s))
-        } else if lr == rr {
-            let b: Vec<usize> = (0..lr - 2).collect();
-            let dims = DotDims {
-                lhs_batch: b.clone(),
-                rhs_batch: b,
-                lhs_contract: vec![lr - 1],
-                rhs_contract: vec![rr - 2],
-            };
-            dot_shape(self.shape(), rhs.shape(), &dims).map(|s| (Op::DotGeneral(dims), s))
-        } else {
-            Err(format!("matmul of ranks {lr} and {rr}"))
-        };
-        record("matmul", &[self, rhs], res)
-    }
-}
-
-fn dot_by_tags(l: Shape, r: Shape, axes: &impl Axes) -> Result<DotDims, String> {
+pub(crate) fn dot_by_tags(l: Shape, r: Shape, axes: &impl Axes) -> Result<DotDims, String> {
     let lc = l.resolve(axes)?;
     let rc = r.resolve(axes)?;
     let (mut lb, mut rb) = (vec![], vec![]);
@@ -99,7 +41,7 @@ fn dot_by_tags(l: Shape, r: Shape, axes: &impl Axes) -> Result<DotDims, String> 
 }
 
 /// The shape rule of `dot_general`.
-fn dot_shape(l: Shape, r: Shape, d: &DotDims) -> Result<Shape, String> {
+pub(crate) fn dot_shape(l: Shape, r: Shape, d: &DotDims) -> Result<Shape, String> {
     if l.dtype() != r.dtype() {
         return Err(format!("dtypes differ: {} and {}", l.dtype(), r.dtype()));
     }
@@ -225,70 +167,4 @@ pub(crate) fn eval(d: &DotDims, args: &[&Literal], shape: Shape) -> Literal {
         })
         .collect();
     Literal::new(shape, data)
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::testing::{Tol, check};
-    use crate::{DType, DotDims, Literal, Shape};
-
-    fn lit(axes: &[(&str, i64)], data: &[f64]) -> Literal {
-        Literal::new(Shape::tagged(DType::F32, axes), data.to_vec())
-    }
-
-    #[test]
-    fn matmul_and_dot_general() {
-        // [[1,2,3],[4,5,6]] @ [[1,0],[0,1],[1,1]] = [[4,5],[10,11]]
-        let a = lit(&[("m", 2), ("k", 3)], &[1., 2., 3., 4., 5., 6.]);
-        let b = lit(&[("k", 3), ("n", 2)], &[1., 0., 0., 1., 1., 1.]);
-        let res = check(
-            &[a.clone(), b.clone()],
-            |x| x[0].matmul(x[1]),
-            &[4., 5., 10., 11.],
-            Tol::F32,
-        );
-        assert_eq!(
-            res.shape(),
-            Shape::tagged(DType::F32, &[("m", 2), ("n", 2)])
-        );
-        let dims = DotDims {
-            lhs_batch: vec![],
-            rhs_batch: vec![],
-            lhs_contract: vec![1],
-            rhs_contract: vec![0],
-        };
-        check(
-            &[a, b],
-            |x| x[0].dot_general(x[1], dims),
-            &[4., 5., 10., 11.],
-            Tol::F32,
-        );
-    }
-
-    #[test]
-    fn dot_by_tags_batches_shared_tags() {
-        // Per head h: q[h] . k[h] over d.
-        let q = lit(&[("h", 2), ("q", 1), ("d", 2)], &[1., 2., 3., 4.]);
-        let k = lit(
-            &[("h", 2), ("k", 2), ("d", 2)],
-            &[1., 0., 0., 1., 1., 1., 2., 0.],
-        );
-        let res = check(
-            &[q, k],
-            |x| x[0].dot(x[1], "d"),
-            &[1., 2., 7., 6.],
-            Tol::F32,
-        );
-        assert_eq!(
-            res.shape(),
-            Shape::tagged(DType::F32, &[("h", 2), ("q", 1), ("k", 2)])
-        );
-    }
-
-    #[test]
-    fn bf16_batched_matmul() {
-        let a = Literal::new(Shape::new(DType::BF16, &[2, 1, 2]), vec![1., 2., 0.5, 0.25]);
-        let b = Literal::new(Shape::new(DType::BF16, &[2, 2, 1]), vec![3., 4., 8., 16.]);
-        check(&[a, b], |x| x[0].matmul(x[1]), &[11., 8.], Tol::BF16);
-    }
 }

@@ -1,8 +1,8 @@
-//! The op set: one file per op family. Each file holds the public `Tensor`
-//! methods (whose docs name the StableHLO op), the shape rules, the printing
-//! and the reference semantics of its ops, and its tests.
+//! The op set: one file per op family. Each file holds the shape rules, the
+//! printing and the reference semantics of its ops; the methods that record
+//! them while tracing are in the family's file under `tensor/`, which
+//! depends on this one and never the other way round.
 
-pub mod composite;
 pub mod constant;
 pub mod control;
 pub mod convert;

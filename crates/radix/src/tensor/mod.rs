@@ -1,5 +1,19 @@
 //! `Tensor`: a handle to a value of the function being traced, and the
-//! thread-local builder that records ops into it.
+//! thread-local builder that records ops into it. The public op methods are
+//! in one file per op family below, named as under `ir/ops/`.
+
+pub(crate) mod composite;
+pub(crate) mod constant;
+pub(crate) mod control;
+pub(crate) mod convert;
+pub(crate) mod custom_call;
+pub(crate) mod dot;
+pub(crate) mod elementwise;
+pub(crate) mod indexing;
+pub(crate) mod reduce;
+pub(crate) mod shape_ops;
+pub(crate) mod sharding;
+pub(crate) mod sort;
 
 use std::cell::RefCell;
 use std::fmt;
@@ -233,7 +247,7 @@ fn trace_block(
         });
     }
     Block {
-        function: crate::passes::optimize(&done.function),
+        function: done.function,
         results,
         captures: done.captures.into_iter().map(|c| c.0).collect(),
     }

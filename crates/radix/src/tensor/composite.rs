@@ -4,7 +4,8 @@
 use crate::shape::{Axes, AxisRef};
 use crate::tensor::fail;
 
-use super::reduce::{lowest, reduce};
+use crate::ir::ops::reduce::lowest;
+use crate::tensor::reduce::reduce;
 use crate::{DType, Shape, Tensor};
 
 impl Tensor {

@@ -1,0 +1,254 @@
+//! Control flow over nested blocks: [`while_`] (`stablehlo.while`), [`for_`]
+//! (a counted `while` stacking per-step results), [`if_`] (`stablehlo.if`),
+//! and [`call`] (`func.call` of a private `func.func`).
+//!
+//! `while` and `if` bodies are *open* blocks: they may use tensors of the
+//! enclosing code, which the regions name directly. A `call`ed function is
+//! *hermetic*: using an outer tensor in it is an error. Ops with several
+//! results produce one node and a `Project` node per result.
+//!
+//! These are the methods that record the ops while tracing; the ops' printing
+//! and reference semantics are in `ir/ops/control.rs`.
+
+use crate::ir::Op;
+use crate::module::Module;
+use crate::tensor::{Block, emit, fail, trace_hermetic_block, trace_open_block};
+use crate::{DType, Shape, Tensor};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+/// Repeats `body` on a state of tensors, starting from `init`, while `cond`
+/// (a scalar bool) holds; returns the final state (`stablehlo.while`). Both
+/// closures see the state and may use tensors from the enclosing code.
+/// `body` must return tensors of the state's shapes; the results keep the
+/// tags of `init`.
+#[track_caller]
+pub fn while_(
+    init: &[Tensor],
+    cond: impl FnOnce(&[Tensor]) -> Tensor,
+    body: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Vec<Tensor> {
+    let shapes: Vec<Shape> = init.iter().map(|t| t.shape()).collect();
+    let c = trace_open_block("while condition", &shapes, |s| vec![cond(s)]);
+    let b = trace_open_block("while body", &shapes, body);
+    let cs = c.results[0].shape();
+    if cs.rank() != 0 || cs.dtype() != DType::Bool {
+        return poison(
+            "while",
+            format!("the condition gives {cs}, not a bool scalar"),
+            init,
+            &shapes,
+        );
+    }
+    if let Err(msg) = same_layout(&shapes, &b.results) {
+        return poison(
+            "while",
+            format!("the body changes the state: {msg}"),
+            init,
+            &shapes,
+        );
+    }
+    let mut args = init.to_vec();
+    args.extend(&c.captures);
+    args.extend(&b.captures);
+    let op = Op::While {
+        n_cond_captures: c.captures.len(),
+        cond: Arc::new(c.function),
+        body: Arc::new(b.function),
+    };
+    multi(op, &args, &shapes)
+}
+
+/// Runs `body(i, state)` for `i` in `0..n` (an `i32` scalar) threading the
+/// state from `init`; returns the final state and the per-step outputs of
+/// `body` stacked along a new leading axis tagged `axis`. `body` is traced
+/// twice (once to learn the output shapes), so it must be `Fn`.
+#[track_caller]
+pub fn for_(
+    n: i64,
+    axis: &str,
+    init: &[Tensor],
+    body: impl Fn(Tensor, &[Tensor]) -> (Vec<Tensor>, Vec<Tensor>),
+) -> (Vec<Tensor>, Vec<Tensor>) {
+    let mut shapes = vec![Shape::scalar(DType::I32)];
+    shapes.extend(init.iter().map(|t| t.shape()));
+    let probe = trace_open_block("for body", &shapes, |s| {
+        let (_, out) = body(s[0], &s[1..]);
+        out
+    });
+    let stacked: Vec<Shape> = probe
+        .results
+        .iter()
+        .map(|t| t.shape().insert_axis(0, n, axis).unwrap_or(t.shape()))
+        .collect();
+    let mut state = vec![Tensor::scalar(0.0, DType::I32)];
+    state.extend_from_slice(init);
+    state.extend(stacked.iter().map(|&s| Tensor::zeros(s)));
+    let k = init.len();
+    let res = while_(
+        &state,
+        |s| s[0].lt(Tensor::scalar(n as f64, DType::I32)),
+        |s| {
+            let i = s[0];
+            let (next, out) = body(i, &s[1..=k]);
+            let mut res = vec![i + Tensor::scalar(1.0, DType::I32)];
+            res.extend(next);
+            for (acc, o) in s[k + 1..].iter().zip(out) {
+                let row = o.unsqueeze(0, axis);
+                let mut starts = vec![i];
+                starts.extend((0..o.rank()).map(|_| Tensor::scalar(0.0, DType::I32)));
+                res.push(acc.dynamic_update_slice(row, &starts));
+            }
+            res
+        },
+    );
+    (res[1..=k].to_vec(), res[k + 1..].to_vec())
+}
+
+/// `then()` if the scalar bool `pred` holds, else `other()` (`stablehlo.if`).
+/// Both branches may use tensors of the enclosing code and must give tensors
+/// of equal shapes and tags.
+#[track_caller]
+pub fn if_(
+    pred: Tensor,
+    then: impl FnOnce() -> Vec<Tensor>,
+    other: impl FnOnce() -> Vec<Tensor>,
+) -> Vec<Tensor> {
+    let t = trace_open_block("if branch", &[], |_| then());
+    let e = trace_open_block("if branch", &[], |_| other());
+    let shapes: Vec<Shape> = t.results.iter().map(|r| r.shape()).collect();
+    let ps = pred.shape();
+    if ps.rank() != 0 || ps.dtype() != DType::Bool {
+        return poison(
+            "if",
+            format!("the predicate is {ps}, not a bool scalar"),
+            &[pred],
+            &shapes,
+        );
+    }
+    let other_shapes: Vec<Shape> = e.results.iter().map(|r| r.shape()).collect();
+    if shapes != other_shapes {
+        return poison(
+            "if",
+            format!("the branches give {shapes:?} and {other_shapes:?}"),
+            &[pred],
+            &shapes,
+        );
+    }
+    let mut args = vec![pred];
+    args.extend(&t.captures);
+    args.extend(&e.captures);
+    let op = Op::If {
+        then: Arc::new(t.function),
+        other: Arc::new(e.function),
+        n_then_captures: t.captures.len(),
+    };
+    multi(op, &args, &shapes)
+}
+
+/// Calls `f` on `args` through a private function (`func.call`): the body
+/// is emitted once per distinct body and argument shapes (tags and sharding
+/// included), however often it is called, so a stack of equal layers emits
+/// one function. `f` is traced as a hermetic block: it may use only `args`
+/// (tensors and plain values alike, whose values shape the body). The
+/// results keep their tags.
+#[track_caller]
+pub fn call<A: Module + Clone, O: Module + Clone>(f: fn(&A) -> O, args: &A) -> O {
+    let tensors = crate::module::tensors(args);
+    let shapes: Vec<Shape> = tensors.iter().map(|t| t.1.shape()).collect();
+    let mut out: Option<O> = None;
+    let Block {
+        function, results, ..
+    } = trace_hermetic_block("called function", &shapes, |params| {
+        let mut a = args.clone();
+        let mut k = 0;
+        a.visit_mut(&mut String::new(), &mut |_, t| {
+            *t = params[k];
+            k += 1;
+        });
+        let o = f(&a);
+        let res = crate::module::tensors(&o)
+            .into_iter()
+            .map(|t| t.1)
+            .collect();
+        out = Some(o);
+        res
+    });
+    let poisoned = function.nodes.iter().any(|n| n.op == Op::Poison);
+    let body = if poisoned {
+        0
+    } else {
+        function.structural_hash()
+    };
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    body.hash(&mut h);
+    shapes.hash(&mut h);
+    let base: String = std::any::type_name_of_val(&f)
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let name = format!("{}_{:08x}", base.trim_matches('_'), h.finish() as u32);
+    let result_shapes: Vec<Shape> = results.iter().map(|r| r.shape()).collect();
+    let inputs: Vec<Tensor> = tensors.iter().map(|t| t.1).collect();
+    let res = multi(
+        Op::Call {
+            name: name.into(),
+            f: Arc::new(function),
+        },
+        &inputs,
+        &result_shapes,
+    );
+    let mut out = out.expect("the body ran");
+    let mut k = 0;
+    out.visit_mut(&mut String::new(), &mut |_, t| {
+        *t = res[k];
+        k += 1;
+    });
+    out
+}
+
+/// Emits a multi-result `op` and one `Project` per result.
+#[track_caller]
+pub(crate) fn multi(op: Op, args: &[Tensor], shapes: &[Shape]) -> Vec<Tensor> {
+    let Some(&first) = shapes.first() else {
+        return vec![];
+    };
+    let node = emit(op, args, first);
+    shapes
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| emit(Op::Project(i), &[node], s))
+        .collect()
+}
+
+/// Records a misuse of op `name` and returns placeholders of `shapes`.
+#[track_caller]
+pub(crate) fn poison(
+    name: &'static str,
+    msg: String,
+    args: &[Tensor],
+    shapes: &[Shape],
+) -> Vec<Tensor> {
+    let first = fail(name, msg, args, Shape::scalar(DType::F32));
+    let mut res = vec![first];
+    res.extend(
+        shapes
+            .iter()
+            .skip(1)
+            .map(|&s| fail(name, String::new(), args, s)),
+    );
+    res.truncate(shapes.len());
+    res
+}
+
+fn same_layout(want: &[Shape], got: &[Tensor]) -> Result<(), String> {
+    if want.len() != got.len() {
+        return Err(format!("{} tensors in, {} out", want.len(), got.len()));
+    }
+    for (w, g) in want.iter().zip(got) {
+        if w.dims() != g.shape().dims() || w.dtype() != g.dtype() {
+            return Err(format!("{w} becomes {}", g.shape()));
+        }
+    }
+    Ok(())
+}
