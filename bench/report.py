@@ -109,7 +109,8 @@ def start_section(w, runs, g):
     sm = meta(runs, "start-per-block")
     bm = meta(runs, "start-before")
     w("## 3b. `radix generate` from start to the last token: before and after issue 11\n")
-    w(f"Whole processes: `{sm.get('command', '?')}`, the release binary of this tree and of commit "
+    w(f"Measured {sm.get('date', '?')}, load average {meta(runs, 'machine-end').get('load average at end', '?')} "
+      "at the end of that run. Whole processes: `{sm.get('command', '?')}`, the release binary of this tree and of commit "
       f"`{bm.get('commit', '?')}` (built by `bench/run` from that commit). *Cold*: an executable cache with no "
       "entries (a fresh `RADIX_CACHE_DIR` whose `packages/` and `hashes/` link to the real one, so nothing is "
       "downloaded); *warm*: the same folder again. *Executables* is the time until every program of the "
@@ -149,7 +150,8 @@ def main(results):
       f"process, {machine.get('threads', 2)} threads everywhere. Figures are medians with the "
       "10th–90th percentile range of the samples; *radix / this* is the ratio of medians "
       "(for times below 1 means radix is faster, for rates above 1). Written by `bench/report.py` "
-      "from the raw samples in `bench/results/`.\n")
+      "from the raw samples in `bench/results/`; a partial run (`BENCH_ONLY=...`) keeps the other "
+      "sections' samples from an earlier run, and sections that say so carry their own date.\n")
     w("![results](bench/results.png)\n")
 
     # Targets.

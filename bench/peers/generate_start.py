@@ -75,6 +75,7 @@ def main():
     args = ["--max-tokens", str(a.max_tokens), *plan, a.prompt]
     report = Report(f"radix {a.label}", "generate-start")
     report.meta["command"] = " ".join(["radix", "generate", *args])
+    report.meta["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     parent = tempfile.mkdtemp(prefix="radix-start-")
     try:
         cold = [run(a.radix, fresh_cache(parent), args) for _ in range(a.cold)]
