@@ -293,17 +293,21 @@ def main(results):
       "256 positions). Both read the same GGUF and dequantize it to fp32 (transformers with "
       f"`gguf_file=`, attention `{tm.get('attn_implementation', '?')}`). Greedy ids of the two agree on the "
       f"first 16 tokens: {'yes' if same else 'no'} (radix {sm.get('greedy_ids_first16')}, "
-      f"transformers {tm.get('greedy_ids_first16')}).\n")
+      f"transformers {tm.get('greedy_ids_first16')}). radix runs a step per layer (`Plan::PerBlock`, "
+      "the default: an embedding, one block executable called per layer, a head) and, in a process of "
+      "its own, as one program holding every layer (`--plan one-program`).\n")
     bound_row = None
     if bound:
         bound_row = Figure({"unit": "tokens/s", "values": [bound]})
     w("**Prefill, 128 tokens** (tokens/s)\n")
-    w(table([("radix", pre), ("transformers (PyTorch fp32)", tpre),
+    w(table([("radix", pre), ("radix, `--plan one-program`", g("radix one-program prefill")),
+             ("transformers (PyTorch fp32)", tpre),
              ("radix with `--xla_cpu_use_xnnpack=true` (experiment)", g("radix+xnnpack prefill"))],
             pre, False, True) + "\n")
     w("**Decode** (tokens/s; per-step rates)\n")
     read_row = Figure({"unit": "tokens/s", "values": [read_bound]}) if read_bound else None
-    w(table([("radix", dec), ("transformers (PyTorch fp32)", tdec),
+    w(table([("radix", dec), ("radix, `--plan one-program`", g("radix one-program decode")),
+             ("transformers (PyTorch fp32)", tdec),
              ("radix with `--xla_cpu_use_xnnpack=true` (experiment)", g("radix+xnnpack decode")),
              ("memory-bandwidth bound (copy bandwidth)", bound_row),
              ("memory-bandwidth bound (read-only bandwidth)", read_row)], dec, False, True) + "\n")

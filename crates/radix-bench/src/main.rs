@@ -20,6 +20,7 @@ use clap::{Parser, Subcommand};
 use radix::io::Gguf;
 use radix::{Buffer, CacheMode, CompileConfig, DType, Origin, Platform, Shape, Tensor};
 use radix_models::bert::{Embedder, EmbedderConfig};
+use radix_models::generate::Plan;
 use radix_models::llama::Llama;
 use serde_json::json;
 
@@ -88,6 +89,9 @@ enum Command {
         /// Timed decodes of `decode` tokens each.
         #[arg(long, default_value_t = 3)]
         decodes: usize,
+        /// How a step runs (see `radix_models::generate::Plan`).
+        #[arg(long, default_value = "per-block", value_parser = ["per-block", "one-program"])]
+        plan: String,
     },
 }
 
@@ -112,7 +116,14 @@ fn main() -> Result<()> {
             decode,
             prefills,
             decodes,
-        } => smollm2(&cli.label, &gguf, prompt, decode, prefills, decodes)?,
+            plan,
+        } => {
+            let plan = match plan.as_str() {
+                "one-program" => Plan::OneProgram,
+                _ => Plan::PerBlock,
+            };
+            smollm2(&cli.label, &gguf, plan, prompt, decode, prefills, decodes)?
+        }
     };
     println!("{}", report.finish());
     Ok(())
@@ -325,6 +336,7 @@ fn minilm(
 fn smollm2(
     label: &str,
     path: &std::path::Path,
+    plan: Plan,
     prompt_len: usize,
     n_decode: usize,
     prefills: usize,
@@ -340,8 +352,9 @@ fn smollm2(
         .map(|t| t.dims.iter().product::<i64>() * 4)
         .sum();
     let t = Instant::now();
-    let mut runner = Llama::load(&platform, gguf, prompt_len + n_decode)?;
+    let mut runner = Llama::load(&platform, gguf, prompt_len + n_decode)?.with_plan(plan);
     let mut report = Report::new("smollm2");
+    report.meta("plan", json!(format!("{plan:?}")));
     report.meta("load_s", json!(t.elapsed().as_secs_f64()));
     report.meta("weight_bytes_f32", json!(weight_bytes));
     // The same ids as bench/py/smollm2.py: ordinary word ids.
