@@ -8,7 +8,6 @@
 //! new stamp and is hashed again.
 
 use std::fs;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use sha2::Digest;
@@ -77,17 +76,10 @@ fn write_memo(memo: &Path, text: &str) -> std::io::Result<()> {
 }
 
 fn hash(path: &Path) -> Result<String> {
-    let mut file = fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut hasher = sha2::Sha256::new();
-    let mut chunk = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut chunk).map_err(|e| Error::io(path, e))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&chunk[..n]);
-    }
-    Ok(hex::encode(hasher.finalize()))
+    radix_fetch::sha256_file(path).map_err(|e| Error::PluginLoad {
+        path: path.to_path_buf(),
+        reason: format!("cannot hash it: {e}"),
+    })
 }
 
 #[cfg(test)]
