@@ -110,7 +110,7 @@ def start_section(w, runs, g):
     bm = meta(runs, "start-before")
     w("## 3b. `radix generate` from start to the last token: before and after issue 11\n")
     w(f"Measured {sm.get('date', '?')}, load average {meta(runs, 'machine-end').get('load average at end', '?')} "
-      "at the end of that run. Whole processes: `{sm.get('command', '?')}`, the release binary of this tree and of commit "
+      f"at the end of that run. Whole processes: `{sm.get('command', '?')}`, the release binary of this tree and of commit "
       f"`{bm.get('commit', '?')}` (built by `bench/run` from that commit). *Cold*: an executable cache with no "
       "entries (a fresh `RADIX_CACHE_DIR` whose `packages/` and `hashes/` link to the real one, so nothing is "
       "downloaded); *warm*: the same folder again. *Executables* is the time until every program of the "

@@ -16,6 +16,7 @@ older build can be run beside the current one.
 import argparse
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -74,7 +75,7 @@ def main():
     plan = ["--plan", a.plan] if a.plan else []
     args = ["--max-tokens", str(a.max_tokens), *plan, a.prompt]
     report = Report(f"radix {a.label}", "generate-start")
-    report.meta["command"] = " ".join(["radix", "generate", *args])
+    report.meta["command"] = shlex.join(["radix", "generate", *args])
     report.meta["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     parent = tempfile.mkdtemp(prefix="radix-start-")
     try:
