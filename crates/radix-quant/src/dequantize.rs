@@ -48,34 +48,38 @@ pub(crate) fn dequantize_block(format: Format, block: &[u8], out: &mut [f32]) {
         Format::BF16 => out[0] = f32::from_bits(u32::from(u16_at(block, 0)) << 16),
         Format::Q8_0 => {
             let d = f16_at(block, 0);
-            for (o, &q) in out.iter_mut().zip(&block[2..34]) {
+            for (o, &q) in block32(out).iter_mut().zip(&block[2..34]) {
                 *o = f32::from(q as i8) * d;
             }
         }
         Format::Q4_0 => {
             let d = f16_at(block, 0);
-            for (j, o) in out.iter_mut().enumerate() {
-                *o = d * (nibble(&block[2..18], j) as f32 - 8.0);
+            let (lo, hi) = block32(out).split_at_mut(16);
+            for ((lo, hi), &q) in lo.iter_mut().zip(hi).zip(&block[2..18]) {
+                *lo = d * (f32::from(q & 0xF) - 8.0);
+                *hi = d * (f32::from(q >> 4) - 8.0);
             }
         }
         Format::Q4_1 => {
             let (d, m) = (f16_at(block, 0), f16_at(block, 2));
-            for (j, o) in out.iter_mut().enumerate() {
-                *o = d * nibble(&block[4..20], j) as f32 + m;
+            let (lo, hi) = block32(out).split_at_mut(16);
+            for ((lo, hi), &q) in lo.iter_mut().zip(hi).zip(&block[4..20]) {
+                *lo = d * f32::from(q & 0xF) + m;
+                *hi = d * f32::from(q >> 4) + m;
             }
         }
         Format::Q5_0 => {
             let d = f16_at(block, 0);
             let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
-            for (j, o) in out.iter_mut().enumerate() {
-                *o = d * (five_bits(&block[6..22], qh, j) as f32 - 16.0);
+            for (j, o) in block32(out).iter_mut().enumerate() {
+                *o = d * (f32::from(five_bits(&block[6..22], qh, j)) - 16.0);
             }
         }
         Format::Q5_1 => {
             let (d, m) = (f16_at(block, 0), f16_at(block, 2));
             let qh = u32::from_le_bytes([block[4], block[5], block[6], block[7]]);
-            for (j, o) in out.iter_mut().enumerate() {
-                *o = d * five_bits(&block[8..24], qh, j) as f32 + m;
+            for (j, o) in block32(out).iter_mut().enumerate() {
+                *o = d * f32::from(five_bits(&block[8..24], qh, j)) + m;
             }
         }
         Format::Q4_K => {
@@ -112,6 +116,12 @@ pub(crate) fn dequantize_block(format: Format, block: &[u8], out: &mut [f32]) {
     }
 }
 
+/// The output of a 32-element block, as an array so the loops above need no
+/// bounds checks.
+fn block32(out: &mut [f32]) -> &mut [f32; 32] {
+    out.try_into().expect("a 32-element block")
+}
+
 /// The little-endian u16 at byte `at`.
 pub(crate) fn u16_at(block: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([block[at], block[at + 1]])
@@ -122,15 +132,12 @@ pub(crate) fn f16_at(block: &[u8], at: usize) -> f32 {
     f16::from_bits(u16_at(block, at)).to_f32()
 }
 
-/// Code `j` of a 32-element block whose 16 bytes hold elements `0..16` in their
-/// low nibbles and `16..32` in their high nibbles.
-fn nibble(qs: &[u8], j: usize) -> u8 {
-    if j < 16 { qs[j] & 0xF } else { qs[j - 16] >> 4 }
-}
-
-/// Code `j` of a 5-bit block: its nibble plus bit `j` of `qh` as bit 4.
+/// Code `j` of a 5-bit block: its nibble (the 16 bytes hold elements `0..16`
+/// in their low nibbles and `16..32` in their high nibbles) plus bit `j` of
+/// `qh` as bit 4.
 fn five_bits(qs: &[u8], qh: u32, j: usize) -> u8 {
-    nibble(qs, j) | (((qh >> j) & 1) as u8) << 4
+    let nibble = if j < 16 { qs[j] & 0xF } else { qs[j - 16] >> 4 };
+    nibble | (((qh >> j) & 1) as u8) << 4
 }
 
 /// The 4 low bits of element `l` of sub-block `s` in a Q4_K/Q5_K super-block:

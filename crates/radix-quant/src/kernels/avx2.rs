@@ -39,7 +39,7 @@ mod imp {
 
     use super::super::Tile;
     use crate::Format;
-    use crate::dequantize::{dequantize_block, f16_at, k_scale_min};
+    use crate::dequantize::{dequantize_block, k_scale_min, u16_at};
 
     pub(in crate::kernels) fn detected() -> bool {
         is_x86_feature_detected!("avx2")
@@ -192,7 +192,7 @@ mod imp {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     fn decode_q8_0(b: &[u8; 34], _: usize) -> W32 {
-        let d = _mm256_set1_ps(f16_at(b, 0));
+        let d = f16_splat(b, 0);
         let q = |k: usize| {
             let q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load_u8x8(sub(b, 2 + 8 * k))));
             _mm256_mul_ps(q, d)
@@ -202,7 +202,7 @@ mod imp {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     fn decode_q4_0(b: &[u8; 18], _: usize) -> W32 {
-        let d = _mm256_set1_ps(f16_at(b, 0));
+        let d = f16_splat(b, 0);
         let (lo, hi) = nibbles(load_u8x16(sub(b, 2)));
         let eight = _mm_set1_epi8(8);
         let q = i8x32_to_ps(_mm_sub_epi8(lo, eight), _mm_sub_epi8(hi, eight));
@@ -211,14 +211,14 @@ mod imp {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     fn decode_q4_1(b: &[u8; 20], _: usize) -> W32 {
-        let (d, m) = (_mm256_set1_ps(f16_at(b, 0)), _mm256_set1_ps(f16_at(b, 2)));
+        let (d, m) = (f16_splat(b, 0), f16_splat(b, 2));
         let (lo, hi) = nibbles(load_u8x16(sub(b, 4)));
         u8x32_to_ps(lo, hi).map(|q| _mm256_add_ps(_mm256_mul_ps(d, q), m))
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
     fn decode_q5_0(b: &[u8; 22], _: usize) -> W32 {
-        let d = _mm256_set1_ps(f16_at(b, 0));
+        let d = f16_splat(b, 0);
         let (lo, hi) = five_bits(load_u8x16(sub(b, 6)), sub(b, 2));
         let sixteen = _mm_set1_epi8(16);
         let q = i8x32_to_ps(_mm_sub_epi8(lo, sixteen), _mm_sub_epi8(hi, sixteen));
@@ -227,7 +227,7 @@ mod imp {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     fn decode_q5_1(b: &[u8; 24], _: usize) -> W32 {
-        let (d, m) = (_mm256_set1_ps(f16_at(b, 0)), _mm256_set1_ps(f16_at(b, 2)));
+        let (d, m) = (f16_splat(b, 0), f16_splat(b, 2));
         let (lo, hi) = five_bits(load_u8x16(sub(b, 8)), sub(b, 4));
         u8x32_to_ps(lo, hi).map(|q| _mm256_add_ps(_mm256_mul_ps(d, q), m))
     }
@@ -361,6 +361,19 @@ mod imp {
     #[target_feature(enable = "avx2,fma,f16c")]
     fn split_u8x32_to_ps(q: __m256i) -> W32 {
         u8x32_to_ps(_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q))
+    }
+
+    /// The f16 at byte `at`, widened by F16C (exact, like `half`'s software
+    /// path, which would branch on every block) and copied to all 8 lanes.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn f16_splat(b: &[u8], at: usize) -> __m256 {
+        _mm256_cvtph_ps(_mm_set1_epi16(u16_at(b, at) as i16))
+    }
+
+    /// The f16 at byte `at`, widened by F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn f16_at(b: &[u8], at: usize) -> f32 {
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(u16_at(b, at)))))
     }
 
     /// The sum of the 8 lanes.
