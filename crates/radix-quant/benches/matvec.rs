@@ -8,13 +8,17 @@
 //!   (what dequantizing on every call would cost);
 //! - `f32`: an f32 `matvec` on weights dequantized beforehand (what radix does
 //!   today: f32 weights in memory, four to seven times the bytes);
+//! - `quant q8x`: `matvec_q8_with`, activations quantized to 8 bits per
+//!   call (as llama.cpp does) and integer products, one thread;
 //! - `quant/2 threads`: `matvec` with two scoped threads.
 //!
 //! Weights are random blocks with finite scales; the speed of these kernels
 //! does not depend on the values.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use radix_quant::{Config, Format, Isa, ScopedThreads, Serial, dequantize, matvec_with};
+use radix_quant::{
+    Config, Format, Isa, ScopedThreads, Serial, dequantize, matvec_q8_with, matvec_with,
+};
 
 const SHAPES: [(usize, usize); 4] = [(576, 576), (1536, 576), (576, 1536), (49152, 576)];
 
@@ -68,6 +72,12 @@ fn bench(c: &mut Criterion) {
             group.bench_function(BenchmarkId::new("quant", &shape), |b| {
                 b.iter(|| {
                     matvec_with(&serial, format, &weights, rows, cols, &x, &mut y).expect("shapes")
+                })
+            });
+            group.bench_function(BenchmarkId::new("quant q8x", &shape), |b| {
+                b.iter(|| {
+                    matvec_q8_with(&serial, format, &weights, rows, cols, &x, &mut y)
+                        .expect("shapes")
                 })
             });
             group.bench_function(BenchmarkId::new("dequantize+dot", &shape), |b| {

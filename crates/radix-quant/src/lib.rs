@@ -13,14 +13,16 @@
 //! accumulate in f32, so they differ from "dequantize, then an f32 dot" only
 //! in the order of their sums.
 
+mod activations;
 mod dequantize;
 mod error;
 mod format;
 mod kernels;
 mod threads;
 
+pub use activations::quantize_q8_0;
 pub use dequantize::dequantize;
 pub use error::Error;
 pub use format::{Format, QK_K};
-pub use kernels::{Config, Isa, matmul, matmul_with, matvec, matvec_with};
+pub use kernels::{Config, Isa, matmul, matmul_with, matvec, matvec_q8_with, matvec_with};
 pub use threads::{Parallel, ScopedThreads, Serial};

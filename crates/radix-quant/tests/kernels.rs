@@ -10,7 +10,7 @@
 use proptest::prelude::*;
 use radix_quant::{
     Config, Error, Format, Isa, Parallel, ScopedThreads, Serial, dequantize, matmul_with,
-    matvec_with,
+    matvec_q8_with, matvec_with, quantize_q8_0,
 };
 
 /// Deterministic bytes from a seed (xorshift64*), so a failing proptest case
@@ -358,4 +358,89 @@ fn bad_lengths_are_errors_and_leave_y_alone() {
             got: 35
         })
     );
+}
+
+/// `quantize_q8_0` rounds each value to the nearest step of its block's
+/// scale `max|x| / 127`, which is stored as f16 (a relative error of 2⁻¹¹).
+#[test]
+fn q8_activations_round_to_nearest() {
+    let mut rng = Rng(19);
+    let mut x = random_x(32 * 6, &mut rng);
+    x[32..64].fill(0.0);
+    x[64] = 1000.0;
+    let mut xq = vec![0u8; 34 * 6];
+    quantize_q8_0(&x, &mut xq).expect("whole blocks");
+    let mut back = vec![0.0f32; x.len()];
+    dequantize(Format::Q8_0, &xq, &mut back).expect("whole blocks");
+    for (x, back) in x.chunks_exact(32).zip(back.chunks_exact(32)) {
+        let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        for (&v, &b) in x.iter().zip(back) {
+            assert!(
+                (v - b).abs() <= amax * (0.5 / 127.0 + 1.0 / 1024.0),
+                "{v} quantized to {b} (max {amax})"
+            );
+        }
+    }
+    assert_eq!(
+        quantize_q8_0(&x[..33], &mut xq),
+        Err(Error::PartialBlock {
+            format: Format::Q8_0,
+            cols: 33,
+            block_len: 32
+        })
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// `matvec_q8_with` is `W·x̃` for the quantized activations `x̃`: compared
+    /// with the f64 reference on `dequantize(quantize_q8_0(x))`. The kernels
+    /// split Q4_1's `d·q + m` into two sums, so the tolerance counts `|m·x|`
+    /// terms too. Formats without an 8-bit kernel must equal `matvec_with`.
+    #[test]
+    fn q8_kernels_match_reference(
+        format in format_strategy(),
+        rows in 1usize..7,
+        n_blocks in 1usize..20,
+        seed in any::<u64>(),
+    ) {
+        // An odd number of 32-element blocks too: the kernels take them in pairs.
+        let cols = if format.block_len() == 256 { 256 * n_blocks.div_ceil(4) } else { 32 * n_blocks };
+        let mut rng = Rng(seed | 1);
+        let weights = random_weights(format, rows, cols, Codes::Random, 1.0, &mut rng);
+        let x = random_x(cols, &mut rng);
+        let mut xq = vec![0u8; Format::Q8_0.row_bytes(cols).expect("whole blocks")];
+        quantize_q8_0(&x, &mut xq).expect("whole blocks");
+        let mut xd = vec![0.0f32; cols];
+        dequantize(Format::Q8_0, &xq, &mut xd).expect("whole blocks");
+        let (expected, mut max_term) = reference(format, &weights, rows, cols, &xd);
+        if format == Format::Q4_1 {
+            let row_bytes = format.row_bytes(cols).expect("whole blocks");
+            for (r, m) in max_term.iter_mut().enumerate() {
+                for (b, block) in weights[r * row_bytes..][..row_bytes].chunks_exact(20).enumerate() {
+                    let min = f64::from(half::f16::from_le_bytes([block[2], block[3]]).to_f32()).abs();
+                    for &x in &xd[32 * b..32 * (b + 1)] {
+                        *m = m.max(3.0 * min * f64::from(x).abs());
+                    }
+                }
+            }
+        }
+        let eps = f64::from(f32::EPSILON);
+        for isa in Isa::available() {
+            let config = Config { isa, parallel: &Serial };
+            let mut y = vec![f32::NAN; rows];
+            matvec_q8_with(&config, format, &weights, rows, cols, &x, &mut y).expect("shapes");
+            if !matches!(format, Format::Q8_0 | Format::Q4_0 | Format::Q4_1) {
+                let mut y_f32 = vec![f32::NAN; rows];
+                matvec_with(&config, format, &weights, rows, cols, &x, &mut y_f32).expect("shapes");
+                prop_assert_eq!(y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), y_f32.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+                continue;
+            }
+            for (i, ((&g, &e), &m)) in y.iter().zip(&expected).zip(&max_term).enumerate() {
+                let tol = 2.0 * eps * cols as f64 * m + 4.0 * eps * e.abs();
+                prop_assert!((f64::from(g) - e).abs() <= tol, "{:?} ({}) output {}: {} vs {} (tol {:e})", format, isa.name(), i, g, e, tol);
+            }
+        }
+    }
 }

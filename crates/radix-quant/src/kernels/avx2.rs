@@ -9,18 +9,21 @@
 //! through `Isa(Kind::Avx2)`, which exists only once `detected()` said yes.
 
 #[cfg(target_arch = "x86_64")]
-pub(super) use imp::{dequantize_row, detected, dot_row, dot_tile};
+pub(super) use imp::{dequantize_row, detected, dot_row, dot_row_q8, dot_tile};
 
 #[cfg(not(target_arch = "x86_64"))]
-pub(super) use off_x86::{dequantize_row, detected, dot_row, dot_tile};
+pub(super) use off_x86::{dequantize_row, detected, dot_row, dot_row_q8, dot_tile};
 
 #[cfg(not(target_arch = "x86_64"))]
 mod off_x86 {
-    use super::super::Tile;
+    use super::super::{Q8Activations, Tile};
     use crate::Format;
 
     pub(in crate::kernels) fn detected() -> bool {
         false
+    }
+    pub(in crate::kernels) fn dot_row_q8(_: Format, _: &[u8], _: &Q8Activations) -> f32 {
+        unreachable!("AVX2 is never detected off x86-64")
     }
     pub(in crate::kernels) fn dot_row(_: Format, _: &[u8], _: &[f32]) -> f32 {
         unreachable!("AVX2 is never detected off x86-64")
@@ -37,7 +40,7 @@ mod off_x86 {
 mod imp {
     use std::arch::x86_64::*;
 
-    use super::super::Tile;
+    use super::super::{Q8Activations, Tile};
     use crate::Format;
     use crate::dequantize::{dequantize_block, k_scale_min, u16_at};
 
@@ -87,6 +90,91 @@ mod imp {
                 Format::Q6_K => deq_q6_k(row, out),
             }
         }
+    }
+
+    pub(in crate::kernels) fn dot_row_q8(format: Format, row: &[u8], x: &Q8Activations) -> f32 {
+        // SAFETY: as in `dot_row`.
+        unsafe {
+            match format {
+                Format::Q8_0 => dot_q8_q8_0(row, x),
+                Format::Q4_0 => dot_q8_q4_0(row, x),
+                Format::Q4_1 => dot_q8_q4_1(row, x),
+                _ => unreachable!("matvec_q8_with sends only Q8_0, Q4_0 and Q4_1 here"),
+            }
+        }
+    }
+
+    /// Per format, a dot with 8-bit activations: `$codes` gives a block's 32
+    /// codes as bytes and whether they are signed; per block the integer
+    /// products are summed in i32 lanes (`vpmaddubsw` takes unsigned × signed
+    /// bytes, so signed weights lend their sign to the activations), scaled
+    /// by both scales, and Q4_1's minimum (`$min`, its byte offset) multiplies
+    /// the activations' block sum. Blocks go in pairs into two named
+    /// accumulators: indexing an array of them by block parity put them in
+    /// memory, a store-to-load chain per block.
+    macro_rules! q8_kernel {
+        ($dot:ident, $bytes:literal, $codes:ident, $min:expr) => {
+            #[target_feature(enable = "avx2,fma,f16c")]
+            fn $dot(row: &[u8], x: &Q8Activations) -> f32 {
+                // A closure inherits the function's target features.
+                let block = |w: &[u8], xb: &[u8], sum: f32, acc: __m256, min_acc: f32| {
+                    let (w, xb): (&[u8; $bytes], &[u8; 34]) = (sub(w, 0), sub(xb, 0));
+                    let qx = load_u8x32(sub(xb, 2));
+                    let (qw, signed) = $codes(w);
+                    let (qw, qx) = if signed {
+                        (_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw))
+                    } else {
+                        (qw, qx)
+                    };
+                    let ones = _mm256_set1_epi16(1);
+                    let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(qw, qx), ones);
+                    let dd = _mm256_set1_ps(f16_at(w, 0) * f16_at(xb, 0));
+                    let acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(dot), acc);
+                    let min: Option<usize> = $min;
+                    match min {
+                        Some(at) => (acc, min_acc + f16_at(w, at) * sum),
+                        None => (acc, min_acc),
+                    }
+                };
+                let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+                let (mut min0, mut min1) = (0.0f32, 0.0f32);
+                let pairs = row.chunks_exact(2 * $bytes);
+                let (w_rest, x_rest) =
+                    (pairs.remainder(), &x.blocks[row.len() / $bytes / 2 * 68..]);
+                let xs = x.blocks.chunks_exact(68).zip(x.sums.chunks_exact(2));
+                for (w, (xb, sums)) in pairs.zip(xs) {
+                    (acc0, min0) = block(&w[..$bytes], &xb[..34], sums[0], acc0, min0);
+                    (acc1, min1) = block(&w[$bytes..], &xb[34..], sums[1], acc1, min1);
+                }
+                if !w_rest.is_empty() {
+                    let sum = x.sums[x.sums.len() - 1];
+                    (acc0, min0) = block(w_rest, x_rest, sum, acc0, min0);
+                }
+                hsum(_mm256_add_ps(acc0, acc1)) + (min0 + min1)
+            }
+        };
+    }
+
+    q8_kernel!(dot_q8_q8_0, 34, codes_q8_0, None);
+    q8_kernel!(dot_q8_q4_0, 18, codes_q4_0, None);
+    q8_kernel!(dot_q8_q4_1, 20, codes_q4_1, Some(2));
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn codes_q8_0(b: &[u8; 34]) -> (__m256i, bool) {
+        (load_u8x32(sub(b, 2)), true)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn codes_q4_0(b: &[u8; 18]) -> (__m256i, bool) {
+        let (lo, hi) = nibbles(load_u8x16(sub(b, 2)));
+        let q = _mm256_set_m128i(hi, lo);
+        (_mm256_sub_epi8(q, _mm256_set1_epi8(8)), true)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn codes_q4_1(b: &[u8; 20]) -> (__m256i, bool) {
+        let (lo, hi) = nibbles(load_u8x16(sub(b, 4)));
+        (_mm256_set_m128i(hi, lo), false)
     }
 
     /// Per format, a dot and a dequantizer over a row of whole blocks of

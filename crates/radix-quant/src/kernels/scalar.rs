@@ -1,9 +1,9 @@
 //! The portable kernels: decode a block with the reference dequantizer, then
 //! an f32 dot with eight partial sums (which the compiler may vectorize).
 
-use super::Tile;
+use super::{Q8Activations, Tile};
 use crate::Format;
-use crate::dequantize::dequantize_block;
+use crate::dequantize::{dequantize_block, f16_at};
 use crate::format::QK_K;
 
 /// Partial sums per dot, as an 8-lane vector would keep them.
@@ -64,4 +64,43 @@ fn dot(w: &[f32], x: &[f32]) -> f32 {
         }
     }
     acc.iter().sum::<f32>() + tail
+}
+
+/// A row of Q8_0, Q4_0 or Q4_1 blocks times Q8_0 activations: per block an
+/// exact integer sum of code products, scaled by both blocks' scales, plus
+/// Q4_1's minimum times the activations' block sum.
+pub(super) fn dot_row_q8(format: Format, row: &[u8], x: &Q8Activations) -> f32 {
+    let mut acc = 0.0f32;
+    let blocks = row.chunks_exact(format.block_bytes());
+    for ((w, xb), &sum) in blocks.zip(x.blocks.chunks_exact(34)).zip(x.sums) {
+        let qx = xb[2..34].iter().map(|&q| i32::from(q as i8));
+        let dd = f16_at(w, 0) * f16_at(xb, 0);
+        acc += match format {
+            Format::Q8_0 => {
+                dd * w[2..34]
+                    .iter()
+                    .zip(qx)
+                    .map(|(&q, x)| i32::from(q as i8) * x)
+                    .sum::<i32>() as f32
+            }
+            Format::Q4_0 => {
+                dd * codes4(&w[2..18])
+                    .zip(qx)
+                    .map(|(q, x)| (q - 8) * x)
+                    .sum::<i32>() as f32
+            }
+            Format::Q4_1 => {
+                let dot = codes4(&w[4..20]).zip(qx).map(|(q, x)| q * x).sum::<i32>();
+                dd * dot as f32 + f16_at(w, 2) * sum
+            }
+            _ => unreachable!("matvec_q8_with sends only Q8_0, Q4_0 and Q4_1 here"),
+        };
+    }
+    acc
+}
+
+/// The 32 codes of a 4-bit block in element order: low nibbles, then high.
+fn codes4(qs: &[u8]) -> impl Iterator<Item = i32> + '_ {
+    let lo = qs.iter().map(|&b| i32::from(b & 0xF));
+    lo.chain(qs.iter().map(|&b| i32::from(b >> 4)))
 }
