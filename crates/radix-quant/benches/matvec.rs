@@ -12,12 +12,17 @@
 //!   call (as llama.cpp does) and integer products, one thread;
 //! - `quant/2 threads`: `matvec` with two scoped threads.
 //!
+//! The `matmul` group times a prefill of 128 tokens through one 1536×576
+//! matrix, `matmul` against 128 `matvec` calls (throughput in
+//! multiply-adds per second).
+//!
 //! Weights are random blocks with finite scales; the speed of these kernels
 //! does not depend on the values.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use radix_quant::{
-    Config, Format, Isa, ScopedThreads, Serial, dequantize, matvec_q8_with, matvec_with,
+    Config, Format, Isa, ScopedThreads, Serial, dequantize, matmul_with, matvec_q8_with,
+    matvec_with,
 };
 
 const SHAPES: [(usize, usize); 4] = [(576, 576), (1536, 576), (576, 1536), (49152, 576)];
@@ -105,5 +110,37 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench);
+fn bench_matmul(c: &mut Criterion) {
+    let serial = Config {
+        isa: Isa::best(),
+        parallel: &Serial,
+    };
+    let (rows, cols, n_tokens) = (1536, 576, 128);
+    for format in [Format::Q4_1, Format::Q8_0] {
+        let mut group = c.benchmark_group(format!("matmul {format:?} ({})", Isa::best().name()));
+        let weights = random_blocks(format, rows * cols / 32, 7);
+        let x: Vec<f32> = (0..n_tokens * cols)
+            .map(|i| (i as f32 * 0.37).sin())
+            .collect();
+        let mut y = vec![0.0f32; n_tokens * rows];
+        let shape = format!("{rows}x{cols}x{n_tokens}");
+        group.throughput(Throughput::Elements((rows * cols * n_tokens) as u64));
+        group.bench_function(BenchmarkId::new("matmul", &shape), |b| {
+            b.iter(|| {
+                matmul_with(&serial, format, &weights, rows, cols, n_tokens, &x, &mut y)
+                    .expect("shapes")
+            })
+        });
+        group.bench_function(BenchmarkId::new("matvec per token", &shape), |b| {
+            b.iter(|| {
+                for (x, y) in x.chunks_exact(cols).zip(y.chunks_exact_mut(rows)) {
+                    matvec_with(&serial, format, &weights, rows, cols, x, y).expect("shapes")
+                }
+            })
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, bench, bench_matmul);
 criterion_main!(benches);
