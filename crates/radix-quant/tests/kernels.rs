@@ -244,8 +244,27 @@ fn odd_lengths_and_one_row() {
     }
 }
 
+/// Scoped threads that split work finely (tasks of 1 KiB of weights), as a
+/// caller's pool may: the kernels must give the same results however rows
+/// are split.
+struct FineGrained(ScopedThreads);
+
+impl Parallel for FineGrained {
+    fn n_threads(&self) -> usize {
+        self.0.n_threads()
+    }
+
+    fn run(&self, n_tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        self.0.run(n_tasks, task)
+    }
+
+    fn min_task_bytes(&self) -> usize {
+        1024
+    }
+}
+
 /// Many threads compute every output with the same code as one thread, so
-/// the results are equal bit for bit, on shapes big enough to be split.
+/// the results are equal bit for bit, with the rows split into many tasks.
 #[test]
 fn threads_do_not_change_results() {
     let mut rng = Rng(17);
@@ -275,13 +294,26 @@ fn threads_do_not_change_results() {
             let one = run(&Serial);
             for n in [2, 3, 7] {
                 assert!(
-                    one == run(&ScopedThreads::new(n)),
+                    one == run(&FineGrained(ScopedThreads::new(n))),
                     "{format:?} ({}): {n} threads differ from one",
                     isa.name()
                 );
             }
+            let coarse = run(&ScopedThreads::new(2));
+            assert!(
+                one == coarse,
+                "{format:?} ({}): scoped threads differ",
+                isa.name()
+            );
         }
-        check(format, &weights, rows, cols, &x, &ScopedThreads::new(3));
+        check(
+            format,
+            &weights,
+            rows,
+            cols,
+            &x,
+            &FineGrained(ScopedThreads::new(3)),
+        );
     }
 }
 

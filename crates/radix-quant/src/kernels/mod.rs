@@ -248,13 +248,10 @@ pub fn matmul_with(
     Ok(())
 }
 
-/// Weights below this many bytes per task are not worth another thread.
-const MIN_TASK_BYTES: usize = 64 * 1024;
-
 /// Rows per task: a multiple of `align`, at most one task per thread, and no
-/// task smaller than [`MIN_TASK_BYTES`] unless the matrix is.
+/// task smaller than the pool's `min_task_bytes` unless the matrix is.
 fn rows_per_task(config: &Config, rows: usize, row_bytes: usize, align: usize) -> usize {
-    let by_size = (rows * row_bytes / MIN_TASK_BYTES).max(1);
+    let by_size = (rows * row_bytes / config.parallel.min_task_bytes().max(1)).max(1);
     let n_tasks = config.parallel.n_threads().clamp(1, by_size);
     rows.div_ceil(n_tasks).next_multiple_of(align)
 }
