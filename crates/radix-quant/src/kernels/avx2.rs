@@ -117,38 +117,39 @@ mod imp {
             #[target_feature(enable = "avx2,fma,f16c")]
             fn $dot(row: &[u8], x: &Q8Activations) -> f32 {
                 // A closure inherits the function's target features.
-                let block = |w: &[u8], xb: &[u8], sum: f32, acc: __m256, min_acc: f32| {
-                    let (w, xb): (&[u8; $bytes], &[u8; 34]) = (sub(w, 0), sub(xb, 0));
-                    let qx = load_u8x32(sub(xb, 2));
-                    let (qw, signed) = $codes(w);
-                    let (qw, qx) = if signed {
-                        (_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw))
-                    } else {
-                        (qw, qx)
+                let block =
+                    |w: &[u8], xb: &[u8], [dx, sum]: [f32; 2], acc: __m256, min_acc: f32| {
+                        let (w, xb): (&[u8; $bytes], &[u8; 34]) = (sub(w, 0), sub(xb, 0));
+                        let qx = load_u8x32(sub(xb, 2));
+                        let (qw, signed) = $codes(w);
+                        let (qw, qx) = if signed {
+                            (_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw))
+                        } else {
+                            (qw, qx)
+                        };
+                        let ones = _mm256_set1_epi16(1);
+                        let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(qw, qx), ones);
+                        let dd = _mm256_set1_ps(f16_at(w, 0) * dx);
+                        let acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(dot), acc);
+                        let min: Option<usize> = $min;
+                        match min {
+                            Some(at) => (acc, min_acc + f16_at(w, at) * sum),
+                            None => (acc, min_acc),
+                        }
                     };
-                    let ones = _mm256_set1_epi16(1);
-                    let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(qw, qx), ones);
-                    let dd = _mm256_set1_ps(f16_at(w, 0) * f16_at(xb, 0));
-                    let acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(dot), acc);
-                    let min: Option<usize> = $min;
-                    match min {
-                        Some(at) => (acc, min_acc + f16_at(w, at) * sum),
-                        None => (acc, min_acc),
-                    }
-                };
                 let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
                 let (mut min0, mut min1) = (0.0f32, 0.0f32);
                 let pairs = row.chunks_exact(2 * $bytes);
                 let (w_rest, x_rest) =
                     (pairs.remainder(), &x.blocks[row.len() / $bytes / 2 * 68..]);
-                let xs = x.blocks.chunks_exact(68).zip(x.sums.chunks_exact(2));
-                for (w, (xb, sums)) in pairs.zip(xs) {
-                    (acc0, min0) = block(&w[..$bytes], &xb[..34], sums[0], acc0, min0);
-                    (acc1, min1) = block(&w[$bytes..], &xb[34..], sums[1], acc1, min1);
+                let xs = x.blocks.chunks_exact(68).zip(x.scales.chunks_exact(2));
+                for (w, (xb, s)) in pairs.zip(xs) {
+                    (acc0, min0) = block(&w[..$bytes], &xb[..34], s[0], acc0, min0);
+                    (acc1, min1) = block(&w[$bytes..], &xb[34..], s[1], acc1, min1);
                 }
                 if !w_rest.is_empty() {
-                    let sum = x.sums[x.sums.len() - 1];
-                    (acc0, min0) = block(w_rest, x_rest, sum, acc0, min0);
+                    let s = x.scales[x.scales.len() - 1];
+                    (acc0, min0) = block(w_rest, x_rest, s, acc0, min0);
                 }
                 hsum(_mm256_add_ps(acc0, acc1)) + (min0 + min1)
             }

@@ -118,19 +118,22 @@ pub fn matvec_q8_with(
     check_len("y", y.len(), rows)?;
     let mut xq = vec![0u8; Format::Q8_0.row_bytes(cols)?];
     crate::quantize_q8_0(x, &mut xq)?;
-    // Per block, the sum of the dequantized activations: Q4_1's minimum
-    // multiplies it.
-    let sums: Vec<f32> = xq
+    // Per block, the scale as f32 (converted once, not once per row) and the
+    // sum of the dequantized activations, which Q4_1's minimum multiplies.
+    let scales: Vec<[f32; 2]> = xq
         .chunks_exact(34)
         .map(|b| {
             let d = crate::dequantize::f16_at(b, 0);
-            d * b[2..].iter().map(|&q| i32::from(q as i8)).sum::<i32>() as f32
+            [
+                d,
+                d * b[2..].iter().map(|&q| i32::from(q as i8)).sum::<i32>() as f32,
+            ]
         })
         .collect();
     let isa = config.isa;
     let xq = Q8Activations {
         blocks: &xq,
-        sums: &sums,
+        scales: &scales,
     };
     for_rows(config, weights, row_bytes, y, &|row| {
         dot_row_q8(isa, format, row, &xq)
@@ -138,10 +141,10 @@ pub fn matvec_q8_with(
     Ok(())
 }
 
-/// `x` as Q8_0 blocks and the per-block sums of their values.
+/// `x` as Q8_0 blocks, and per block its scale and the sum of its values.
 struct Q8Activations<'a> {
     blocks: &'a [u8],
-    sums: &'a [f32],
+    scales: &'a [[f32; 2]],
 }
 
 /// `y[r] = dot(row r)` over tasks of whole rows; `y` has one element per

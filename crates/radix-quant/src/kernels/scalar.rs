@@ -72,9 +72,9 @@ fn dot(w: &[f32], x: &[f32]) -> f32 {
 pub(super) fn dot_row_q8(format: Format, row: &[u8], x: &Q8Activations) -> f32 {
     let mut acc = 0.0f32;
     let blocks = row.chunks_exact(format.block_bytes());
-    for ((w, xb), &sum) in blocks.zip(x.blocks.chunks_exact(34)).zip(x.sums) {
+    for ((w, xb), &[dx, sum]) in blocks.zip(x.blocks.chunks_exact(34)).zip(x.scales) {
         let qx = xb[2..34].iter().map(|&q| i32::from(q as i8));
-        let dd = f16_at(w, 0) * f16_at(xb, 0);
+        let dd = f16_at(w, 0) * dx;
         acc += match format {
             Format::Q8_0 => {
                 dd * w[2..34]
