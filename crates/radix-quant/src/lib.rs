@@ -11,7 +11,14 @@
 //! blocks along `cols`, as GGUF stores a linear layer's weight `[out, in]`.
 //! The kernels decode every weight exactly as [`dequantize`] does and
 //! accumulate in f32, so they differ from "dequantize, then an f32 dot" only
-//! in the order of their sums.
+//! in the order of their sums. [`matvec_q8_with`] trades that for speed as
+//! llama.cpp does: activations quantized to 8 bits, integer products.
+//!
+//! Instruction sets are detected at run time ([`Isa`]): AVX2 with FMA and
+//! F16C on x86-64, portable scalar code everywhere. There is no AVX-512 path
+//! yet; the machines this was written on lack AVX-512, and
+//! `tests/dequantize.rs` checks every detected instruction set bit for bit
+//! against the `gguf` package, so one can be added where it can be tested.
 
 mod activations;
 mod dequantize;
