@@ -7,6 +7,7 @@
 //! the same code whatever task it falls in, so results do not depend on the
 //! split.
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Runs independent tasks, perhaps at the same time.
@@ -57,9 +58,13 @@ impl ScopedThreads {
         }
     }
 
-    /// As many threads as the machine offers this process.
+    /// As many threads as the machine offers this process, asked once (on
+    /// Linux the answer reads cgroup files).
     pub fn available() -> ScopedThreads {
-        ScopedThreads::new(std::thread::available_parallelism().map_or(1, |n| n.get()))
+        static N_THREADS: OnceLock<usize> = OnceLock::new();
+        let n =
+            N_THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        ScopedThreads::new(*n)
     }
 }
 

@@ -28,7 +28,11 @@ impl Isa {
 
     /// The fastest instruction set this CPU runs.
     pub fn best() -> Isa {
-        *Isa::available().last().unwrap_or(&Isa::SCALAR)
+        if avx2::detected() {
+            Isa(Kind::Avx2)
+        } else {
+            Isa::SCALAR
+        }
     }
 
     /// Every instruction set this CPU runs, slowest first; tests run each.
@@ -98,9 +102,10 @@ pub fn matvec_with(
 /// [`matvec_with`] with `x` quantized to 8-bit blocks first
 /// ([`crate::quantize_q8_0`]), as llama.cpp's decode does: for Q8_0, Q4_0
 /// and Q4_1 weights the products are then integer multiply-adds, about
-/// twice as fast, but the result is `W·x̃` for the quantized `x̃`, which
-/// differs from `W·x` by up to `|W|·max|x|/254` per block. Other formats
-/// compute exactly what [`matvec_with`] does.
+/// twice as fast, but the result is `W·x̃` for the quantized `x̃`: each
+/// activation moves by up to 1/254 of its block's largest magnitude (plus
+/// the f16 rounding of the block's scale). Other formats compute exactly
+/// what [`matvec_with`] does.
 pub fn matvec_q8_with(
     config: &Config,
     format: Format,
