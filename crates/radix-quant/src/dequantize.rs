@@ -135,7 +135,7 @@ pub(crate) fn f16_at(block: &[u8], at: usize) -> f32 {
 /// Code `j` of a 5-bit block: its nibble (the 16 bytes hold elements `0..16`
 /// in their low nibbles and `16..32` in their high nibbles) plus bit `j` of
 /// `qh` as bit 4.
-fn five_bits(qs: &[u8], qh: u32, j: usize) -> u8 {
+pub(crate) fn five_bits(qs: &[u8], qh: u32, j: usize) -> u8 {
     let nibble = if j < 16 { qs[j] & 0xF } else { qs[j - 16] >> 4 };
     nibble | (((qh >> j) & 1) as u8) << 4
 }

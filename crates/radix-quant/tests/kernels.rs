@@ -428,7 +428,7 @@ proptest! {
 
     /// `matvec_q8_with` is `W·x̃` for the quantized activations `x̃`: compared
     /// with the f64 reference on `dequantize(quantize_q8_0(x))`. The kernels
-    /// split Q4_1's `d·q + m` into two sums, so the tolerance counts `|m·x|`
+    /// split Q4_1's and Q5_1's `d·q + m` into two sums, so the tolerance counts `|m·x|`
     /// terms too. Formats without an 8-bit kernel must equal `matvec_with`.
     #[test]
     fn q8_kernels_match_reference(
@@ -447,10 +447,11 @@ proptest! {
         let mut xd = vec![0.0f32; cols];
         dequantize(Format::Q8_0, &xq, &mut xd).expect("whole blocks");
         let (expected, mut max_term) = reference(format, &weights, rows, cols, &xd);
-        if format == Format::Q4_1 {
+        if matches!(format, Format::Q4_1 | Format::Q5_1) {
             let row_bytes = format.row_bytes(cols).expect("whole blocks");
             for (r, m) in max_term.iter_mut().enumerate() {
-                for (b, block) in weights[r * row_bytes..][..row_bytes].chunks_exact(20).enumerate() {
+                let blocks = weights[r * row_bytes..][..row_bytes].chunks_exact(format.block_bytes());
+                for (b, block) in blocks.enumerate() {
                     let min = f64::from(half::f16::from_le_bytes([block[2], block[3]]).to_f32()).abs();
                     for &x in &xd[32 * b..32 * (b + 1)] {
                         *m = m.max(3.0 * min * f64::from(x).abs());
@@ -463,7 +464,7 @@ proptest! {
             let config = Config { isa, parallel: &Serial };
             let mut y = vec![f32::NAN; rows];
             matvec_q8_with(&config, format, &weights, rows, cols, &x, &mut y).expect("shapes");
-            if !matches!(format, Format::Q8_0 | Format::Q4_0 | Format::Q4_1) {
+            if !matches!(format, Format::Q8_0 | Format::Q4_0 | Format::Q4_1 | Format::Q5_0 | Format::Q5_1) {
                 let mut y_f32 = vec![f32::NAN; rows];
                 matvec_with(&config, format, &weights, rows, cols, &x, &mut y_f32).expect("shapes");
                 prop_assert_eq!(y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), y_f32.iter().map(|v| v.to_bits()).collect::<Vec<_>>());

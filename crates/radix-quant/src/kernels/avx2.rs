@@ -99,7 +99,9 @@ mod imp {
                 Format::Q8_0 => dot_q8_q8_0(row, x),
                 Format::Q4_0 => dot_q8_q4_0(row, x),
                 Format::Q4_1 => dot_q8_q4_1(row, x),
-                _ => unreachable!("matvec_q8_with sends only Q8_0, Q4_0 and Q4_1 here"),
+                Format::Q5_0 => dot_q8_q5_0(row, x),
+                Format::Q5_1 => dot_q8_q5_1(row, x),
+                _ => unreachable!("matvec_q8_with sends only its Q8_FORMATS here"),
             }
         }
     }
@@ -108,7 +110,7 @@ mod imp {
     /// codes as bytes and whether they are signed; per block the integer
     /// products are summed in i32 lanes (`vpmaddubsw` takes unsigned × signed
     /// bytes, so signed weights lend their sign to the activations), scaled
-    /// by both scales, and Q4_1's minimum (`$min`, its byte offset) multiplies
+    /// by both scales, and Q4_1's or Q5_1's minimum (`$min`, its byte offset) multiplies
     /// the activations' block sum. Blocks go in pairs into two named
     /// accumulators: indexing an array of them by block parity put them in
     /// memory, a store-to-load chain per block.
@@ -159,6 +161,8 @@ mod imp {
     q8_kernel!(dot_q8_q8_0, 34, codes_q8_0, None);
     q8_kernel!(dot_q8_q4_0, 18, codes_q4_0, None);
     q8_kernel!(dot_q8_q4_1, 20, codes_q4_1, Some(2));
+    q8_kernel!(dot_q8_q5_0, 22, codes_q5_0, None);
+    q8_kernel!(dot_q8_q5_1, 24, codes_q5_1, Some(2));
 
     #[target_feature(enable = "avx2,fma,f16c")]
     fn codes_q8_0(b: &[u8; 34]) -> (__m256i, bool) {
@@ -175,6 +179,19 @@ mod imp {
     #[target_feature(enable = "avx2,fma,f16c")]
     fn codes_q4_1(b: &[u8; 20]) -> (__m256i, bool) {
         let (lo, hi) = nibbles(load_u8x16(sub(b, 4)));
+        (_mm256_set_m128i(hi, lo), false)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn codes_q5_0(b: &[u8; 22]) -> (__m256i, bool) {
+        let (lo, hi) = five_bits(load_u8x16(sub(b, 6)), sub(b, 2));
+        let q = _mm256_set_m128i(hi, lo);
+        (_mm256_sub_epi8(q, _mm256_set1_epi8(16)), true)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn codes_q5_1(b: &[u8; 24]) -> (__m256i, bool) {
+        let (lo, hi) = five_bits(load_u8x16(sub(b, 8)), sub(b, 4));
         (_mm256_set_m128i(hi, lo), false)
     }
 

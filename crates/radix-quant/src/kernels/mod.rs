@@ -100,8 +100,8 @@ pub fn matvec_with(
 }
 
 /// [`matvec_with`] with `x` quantized to 8-bit blocks first
-/// ([`crate::quantize_q8_0`]), as llama.cpp's decode does: for Q8_0, Q4_0
-/// and Q4_1 weights the products are then integer multiply-adds, about
+/// ([`crate::quantize_q8_0`]), as llama.cpp's decode does: for Q8_0, Q4_0,
+/// Q4_1, Q5_0 and Q5_1 weights the products are then integer multiply-adds, about
 /// twice as fast, but the result is `W·x̃` for the quantized `x̃`: each
 /// activation moves by up to 1/254 of its block's largest magnitude (plus
 /// the f16 rounding of the block's scale). Other formats compute exactly
@@ -115,7 +115,7 @@ pub fn matvec_q8_with(
     x: &[f32],
     y: &mut [f32],
 ) -> Result<(), Error> {
-    if !matches!(format, Format::Q8_0 | Format::Q4_0 | Format::Q4_1) {
+    if !Q8_FORMATS.contains(&format) {
         return matvec_with(config, format, weights, rows, cols, x, y);
     }
     let row_bytes = check_weights(format, weights, rows, cols)?;
@@ -124,7 +124,7 @@ pub fn matvec_q8_with(
     let mut xq = vec![0u8; Format::Q8_0.row_bytes(cols)?];
     crate::quantize_q8_0(x, &mut xq)?;
     // Per block, the scale as f32 (converted once, not once per row) and the
-    // sum of the dequantized activations, which Q4_1's minimum multiplies.
+    // sum of the dequantized activations, which Q4_1's and Q5_1's minimums multiply.
     let scales: Vec<[f32; 2]> = xq
         .chunks_exact(34)
         .map(|b| {
@@ -145,6 +145,15 @@ pub fn matvec_q8_with(
     });
     Ok(())
 }
+
+/// The formats `matvec_q8_with` has integer kernels for.
+const Q8_FORMATS: [Format; 5] = [
+    Format::Q8_0,
+    Format::Q4_0,
+    Format::Q4_1,
+    Format::Q5_0,
+    Format::Q5_1,
+];
 
 /// `x` as Q8_0 blocks, and per block its scale and the sum of its values.
 struct Q8Activations<'a> {
@@ -289,7 +298,7 @@ fn dot_row(isa: Isa, format: Format, row: &[u8], x: &[f32]) -> f32 {
     }
 }
 
-/// One row of Q8_0, Q4_0 or Q4_1 blocks times quantized activations with
+/// One row in one of [`Q8_FORMATS`] times quantized activations with
 /// as many blocks.
 fn dot_row_q8(isa: Isa, format: Format, row: &[u8], x: &Q8Activations) -> f32 {
     match isa.0 {

@@ -3,7 +3,7 @@
 
 use super::{Q8Activations, Tile};
 use crate::Format;
-use crate::dequantize::{dequantize_block, f16_at};
+use crate::dequantize::{dequantize_block, f16_at, five_bits};
 use crate::format::QK_K;
 
 /// Partial sums per dot, as an 8-lane vector would keep them.
@@ -66,9 +66,9 @@ fn dot(w: &[f32], x: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// A row of Q8_0, Q4_0 or Q4_1 blocks times Q8_0 activations: per block an
-/// exact integer sum of code products, scaled by both blocks' scales, plus
-/// Q4_1's minimum times the activations' block sum.
+/// A row of Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1 blocks times Q8_0 activations:
+/// per block an exact integer sum of code products, scaled by both blocks'
+/// scales, plus Q4_1's or Q5_1's minimum times the activations' block sum.
 pub(super) fn dot_row_q8(format: Format, row: &[u8], x: &Q8Activations) -> f32 {
     let mut acc = 0.0f32;
     let blocks = row.chunks_exact(format.block_bytes());
@@ -93,7 +93,18 @@ pub(super) fn dot_row_q8(format: Format, row: &[u8], x: &Q8Activations) -> f32 {
                 let dot = codes4(&w[4..20]).zip(qx).map(|(q, x)| q * x).sum::<i32>();
                 dd * dot as f32 + f16_at(w, 2) * sum
             }
-            _ => unreachable!("matvec_q8_with sends only Q8_0, Q4_0 and Q4_1 here"),
+            Format::Q5_0 => {
+                let qh = u32::from_le_bytes([w[2], w[3], w[4], w[5]]);
+                let codes = (0..32).map(|j| i32::from(five_bits(&w[6..22], qh, j)));
+                dd * codes.zip(qx).map(|(q, x)| (q - 16) * x).sum::<i32>() as f32
+            }
+            Format::Q5_1 => {
+                let qh = u32::from_le_bytes([w[4], w[5], w[6], w[7]]);
+                let codes = (0..32).map(|j| i32::from(five_bits(&w[8..24], qh, j)));
+                let dot = codes.zip(qx).map(|(q, x)| q * x).sum::<i32>();
+                dd * dot as f32 + f16_at(w, 2) * sum
+            }
+            _ => unreachable!("matvec_q8_with sends only its Q8_FORMATS here"),
         };
     }
     acc
