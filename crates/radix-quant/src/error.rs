@@ -18,6 +18,9 @@ pub enum Error {
         cols: usize,
         block_len: usize,
     },
+    /// A shape whose element or byte count overflows `usize`.
+    #[error("{what}: the shape's size overflows usize")]
+    TooLarge { what: &'static str },
     /// A slice of the wrong length; `what` names the argument.
     #[error("{what}: expected {expected} elements, got {got}")]
     Length {

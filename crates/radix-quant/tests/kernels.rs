@@ -477,3 +477,47 @@ proptest! {
         }
     }
 }
+
+/// Empty shapes are no error: no rows, no tokens, or rows of no elements
+/// (empty dots, zero).
+#[test]
+fn empty_shapes() {
+    for isa in Isa::available() {
+        let config = Config {
+            isa,
+            parallel: &Serial,
+        };
+        for format in [Format::Q4_1, Format::F32] {
+            let mut y = vec![f32::NAN; 3];
+            matvec_with(&config, format, &[], 3, 0, &[], &mut y).expect("empty rows");
+            assert_eq!(y, [0.0; 3]);
+            y.fill(f32::NAN);
+            matvec_q8_with(&config, format, &[], 3, 0, &[], &mut y).expect("empty rows");
+            assert_eq!(y, [0.0; 3]);
+            let mut y2 = vec![f32::NAN; 6];
+            matmul_with(&config, format, &[], 3, 0, 2, &[], &mut y2).expect("empty rows");
+            assert_eq!(y2, [0.0; 6]);
+            let x = vec![1.0f32; 64];
+            matvec_with(&config, format, &[], 0, 64, &x, &mut []).expect("no rows");
+            matmul_with(&config, format, &[], 0, 64, 1, &x, &mut []).expect("no rows");
+            let weights = random_weights(format, 2, 64, Codes::Random, 1.0, &mut Rng(3));
+            matmul_with(&config, format, &weights, 2, 64, 0, &[], &mut []).expect("no tokens");
+        }
+    }
+    let config = Config {
+        isa: Isa::SCALAR,
+        parallel: &Serial,
+    };
+    assert_eq!(
+        matvec_with(
+            &config,
+            Format::Q8_0,
+            &[],
+            usize::MAX,
+            64,
+            &[0.0; 64],
+            &mut []
+        ),
+        Err(Error::TooLarge { what: "weights" })
+    );
+}

@@ -170,6 +170,11 @@ fn for_rows(
     y: &mut [f32],
     dot: &(dyn Fn(&[u8]) -> f32 + Sync),
 ) {
+    if row_bytes == 0 {
+        // Rows of no elements: empty dots.
+        y.fill(0.0);
+        return;
+    }
     if y.is_empty() {
         return;
     }
@@ -224,8 +229,13 @@ pub fn matmul_with(
     y: &mut [f32],
 ) -> Result<(), Error> {
     let row_bytes = check_weights(format, weights, rows, cols)?;
-    check_len("x", x.len(), n_tokens * cols)?;
-    check_len("y", y.len(), n_tokens * rows)?;
+    check_len("x", x.len(), product("x", n_tokens, cols)?)?;
+    check_len("y", y.len(), product("y", n_tokens, rows)?)?;
+    if cols == 0 {
+        // Empty dots.
+        y.fill(0.0);
+        return Ok(());
+    }
     if rows == 0 || n_tokens == 0 {
         return Ok(());
     }
@@ -275,8 +285,17 @@ fn rows_per_task(config: &Config, rows: usize, row_bytes: usize, align: usize) -
 
 fn check_weights(format: Format, weights: &[u8], rows: usize, cols: usize) -> Result<usize, Error> {
     let row_bytes = format.row_bytes(cols)?;
-    check_len("weights (bytes)", weights.len(), rows * row_bytes)?;
+    check_len(
+        "weights (bytes)",
+        weights.len(),
+        product("weights", rows, row_bytes)?,
+    )?;
     Ok(row_bytes)
+}
+
+/// `a · b`, or `Err` where a caller's shape would overflow.
+fn product(what: &'static str, a: usize, b: usize) -> Result<usize, Error> {
+    a.checked_mul(b).ok_or(Error::TooLarge { what })
 }
 
 fn check_len(what: &'static str, got: usize, expected: usize) -> Result<(), Error> {
