@@ -1,0 +1,146 @@
+//! `matvec` on raw Q4_1 and Q8_0 blocks against the f32 paths, at the shapes
+//! of SmolLM2-135M's linear layers (rows × cols = out × in).
+//!
+//! Throughput is the quantized weight bytes per second for every variant, so
+//! figures within a shape compare as times do:
+//! - `quant`: `matvec` on the raw blocks, one thread;
+//! - `dequantize+dot`: `dequantize` the whole matrix, then an f32 `matvec`
+//!   (what dequantizing on every call would cost);
+//! - `f32`: an f32 `matvec` on weights dequantized beforehand (what radix does
+//!   today: f32 weights in memory, four to seven times the bytes);
+//! - `quant q8x`: `matvec_q8_with`, activations quantized to 8 bits per
+//!   call (as llama.cpp does) and integer products, one thread;
+//! - `quant/2 threads`: `matvec` with two scoped threads.
+//!
+//! The `matmul` group times a prefill of 128 tokens through one 1536×576
+//! matrix, `matmul` against 128 `matvec` calls (throughput in
+//! multiply-adds per second).
+//!
+//! Weights are random blocks with finite scales; the speed of these kernels
+//! does not depend on the values.
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use radix_quant::{
+    Config, Format, Isa, ScopedThreads, Serial, dequantize, matmul_with, matvec_q8_with,
+    matvec_with,
+};
+
+const SHAPES: [(usize, usize); 4] = [(576, 576), (1536, 576), (576, 1536), (49152, 576)];
+
+/// Random blocks whose f16 fields (the first two or four bytes of a Q4_1 or
+/// Q8_0 block) hold small finite scales.
+fn random_blocks(format: Format, n_blocks: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed;
+    let mut next = move || {
+        // xorshift64*: deterministic and dependency-free.
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) as u32
+    };
+    let mut bytes = Vec::with_capacity(n_blocks * format.block_bytes());
+    for _ in 0..n_blocks {
+        let mut block: Vec<u8> = (0..format.block_bytes()).map(|_| next() as u8).collect();
+        let n_scales = if format == Format::Q4_1 { 2 } else { 1 };
+        for s in 0..n_scales {
+            let scale = half::f16::from_f32((next() % 1000) as f32 * 1e-5 - 5e-3);
+            block[2 * s..2 * s + 2].copy_from_slice(&scale.to_le_bytes());
+        }
+        bytes.extend_from_slice(&block);
+    }
+    bytes
+}
+
+fn bench(c: &mut Criterion) {
+    let serial = Config {
+        isa: Isa::best(),
+        parallel: &Serial,
+    };
+    let two = ScopedThreads::new(2);
+    let threaded = Config {
+        isa: Isa::best(),
+        parallel: &two,
+    };
+    for format in [Format::Q4_1, Format::Q8_0] {
+        let mut group = c.benchmark_group(format!("matvec {format:?} ({})", Isa::best().name()));
+        for (rows, cols) in SHAPES {
+            let n_blocks = rows * cols / format.block_len();
+            let weights = random_blocks(format, n_blocks, (rows * cols) as u64);
+            let x: Vec<f32> = (0..cols).map(|i| (i as f32 * 0.37).sin()).collect();
+            let mut y = vec![0.0f32; rows];
+            let mut dense = vec![0.0f32; rows * cols];
+            dequantize(format, &weights, &mut dense).expect("whole blocks");
+            let dense_bytes: Vec<u8> = dense.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let shape = format!("{rows}x{cols}");
+            group.throughput(Throughput::Bytes(weights.len() as u64));
+
+            group.bench_function(BenchmarkId::new("quant", &shape), |b| {
+                b.iter(|| {
+                    matvec_with(&serial, format, &weights, rows, cols, &x, &mut y).expect("shapes")
+                })
+            });
+            group.bench_function(BenchmarkId::new("quant q8x", &shape), |b| {
+                b.iter(|| {
+                    matvec_q8_with(&serial, format, &weights, rows, cols, &x, &mut y)
+                        .expect("shapes")
+                })
+            });
+            group.bench_function(BenchmarkId::new("dequantize+dot", &shape), |b| {
+                b.iter(|| {
+                    dequantize(format, &weights, &mut dense).expect("whole blocks");
+                    let bytes: &[u8] = &dense_bytes; // the f32 dot reads bytes, as GGUF F32 rows
+                    matvec_with(&serial, Format::F32, bytes, rows, cols, &x, &mut y)
+                        .expect("shapes")
+                })
+            });
+            group.bench_function(BenchmarkId::new("f32", &shape), |b| {
+                b.iter(|| {
+                    matvec_with(&serial, Format::F32, &dense_bytes, rows, cols, &x, &mut y)
+                        .expect("shapes")
+                })
+            });
+            group.bench_function(BenchmarkId::new("quant/2 threads", &shape), |b| {
+                b.iter(|| {
+                    matvec_with(&threaded, format, &weights, rows, cols, &x, &mut y)
+                        .expect("shapes")
+                })
+            });
+        }
+        group.finish();
+    }
+}
+
+fn bench_matmul(c: &mut Criterion) {
+    let serial = Config {
+        isa: Isa::best(),
+        parallel: &Serial,
+    };
+    let (rows, cols, n_tokens) = (1536, 576, 128);
+    for format in [Format::Q4_1, Format::Q8_0] {
+        let mut group = c.benchmark_group(format!("matmul {format:?} ({})", Isa::best().name()));
+        let weights = random_blocks(format, rows * cols / 32, 7);
+        let x: Vec<f32> = (0..n_tokens * cols)
+            .map(|i| (i as f32 * 0.37).sin())
+            .collect();
+        let mut y = vec![0.0f32; n_tokens * rows];
+        let shape = format!("{rows}x{cols}x{n_tokens}");
+        group.throughput(Throughput::Elements((rows * cols * n_tokens) as u64));
+        group.bench_function(BenchmarkId::new("matmul", &shape), |b| {
+            b.iter(|| {
+                matmul_with(&serial, format, &weights, rows, cols, n_tokens, &x, &mut y)
+                    .expect("shapes")
+            })
+        });
+        group.bench_function(BenchmarkId::new("matvec per token", &shape), |b| {
+            b.iter(|| {
+                for (x, y) in x.chunks_exact(cols).zip(y.chunks_exact_mut(rows)) {
+                    matvec_with(&serial, format, &weights, rows, cols, x, y).expect("shapes")
+                }
+            })
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, bench, bench_matmul);
+criterion_main!(benches);

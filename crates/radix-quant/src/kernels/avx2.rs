@@ -1,0 +1,646 @@
+//! The AVX2 kernels (with FMA and F16C, as every AVX2 CPU since Haswell has).
+//!
+//! Each format has a decoder that turns 32 consecutive elements of a block
+//! into four 8-lane f32 vectors with the reference's own operations (`d·q +
+//! m` as a multiply then an add, K-quant scales `d·sc` rounded first), so a
+//! decoded weight equals [`crate::dequantize`]'s bit for bit. Decoders feed
+//! either a dot with `x` (decode: each weight byte read once, x from L1) or
+//! a store (a tile of rows for `matmul`). These functions are only reached
+//! through `Isa(Kind::Avx2)`, which exists only once `detected()` said yes.
+
+#[cfg(target_arch = "x86_64")]
+pub(super) use imp::{dequantize_row, detected, dot_row, dot_row_q8, dot_tile};
+
+#[cfg(not(target_arch = "x86_64"))]
+pub(super) use off_x86::{dequantize_row, detected, dot_row, dot_row_q8, dot_tile};
+
+#[cfg(not(target_arch = "x86_64"))]
+mod off_x86 {
+    use super::super::{Q8Activations, Tile};
+    use crate::Format;
+
+    pub(in crate::kernels) fn detected() -> bool {
+        false
+    }
+    pub(in crate::kernels) fn dot_row_q8(_: Format, _: &[u8], _: &Q8Activations) -> f32 {
+        unreachable!("AVX2 is never detected off x86-64")
+    }
+    pub(in crate::kernels) fn dot_row(_: Format, _: &[u8], _: &[f32]) -> f32 {
+        unreachable!("AVX2 is never detected off x86-64")
+    }
+    pub(in crate::kernels) fn dequantize_row(_: Format, _: &[u8], _: &mut [f32]) {
+        unreachable!("AVX2 is never detected off x86-64")
+    }
+    pub(in crate::kernels) fn dot_tile(_: &Tile, _: &[f32], _: &mut [f32], _: usize) {
+        unreachable!("AVX2 is never detected off x86-64")
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod imp {
+    use std::arch::x86_64::*;
+
+    use super::super::{Q8Activations, Tile};
+    use crate::Format;
+    use crate::dequantize::{dequantize_block, k_scale_min, u16_at};
+
+    pub(in crate::kernels) fn detected() -> bool {
+        is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+    }
+
+    /// Thirty-two decoded weights.
+    type W32 = [__m256; 4];
+
+    pub(in crate::kernels) fn dot_row(format: Format, row: &[u8], x: &[f32]) -> f32 {
+        // SAFETY: only called for `Isa(Kind::Avx2)`, made only when
+        // `detected()` found AVX2, FMA and F16C on this CPU.
+        unsafe {
+            match format {
+                Format::F32 => dot_f32(row, x),
+                Format::F16 => dot_f16(row, x),
+                Format::BF16 => dot_bf16(row, x),
+                Format::Q8_0 => dot_q8_0(row, x),
+                Format::Q4_0 => dot_q4_0(row, x),
+                Format::Q4_1 => dot_q4_1(row, x),
+                Format::Q5_0 => dot_q5_0(row, x),
+                Format::Q5_1 => dot_q5_1(row, x),
+                Format::Q4_K => dot_q4_k(row, x),
+                Format::Q5_K => dot_q5_k(row, x),
+                Format::Q6_K => dot_q6_k(row, x),
+            }
+        }
+    }
+
+    pub(in crate::kernels) fn dequantize_row(format: Format, row: &[u8], out: &mut [f32]) {
+        // SAFETY: as in `dot_row`.
+        unsafe {
+            match format {
+                Format::F32 => deq_f32(row, out),
+                Format::F16 => deq_f16(row, out),
+                Format::BF16 => deq_bf16(row, out),
+                Format::Q8_0 => deq_q8_0(row, out),
+                Format::Q4_0 => deq_q4_0(row, out),
+                Format::Q4_1 => deq_q4_1(row, out),
+                Format::Q5_0 => deq_q5_0(row, out),
+                Format::Q5_1 => deq_q5_1(row, out),
+                Format::Q4_K => deq_q4_k(row, out),
+                Format::Q5_K => deq_q5_k(row, out),
+                Format::Q6_K => deq_q6_k(row, out),
+            }
+        }
+    }
+
+    pub(in crate::kernels) fn dot_row_q8(format: Format, row: &[u8], x: &Q8Activations) -> f32 {
+        // SAFETY: as in `dot_row`.
+        unsafe {
+            match format {
+                Format::Q8_0 => dot_q8_q8_0(row, x),
+                Format::Q4_0 => dot_q8_q4_0(row, x),
+                Format::Q4_1 => dot_q8_q4_1(row, x),
+                Format::Q5_0 => dot_q8_q5_0(row, x),
+                Format::Q5_1 => dot_q8_q5_1(row, x),
+                _ => unreachable!("matvec_q8_with sends only its Q8_FORMATS here"),
+            }
+        }
+    }
+
+    /// Per format, a dot with 8-bit activations: `$codes` gives a block's 32
+    /// codes as bytes and whether they are signed; per block the integer
+    /// products are summed in i32 lanes (`vpmaddubsw` takes unsigned × signed
+    /// bytes, so signed weights lend their sign to the activations), scaled
+    /// by both scales, and Q4_1's or Q5_1's minimum (`$min`, its byte offset) multiplies
+    /// the activations' block sum. Blocks go in pairs into two named
+    /// accumulators: indexing an array of them by block parity put them in
+    /// memory, a store-to-load chain per block.
+    macro_rules! q8_kernel {
+        ($dot:ident, $bytes:literal, $codes:ident, $min:expr) => {
+            #[target_feature(enable = "avx2,fma,f16c")]
+            fn $dot(row: &[u8], x: &Q8Activations) -> f32 {
+                // A closure inherits the function's target features.
+                let block =
+                    |w: &[u8], xb: &[u8], [dx, sum]: [f32; 2], acc: __m256, min_acc: f32| {
+                        let (w, xb): (&[u8; $bytes], &[u8; 34]) = (sub(w, 0), sub(xb, 0));
+                        let qx = load_u8x32(sub(xb, 2));
+                        let (qw, signed) = $codes(w);
+                        let (qw, qx) = if signed {
+                            (_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw))
+                        } else {
+                            (qw, qx)
+                        };
+                        let ones = _mm256_set1_epi16(1);
+                        let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(qw, qx), ones);
+                        let dd = _mm256_set1_ps(f16_at(w, 0) * dx);
+                        let acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(dot), acc);
+                        let min: Option<usize> = $min;
+                        match min {
+                            Some(at) => (acc, min_acc + f16_at(w, at) * sum),
+                            None => (acc, min_acc),
+                        }
+                    };
+                let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+                let (mut min0, mut min1) = (0.0f32, 0.0f32);
+                let pairs = row.chunks_exact(2 * $bytes);
+                let (w_rest, x_rest) =
+                    (pairs.remainder(), &x.blocks[row.len() / $bytes / 2 * 68..]);
+                let xs = x.blocks.chunks_exact(68).zip(x.scales.chunks_exact(2));
+                for (w, (xb, s)) in pairs.zip(xs) {
+                    (acc0, min0) = block(&w[..$bytes], &xb[..34], s[0], acc0, min0);
+                    (acc1, min1) = block(&w[$bytes..], &xb[34..], s[1], acc1, min1);
+                }
+                if !w_rest.is_empty() {
+                    let s = x.scales[x.scales.len() - 1];
+                    (acc0, min0) = block(w_rest, x_rest, s, acc0, min0);
+                }
+                hsum(_mm256_add_ps(acc0, acc1)) + (min0 + min1)
+            }
+        };
+    }
+
+    q8_kernel!(dot_q8_q8_0, 34, codes_q8_0, None);
+    q8_kernel!(dot_q8_q4_0, 18, codes_q4_0, None);
+    q8_kernel!(dot_q8_q4_1, 20, codes_q4_1, Some(2));
+    q8_kernel!(dot_q8_q5_0, 22, codes_q5_0, None);
+    q8_kernel!(dot_q8_q5_1, 24, codes_q5_1, Some(2));
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn codes_q8_0(b: &[u8; 34]) -> (__m256i, bool) {
+        (load_u8x32(sub(b, 2)), true)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn codes_q4_0(b: &[u8; 18]) -> (__m256i, bool) {
+        let (lo, hi) = nibbles(load_u8x16(sub(b, 2)));
+        let q = _mm256_set_m128i(hi, lo);
+        (_mm256_sub_epi8(q, _mm256_set1_epi8(8)), true)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn codes_q4_1(b: &[u8; 20]) -> (__m256i, bool) {
+        let (lo, hi) = nibbles(load_u8x16(sub(b, 4)));
+        (_mm256_set_m128i(hi, lo), false)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn codes_q5_0(b: &[u8; 22]) -> (__m256i, bool) {
+        let (lo, hi) = five_bits(load_u8x16(sub(b, 6)), sub(b, 2));
+        let q = _mm256_set_m128i(hi, lo);
+        (_mm256_sub_epi8(q, _mm256_set1_epi8(16)), true)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn codes_q5_1(b: &[u8; 24]) -> (__m256i, bool) {
+        let (lo, hi) = five_bits(load_u8x16(sub(b, 8)), sub(b, 4));
+        (_mm256_set_m128i(hi, lo), false)
+    }
+
+    /// Per format, a dot and a dequantizer over a row of whole blocks of
+    /// `$bytes` bytes and `$len` elements, decoded 32 at a time by `$decode`.
+    /// The trivial formats come as 32-element "blocks" too, and their last
+    /// `cols % 32` elements go through the scalar reference.
+    macro_rules! row_kernels {
+        ($dot:ident, $deq:ident, $decode:ident, $format:expr, $bytes:literal, $len:literal) => {
+            #[target_feature(enable = "avx2,fma,f16c")]
+            fn $dot(row: &[u8], x: &[f32]) -> f32 {
+                let mut acc = [_mm256_setzero_ps(); 4];
+                let blocks = row.chunks_exact($bytes);
+                let xs = x.chunks_exact($len);
+                let tail = tail_dot($format, blocks.remainder(), xs.remainder());
+                for (block, x) in blocks.zip(xs) {
+                    let block: &[u8; $bytes] = sub(block, 0);
+                    for (g, x) in x.chunks_exact(32).enumerate() {
+                        let w = $decode(block, g);
+                        for k in 0..4 {
+                            acc[k] = _mm256_fmadd_ps(w[k], load_ps(sub(x, 8 * k)), acc[k]);
+                        }
+                    }
+                }
+                hsum(_mm256_add_ps(
+                    _mm256_add_ps(acc[0], acc[1]),
+                    _mm256_add_ps(acc[2], acc[3]),
+                )) + tail
+            }
+
+            #[target_feature(enable = "avx2,fma,f16c")]
+            fn $deq(row: &[u8], out: &mut [f32]) {
+                let mut blocks = row.chunks_exact($bytes);
+                let mut outs = out.chunks_exact_mut($len);
+                for (block, out) in (&mut blocks).zip(&mut outs) {
+                    let block: &[u8; $bytes] = sub(block, 0);
+                    for (g, out) in out.chunks_exact_mut(32).enumerate() {
+                        let w = $decode(block, g);
+                        for k in 0..4 {
+                            store_ps(sub_mut(out, 8 * k), w[k]);
+                        }
+                    }
+                }
+                tail_dequantize($format, blocks.remainder(), outs.into_remainder());
+            }
+        };
+    }
+
+    row_kernels!(dot_f32, deq_f32, decode_f32, Format::F32, 128, 32);
+    row_kernels!(dot_f16, deq_f16, decode_f16, Format::F16, 64, 32);
+    row_kernels!(dot_bf16, deq_bf16, decode_bf16, Format::BF16, 64, 32);
+    row_kernels!(dot_q8_0, deq_q8_0, decode_q8_0, Format::Q8_0, 34, 32);
+    row_kernels!(dot_q4_0, deq_q4_0, decode_q4_0, Format::Q4_0, 18, 32);
+    row_kernels!(dot_q4_1, deq_q4_1, decode_q4_1, Format::Q4_1, 20, 32);
+    row_kernels!(dot_q5_0, deq_q5_0, decode_q5_0, Format::Q5_0, 22, 32);
+    row_kernels!(dot_q5_1, deq_q5_1, decode_q5_1, Format::Q5_1, 24, 32);
+    row_kernels!(dot_q4_k, deq_q4_k, decode_q4_k, Format::Q4_K, 144, 256);
+    row_kernels!(dot_q5_k, deq_q5_k, decode_q5_k, Format::Q5_K, 176, 256);
+    row_kernels!(dot_q6_k, deq_q6_k, decode_q6_k, Format::Q6_K, 210, 256);
+
+    /// The elements of a trivial format's row past its last 32: the scalar
+    /// reference, one at a time (a quantized row has none).
+    fn tail_dot(format: Format, bytes: &[u8], x: &[f32]) -> f32 {
+        let mut w = [0.0f32];
+        let mut sum = 0.0f32;
+        for (b, x) in bytes.chunks_exact(format.block_bytes()).zip(x) {
+            dequantize_block(format, b, &mut w);
+            sum += w[0] * x;
+        }
+        sum
+    }
+
+    fn tail_dequantize(format: Format, bytes: &[u8], out: &mut [f32]) {
+        for (b, o) in bytes
+            .chunks_exact(format.block_bytes())
+            .zip(out.chunks_exact_mut(1))
+        {
+            dequantize_block(format, b, o);
+        }
+    }
+
+    // Decoders: block bytes and the index `g` of a 32-element group in the
+    // block (always 0 for 32-element blocks) to the group's weights.
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn decode_f32(b: &[u8; 128], _: usize) -> W32 {
+        [0, 1, 2, 3].map(|k| load_ps_bytes(sub(b, 32 * k)))
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn decode_f16(b: &[u8; 64], _: usize) -> W32 {
+        let h = |k: usize| _mm256_cvtph_ps(load_u8x16(sub(b, 16 * k)));
+        [h(0), h(1), h(2), h(3)]
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn decode_bf16(b: &[u8; 64], _: usize) -> W32 {
+        let h = |k: usize| {
+            let wide = _mm256_cvtepu16_epi32(load_u8x16(sub(b, 16 * k)));
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(wide))
+        };
+        [h(0), h(1), h(2), h(3)]
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn decode_q8_0(b: &[u8; 34], _: usize) -> W32 {
+        let d = f16_splat(b, 0);
+        let q = |k: usize| {
+            let q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load_u8x8(sub(b, 2 + 8 * k))));
+            _mm256_mul_ps(q, d)
+        };
+        [q(0), q(1), q(2), q(3)]
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn decode_q4_0(b: &[u8; 18], _: usize) -> W32 {
+        let d = f16_splat(b, 0);
+        let (lo, hi) = nibbles(load_u8x16(sub(b, 2)));
+        let eight = _mm_set1_epi8(8);
+        let q = i8x32_to_ps(_mm_sub_epi8(lo, eight), _mm_sub_epi8(hi, eight));
+        q.map(|q| _mm256_mul_ps(d, q))
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn decode_q4_1(b: &[u8; 20], _: usize) -> W32 {
+        let (d, m) = (f16_splat(b, 0), f16_splat(b, 2));
+        let (lo, hi) = nibbles(load_u8x16(sub(b, 4)));
+        u8x32_to_ps(lo, hi).map(|q| _mm256_add_ps(_mm256_mul_ps(d, q), m))
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn decode_q5_0(b: &[u8; 22], _: usize) -> W32 {
+        let d = f16_splat(b, 0);
+        let (lo, hi) = five_bits(load_u8x16(sub(b, 6)), sub(b, 2));
+        let sixteen = _mm_set1_epi8(16);
+        let q = i8x32_to_ps(_mm_sub_epi8(lo, sixteen), _mm_sub_epi8(hi, sixteen));
+        q.map(|q| _mm256_mul_ps(d, q))
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn decode_q5_1(b: &[u8; 24], _: usize) -> W32 {
+        let (d, m) = (f16_splat(b, 0), f16_splat(b, 2));
+        let (lo, hi) = five_bits(load_u8x16(sub(b, 8)), sub(b, 4));
+        u8x32_to_ps(lo, hi).map(|q| _mm256_add_ps(_mm256_mul_ps(d, q), m))
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn decode_q4_k(b: &[u8; 144], g: usize) -> W32 {
+        let (d1, m1) = k_scales(b, g);
+        let q = k_low_bits(sub(b, 16 + 32 * (g / 2)), g);
+        split_u8x32_to_ps(q).map(|q| _mm256_sub_ps(_mm256_mul_ps(d1, q), m1))
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn decode_q5_k(b: &[u8; 176], g: usize) -> W32 {
+        let (d1, m1) = k_scales(b, g);
+        let low = k_low_bits(sub(b, 48 + 32 * (g / 2)), g);
+        // Bit `g` of each qh byte is bit 4 of that element's code. Shifting
+        // 16-bit lanes moves no wanted bit across a byte once masked to bit 0.
+        let qh = load_u8x32(sub(b, 16));
+        let high = _mm256_and_si256(_mm256_srl_epi16(qh, shift(g)), _mm256_set1_epi8(1));
+        let q = _mm256_or_si256(low, _mm256_slli_epi16::<4>(high));
+        split_u8x32_to_ps(q).map(|q| _mm256_sub_ps(_mm256_mul_ps(d1, q), m1))
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn decode_q6_k(b: &[u8; 210], g: usize) -> W32 {
+        // Group g is elements 128h + 32k + l (l < 32) of the super-block: low
+        // nibbles of ql[64h + 32(k % 2) + l] shifted by 4(k / 2), top bits
+        // 2k..2k + 2 of qh[32h + l]; scales 8h + 2k (l < 16) and the next.
+        let (h, k) = (g / 4, g % 4);
+        let ql = load_u8x32(sub(b, 64 * h + 32 * (k % 2)));
+        let low = _mm256_and_si256(
+            _mm256_srl_epi16(ql, shift(4 * (k / 2))),
+            _mm256_set1_epi8(0xF),
+        );
+        let qh = load_u8x32(sub(b, 128 + 32 * h));
+        let high = _mm256_and_si256(_mm256_srl_epi16(qh, shift(2 * k)), _mm256_set1_epi8(3));
+        let q = _mm256_or_si256(low, _mm256_slli_epi16::<4>(high));
+        let q = _mm256_sub_epi8(q, _mm256_set1_epi8(32));
+        let q = i8x32_to_ps(_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q));
+        let d = f16_at(b, 208);
+        let sc = 192 + 8 * h + 2 * k;
+        let d1 = _mm256_set1_ps(d * f32::from(b[sc] as i8));
+        let d2 = _mm256_set1_ps(d * f32::from(b[sc + 1] as i8));
+        [
+            _mm256_mul_ps(d1, q[0]),
+            _mm256_mul_ps(d1, q[1]),
+            _mm256_mul_ps(d2, q[2]),
+            _mm256_mul_ps(d2, q[3]),
+        ]
+    }
+
+    /// The scale `d·sc` and minimum `dmin·m` of sub-block `g` of a Q4_K or
+    /// Q5_K super-block, rounded to f32 as the reference rounds them.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn k_scales(b: &[u8], g: usize) -> (__m256, __m256) {
+        let (sc, m) = k_scale_min(&b[4..16], g);
+        let d1 = f16_at(b, 0) * f32::from(sc);
+        let m1 = f16_at(b, 2) * f32::from(m);
+        (_mm256_set1_ps(d1), _mm256_set1_ps(m1))
+    }
+
+    /// The 4-bit codes of sub-block `g` from its 32 bytes of `qs`: low nibbles
+    /// for even `g`, high for odd.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn k_low_bits(qs: &[u8; 32], g: usize) -> __m256i {
+        let q = _mm256_srl_epi16(load_u8x32(qs), shift(4 * (g % 2)));
+        _mm256_and_si256(q, _mm256_set1_epi8(0xF))
+    }
+
+    /// A shift count for `_mm256_srl_epi16`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn shift(n: usize) -> __m128i {
+        _mm_cvtsi32_si128(n as i32)
+    }
+
+    /// The low nibbles (elements 0..16) and high nibbles (16..32) of 16 bytes.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn nibbles(qs: __m128i) -> (__m128i, __m128i) {
+        let mask = _mm_set1_epi8(0xF);
+        (
+            _mm_and_si128(qs, mask),
+            _mm_and_si128(_mm_srli_epi16::<4>(qs), mask),
+        )
+    }
+
+    /// The 5-bit codes of a Q5 block: nibbles plus bit `j` of the little-endian
+    /// u32 `qh` as bit 4 of element `j`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn five_bits(qs: __m128i, qh: &[u8; 4]) -> (__m128i, __m128i) {
+        let (lo, hi) = nibbles(qs);
+        let qh = _mm_set1_epi32(i32::from_le_bytes(*qh));
+        // Element j's bit is bit j % 8 of qh byte j / 8: spread the bytes,
+        // test each lane's bit, and turn a set bit into 0x10.
+        let bit = _mm_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+        let high = |bytes: __m128i| {
+            let spread = _mm_and_si128(_mm_shuffle_epi8(qh, bytes), bit);
+            _mm_and_si128(_mm_cmpeq_epi8(spread, bit), _mm_set1_epi8(0x10))
+        };
+        let lo_bytes = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+        let hi_bytes = _mm_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+        (
+            _mm_or_si128(lo, high(lo_bytes)),
+            _mm_or_si128(hi, high(hi_bytes)),
+        )
+    }
+
+    /// 32 unsigned byte codes (elements 0..16, then 16..32) as f32.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn u8x32_to_ps(lo: __m128i, hi: __m128i) -> W32 {
+        let f = |q: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
+        [
+            f(lo),
+            f(_mm_srli_si128::<8>(lo)),
+            f(hi),
+            f(_mm_srli_si128::<8>(hi)),
+        ]
+    }
+
+    /// 32 signed byte codes as f32.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn i8x32_to_ps(lo: __m128i, hi: __m128i) -> W32 {
+        let f = |q: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+        [
+            f(lo),
+            f(_mm_srli_si128::<8>(lo)),
+            f(hi),
+            f(_mm_srli_si128::<8>(hi)),
+        ]
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn split_u8x32_to_ps(q: __m256i) -> W32 {
+        u8x32_to_ps(_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q))
+    }
+
+    /// The f16 at byte `at`, widened by F16C (exact, like `half`'s software
+    /// path, which would branch on every block) and copied to all 8 lanes.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn f16_splat(b: &[u8], at: usize) -> __m256 {
+        _mm256_cvtph_ps(_mm_set1_epi16(u16_at(b, at) as i16))
+    }
+
+    /// The f16 at byte `at`, widened by F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn f16_at(b: &[u8], at: usize) -> f32 {
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(u16_at(b, at)))))
+    }
+
+    /// The sum of the 8 lanes.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+
+    /// `N` elements of `s` from `at`, as an array reference: the loads below
+    /// take arrays, so their bounds are in the types. With constant offsets
+    /// into fixed-size blocks the check compiles away.
+    #[inline]
+    fn sub<T, const N: usize>(s: &[T], at: usize) -> &[T; N] {
+        s[at..at + N].try_into().expect("a slice of N elements")
+    }
+
+    #[inline]
+    fn sub_mut<T, const N: usize>(s: &mut [T], at: usize) -> &mut [T; N] {
+        (&mut s[at..at + N])
+            .try_into()
+            .expect("a slice of N elements")
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn load_ps(x: &[f32; 8]) -> __m256 {
+        // SAFETY: `x` is 8 readable f32; the load has no alignment need.
+        unsafe { _mm256_loadu_ps(x.as_ptr()) }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn load_ps_bytes(b: &[u8; 32]) -> __m256 {
+        // SAFETY: `b` is 32 readable bytes, 8 f32 in little-endian order; the
+        // load has no alignment need.
+        unsafe { _mm256_loadu_ps(b.as_ptr().cast()) }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn store_ps(out: &mut [f32; 8], v: __m256) {
+        // SAFETY: `out` is 8 writable f32; the store has no alignment need.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), v) }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn load_u8x8(b: &[u8; 8]) -> __m128i {
+        // SAFETY: `b` is 8 readable bytes, all `_mm_loadl_epi64` reads.
+        unsafe { _mm_loadl_epi64(b.as_ptr().cast()) }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn load_u8x16(b: &[u8; 16]) -> __m128i {
+        // SAFETY: `b` is 16 readable bytes; no alignment need.
+        unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn load_u8x32(b: &[u8; 32]) -> __m256i {
+        // SAFETY: `b` is 32 readable bytes; no alignment need.
+        unsafe { _mm256_loadu_si256(b.as_ptr().cast()) }
+    }
+
+    /// Rows of the tile at once, and tokens at once, in `dot_tile`'s inner
+    /// kernel: 8 accumulators, 4 row vectors and one token vector fit AVX2's 16
+    /// registers, and each loaded row vector serves two tokens.
+    const R: usize = 4;
+    const T: usize = 2;
+
+    pub(in crate::kernels) fn dot_tile(tile: &Tile, x: &[f32], out: &mut [f32], stride: usize) {
+        let cols = tile.cols;
+        let (n_rows, n_tokens) = (tile.rows.len() / cols, x.len() / cols);
+        assert!(tile.rows.len() == n_rows * cols && x.len() == n_tokens * cols);
+        assert!(n_tokens == 0 || out.len() >= (n_tokens - 1) * stride + tile.first + n_rows);
+        let mut t = 0;
+        while t < n_tokens {
+            let mut r = 0;
+            while r < n_rows {
+                let at = Block { cols, r, t };
+                // SAFETY: AVX2, FMA and F16C were detected (see `dot_row`); `Block`
+                // stays inside `tile.rows` and `x`, as `micro` asserts.
+                unsafe {
+                    match (n_rows - r >= R, n_tokens - t >= T) {
+                        (true, true) => put(micro::<R, T>(tile.rows, x, at), tile, out, stride, at),
+                        (true, false) => {
+                            put(micro::<R, 1>(tile.rows, x, at), tile, out, stride, at)
+                        }
+                        (false, true) => {
+                            put(micro::<1, T>(tile.rows, x, at), tile, out, stride, at)
+                        }
+                        (false, false) => {
+                            put(micro::<1, 1>(tile.rows, x, at), tile, out, stride, at)
+                        }
+                    }
+                }
+                r += if n_rows - r >= R { R } else { 1 };
+            }
+            t += if n_tokens - t >= T { T } else { 1 };
+        }
+    }
+
+    /// Where `micro` starts: row `r` of the tile, token `t` of `x`.
+    #[derive(Clone, Copy)]
+    struct Block {
+        cols: usize,
+        r: usize,
+        t: usize,
+    }
+
+    fn put<const NR: usize, const NT: usize>(
+        res: [[f32; NT]; NR],
+        tile: &Tile,
+        out: &mut [f32],
+        stride: usize,
+        at: Block,
+    ) {
+        for (i, res) in res.iter().enumerate() {
+            for (j, &v) in res.iter().enumerate() {
+                out[(at.t + j) * stride + tile.first + at.r + i] = v;
+            }
+        }
+    }
+
+    /// Dots of `NR` rows with `NT` tokens. Each (row, token) pair has its own
+    /// accumulator whose sequence of operations does not depend on `NR` or
+    /// `NT`, so a row's result is the same whichever kernel computed it, and
+    /// so whatever the split into tasks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[allow(clippy::needless_range_loop)] // (i, j) index rows, tokens and accumulators at once
+    fn micro<const NR: usize, const NT: usize>(w: &[f32], x: &[f32], at: Block) -> [[f32; NT]; NR] {
+        let cols = at.cols;
+        assert!((at.r + NR) * cols <= w.len() && (at.t + NT) * cols <= x.len());
+        let w = &w[at.r * cols..(at.r + NR) * cols];
+        let x = &x[at.t * cols..(at.t + NT) * cols];
+        let n8 = cols / 8 * 8;
+        let mut acc = [[_mm256_setzero_ps(); NT]; NR];
+        let mut k = 0;
+        while k < n8 {
+            let mut wv = [_mm256_setzero_ps(); NR];
+            for (i, wv) in wv.iter_mut().enumerate() {
+                // SAFETY: i * cols + k + 8 <= NR * cols = w.len(), as k + 8 <= n8 <= cols.
+                *wv = unsafe { _mm256_loadu_ps(w.as_ptr().add(i * cols + k)) };
+            }
+            for j in 0..NT {
+                // SAFETY: j * cols + k + 8 <= NT * cols = x.len(), as above.
+                let xv = unsafe { _mm256_loadu_ps(x.as_ptr().add(j * cols + k)) };
+                for i in 0..NR {
+                    acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
+                }
+            }
+            k += 8;
+        }
+        let mut res = [[0.0f32; NT]; NR];
+        for i in 0..NR {
+            for j in 0..NT {
+                let w = &w[i * cols + n8..(i + 1) * cols];
+                let x = &x[j * cols + n8..(j + 1) * cols];
+                let tail: f32 = w.iter().zip(x).map(|(w, x)| w * x).sum();
+                res[i][j] = hsum(acc[i][j]) + tail;
+            }
+        }
+        res
+    }
+}

@@ -1,0 +1,353 @@
+//! `y = W·x` on raw blocks: argument checks, the split over rows, and the
+//! choice of instruction set. The per-ISA code (`scalar.rs`, `avx2.rs`) sees
+//! only slices whose lengths were checked here.
+
+mod avx2;
+mod scalar;
+
+use std::sync::Mutex;
+
+use crate::{Error, Format, Parallel, ScopedThreads};
+
+/// An instruction set the kernels can use. Only [`Isa::SCALAR`] can be named;
+/// the others come from [`Isa::best`] and [`Isa::available`], which detect
+/// them at run time, so a kernel the CPU cannot run is never selected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Isa(Kind);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Scalar,
+    /// AVX2 with FMA and F16C (Haswell, Zen and later).
+    Avx2,
+}
+
+impl Isa {
+    /// Portable Rust, on any CPU.
+    pub const SCALAR: Isa = Isa(Kind::Scalar);
+
+    /// The fastest instruction set this CPU runs.
+    pub fn best() -> Isa {
+        if avx2::detected() {
+            Isa(Kind::Avx2)
+        } else {
+            Isa::SCALAR
+        }
+    }
+
+    /// Every instruction set this CPU runs, slowest first; tests run each.
+    pub fn available() -> Vec<Isa> {
+        let mut isas = vec![Isa::SCALAR];
+        if avx2::detected() {
+            isas.push(Isa(Kind::Avx2));
+        }
+        isas
+    }
+
+    /// A short name for reports: `scalar`, `avx2`.
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            Kind::Scalar => "scalar",
+            Kind::Avx2 => "avx2",
+        }
+    }
+}
+
+/// Where and how a kernel runs.
+#[derive(Clone, Copy)]
+pub struct Config<'a> {
+    pub isa: Isa,
+    pub parallel: &'a dyn Parallel,
+}
+
+/// `y = W·x` with the best instruction set and one scoped thread per core:
+/// `weights` is `rows × cols` in `format`, `x` has `cols` elements, `y` has
+/// `rows`.
+pub fn matvec(
+    format: Format,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    y: &mut [f32],
+) -> Result<(), Error> {
+    let threads = ScopedThreads::available();
+    let config = Config {
+        isa: Isa::best(),
+        parallel: &threads,
+    };
+    matvec_with(&config, format, weights, rows, cols, x, y)
+}
+
+/// [`matvec`] with a chosen instruction set and thread pool.
+pub fn matvec_with(
+    config: &Config,
+    format: Format,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    y: &mut [f32],
+) -> Result<(), Error> {
+    let row_bytes = check_weights(format, weights, rows, cols)?;
+    check_len("x", x.len(), cols)?;
+    check_len("y", y.len(), rows)?;
+    let isa = config.isa;
+    for_rows(config, weights, row_bytes, y, &|row| {
+        dot_row(isa, format, row, x)
+    });
+    Ok(())
+}
+
+/// [`matvec_with`] with `x` quantized to 8-bit blocks first
+/// ([`crate::quantize_q8_0`]), as llama.cpp's decode does: for Q8_0, Q4_0,
+/// Q4_1, Q5_0 and Q5_1 weights the products are then integer multiply-adds, about
+/// twice as fast, but the result is `W·x̃` for the quantized `x̃`: each
+/// activation moves by up to 1/254 of its block's largest magnitude (plus
+/// the f16 rounding of the block's scale). Other formats compute exactly
+/// what [`matvec_with`] does.
+pub fn matvec_q8_with(
+    config: &Config,
+    format: Format,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    y: &mut [f32],
+) -> Result<(), Error> {
+    if !Q8_FORMATS.contains(&format) {
+        return matvec_with(config, format, weights, rows, cols, x, y);
+    }
+    let row_bytes = check_weights(format, weights, rows, cols)?;
+    check_len("x", x.len(), cols)?;
+    check_len("y", y.len(), rows)?;
+    let mut xq = vec![0u8; Format::Q8_0.row_bytes(cols)?];
+    crate::quantize_q8_0(x, &mut xq)?;
+    // Per block, the scale as f32 (converted once, not once per row) and the
+    // sum of the dequantized activations, which Q4_1's and Q5_1's minimums multiply.
+    let scales: Vec<[f32; 2]> = xq
+        .chunks_exact(34)
+        .map(|b| {
+            let d = crate::dequantize::f16_at(b, 0);
+            [
+                d,
+                d * b[2..].iter().map(|&q| i32::from(q as i8)).sum::<i32>() as f32,
+            ]
+        })
+        .collect();
+    let isa = config.isa;
+    let xq = Q8Activations {
+        blocks: &xq,
+        scales: &scales,
+    };
+    for_rows(config, weights, row_bytes, y, &|row| {
+        dot_row_q8(isa, format, row, &xq)
+    });
+    Ok(())
+}
+
+/// The formats `matvec_q8_with` has integer kernels for.
+const Q8_FORMATS: [Format; 5] = [
+    Format::Q8_0,
+    Format::Q4_0,
+    Format::Q4_1,
+    Format::Q5_0,
+    Format::Q5_1,
+];
+
+/// `x` as Q8_0 blocks, and per block its scale and the sum of its values.
+struct Q8Activations<'a> {
+    blocks: &'a [u8],
+    scales: &'a [[f32; 2]],
+}
+
+/// `y[r] = dot(row r)` over tasks of whole rows; `y` has one element per
+/// row of `weights`.
+fn for_rows(
+    config: &Config,
+    weights: &[u8],
+    row_bytes: usize,
+    y: &mut [f32],
+    dot: &(dyn Fn(&[u8]) -> f32 + Sync),
+) {
+    if row_bytes == 0 {
+        // Rows of no elements: empty dots.
+        y.fill(0.0);
+        return;
+    }
+    if y.is_empty() {
+        return;
+    }
+    let rows_per_task = rows_per_task(config, y.len(), row_bytes, 1);
+    // One lock per task, taken once: the tasks' rows are disjoint.
+    let parts: Vec<Mutex<&mut [f32]>> = y.chunks_mut(rows_per_task).map(Mutex::new).collect();
+    config.parallel.run(parts.len(), &|task| {
+        let mut part = parts[task].lock().unwrap_or_else(|e| e.into_inner());
+        let first = task * rows_per_task;
+        let rows = &weights[first * row_bytes..(first + part.len()) * row_bytes];
+        for (y, row) in part.iter_mut().zip(rows.chunks_exact(row_bytes)) {
+            *y = dot(row);
+        }
+    });
+}
+
+/// `y[t] = W·x[t]` for `t` in `0..n_tokens`, with the best instruction set
+/// and one scoped thread per core: `x` is `n_tokens × cols` and `y` is
+/// `n_tokens × rows`, both row-major. Each tile of rows is decoded once and
+/// used for every token.
+pub fn matmul(
+    format: Format,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    n_tokens: usize,
+    x: &[f32],
+    y: &mut [f32],
+) -> Result<(), Error> {
+    let threads = ScopedThreads::available();
+    let config = Config {
+        isa: Isa::best(),
+        parallel: &threads,
+    };
+    matmul_with(&config, format, weights, rows, cols, n_tokens, x, y)
+}
+
+/// Rows decoded at once by [`matmul`]: four f32 rows of a 1536-wide matrix
+/// (24 KiB) stay in L1 while every token streams past them.
+const TILE_ROWS: usize = 4;
+
+/// [`matmul`] with a chosen instruction set and thread pool.
+#[allow(clippy::too_many_arguments)] // the matrix, its shape, the tokens: none is optional
+pub fn matmul_with(
+    config: &Config,
+    format: Format,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    n_tokens: usize,
+    x: &[f32],
+    y: &mut [f32],
+) -> Result<(), Error> {
+    let row_bytes = check_weights(format, weights, rows, cols)?;
+    check_len("x", x.len(), product("x", n_tokens, cols)?)?;
+    check_len("y", y.len(), product("y", n_tokens, rows)?)?;
+    if cols == 0 {
+        // Empty dots.
+        y.fill(0.0);
+        return Ok(());
+    }
+    if rows == 0 || n_tokens == 0 {
+        return Ok(());
+    }
+    let rows_per_task = rows_per_task(config, rows, row_bytes, TILE_ROWS);
+    let n_tasks = rows.div_ceil(rows_per_task);
+    let isa = config.isa;
+    let y = Mutex::new(y);
+    config.parallel.run(n_tasks, &|task| {
+        let first = task * rows_per_task;
+        let n_rows = rows_per_task.min(rows - first);
+        // The task's results, token-major, copied into `y` under its lock at
+        // the end: the copy is tiny next to the products.
+        let mut out = vec![0.0f32; n_tokens * n_rows];
+        let mut tile = vec![0.0f32; TILE_ROWS * cols];
+        for tile_first in (0..n_rows).step_by(TILE_ROWS) {
+            let tile_rows = TILE_ROWS.min(n_rows - tile_first);
+            let bytes = &weights[(first + tile_first) * row_bytes..][..tile_rows * row_bytes];
+            let tile = &mut tile[..tile_rows * cols];
+            for (row, out) in bytes
+                .chunks_exact(row_bytes)
+                .zip(tile.chunks_exact_mut(cols))
+            {
+                dequantize_row(isa, format, row, out);
+            }
+            let tile = Tile {
+                rows: tile,
+                cols,
+                first: tile_first,
+            };
+            dot_tile(isa, &tile, x, &mut out, n_rows);
+        }
+        let mut y = y.lock().unwrap_or_else(|e| e.into_inner());
+        for t in 0..n_tokens {
+            y[t * rows + first..][..n_rows].copy_from_slice(&out[t * n_rows..][..n_rows]);
+        }
+    });
+    Ok(())
+}
+
+/// Rows per task: a multiple of `align`, at most one task per thread, and no
+/// task smaller than the pool's `min_task_bytes` unless the matrix is.
+fn rows_per_task(config: &Config, rows: usize, row_bytes: usize, align: usize) -> usize {
+    let by_size = (rows * row_bytes / config.parallel.min_task_bytes().max(1)).max(1);
+    let n_tasks = config.parallel.n_threads().clamp(1, by_size);
+    rows.div_ceil(n_tasks).next_multiple_of(align)
+}
+
+fn check_weights(format: Format, weights: &[u8], rows: usize, cols: usize) -> Result<usize, Error> {
+    let row_bytes = format.row_bytes(cols)?;
+    check_len(
+        "weights (bytes)",
+        weights.len(),
+        product("weights", rows, row_bytes)?,
+    )?;
+    Ok(row_bytes)
+}
+
+/// `a · b`, or `Err` where a caller's shape would overflow.
+fn product(what: &'static str, a: usize, b: usize) -> Result<usize, Error> {
+    a.checked_mul(b).ok_or(Error::TooLarge { what })
+}
+
+fn check_len(what: &'static str, got: usize, expected: usize) -> Result<(), Error> {
+    if got != expected {
+        return Err(Error::Length {
+            what,
+            expected,
+            got,
+        });
+    }
+    Ok(())
+}
+
+/// One row (whole blocks) times `x`, which has the row's length.
+fn dot_row(isa: Isa, format: Format, row: &[u8], x: &[f32]) -> f32 {
+    match isa.0 {
+        Kind::Scalar => scalar::dot_row(format, row, x),
+        Kind::Avx2 => avx2::dot_row(format, row, x),
+    }
+}
+
+/// One row in one of [`Q8_FORMATS`] times quantized activations with
+/// as many blocks.
+fn dot_row_q8(isa: Isa, format: Format, row: &[u8], x: &Q8Activations) -> f32 {
+    match isa.0 {
+        Kind::Scalar => scalar::dot_row_q8(format, row, x),
+        Kind::Avx2 => avx2::dot_row_q8(format, row, x),
+    }
+}
+
+/// One row (whole blocks) decoded into `out`, which has the row's length.
+fn dequantize_row(isa: Isa, format: Format, row: &[u8], out: &mut [f32]) {
+    match isa.0 {
+        Kind::Scalar => scalar::dequantize_row(format, row, out),
+        Kind::Avx2 => avx2::dequantize_row(format, row, out),
+    }
+}
+
+/// Rows of f32 weights decoded for [`matmul`].
+struct Tile<'a> {
+    /// `rows.len() / cols` rows of `cols` weights.
+    rows: &'a [f32],
+    cols: usize,
+    /// The index of the tile's first row among the task's rows.
+    first: usize,
+}
+
+/// For every token `t` (each `tile.cols` long in `x`) and row `r` of the tile:
+/// `out[t * stride + tile.first + r] = tile.rows[r]·x[t]`.
+fn dot_tile(isa: Isa, tile: &Tile, x: &[f32], out: &mut [f32], stride: usize) {
+    match isa.0 {
+        Kind::Scalar => scalar::dot_tile(tile, x, out, stride),
+        Kind::Avx2 => avx2::dot_tile(tile, x, out, stride),
+    }
+}

@@ -1,0 +1,117 @@
+//! The portable kernels: decode a block with the reference dequantizer, then
+//! an f32 dot with eight partial sums (which the compiler may vectorize).
+
+use super::{Q8Activations, Tile};
+use crate::Format;
+use crate::dequantize::{dequantize_block, f16_at, five_bits};
+use crate::format::QK_K;
+
+/// Partial sums per dot, as an 8-lane vector would keep them.
+const LANES: usize = 8;
+
+pub(super) fn dot_row(format: Format, row: &[u8], x: &[f32]) -> f32 {
+    let (block_len, block_bytes) = (format.block_len(), format.block_bytes());
+    let mut w = [0.0f32; QK_K];
+    let mut acc = [0.0f32; LANES];
+    let mut tail = 0.0f32;
+    for (block, x) in row.chunks_exact(block_bytes).zip(x.chunks_exact(block_len)) {
+        let w = &mut w[..block_len];
+        dequantize_block(format, block, w);
+        if block_len < LANES {
+            // One-element "blocks" (F32, F16, BF16).
+            tail += w[0] * x[0];
+            continue;
+        }
+        for (w, x) in w.chunks_exact(LANES).zip(x.chunks_exact(LANES)) {
+            for l in 0..LANES {
+                acc[l] += w[l] * x[l];
+            }
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+pub(super) fn dequantize_row(format: Format, row: &[u8], out: &mut [f32]) {
+    let (block_len, block_bytes) = (format.block_len(), format.block_bytes());
+    for (block, out) in row
+        .chunks_exact(block_bytes)
+        .zip(out.chunks_exact_mut(block_len))
+    {
+        dequantize_block(format, block, out);
+    }
+}
+
+pub(super) fn dot_tile(tile: &Tile, x: &[f32], out: &mut [f32], stride: usize) {
+    for (t, x) in x.chunks_exact(tile.cols).enumerate() {
+        for (r, w) in tile.rows.chunks_exact(tile.cols).enumerate() {
+            out[t * stride + tile.first + r] = dot(w, x);
+        }
+    }
+}
+
+fn dot(w: &[f32], x: &[f32]) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let (w8, x8) = (w.chunks_exact(LANES), x.chunks_exact(LANES));
+    let tail: f32 = w8
+        .remainder()
+        .iter()
+        .zip(x8.remainder())
+        .map(|(w, x)| w * x)
+        .sum();
+    for (w, x) in w8.zip(x8) {
+        for l in 0..LANES {
+            acc[l] += w[l] * x[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// A row of Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1 blocks times Q8_0 activations:
+/// per block an exact integer sum of code products, scaled by both blocks'
+/// scales, plus Q4_1's or Q5_1's minimum times the activations' block sum.
+pub(super) fn dot_row_q8(format: Format, row: &[u8], x: &Q8Activations) -> f32 {
+    let mut acc = 0.0f32;
+    let blocks = row.chunks_exact(format.block_bytes());
+    for ((w, xb), &[dx, sum]) in blocks.zip(x.blocks.chunks_exact(34)).zip(x.scales) {
+        let qx = xb[2..34].iter().map(|&q| i32::from(q as i8));
+        let dd = f16_at(w, 0) * dx;
+        acc += match format {
+            Format::Q8_0 => {
+                dd * w[2..34]
+                    .iter()
+                    .zip(qx)
+                    .map(|(&q, x)| i32::from(q as i8) * x)
+                    .sum::<i32>() as f32
+            }
+            Format::Q4_0 => {
+                dd * codes4(&w[2..18])
+                    .zip(qx)
+                    .map(|(q, x)| (q - 8) * x)
+                    .sum::<i32>() as f32
+            }
+            Format::Q4_1 => {
+                let dot = codes4(&w[4..20]).zip(qx).map(|(q, x)| q * x).sum::<i32>();
+                dd * dot as f32 + f16_at(w, 2) * sum
+            }
+            Format::Q5_0 => {
+                let qh = u32::from_le_bytes([w[2], w[3], w[4], w[5]]);
+                let codes = (0..32).map(|j| i32::from(five_bits(&w[6..22], qh, j)));
+                dd * codes.zip(qx).map(|(q, x)| (q - 16) * x).sum::<i32>() as f32
+            }
+            Format::Q5_1 => {
+                let qh = u32::from_le_bytes([w[4], w[5], w[6], w[7]]);
+                let codes = (0..32).map(|j| i32::from(five_bits(&w[8..24], qh, j)));
+                let dot = codes.zip(qx).map(|(q, x)| q * x).sum::<i32>();
+                dd * dot as f32 + f16_at(w, 2) * sum
+            }
+            _ => unreachable!("matvec_q8_with sends only its Q8_FORMATS here"),
+        };
+    }
+    acc
+}
+
+/// The 32 codes of a 4-bit block in element order: low nibbles, then high.
+fn codes4(qs: &[u8]) -> impl Iterator<Item = i32> + '_ {
+    let lo = qs.iter().map(|&b| i32::from(b & 0xF));
+    lo.chain(qs.iter().map(|&b| i32::from(b >> 4)))
+}

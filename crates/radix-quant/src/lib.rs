@@ -1,0 +1,35 @@
+//! GGUF quantized weights without leaving them quantized: the block formats,
+//! a scalar reference dequantizer equal bit for bit to ggml's (and the `gguf`
+//! Python package's), and CPU kernels that multiply raw blocks by f32
+//! activations: [`matvec`] for decoding one token, [`matmul`] for several.
+//!
+//! Pure Rust on byte slices: nothing here knows radix, PJRT or tracing, so
+//! radix can wrap the kernels as XLA custom calls and pass its thread pool as
+//! a [`Parallel`].
+//!
+//! A weight matrix is `rows × cols`, row-major, each row a whole number of
+//! blocks along `cols`, as GGUF stores a linear layer's weight `[out, in]`.
+//! The kernels decode every weight exactly as [`dequantize`] does and
+//! accumulate in f32, so they differ from "dequantize, then an f32 dot" only
+//! in the order of their sums. [`matvec_q8_with`] trades that for speed as
+//! llama.cpp does: activations quantized to 8 bits, integer products.
+//!
+//! Instruction sets are detected at run time ([`Isa`]): AVX2 with FMA and
+//! F16C on x86-64, portable scalar code everywhere. There is no AVX-512 path
+//! yet; the machines this was written on lack AVX-512, and
+//! `tests/dequantize.rs` checks every detected instruction set bit for bit
+//! against the `gguf` package, so one can be added where it can be tested.
+
+mod activations;
+mod dequantize;
+mod error;
+mod format;
+mod kernels;
+mod threads;
+
+pub use activations::quantize_q8_0;
+pub use dequantize::dequantize;
+pub use error::Error;
+pub use format::{Format, QK_K};
+pub use kernels::{Config, Isa, matmul, matmul_with, matvec, matvec_q8_with, matvec_with};
+pub use threads::{Parallel, ScopedThreads, Serial};

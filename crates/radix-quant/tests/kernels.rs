@@ -1,0 +1,523 @@
+//! The kernels against "dequantize, then an f32 dot" on random blocks.
+//!
+//! The kernels decode every weight exactly as `dequantize` does (checked bit
+//! for bit in `tests/dequantize.rs`), so only the order of the f32 sums
+//! differs from the reference, which is summed in f64 here. Results are
+//! compared like `numpy.allclose` with a tolerance sized for an f32 reduction
+//! of `n` terms: `abs = 2·eps·n·max|w·x|`, `rel = 4·eps`. Nothing is compared
+//! with numbers another CPU made.
+
+use proptest::prelude::*;
+use radix_quant::{
+    Config, Error, Format, Isa, Parallel, ScopedThreads, Serial, dequantize, matmul_with,
+    matvec_q8_with, matvec_with, quantize_q8_0,
+};
+
+/// Deterministic bytes from a seed (xorshift64*), so a failing proptest case
+/// is reproduced by its seed alone.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in [-1, 1).
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+/// What the code bytes of a random block hold.
+#[derive(Debug, Clone, Copy)]
+enum Codes {
+    Random,
+    /// Every code bit set: the largest codes (and K-quant sub-scales).
+    AllOnes,
+    /// Every code bit clear.
+    AllZeros,
+}
+
+/// Byte offsets of the f16 scale fields of a block (GGUF layouts).
+fn f16_fields(format: Format) -> &'static [usize] {
+    match format {
+        Format::Q8_0 | Format::Q4_0 | Format::Q5_0 => &[0],
+        Format::Q4_1 | Format::Q5_1 | Format::Q4_K | Format::Q5_K => &[0, 2],
+        Format::Q6_K => &[208],
+        Format::F32 | Format::F16 | Format::BF16 => &[],
+    }
+}
+
+/// `rows × cols` random weights in `format`: code bytes as `codes` says,
+/// scales small random f16 (`scale = 0.0` makes them all zero).
+fn random_weights(
+    format: Format,
+    rows: usize,
+    cols: usize,
+    codes: Codes,
+    scale: f32,
+    rng: &mut Rng,
+) -> Vec<u8> {
+    let n_blocks = rows * cols / format.block_len();
+    let mut bytes = Vec::with_capacity(n_blocks * format.block_bytes());
+    for _ in 0..n_blocks {
+        let mut block: Vec<u8> = match format {
+            // Trivial formats: random finite values, not random bits.
+            Format::F32 => (scale * rng.unit()).to_le_bytes().to_vec(),
+            Format::F16 => half::f16::from_f32(scale * rng.unit())
+                .to_le_bytes()
+                .to_vec(),
+            Format::BF16 => half::bf16::from_f32(scale * rng.unit())
+                .to_le_bytes()
+                .to_vec(),
+            _ => (0..format.block_bytes())
+                .map(|_| match codes {
+                    Codes::Random => rng.next() as u8,
+                    Codes::AllOnes => 0xFF,
+                    Codes::AllZeros => 0,
+                })
+                .collect(),
+        };
+        for &at in f16_fields(format) {
+            let d = half::f16::from_f32(scale * 0.05 * rng.unit());
+            block[at..at + 2].copy_from_slice(&d.to_le_bytes());
+        }
+        bytes.extend_from_slice(&block);
+    }
+    bytes
+}
+
+fn random_x(n: usize, rng: &mut Rng) -> Vec<f32> {
+    (0..n).map(|_| rng.unit()).collect()
+}
+
+/// `y[t] = W·x[t]` in f64 from the reference dequantization, and per output
+/// the largest |w·x| term (for the tolerance).
+fn reference(
+    format: Format,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+) -> (Vec<f64>, Vec<f64>) {
+    let mut w = vec![0.0f32; rows * cols];
+    dequantize(format, weights, &mut w).expect("whole blocks");
+    let (mut y, mut max_term) = (Vec::new(), Vec::new());
+    for x in x.chunks_exact(cols) {
+        for w in w.chunks_exact(cols) {
+            let terms = w.iter().zip(x).map(|(&w, &x)| f64::from(w) * f64::from(x));
+            y.push(terms.clone().sum());
+            max_term.push(terms.map(f64::abs).fold(0.0, f64::max));
+        }
+    }
+    (y, max_term)
+}
+
+/// Runs `matvec` on every token of `x` and `matmul` on all of them, on every
+/// instruction set this CPU runs, and compares each with the reference.
+fn check(
+    format: Format,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    parallel: &dyn Parallel,
+) {
+    let (expected, max_term) = reference(format, weights, rows, cols, x);
+    let n_tokens = x.len() / cols;
+    let eps = f64::from(f32::EPSILON);
+    let close = |what: &str, isa: Isa, got: &[f32]| {
+        for (i, ((&g, &e), &m)) in got.iter().zip(&expected).zip(&max_term).enumerate() {
+            let tol = 2.0 * eps * cols as f64 * m + 4.0 * eps * e.abs();
+            let err = (f64::from(g) - e).abs();
+            assert!(
+                err <= tol,
+                "{format:?} {what} ({}), {rows}x{cols}, output {i}: {g} vs {e} (err {err:e} > tol {tol:e})",
+                isa.name()
+            );
+        }
+    };
+    for isa in Isa::available() {
+        let config = Config { isa, parallel };
+        let mut y = vec![f32::NAN; n_tokens * rows];
+        for (x, y) in x.chunks_exact(cols).zip(y.chunks_exact_mut(rows)) {
+            matvec_with(&config, format, weights, rows, cols, x, y).expect("shapes");
+        }
+        close("matvec", isa, &y);
+        let mut y = vec![f32::NAN; n_tokens * rows];
+        matmul_with(&config, format, weights, rows, cols, n_tokens, x, &mut y).expect("shapes");
+        close("matmul", isa, &y);
+    }
+}
+
+fn format_strategy() -> impl Strategy<Value = Format> {
+    prop::sample::select(Format::ALL.to_vec())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Random shapes and blocks of every format; the trivial formats get
+    /// row lengths that are no multiple of any vector width.
+    #[test]
+    fn kernels_match_reference(
+        format in format_strategy(),
+        rows in 1usize..7,
+        units in 1usize..5,
+        extra in 0usize..40,
+        n_tokens in 1usize..6,
+        seed in any::<u64>(),
+    ) {
+        let cols = if format.block_len() == 1 { 32 * units + extra } else { format.block_len() * units };
+        let mut rng = Rng(seed | 1);
+        let weights = random_weights(format, rows, cols, Codes::Random, 1.0, &mut rng);
+        let x = random_x(n_tokens * cols, &mut rng);
+        check(format, &weights, rows, cols, &x, &Serial);
+    }
+}
+
+#[test]
+fn extreme_codes() {
+    let mut rng = Rng(7);
+    for format in Format::ALL {
+        for codes in [Codes::AllOnes, Codes::AllZeros] {
+            let (rows, cols) = (5, 2 * format.block_len().max(32));
+            let weights = random_weights(format, rows, cols, codes, 1.0, &mut rng);
+            let x = random_x(3 * cols, &mut rng);
+            check(format, &weights, rows, cols, &x, &Serial);
+        }
+    }
+}
+
+#[test]
+fn all_zero_scales_give_zeros() {
+    let mut rng = Rng(11);
+    for format in Format::ALL {
+        let (rows, cols) = (3, 2 * format.block_len().max(32));
+        let weights = random_weights(format, rows, cols, Codes::Random, 0.0, &mut rng);
+        let x = random_x(2 * cols, &mut rng);
+        for isa in Isa::available() {
+            let config = Config {
+                isa,
+                parallel: &Serial,
+            };
+            let mut y = vec![f32::NAN; rows];
+            matvec_with(&config, format, &weights, rows, cols, &x[..cols], &mut y).expect("shapes");
+            assert!(
+                y.iter().all(|&v| v == 0.0),
+                "{format:?} matvec ({}): {y:?}",
+                isa.name()
+            );
+            let mut y = vec![f32::NAN; 2 * rows];
+            matmul_with(&config, format, &weights, rows, cols, 2, &x, &mut y).expect("shapes");
+            assert!(
+                y.iter().all(|&v| v == 0.0),
+                "{format:?} matmul ({}): {y:?}",
+                isa.name()
+            );
+        }
+    }
+}
+
+/// Row lengths that are whole blocks but leave a remainder after the
+/// kernels' 8-lane and 32-element steps, and a single row.
+#[test]
+fn odd_lengths_and_one_row() {
+    let mut rng = Rng(13);
+    for (format, cols) in [
+        (Format::F32, 13),
+        (Format::F16, 45),
+        (Format::BF16, 71),
+        (Format::F32, 1),
+        (Format::Q8_0, 96),
+        (Format::Q4_1, 32),
+        (Format::Q6_K, 768),
+    ] {
+        for rows in [1, 6] {
+            let weights = random_weights(format, rows, cols, Codes::Random, 1.0, &mut rng);
+            let x = random_x(5 * cols, &mut rng);
+            check(format, &weights, rows, cols, &x, &Serial);
+        }
+    }
+}
+
+/// Scoped threads that split work finely (tasks of 1 KiB of weights), as a
+/// caller's pool may: the kernels must give the same results however rows
+/// are split.
+struct FineGrained(ScopedThreads);
+
+impl Parallel for FineGrained {
+    fn n_threads(&self) -> usize {
+        self.0.n_threads()
+    }
+
+    fn run(&self, n_tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        self.0.run(n_tasks, task)
+    }
+
+    fn min_task_bytes(&self) -> usize {
+        1024
+    }
+}
+
+/// Many threads compute every output with the same code as one thread, so
+/// the results are equal bit for bit, with the rows split into many tasks.
+#[test]
+fn threads_do_not_change_results() {
+    let mut rng = Rng(17);
+    for (format, rows, cols) in [
+        (Format::Q8_0, 1003, 256),
+        (Format::Q4_1, 2001, 512),
+        (Format::Q6_K, 301, 768),
+        (Format::F16, 1200, 70),
+    ] {
+        let weights = random_weights(format, rows, cols, Codes::Random, 1.0, &mut rng);
+        let n_tokens = 3;
+        let x = random_x(n_tokens * cols, &mut rng);
+        for isa in Isa::available() {
+            let run = |parallel: &dyn Parallel| {
+                let config = Config { isa, parallel };
+                let mut mv = vec![f32::NAN; rows];
+                matvec_with(&config, format, &weights, rows, cols, &x[..cols], &mut mv)
+                    .expect("shapes");
+                let mut mm = vec![f32::NAN; n_tokens * rows];
+                matmul_with(&config, format, &weights, rows, cols, n_tokens, &x, &mut mm)
+                    .expect("shapes");
+                (
+                    mv.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    mm.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                )
+            };
+            let one = run(&Serial);
+            for n in [2, 3, 7] {
+                assert!(
+                    one == run(&FineGrained(ScopedThreads::new(n))),
+                    "{format:?} ({}): {n} threads differ from one",
+                    isa.name()
+                );
+            }
+            let coarse = run(&ScopedThreads::new(2));
+            assert!(
+                one == coarse,
+                "{format:?} ({}): scoped threads differ",
+                isa.name()
+            );
+        }
+        check(
+            format,
+            &weights,
+            rows,
+            cols,
+            &x,
+            &FineGrained(ScopedThreads::new(3)),
+        );
+    }
+}
+
+#[test]
+fn bad_lengths_are_errors_and_leave_y_alone() {
+    let config = Config {
+        isa: Isa::best(),
+        parallel: &Serial,
+    };
+    let (rows, cols) = (2, 64);
+    let weights = vec![0u8; rows * Format::Q8_0.row_bytes(cols).expect("whole blocks")];
+    let x = vec![1.0f32; cols];
+    let mut y = vec![f32::NAN; rows];
+    let mv = |w: &[u8], cols: usize, x: &[f32], y: &mut [f32]| {
+        matvec_with(&config, Format::Q8_0, w, rows, cols, x, y)
+    };
+    assert_eq!(
+        mv(&weights, 48, &x[..48], &mut y),
+        Err(Error::PartialBlock {
+            format: Format::Q8_0,
+            cols: 48,
+            block_len: 32
+        })
+    );
+    assert_eq!(
+        mv(&weights[1..], cols, &x, &mut y),
+        Err(Error::Length {
+            what: "weights (bytes)",
+            expected: 136,
+            got: 135
+        })
+    );
+    assert_eq!(
+        mv(&weights, cols, &x[1..], &mut y),
+        Err(Error::Length {
+            what: "x",
+            expected: 64,
+            got: 63
+        })
+    );
+    assert_eq!(
+        mv(&weights, cols, &x, &mut y[1..]),
+        Err(Error::Length {
+            what: "y",
+            expected: 2,
+            got: 1
+        })
+    );
+    assert!(y.iter().all(|v| v.is_nan()));
+    let mut y2 = vec![f32::NAN; 2 * rows];
+    assert_eq!(
+        matmul_with(&config, Format::Q8_0, &weights, rows, cols, 2, &x, &mut y2),
+        Err(Error::Length {
+            what: "x",
+            expected: 128,
+            got: 64
+        })
+    );
+    assert!(y2.iter().all(|v| v.is_nan()));
+    let mut out = vec![0.0f32; 33];
+    assert_eq!(
+        dequantize(Format::Q8_0, &weights[..34], &mut out),
+        Err(Error::PartialBlock {
+            format: Format::Q8_0,
+            cols: 33,
+            block_len: 32
+        })
+    );
+    assert_eq!(
+        dequantize(Format::Q8_0, &weights[..35], &mut out[..32]),
+        Err(Error::Length {
+            what: "bytes",
+            expected: 34,
+            got: 35
+        })
+    );
+}
+
+/// `quantize_q8_0` rounds each value to the nearest step of its block's
+/// scale `max|x| / 127`, which is stored as f16 (a relative error of 2⁻¹¹).
+#[test]
+fn q8_activations_round_to_nearest() {
+    let mut rng = Rng(19);
+    let mut x = random_x(32 * 6, &mut rng);
+    x[32..64].fill(0.0);
+    x[64] = 1000.0;
+    let mut xq = vec![0u8; 34 * 6];
+    quantize_q8_0(&x, &mut xq).expect("whole blocks");
+    let mut back = vec![0.0f32; x.len()];
+    dequantize(Format::Q8_0, &xq, &mut back).expect("whole blocks");
+    for (x, back) in x.chunks_exact(32).zip(back.chunks_exact(32)) {
+        let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        for (&v, &b) in x.iter().zip(back) {
+            assert!(
+                (v - b).abs() <= amax * (0.5 / 127.0 + 1.0 / 1024.0),
+                "{v} quantized to {b} (max {amax})"
+            );
+        }
+    }
+    assert_eq!(
+        quantize_q8_0(&x[..33], &mut xq),
+        Err(Error::PartialBlock {
+            format: Format::Q8_0,
+            cols: 33,
+            block_len: 32
+        })
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// `matvec_q8_with` is `W·x̃` for the quantized activations `x̃`: compared
+    /// with the f64 reference on `dequantize(quantize_q8_0(x))`. The kernels
+    /// split Q4_1's and Q5_1's `d·q + m` into two sums, so the tolerance counts `|m·x|`
+    /// terms too. Formats without an 8-bit kernel must equal `matvec_with`.
+    #[test]
+    fn q8_kernels_match_reference(
+        format in format_strategy(),
+        rows in 1usize..7,
+        n_blocks in 1usize..20,
+        seed in any::<u64>(),
+    ) {
+        // An odd number of 32-element blocks too: the kernels take them in pairs.
+        let cols = if format.block_len() == 256 { 256 * n_blocks.div_ceil(4) } else { 32 * n_blocks };
+        let mut rng = Rng(seed | 1);
+        let weights = random_weights(format, rows, cols, Codes::Random, 1.0, &mut rng);
+        let x = random_x(cols, &mut rng);
+        let mut xq = vec![0u8; Format::Q8_0.row_bytes(cols).expect("whole blocks")];
+        quantize_q8_0(&x, &mut xq).expect("whole blocks");
+        let mut xd = vec![0.0f32; cols];
+        dequantize(Format::Q8_0, &xq, &mut xd).expect("whole blocks");
+        let (expected, mut max_term) = reference(format, &weights, rows, cols, &xd);
+        if matches!(format, Format::Q4_1 | Format::Q5_1) {
+            let row_bytes = format.row_bytes(cols).expect("whole blocks");
+            for (r, m) in max_term.iter_mut().enumerate() {
+                let blocks = weights[r * row_bytes..][..row_bytes].chunks_exact(format.block_bytes());
+                for (b, block) in blocks.enumerate() {
+                    let min = f64::from(half::f16::from_le_bytes([block[2], block[3]]).to_f32()).abs();
+                    for &x in &xd[32 * b..32 * (b + 1)] {
+                        *m = m.max(3.0 * min * f64::from(x).abs());
+                    }
+                }
+            }
+        }
+        let eps = f64::from(f32::EPSILON);
+        for isa in Isa::available() {
+            let config = Config { isa, parallel: &Serial };
+            let mut y = vec![f32::NAN; rows];
+            matvec_q8_with(&config, format, &weights, rows, cols, &x, &mut y).expect("shapes");
+            if !matches!(format, Format::Q8_0 | Format::Q4_0 | Format::Q4_1 | Format::Q5_0 | Format::Q5_1) {
+                let mut y_f32 = vec![f32::NAN; rows];
+                matvec_with(&config, format, &weights, rows, cols, &x, &mut y_f32).expect("shapes");
+                prop_assert_eq!(y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), y_f32.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+                continue;
+            }
+            for (i, ((&g, &e), &m)) in y.iter().zip(&expected).zip(&max_term).enumerate() {
+                let tol = 2.0 * eps * cols as f64 * m + 4.0 * eps * e.abs();
+                prop_assert!((f64::from(g) - e).abs() <= tol, "{:?} ({}) output {}: {} vs {} (tol {:e})", format, isa.name(), i, g, e, tol);
+            }
+        }
+    }
+}
+
+/// Empty shapes are no error: no rows, no tokens, or rows of no elements
+/// (empty dots, zero).
+#[test]
+fn empty_shapes() {
+    for isa in Isa::available() {
+        let config = Config {
+            isa,
+            parallel: &Serial,
+        };
+        for format in [Format::Q4_1, Format::F32] {
+            let mut y = vec![f32::NAN; 3];
+            matvec_with(&config, format, &[], 3, 0, &[], &mut y).expect("empty rows");
+            assert_eq!(y, [0.0; 3]);
+            y.fill(f32::NAN);
+            matvec_q8_with(&config, format, &[], 3, 0, &[], &mut y).expect("empty rows");
+            assert_eq!(y, [0.0; 3]);
+            let mut y2 = vec![f32::NAN; 6];
+            matmul_with(&config, format, &[], 3, 0, 2, &[], &mut y2).expect("empty rows");
+            assert_eq!(y2, [0.0; 6]);
+            let x = vec![1.0f32; 64];
+            matvec_with(&config, format, &[], 0, 64, &x, &mut []).expect("no rows");
+            matmul_with(&config, format, &[], 0, 64, 1, &x, &mut []).expect("no rows");
+            let weights = random_weights(format, 2, 64, Codes::Random, 1.0, &mut Rng(3));
+            matmul_with(&config, format, &weights, 2, 64, 0, &[], &mut []).expect("no tokens");
+        }
+    }
+    let config = Config {
+        isa: Isa::SCALAR,
+        parallel: &Serial,
+    };
+    assert_eq!(
+        matvec_with(
+            &config,
+            Format::Q8_0,
+            &[],
+            usize::MAX,
+            64,
+            &[0.0; 64],
+            &mut []
+        ),
+        Err(Error::TooLarge { what: "weights" })
+    );
+}
