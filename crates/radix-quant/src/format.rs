@@ -79,6 +79,30 @@ impl Format {
         }
     }
 
+    /// ggml's name of the format (`"Q4_K"`), as GGUF tools print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::F32 => "F32",
+            Format::F16 => "F16",
+            Format::BF16 => "BF16",
+            Format::Q8_0 => "Q8_0",
+            Format::Q4_0 => "Q4_0",
+            Format::Q4_1 => "Q4_1",
+            Format::Q5_0 => "Q5_0",
+            Format::Q5_1 => "Q5_1",
+            Format::Q4_K => "Q4_K",
+            Format::Q5_K => "Q5_K",
+            Format::Q6_K => "Q6_K",
+        }
+    }
+
+    /// The format named `name` ([`Format::name`], any case).
+    pub fn from_name(name: &str) -> Option<Format> {
+        Format::ALL
+            .into_iter()
+            .find(|f| f.name().eq_ignore_ascii_case(name))
+    }
+
     /// Elements per block.
     pub fn block_len(self) -> usize {
         match self {

@@ -37,6 +37,7 @@ pub mod nn;
 mod passes;
 mod platform;
 mod program;
+pub mod quant;
 pub mod shape;
 pub mod sharding;
 mod tensor;
