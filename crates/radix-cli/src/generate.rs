@@ -17,6 +17,7 @@ use clap::Args;
 use indicatif::ProgressBar;
 use radix::Platform;
 use radix::io::Gguf;
+use radix::nn::MatrixFormat;
 use radix_models::generate::{Generation, Plan};
 use radix_models::llama::{Llama, LlamaRunner};
 use radix_models::sampling::Sampler;
@@ -62,6 +63,32 @@ pub struct GenerateArgs {
     /// dispatch per token).
     #[arg(long, value_enum, default_value_t = PlanArg::PerBlock)]
     plan: PlanArg,
+    /// The form of the model's matrices on the device: as the file stores
+    /// them (quantized matrices stay quantized, read by radix's kernels), or
+    /// all dequantized at load to f32 or bf16.
+    #[arg(long, value_enum, default_value_t = DtypeArg::Stored)]
+    dtype: DtypeArg,
+}
+
+/// `--dtype`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum DtypeArg {
+    /// As the file stores them.
+    Stored,
+    /// f32.
+    F32,
+    /// bf16.
+    Bf16,
+}
+
+impl From<DtypeArg> for MatrixFormat {
+    fn from(d: DtypeArg) -> MatrixFormat {
+        match d {
+            DtypeArg::Stored => MatrixFormat::AsStored,
+            DtypeArg::F32 => MatrixFormat::F32,
+            DtypeArg::Bf16 => MatrixFormat::BF16,
+        }
+    }
 }
 
 /// `--plan`.
@@ -100,7 +127,7 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
     };
     let ids = model.tokenizer.encode(&text)?;
     let n_new = model.n_new(ids.len(), args.max_tokens)?;
-    let mut session = Session::new(open_platform(cli)?, model, 32, args.plan.into());
+    let mut session = Session::new(open_platform(cli)?, model, 32, args);
     let res = if args.json {
         session.generate(&ids, n_new, &mut sampler, |_| Ok(()))?
     } else {
@@ -253,6 +280,7 @@ struct Session {
     /// The smallest cache to load a runner with.
     min_capacity: usize,
     plan: Plan,
+    matrices: MatrixFormat,
     runner: Option<LlamaRunner>,
     /// How long the last load of the weights took.
     load_time: Duration,
@@ -262,12 +290,13 @@ struct Session {
 }
 
 impl Session {
-    fn new(platform: Platform, model: Model, min_capacity: usize, plan: Plan) -> Session {
+    fn new(platform: Platform, model: Model, min_capacity: usize, args: &GenerateArgs) -> Session {
         Session {
             platform,
             model,
             min_capacity,
-            plan,
+            plan: args.plan.into(),
+            matrices: args.dtype.into(),
             runner: None,
             load_time: Duration::ZERO,
             compile_time: Duration::ZERO,
@@ -287,7 +316,7 @@ impl Session {
             let bar = spinner(format!("loading {name}"));
             let t = Instant::now();
             self.runner = None;
-            let runner = Llama::open(&self.platform, &self.model.path, capacity)
+            let runner = Llama::open(&self.platform, &self.model.path, capacity, self.matrices)
                 .with_context(|| format!("cannot load {}", self.model.path.display()))?
                 .with_plan(self.plan);
             bar.finish_and_clear();
@@ -370,7 +399,7 @@ impl TextStream {
 /// exchanges dropped when it outgrows the context.
 fn chat_loop(cli: &Cli, model: Model, args: &GenerateArgs, mut sampler: Sampler) -> Result<()> {
     // A longer cache than the first turns need, so that later turns reuse it.
-    let mut session = Session::new(open_platform(cli)?, model, 1024, args.plan.into());
+    let mut session = Session::new(open_platform(cli)?, model, 1024, args);
     let mut history: Vec<ChatMessage> = vec![];
     let mut stdin = std::io::stdin().lock();
     let mut stdout = std::io::stdout();

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use radix::io::{Gguf, WeightStore};
-use radix::nn::KvCache;
+use radix::nn::{KvCache, MatrixFormat};
 use radix::{Buffer, Bufferized, Compiled, DType, Module, Platform, Program, Shape, Tensor};
 
 use crate::sampling::Sampler;
@@ -280,14 +280,23 @@ impl<M: CausalLm> Generator<M> {
     }
 
     /// A runner for `model` with its weights read from `gguf` by their
-    /// field paths (the file's tensor names), stopping after the file's
-    /// end-of-sequence token (`tokenizer.ggml.eos_token_id`).
-    pub fn from_gguf(platform: &Platform, model: M, gguf: Gguf, capacity: usize) -> Result<Self> {
+    /// field paths (the file's tensor names), its matrices in the form
+    /// `matrices` asks for (as stored: quantized matrices stay quantized),
+    /// stopping after the file's end-of-sequence token
+    /// (`tokenizer.ggml.eos_token_id`).
+    pub fn from_gguf(
+        platform: &Platform,
+        mut model: M,
+        gguf: Gguf,
+        capacity: usize,
+        matrices: MatrixFormat,
+    ) -> Result<Self> {
         let eos = gguf
             .get("tokenizer.ggml.eos_token_id")
             .and_then(|v| v.as_i64())
             .map(|v| v as u32);
         let store = WeightStore::new(vec![Box::new(gguf)], str::to_string);
+        radix::nn::set_matrix_formats(&mut model, &store, matrices);
         let weights = radix::nn::load_weights(platform, &store, &model)?;
         Generator::new(platform, model, weights, capacity, eos)
     }

@@ -17,7 +17,9 @@
 use std::path::Path;
 
 use radix::io::Gguf;
-use radix::nn::{self, Embedding, GatedMlp, KvCache, Linear, RmsNorm, RopeLayout, Rotary};
+use radix::nn::{
+    self, Embedding, GatedMlp, KvCache, Linear, MatrixFormat, RmsNorm, RopeLayout, Rotary,
+};
 use radix::{Bufferized, DType, Module, Platform, Shape, Size, Tensor};
 
 use crate::generate::{CausalLm, Generator, Step};
@@ -189,17 +191,28 @@ impl Llama {
         }
     }
 
-    /// Opens the GGUF file at `path` and loads the model on `platform` into
-    /// a runner whose cache holds `capacity` positions.
-    pub fn open(platform: &Platform, path: &Path, capacity: usize) -> Result<LlamaRunner> {
-        Llama::load(platform, Gguf::open(path)?, capacity)
+    /// Opens the GGUF file at `path` and loads the model on `platform`, its
+    /// matrices as `matrices` asks, into a runner whose cache holds
+    /// `capacity` positions.
+    pub fn open(
+        platform: &Platform,
+        path: &Path,
+        capacity: usize,
+        matrices: MatrixFormat,
+    ) -> Result<LlamaRunner> {
+        Llama::load(platform, Gguf::open(path)?, capacity, matrices)
     }
 
-    /// Loads the model in `gguf` on `platform` into a runner whose cache
-    /// holds `capacity` positions.
-    pub fn load(platform: &Platform, gguf: Gguf, capacity: usize) -> Result<LlamaRunner> {
+    /// Loads the model in `gguf` on `platform`, its matrices as `matrices`
+    /// asks, into a runner whose cache holds `capacity` positions.
+    pub fn load(
+        platform: &Platform,
+        gguf: Gguf,
+        capacity: usize,
+        matrices: MatrixFormat,
+    ) -> Result<LlamaRunner> {
         let model = Llama::new(&LlamaConfig::from_gguf(&gguf)?);
-        Generator::from_gguf(platform, model, gguf, capacity)
+        Generator::from_gguf(platform, model, gguf, capacity, matrices)
     }
 }
 

@@ -546,7 +546,7 @@ impl<'a> Kernel<'a> {
     /// How many threads [`Kernel::parallel_for`] can use: the calling one
     /// plus the plugin's intra-op pool (1 in the interpreter).
     pub fn n_threads(&self) -> usize {
-        self.pool.as_ref().map_or(1, |p| p.n_threads() + 1)
+        self.threads().n_threads()
     }
 
     /// Runs `f(i)` for `i` in `0..n` on up to `max_workers` threads (see
@@ -557,7 +557,13 @@ impl<'a> Kernel<'a> {
         max_workers: usize,
         f: &(dyn Fn(usize) + Sync),
     ) -> std::result::Result<(), String> {
-        parallel_for(self.pool.as_ref(), n, max_workers, f)
+        self.threads().parallel_for(n, max_workers, f)
+    }
+
+    /// The kernel's threads as a `Sync` handle, for code that takes a
+    /// thread pool of its own kind (radix-quant's `Parallel`).
+    pub fn threads(&self) -> Threads<'a> {
+        Threads { pool: self.pool }
     }
 
     /// Runs `f(k, chunk)` on the consecutive `chunk_len`-long chunks of
@@ -588,6 +594,36 @@ impl<'a> Kernel<'a> {
             // disjoint from the others, used by this task alone.
             f(k, unsafe { std::slice::from_raw_parts_mut(ptr, len) })
         })
+    }
+}
+
+/// The threads a kernel may use: the calling one plus the plugin's
+/// intra-op pool, if it has one.
+#[derive(Clone, Copy)]
+pub struct Threads<'a> {
+    pool: Option<ThreadPool<'a>>,
+}
+
+// SAFETY: XLA's intra-op pool (an Eigen thread pool behind
+// `XLA_FFI_ThreadPool_Schedule`) takes tasks from any thread, and the pool
+// and its execution context outlive the kernel's frame, which `'a` is.
+unsafe impl Sync for Threads<'_> {}
+
+impl Threads<'_> {
+    /// How many threads [`Threads::parallel_for`] can use.
+    pub fn n_threads(&self) -> usize {
+        self.pool.as_ref().map_or(1, |p| p.n_threads() + 1)
+    }
+
+    /// Runs `f(i)` for `i` in `0..n` on up to `max_workers` threads; a
+    /// panic in `f` comes back as the `Err`.
+    pub fn parallel_for(
+        &self,
+        n: usize,
+        max_workers: usize,
+        f: &(dyn Fn(usize) + Sync),
+    ) -> std::result::Result<(), String> {
+        parallel_for(self.pool.as_ref(), n, max_workers, f)
     }
 }
 

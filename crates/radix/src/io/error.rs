@@ -47,6 +47,22 @@ pub enum Error {
         /// The types this format's reader supports.
         supported: &'static str,
     },
+    /// A tensor is stored in another block format than the model was built for.
+    #[error(
+        "{path}: tensor `{name}` (stored name `{stored}`) is {found}, the model expects {expected}"
+    )]
+    FormatMismatch {
+        /// The file.
+        path: PathBuf,
+        /// The name the model asked for (its field path).
+        name: String,
+        /// The name after the store's name mapping.
+        stored: String,
+        /// The format the model expects.
+        expected: &'static str,
+        /// The format in the file.
+        found: &'static str,
+    },
     /// No source holds the tensor a model asked for.
     #[error("tensor `{name}` (stored name `{stored}`) not found in {files}")]
     MissingTensor {

@@ -5,21 +5,22 @@
 //! count, the metadata key/value pairs, the tensor infos (name, dims with `ne[0]`
 //! the fastest axis, ggml type, offset), padding to `general.alignment` (default
 //! 32), then the tensor data. radix exposes dims row-major (`ne` reversed) and
-//! reads F32, F16, BF16, Q8_0, Q4_0 and Q4_1 tensors as `f32`, dequantizing the
-//! block formats as ggml does (`x = d * q` or `x = d * q + m` in `f32`).
+//! reads F32, F16, BF16 and the block formats radix-quant decodes (Q8_0,
+//! Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) as `f32`, dequantized as ggml
+//! does, or as their raw blocks ([`Gguf::blocks`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use half::{bf16, f16};
 use memmap2::Mmap;
 
 use super::{Error, HostTensor, Result, TensorSource};
 use crate::DType;
+use crate::quant::Format;
 
 /// The ggml types radix reads, for error messages.
-const SUPPORTED: &str = "supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1";
+const SUPPORTED: &str = "supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K";
 /// The alignment of tensor data when `general.alignment` is absent.
 const DEFAULT_ALIGNMENT: u64 = 32;
 /// ggml's maximum number of dims.
@@ -153,53 +154,66 @@ impl Gguf {
     }
 
     /// Tensor `name` as `f32` with row-major dims, or `None` if absent. F32 data is
-    /// mapped without a copy; F16 and BF16 are converted and Q8_0, Q4_0 and Q4_1
-    /// dequantized. Any other type is an `Err` naming it and the tensor.
+    /// mapped without a copy; F16 and BF16 are converted and the block formats
+    /// (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) dequantized as ggml
+    /// does. Any other type is an `Err` naming it and the tensor.
     pub fn tensor(&self, name: &str) -> Result<Option<HostTensor>> {
+        let Some((format, start, len)) = self.stored(name)? else {
+            return Ok(None);
+        };
+        let dims = self.tensors[self.by_name[name]].dims.clone();
+        if format == Format::F32 {
+            return Ok(Some(HostTensor::mapped(
+                DType::F32,
+                dims,
+                self.map.clone(),
+                start,
+                len,
+            )));
+        }
+        let bytes = &self.map[start..start + len];
+        Ok(Some(HostTensor::f32_filled(dims, |out| {
+            radix_quant::dequantize(format, bytes, out)
+                .expect("open checked the tensor's columns and byte range")
+        })))
+    }
+
+    /// Tensor `name` as stored, or `None` if absent: its format and its rows
+    /// of blocks as `u8` with row-major dims whose last is the bytes of a row
+    /// (`[4, 64]` in Q4_1 is `[4, 40]`), mapped without a copy. A type radix
+    /// does not decode is an `Err` naming it and the tensor.
+    pub fn blocks(&self, name: &str) -> Result<Option<(Format, HostTensor)>> {
+        let Some((format, start, len)) = self.stored(name)? else {
+            return Ok(None);
+        };
+        let mut dims = self.tensors[self.by_name[name]].dims.clone();
+        let cols = dims.last().copied().unwrap_or(1) as usize;
+        let row_bytes = format
+            .row_bytes(cols)
+            .expect("open checked that rows are whole blocks");
+        match dims.last_mut() {
+            Some(last) => *last = row_bytes as i64,
+            None => dims.push(row_bytes as i64),
+        }
+        let host = HostTensor::mapped(DType::U8, dims, self.map.clone(), start, len);
+        Ok(Some((format, host)))
+    }
+
+    /// The format of tensor `name` and the byte range of its data, or `None`
+    /// if absent; `Err` if radix does not decode its type.
+    fn stored(&self, name: &str) -> Result<Option<(Format, usize, usize)>> {
         let Some(info) = self.tensor_info(name) else {
             return Ok(None);
         };
-        let unsupported = || Error::UnsupportedType {
+        let format = Format::from_ggml_type(info.ty.0).map_err(|_| Error::UnsupportedType {
             path: self.path.clone(),
             tensor: name.to_string(),
             ty: info.ty.name(),
             supported: SUPPORTED,
-        };
+        })?;
         let n = info.dims.iter().product::<i64>() as usize;
-        let Some(len) = info.ty.n_bytes(n) else {
-            return Err(unsupported());
-        };
-        let start = self.data_start + info.offset as usize;
-        let bytes = &self.map[start..start + len];
-        let dims = info.dims.clone();
-        let dequantize: fn(&[u8], &mut [f32]) = match info.ty {
-            GgmlType::F32 => {
-                return Ok(Some(HostTensor::mapped(
-                    DType::F32,
-                    dims,
-                    self.map.clone(),
-                    start,
-                    len,
-                )));
-            }
-            GgmlType::F16 => |bytes, out| {
-                for (b, o) in bytes.chunks_exact(2).zip(out) {
-                    *o = f16::from_le_bytes([b[0], b[1]]).to_f32();
-                }
-            },
-            GgmlType::BF16 => |bytes, out| {
-                for (b, o) in bytes.chunks_exact(2).zip(out) {
-                    *o = bf16::from_le_bytes([b[0], b[1]]).to_f32();
-                }
-            },
-            GgmlType::Q8_0 => dequantize_q8_0,
-            GgmlType::Q4_0 => dequantize_q4_0,
-            GgmlType::Q4_1 => dequantize_q4_1,
-            _ => return Err(unsupported()),
-        };
-        Ok(Some(HostTensor::f32_filled(dims, |out| {
-            dequantize(bytes, out)
-        })))
+        let len = info.ty.n_bytes(n).expect("radix's formats are ggml's");
+        Ok(Some((format, self.data_start + info.offset as usize, len)))
     }
 }
 
@@ -218,6 +232,14 @@ impl TensorSource for Gguf {
 
     fn tensor(&self, name: &str) -> Result<Option<HostTensor>> {
         Gguf::tensor(self, name)
+    }
+
+    fn format(&self, name: &str) -> Option<Format> {
+        Format::from_ggml_type(self.tensor_info(name)?.ty.0).ok()
+    }
+
+    fn blocks(&self, name: &str) -> Result<Option<(Format, HostTensor)>> {
+        Gguf::blocks(self, name)
     }
 }
 
@@ -374,42 +396,6 @@ impl GgmlType {
     fn n_bytes(self, n: usize) -> Option<usize> {
         let (block, size) = self.storage()?;
         (n / block).checked_mul(size)
-    }
-}
-
-/// `Q8_0`: each 34-byte block is an `f16` scale `d` and 32 `i8`s `q`; `x = d * q`.
-fn dequantize_q8_0(bytes: &[u8], out: &mut [f32]) {
-    for (b, o) in bytes.chunks_exact(34).zip(out.chunks_exact_mut(32)) {
-        let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
-        for (o, &q) in o.iter_mut().zip(&b[2..]) {
-            *o = d * f32::from(q as i8);
-        }
-    }
-}
-
-/// `Q4_0`: each 18-byte block is an `f16` scale `d` and 16 bytes of nibbles;
-/// element `j < 16` is the low nibble of byte `j`, element `j + 16` its high
-/// nibble; `x = d * (q - 8)`.
-fn dequantize_q4_0(bytes: &[u8], out: &mut [f32]) {
-    for (b, o) in bytes.chunks_exact(18).zip(out.chunks_exact_mut(32)) {
-        let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
-        for (j, &q) in b[2..].iter().enumerate() {
-            o[j] = d * f32::from((q & 0xF) as i8 - 8);
-            o[j + 16] = d * f32::from((q >> 4) as i8 - 8);
-        }
-    }
-}
-
-/// `Q4_1`: each 20-byte block is an `f16` scale `d`, an `f16` minimum `m` and 16
-/// bytes of nibbles laid out as in `Q4_0`; `x = d * q + m`.
-fn dequantize_q4_1(bytes: &[u8], out: &mut [f32]) {
-    for (b, o) in bytes.chunks_exact(20).zip(out.chunks_exact_mut(32)) {
-        let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
-        let m = f16::from_le_bytes([b[2], b[3]]).to_f32();
-        for (j, &q) in b[4..].iter().enumerate() {
-            o[j] = d * f32::from(q & 0xF) + m;
-            o[j + 16] = d * f32::from(q >> 4) + m;
-        }
     }
 }
 

@@ -3,6 +3,8 @@
 use std::path::Path;
 
 use super::{Error, Gguf, HostTensor, Result, Safetensors};
+use crate::DType;
+use crate::quant::Format;
 
 /// A file of named tensors: [`Safetensors`] and [`Gguf`] are sources.
 pub trait TensorSource: Send + Sync {
@@ -20,6 +22,39 @@ pub trait TensorSource: Send + Sync {
     fn dims(&self, name: &str) -> Option<Vec<i64>>;
     /// Tensor `name`, or `None` if absent; `Err` if present but unreadable.
     fn tensor(&self, name: &str) -> Result<Option<HostTensor>>;
+    /// The format tensor `name` is stored in, if present and one radix can
+    /// keep as blocks (a float tensor is F32, F16 or BF16 "blocks" of one).
+    fn format(&self, name: &str) -> Option<Format> {
+        let t = self.tensor(name).ok()??;
+        float_format(t.dtype())
+    }
+    /// Tensor `name` as stored, or `None` if absent: its format and its rows
+    /// of blocks as `u8` (the last dim counts the bytes of a row), without
+    /// conversion. `Err` if present but in no format radix keeps as blocks.
+    fn blocks(&self, name: &str) -> Result<Option<(Format, HostTensor)>> {
+        let Some(t) = self.tensor(name)? else {
+            return Ok(None);
+        };
+        let Some(format) = float_format(t.dtype()) else {
+            return Err(Error::UnsupportedType {
+                path: self.file_of(name).to_path_buf(),
+                tensor: name.to_string(),
+                ty: t.dtype().to_string(),
+                supported: "blocks: F32, F16, BF16",
+            });
+        };
+        Ok(Some((format, t.into_byte_rows())))
+    }
+}
+
+/// The block format of a float dtype's elements.
+fn float_format(dtype: DType) -> Option<Format> {
+    match dtype {
+        DType::F32 => Some(Format::F32),
+        DType::F16 => Some(Format::F16),
+        DType::BF16 => Some(Format::BF16),
+        _ => None,
+    }
 }
 
 /// Tensors looked up by the names a model uses (its field paths), mapped to the
@@ -114,6 +149,50 @@ impl WeightStore {
                 });
             }
             if let Some(t) = s.tensor(&stored)? {
+                return Ok(t);
+            }
+        }
+        Err(self.missing(name, stored))
+    }
+
+    /// The format tensor `name` (a model name, mapped first) is stored in,
+    /// if present and one radix keeps as blocks.
+    pub fn format(&self, name: &str) -> Option<Format> {
+        let stored = self.stored_name(name);
+        self.sources.iter().find_map(|s| {
+            s.dims(&stored)?;
+            s.format(&stored)
+        })
+    }
+
+    /// Tensor `name` (a model name, mapped first) as stored blocks: it must
+    /// have row-major dims `expected` (in elements) and be stored as
+    /// `format`; `Err` naming the file and both names if not.
+    pub fn blocks(&self, name: &str, format: Format, expected: &[i64]) -> Result<HostTensor> {
+        let stored = self.stored_name(name);
+        for s in &self.sources {
+            let Some(found) = s.dims(&stored) else {
+                continue;
+            };
+            if found != expected {
+                return Err(Error::ShapeMismatch {
+                    path: s.file_of(&stored).to_path_buf(),
+                    name: name.to_string(),
+                    stored,
+                    expected: expected.to_vec(),
+                    found,
+                });
+            }
+            if let Some((got, t)) = s.blocks(&stored)? {
+                if got != format {
+                    return Err(Error::FormatMismatch {
+                        path: s.file_of(&stored).to_path_buf(),
+                        name: name.to_string(),
+                        stored,
+                        expected: format.name(),
+                        found: got.name(),
+                    });
+                }
                 return Ok(t);
             }
         }

@@ -93,6 +93,22 @@ impl HostTensor {
         }
     }
 
+    /// The same bytes as `u8` rows: the last dim counts bytes (`f32 [4, 8]`
+    /// becomes `u8 [4, 32]`; a scalar becomes one row).
+    pub fn into_byte_rows(self) -> HostTensor {
+        let size = self.dtype.size_in_bytes() as i64;
+        let mut dims = self.dims;
+        match dims.last_mut() {
+            Some(last) => *last *= size,
+            None => dims.push(size),
+        }
+        HostTensor {
+            dtype: DType::U8,
+            dims,
+            data: self.data,
+        }
+    }
+
     /// The element type.
     pub fn dtype(&self) -> DType {
         self.dtype

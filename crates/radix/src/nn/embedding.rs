@@ -2,14 +2,19 @@
 
 use crate::nn::param;
 use crate::nn::tags::VOC;
-use crate::{Module, Tensor};
+use crate::quant::{self, blocks_format};
+use crate::{DType, Module, Tag, Tensor};
 
 /// A `[voc, d]` table: `forward(ids)` gathers a `d`-vector per id (the result
 /// has `ids`' axes, then `d`); `unembed(x)` contracts `x`'s `d` with the table
-/// (tied output projection) giving a `voc` axis.
+/// (tied output projection) giving a `voc` axis. The table may be f32 or a
+/// block-format matrix ([`crate::quant`]): then only the rows looked up are
+/// decoded.
 #[derive(Module, Clone, Debug)]
 pub struct Embedding {
     weight: Tensor,
+    #[module(skip)]
+    dim: Tag,
 }
 
 impl Embedding {
@@ -17,23 +22,43 @@ impl Embedding {
     pub fn new(n_vocab: i64, dim: (&str, i64)) -> Embedding {
         Embedding {
             weight: param(&[(VOC, n_vocab), dim]),
+            dim: Tag::new(dim.0),
         }
     }
 
-    /// The table, tagged `(voc, d)`.
+    /// The table as stored, tagged `(voc, d)` (in blocks: `(voc, blocks:..)`).
     pub fn weight(&self) -> Tensor {
         self.weight
+    }
+
+    /// The table in f32, tagged `(voc, d)` (every row decoded when it is
+    /// kept in blocks).
+    #[track_caller]
+    pub fn table(&self) -> Tensor {
+        match blocks_format(&self.weight.shape()) {
+            Some(_) => {
+                let ids = Tensor::arange(self.weight.dim(VOC), DType::I32).with_tags(&[VOC]);
+                quant::rows(self.weight, ids, self.dim.as_str())
+            }
+            None => self.weight,
+        }
     }
 
     /// The vectors of integer `ids` (`stablehlo.gather`; out-of-range ids clamp).
     #[track_caller]
     pub fn forward(&self, ids: Tensor) -> Tensor {
-        self.weight.gather(VOC, ids)
+        match blocks_format(&self.weight.shape()) {
+            Some(_) => quant::rows(self.weight, ids, self.dim.as_str()),
+            None => self.weight.gather(VOC, ids),
+        }
     }
 
     /// Scores against every table row: `x`'s axis `dim` contracted, `voc` appended.
     #[track_caller]
     pub fn unembed(&self, x: Tensor, dim: &str) -> Tensor {
-        x.dot(self.weight, dim)
+        match blocks_format(&self.weight.shape()) {
+            Some(_) => quant::dot(x, self.weight, dim),
+            None => x.dot(self.weight, dim),
+        }
     }
 }

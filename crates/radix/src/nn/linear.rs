@@ -1,11 +1,13 @@
 //! `Linear`: `y = x W^T + b` contracting one tagged axis.
 
 use crate::nn::{broadcast_like, param};
+use crate::quant::{self, blocks_format};
 use crate::{Module, Tag, Tensor};
 
 /// A dense layer: contracts `x`'s axis tagged `in` with a weight stored
 /// `[out, in]` (PyTorch's layout) and adds an optional bias; the result's new
-/// axis is tagged `out`.
+/// axis is tagged `out`. The weight may be f32 or a block-format matrix
+/// ([`crate::quant`]; see [`set_matrix_formats`](crate::nn::set_matrix_formats)).
 ///
 /// ```
 /// use radix::nn::Linear;
@@ -24,7 +26,7 @@ pub struct Linear {
 
 /// The tag a weight's output axis carries inside the layer (so `in` and `out`
 /// may have the same tag, as in `d -> d` projections).
-const OUT: &str = "__out";
+pub(crate) const OUT: &str = "__out";
 
 impl Linear {
     /// A linear map from axis `input` `(tag, size)` to a new axis `output`,
@@ -45,7 +47,7 @@ impl Linear {
         self
     }
 
-    /// The weight, `[out, in]`.
+    /// The weight, `[out, in]` (in blocks: `[out, row_bytes]`).
     pub fn weight(&self) -> Tensor {
         self.weight
     }
@@ -53,7 +55,10 @@ impl Linear {
     /// `x` with its `in` axis replaced by an `out` axis (placed last).
     #[track_caller]
     pub fn forward(&self, x: Tensor) -> Tensor {
-        let y = x.dot(self.weight, self.input.as_str());
+        let y = match blocks_format(&self.weight.shape()) {
+            Some(_) => quant::dot(x, self.weight, self.input.as_str()),
+            None => x.dot(self.weight, self.input.as_str()),
+        };
         let y = match self.bias {
             Some(b) => y + broadcast_like(b, y),
             None => y,

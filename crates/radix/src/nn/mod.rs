@@ -48,6 +48,7 @@ pub use norm::{LayerNorm, RmsNorm};
 pub use rope::{RopeLayout, Rotary};
 
 use crate::io::WeightStore;
+use crate::quant::{Format, blocks_format, blocks_shape};
 use crate::{Buffer, Bufferized, DType, Module, Platform, Shape, Tensor};
 
 /// Why weights could not be loaded: the file side or the device side.
@@ -65,6 +66,59 @@ pub enum LoadError {
 /// until it is traced (its data is bound by [`load_weights`]).
 pub fn param(axes: &[(&str, i64)]) -> Tensor {
     Tensor::param(Shape::tagged(DType::F32, axes))
+}
+
+/// The form the matrices of [`Linear`] and [`Embedding`] layers take on the
+/// device (see [`set_matrix_formats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MatrixFormat {
+    /// As the file stores them: a block-format matrix (GGUF's Q4_K, ...)
+    /// stays in blocks, read by the quantized kernels; F16 and BF16 stay
+    /// 16-bit; F32 stays f32.
+    #[default]
+    AsStored,
+    /// Every matrix in f32, dequantized at load.
+    F32,
+    /// Every matrix in BF16, converted at load.
+    BF16,
+}
+
+/// Gives each matrix weight of `model` (the weight of a [`Linear`] or
+/// [`Embedding`]: an f32 parameter whose rows axis is the layer's) the form
+/// `how` asks for, from the format `store` holds it in: a blocks parameter
+/// ([`crate::quant::blocks_shape`]) or f32 as declared. Call it before
+/// tracing and [`load_weights`]; other parameters keep their dtype. Returns
+/// how many matrices changed form.
+pub fn set_matrix_formats<M: Module + ?Sized>(
+    model: &mut M,
+    store: &WeightStore,
+    how: MatrixFormat,
+) -> usize {
+    let mut changed = 0;
+    model.visit_mut(&mut String::new(), &mut |path, t| {
+        let shape = t.shape();
+        let rows_tag = shape.tag(0).map(|t| t.as_str());
+        let is_matrix = shape.rank() == 2
+            && shape.dtype() == DType::F32
+            && matches!(rows_tag, Some(linear::OUT | tags::VOC));
+        if !is_matrix {
+            return;
+        }
+        let format = match how {
+            MatrixFormat::AsStored => store.format(path),
+            MatrixFormat::F32 => None,
+            MatrixFormat::BF16 => Some(Format::BF16),
+        };
+        let rows = (rows_tag.unwrap_or(""), shape.dims()[0]);
+        let blocks = format
+            .filter(|&f| f != Format::F32)
+            .and_then(|f| blocks_shape(f, rows, shape.dims()[1]).ok());
+        if let Some(blocks) = blocks {
+            *t = Tensor::param(blocks);
+            changed += 1;
+        }
+    });
+    changed
 }
 
 /// Reads every tensor of `model` from `store` by its field path (mapped by the
@@ -91,14 +145,28 @@ pub fn load_weights<M: Module + ?Sized>(
 }
 
 /// One weight, read from `store` and uploaded as `shape`: bytes of the
-/// parameter's dtype go up as they are (from the file's memory map), others
-/// are converted to `f32` first.
+/// parameter's dtype or block format go up as they are (from the file's
+/// memory map), others are converted to `f32` (or BF16 blocks) first.
 fn load(
     platform: &Platform,
     store: &WeightStore,
     path: &str,
     shape: Shape,
 ) -> Result<Buffer, LoadError> {
+    if let Some((format, cols)) = blocks_format(&shape) {
+        let mut dims = shape.dims().to_vec();
+        *dims.last_mut().expect("blocks have a last axis") = cols;
+        if format == Format::BF16 && store.format(path) != Some(Format::BF16) {
+            let values = store.get(path, &dims)?.to_f32_vec();
+            let bytes: Vec<u8> = values
+                .iter()
+                .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+                .collect();
+            return Ok(Buffer::from_bytes(platform, &bytes, shape)?);
+        }
+        let host = store.blocks(path, format, &dims)?;
+        return Ok(Buffer::from_bytes(platform, host.bytes(), shape)?);
+    }
     let host = store.get(path, shape.dims())?;
     if host.dtype() == shape.dtype() {
         return Ok(Buffer::from_bytes(platform, host.bytes(), shape)?);

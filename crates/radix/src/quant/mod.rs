@@ -9,7 +9,12 @@
 //! accept such weights; the block formats, the reference dequantizer and the
 //! CPU kernels are `radix-quant`'s.
 
+mod dot;
+mod rows;
+
+pub use dot::dot;
 pub use radix_quant::Format;
+pub use rows::rows;
 
 use crate::{DType, Shape};
 

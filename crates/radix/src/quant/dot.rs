@@ -1,0 +1,149 @@
+//! `x · Wᵀ` with `W` in blocks: the custom call `radix.quant_dot`, whose
+//! kernel is radix-quant's `matvec` (one token: each weight byte read once)
+//! or `matmul` (several: a tile of rows decoded once for every token) on
+//! the plugin's intra-op threads, and whose fallback decodes `W` in the
+//! graph and contracts it with `dot_general`.
+
+use std::sync::{LazyLock, Mutex};
+
+use radix_quant::{Config, Isa, Parallel};
+
+use crate::custom_call::{Attrs, CustomCall, Kernel, Threads};
+use crate::quant::{Format, blocks_format};
+use crate::tensor::fail;
+use crate::{DType, Shape, Tensor};
+
+/// `x [n, cols] f32` times the blocks `w [rows, row_bytes]` (format in the
+/// `format` attribute), contracting `cols`: `[n, rows] f32`.
+static QUANT_DOT: LazyLock<CustomCall> = LazyLock::new(|| {
+    CustomCall::builder("radix.quant_dot", 1, shape_rule, kernel)
+        .register()
+        .expect("radix.quant_dot is declared once")
+});
+
+/// `x` times the block-format matrix `w` (a [`blocks_shape`](crate::quant::blocks_shape)
+/// `[rows, row_bytes]`, holding `rows × cols` elements), contracting `x`'s
+/// axis `axis` (of size `cols`) with `w`'s columns, as
+/// `x.dot(dequantized w, axis)` would: the result has `x`'s other axes,
+/// then `w`'s rows axis, in f32.
+///
+/// On the CPU plugin this is a kernel reading the blocks as they are;
+/// elsewhere (and with [`CustomCallMode::Fallback`](crate::CustomCallMode))
+/// the blocks are decoded in the graph first.
+#[track_caller]
+pub fn dot(x: Tensor, w: Tensor, axis: &str) -> Tensor {
+    let xs = x.shape();
+    let ws = w.shape();
+    let (Some((format, cols)), Some(at)) = (blocks_format(&ws), xs.axis(axis)) else {
+        let msg = format!("wants a blocks matrix and an axis .{axis} of x, got {xs} and {ws}");
+        return fail("quant_dot", msg, &[x, w], xs.with_dtype(DType::F32));
+    };
+    if ws.rank() != 2 || xs.dtype() != DType::F32 || xs.dims()[at] != cols {
+        let msg = format!(
+            "wants f32 x with .{axis} of {cols} and [rows, row_bytes] blocks, got {xs} and {ws}"
+        );
+        return fail("quant_dot", msg, &[x, w], xs.with_dtype(DType::F32));
+    }
+    let rest = xs.remove_axis(at).expect("the axis exists");
+    let mut perm: Vec<usize> = (0..xs.rank()).filter(|&i| i != at).collect();
+    perm.push(at);
+    let n = rest.count() as i64;
+    let x2 = x.transpose(perm.as_slice()).reshape(&[n, cols]);
+    let attrs = Attrs::new().with("format", format.name());
+    let y2 = QUANT_DOT.call(&[x2, w], &attrs)[0];
+    let rows_tag = ws.tag(0).map_or("", |t| t.as_str());
+    let out = rest
+        .insert_axis(rest.rank(), ws.dims()[0], rows_tag)
+        .map(|s| s.with_dtype(DType::F32));
+    match out {
+        Some(out) => y2.reshape_to(out),
+        None => fail(
+            "quant_dot",
+            format!("{xs} has no room for another axis"),
+            &[x, w],
+            xs,
+        ),
+    }
+}
+
+/// `[n, cols] f32` and `[rows, row_bytes] u8` in `format` give `[n, rows] f32`.
+fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
+    let format = format_attr(attrs)?;
+    let [x, w] = s else {
+        return Err(format!("wants x and the blocks, got {} operands", s.len()));
+    };
+    if x.rank() != 2 || w.rank() != 2 || x.dtype() != DType::F32 || w.dtype() != DType::U8 {
+        return Err(format!(
+            "wants f32 [n, cols] and u8 [rows, row_bytes], got {x} and {w}"
+        ));
+    }
+    let cols = usize::try_from(x.dims()[1]).map_err(|e| e.to_string())?;
+    let row_bytes = format.row_bytes(cols).map_err(|e| e.to_string())?;
+    if w.dims()[1] as usize != row_bytes {
+        return Err(format!(
+            "{} rows of {cols} elements take {row_bytes} bytes, not {}",
+            format.name(),
+            w.dims()[1]
+        ));
+    }
+    Ok(vec![Shape::new(DType::F32, &[x.dims()[0], w.dims()[0]])])
+}
+
+/// The `format` attribute as a [`Format`].
+pub(super) fn format_attr(attrs: &Attrs) -> Result<Format, String> {
+    let name = attrs.str("format")?;
+    Format::from_name(name).ok_or_else(|| format!("no block format {name:?}"))
+}
+
+fn kernel(k: &Kernel<'_>) -> Result<(), String> {
+    let format = format_attr(k.attrs())?;
+    let (x, w) = (k.input::<f32>(0)?, k.input::<u8>(1)?);
+    let (xs, ws) = (
+        k.input_shape(0).ok_or("no x")?,
+        k.input_shape(1).ok_or("no blocks")?,
+    );
+    let (n, cols, rows) = (
+        xs.dims()[0] as usize,
+        xs.dims()[1] as usize,
+        ws.dims()[0] as usize,
+    );
+    let y = k.output::<f32>(0)?;
+    let pool = Pool {
+        threads: k.threads(),
+        panic: Mutex::new(None),
+    };
+    let config = Config {
+        isa: Isa::best(),
+        parallel: &pool,
+    };
+    let res = if n == 1 {
+        radix_quant::matvec_with(&config, format, w, rows, cols, x, y)
+    } else {
+        radix_quant::matmul_with(&config, format, w, rows, cols, n, x, y)
+    };
+    res.map_err(|e| e.to_string())?;
+    match pool.panic.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(msg) => Err(msg),
+        None => Ok(()),
+    }
+}
+
+/// The kernel's threads as radix-quant's [`Parallel`]; a task's panic is
+/// kept and returned as the kernel's error.
+struct Pool<'a> {
+    threads: Threads<'a>,
+    panic: Mutex<Option<String>>,
+}
+
+impl Parallel for Pool<'_> {
+    fn n_threads(&self) -> usize {
+        self.threads.n_threads()
+    }
+
+    fn run(&self, n_tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        if let Err(msg) = self.threads.parallel_for(n_tasks, self.n_threads(), task) {
+            let mut panic = self.panic.lock().unwrap_or_else(|e| e.into_inner());
+            panic.get_or_insert(msg);
+        }
+    }
+}

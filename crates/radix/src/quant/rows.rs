@@ -1,0 +1,90 @@
+//! Rows of a block-format table looked up by id (an embedding lookup): the
+//! custom call `radix.quant_rows`, whose kernel decodes just the rows asked
+//! for with radix-quant's reference dequantizer, and whose fallback gathers
+//! the rows' blocks and decodes them in the graph.
+
+use std::sync::LazyLock;
+
+use crate::custom_call::{Attrs, CustomCall, Kernel};
+use crate::quant::{Format, blocks_format};
+use crate::tensor::fail;
+use crate::{DType, Shape, Tensor};
+
+/// `table [rows, row_bytes] u8` (format in the `format` attribute) at `ids
+/// [n] i32`, clamped to the table: `[n, cols] f32`.
+static QUANT_ROWS: LazyLock<CustomCall> = LazyLock::new(|| {
+    CustomCall::builder("radix.quant_rows", 1, shape_rule, kernel)
+        .register()
+        .expect("radix.quant_rows is declared once")
+});
+
+/// The rows of the block-format table `table` (a
+/// [`blocks_shape`](crate::quant::blocks_shape) `[rows, row_bytes]`) at the
+/// integer `ids` (clamped to the table, as `gather` does), decoded to f32:
+/// the result has `ids`' axes, then an axis of the row's elements tagged
+/// `tag`.
+#[track_caller]
+pub fn rows(table: Tensor, ids: Tensor, tag: &str) -> Tensor {
+    let (ts, is) = (table.shape(), ids.shape());
+    let Some((format, cols)) = blocks_format(&ts).filter(|_| ts.rank() == 2) else {
+        let msg = format!("wants a [rows, row_bytes] blocks table, got {ts}");
+        return fail("quant_rows", msg, &[table, ids], ts);
+    };
+    let out = is
+        .insert_axis(is.rank(), cols, tag)
+        .map(|s| s.with_dtype(DType::F32));
+    let Some(out) = out.filter(|_| is.dtype().is_integer()) else {
+        let msg = format!("wants integer ids with room for another axis, got {is}");
+        return fail("quant_rows", msg, &[table, ids], ts);
+    };
+    let flat = ids.reshape(&[is.count() as i64]).convert(DType::I32);
+    let attrs = Attrs::new().with("format", format.name());
+    QUANT_ROWS.call(&[table, flat], &attrs)[0].reshape_to(out)
+}
+
+/// `[rows, row_bytes] u8` in `format` and `[n]` i32 ids give `[n, cols] f32`.
+fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
+    let format = super::dot::format_attr(attrs)?;
+    let [table, ids] = s else {
+        return Err(format!("wants a table and ids, got {} operands", s.len()));
+    };
+    if table.rank() != 2
+        || table.dtype() != DType::U8
+        || ids.rank() != 1
+        || ids.dtype() != DType::I32
+    {
+        return Err(format!(
+            "wants u8 [rows, row_bytes] and i32 [n], got {table} and {ids}"
+        ));
+    }
+    let row_bytes = table.dims()[1] as usize;
+    if !row_bytes.is_multiple_of(format.block_bytes()) {
+        return Err(format!(
+            "{row_bytes} bytes are not whole {} blocks",
+            format.name()
+        ));
+    }
+    let cols = row_bytes / format.block_bytes() * format.block_len();
+    Ok(vec![Shape::new(DType::F32, &[ids.dims()[0], cols as i64])])
+}
+
+fn kernel(k: &Kernel<'_>) -> Result<(), String> {
+    let format: Format = super::dot::format_attr(k.attrs())?;
+    let (table, ids) = (k.input::<u8>(0)?, k.input::<i32>(1)?);
+    let ts = k.input_shape(0).ok_or("no table")?;
+    let (n_rows, row_bytes) = (ts.dims()[0] as usize, ts.dims()[1] as usize);
+    let out = k.output::<f32>(0)?;
+    if ids.is_empty() || out.is_empty() {
+        return Ok(());
+    }
+    if n_rows == 0 {
+        return Err("an empty table has no rows to look up".into());
+    }
+    let cols = out.len() / ids.len();
+    for (&id, out) in ids.iter().zip(out.chunks_exact_mut(cols)) {
+        let row = (id.max(0) as usize).min(n_rows - 1);
+        let bytes = &table[row * row_bytes..(row + 1) * row_bytes];
+        radix_quant::dequantize(format, bytes, out).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
