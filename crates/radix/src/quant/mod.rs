@@ -9,6 +9,9 @@
 //! accept such weights; the block formats, the reference dequantizer and the
 //! CPU kernels are `radix-quant`'s.
 
+mod unpack;
+pub use unpack::dequantize;
+
 pub use radix_quant::Format;
 
 use crate::{DType, Shape};
