@@ -18,6 +18,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, ensure};
 use clap::{Parser, Subcommand};
 use radix::io::Gguf;
+use radix::nn::MatrixFormat;
 use radix::{Buffer, CacheMode, CompileConfig, DType, Origin, Platform, Shape, Tensor};
 use radix_models::bert::{Embedder, EmbedderConfig};
 use radix_models::generate::Plan;
@@ -76,23 +77,31 @@ enum Command {
         shape: Option<String>,
     },
     /// SmolLM2 prefill and decode tokens/s.
-    Smollm2 {
-        #[arg(long)]
-        gguf: PathBuf,
-        #[arg(long, default_value_t = 128)]
-        prompt: usize,
-        #[arg(long, default_value_t = 128)]
-        decode: usize,
-        /// Timed prefills.
-        #[arg(long, default_value_t = 10)]
-        prefills: usize,
-        /// Timed decodes of `decode` tokens each.
-        #[arg(long, default_value_t = 3)]
-        decodes: usize,
-        /// How a step runs (see `radix_models::generate::Plan`).
-        #[arg(long, default_value = "per-block", value_parser = ["per-block", "one-program"])]
-        plan: String,
-    },
+    Smollm2(Smollm2Args),
+}
+
+/// The options of `radix-bench smollm2`.
+#[derive(clap::Args)]
+struct Smollm2Args {
+    #[arg(long)]
+    gguf: PathBuf,
+    #[arg(long, default_value_t = 128)]
+    prompt: usize,
+    #[arg(long, default_value_t = 128)]
+    decode: usize,
+    /// Timed prefills.
+    #[arg(long, default_value_t = 10)]
+    prefills: usize,
+    /// Timed decodes of `decode` tokens each.
+    #[arg(long, default_value_t = 3)]
+    decodes: usize,
+    /// How a step runs (see `radix_models::generate::Plan`).
+    #[arg(long, default_value = "per-block", value_parser = ["per-block", "one-program"])]
+    plan: String,
+    /// The matrices on the device: as stored (quantized), f32 or bf16
+    /// (see `radix::nn::MatrixFormat`).
+    #[arg(long, default_value = "stored", value_parser = ["stored", "f32", "bf16"])]
+    dtype: String,
 }
 
 fn main() -> Result<()> {
@@ -110,20 +119,7 @@ fn main() -> Result<()> {
             samples,
             shape,
         } => minilm(&cli.label, &dir, samples, shape.as_deref())?,
-        Command::Smollm2 {
-            gguf,
-            prompt,
-            decode,
-            prefills,
-            decodes,
-            plan,
-        } => {
-            let plan = match plan.as_str() {
-                "one-program" => Plan::OneProgram,
-                _ => Plan::PerBlock,
-            };
-            smollm2(&cli.label, &gguf, plan, prompt, decode, prefills, decodes)?
-        }
+        Command::Smollm2(args) => smollm2(&cli.label, &args)?,
     };
     println!("{}", report.finish());
     Ok(())
@@ -333,17 +329,19 @@ fn minilm(
     Ok(report)
 }
 
-fn smollm2(
-    label: &str,
-    path: &std::path::Path,
-    plan: Plan,
-    prompt_len: usize,
-    n_decode: usize,
-    prefills: usize,
-    decodes: usize,
-) -> Result<Report> {
+fn smollm2(label: &str, args: &Smollm2Args) -> Result<Report> {
+    let plan = match args.plan.as_str() {
+        "one-program" => Plan::OneProgram,
+        _ => Plan::PerBlock,
+    };
+    let matrices = match args.dtype.as_str() {
+        "f32" => MatrixFormat::F32,
+        "bf16" => MatrixFormat::BF16,
+        _ => MatrixFormat::AsStored,
+    };
+    let (prompt_len, n_decode) = (args.prompt, args.decode);
     let platform = Platform::cpu()?;
-    let gguf = Gguf::open(path)?;
+    let gguf = Gguf::open(&args.gguf)?;
     // f32 after dequantization; the tied embedding table is read whole by
     // the output projection, one row by the lookup.
     let weight_bytes: i64 = gguf
@@ -352,9 +350,10 @@ fn smollm2(
         .map(|t| t.dims.iter().product::<i64>() * 4)
         .sum();
     let t = Instant::now();
-    let mut runner = Llama::load(&platform, gguf, prompt_len + n_decode)?.with_plan(plan);
+    let mut runner = Llama::load(&platform, gguf, prompt_len + n_decode, matrices)?.with_plan(plan);
     let mut report = Report::new("smollm2");
     report.meta("plan", json!(format!("{plan:?}")));
+    report.meta("matrices", json!(format!("{matrices:?}")));
     report.meta("load_s", json!(t.elapsed().as_secs_f64()));
     report.meta("weight_bytes_f32", json!(weight_bytes));
     // The same ids as bench/py/smollm2.py: ordinary word ids.
@@ -369,7 +368,7 @@ fn smollm2(
     );
 
     let mut rates = vec![];
-    for _ in 0..prefills {
+    for _ in 0..args.prefills {
         let t = Instant::now();
         runner.prefill(&prompt)?;
         rates.push(prompt_len as f64 / t.elapsed().as_secs_f64());
@@ -377,7 +376,7 @@ fn smollm2(
     report.samples(&format!("{label} prefill"), "tokens/s", &rates);
 
     let (mut steps, mut runs, mut ids) = (vec![], vec![], vec![]);
-    for run in 0..decodes {
+    for run in 0..args.decodes {
         let (mut logits, mut cache) = runner.prefill(&prompt)?;
         let start = Instant::now();
         for _ in 0..n_decode {

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use radix::Platform;
 use radix::io::Gguf;
+use radix::nn::MatrixFormat;
 use radix_models::llama::Llama;
 
 const PROMPT: usize = 128;
@@ -19,7 +20,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let platform = Platform::cpu()?;
     let gguf = Gguf::open(&radix_models::packages::smollm2_gguf()?)?;
     let t = Instant::now();
-    let mut runner = Llama::load(&platform, gguf, PROMPT + DECODE)?;
+    let mut runner = Llama::load(&platform, gguf, PROMPT + DECODE, MatrixFormat::AsStored)?;
     println!("load: {:.2?}", t.elapsed());
     // Any tokens will do; these cycle through ordinary word ids.
     let prompt: Vec<u32> = (0..PROMPT as u32).map(|i| 1000 + 37 * i).collect();

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
 use radix::io::{Gguf, Safetensors};
+use radix::nn::MatrixFormat;
 use radix::testing::{Tol, assert_all_close};
 use radix_models::generate::Plan;
 use radix_models::llama::{Llama, LlamaConfig, LlamaRunner};
@@ -31,7 +32,13 @@ fn fixture() -> &'static Fixture {
         let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
         let gguf = Gguf::open(&path).expect("open GGUF");
         let tokenizer = Tokenizer::from_gguf(&gguf).expect("tokenizer");
-        let runner = Llama::load(&radix::testing::platform(), gguf, 128).expect("load");
+        let runner = Llama::load(
+            &radix::testing::platform(),
+            gguf,
+            128,
+            MatrixFormat::AsStored,
+        )
+        .expect("load");
         let dir = reference_dir();
         let text = std::fs::read_to_string(dir.join("smollm2_reference.json")).expect("reference");
         Fixture {
@@ -99,6 +106,26 @@ fn last_logits_match() {
     }
 }
 
+/// Quantized matrices read by the kernels compute what the same weights
+/// dequantized to f32 at load do, but for the order of the sums.
+#[test]
+fn quantized_logits_match_f32_path() {
+    let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
+    let gguf = Gguf::open(&path).expect("open GGUF");
+    let mut f32_path =
+        Llama::load(&radix::testing::platform(), gguf, 128, MatrixFormat::F32).expect("load");
+    for (i, (_, ids, _)) in cases("greedy_10_ids").into_iter().enumerate() {
+        let (want, _) = f32_path.prefill(&ids).expect("prefill");
+        let (got, _) = fixture()
+            .runner
+            .lock()
+            .unwrap()
+            .prefill(&ids)
+            .expect("prefill");
+        assert_all_close(&format!("case {i} logits"), &got, &want, TRANSFORMERS);
+    }
+}
+
 #[test]
 fn greedy_with_cache_matches() {
     for (prompt, ids, want) in cases("greedy_10_ids") {
@@ -127,9 +154,14 @@ fn greedy_without_cache_matches() {
 fn plans_agree() {
     let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
     let gguf = Gguf::open(&path).expect("open GGUF");
-    let mut one = Llama::load(&radix::testing::platform(), gguf, 128)
-        .expect("load")
-        .with_plan(Plan::OneProgram);
+    let mut one = Llama::load(
+        &radix::testing::platform(),
+        gguf,
+        128,
+        MatrixFormat::AsStored,
+    )
+    .expect("load")
+    .with_plan(Plan::OneProgram);
     let mut per_block = fixture().runner.lock().unwrap();
     let (_, ids, _) = cases("greedy_10_ids").swap_remove(0);
     let (mut a, mut cache_a) = one.prefill(&ids).expect("prefill");
@@ -157,13 +189,17 @@ fn weights_are_uploaded_once() {
     let bytes = || platform.client().host_to_device_bytes();
     let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
     let gguf = Gguf::open(&path).expect("open GGUF");
+    // Quantized matrices go up as their blocks, the rest as f32.
     let weight_bytes: u64 = gguf
         .tensor_infos()
         .iter()
-        .map(|t| t.dims.iter().product::<i64>() as u64 * 4)
+        .map(|t| {
+            let (_, blocks) = gguf.blocks(&t.name).expect("read").expect("present");
+            blocks.bytes().len() as u64
+        })
         .sum();
     let before = bytes();
-    let mut runner = Llama::load(&platform, gguf, 128).expect("load");
+    let mut runner = Llama::load(&platform, gguf, 128, MatrixFormat::AsStored).expect("load");
     assert_eq!(bytes() - before, weight_bytes);
     let before = bytes();
     let short: Vec<u32> = (1..=5).collect();

@@ -55,6 +55,25 @@ fn missing_tag_dtype_and_rank_errors() {
 }
 
 #[test]
+fn bitcast_and_shift_misuse() {
+    // f32 to f64 consumes a last axis of size 2; this one has 3.
+    let base = line!();
+    let (op, line, msg) = check(base, |x| x.bitcast(DType::F64));
+    assert_eq!((op.as_str(), line), ("bitcast", 1));
+    assert!(msg.contains("the last axis must have size 2"), "{msg}");
+
+    let base = line!();
+    let (op, line, msg) = check(base, |x| x.gt(x).bitcast(DType::U8));
+    assert_eq!((op.as_str(), line), ("bitcast", 1));
+    assert!(msg.contains("bools bitcast to bools only"), "{msg}");
+
+    let base = line!();
+    let (op, line, msg) = check(base, |x| x.shift_left(x));
+    assert_eq!((op.as_str(), line), ("shift_left", 1));
+    assert!(msg.contains("not defined on f32"), "{msg}");
+}
+
+#[test]
 fn missing_axis_is_an_error_not_a_size() {
     let base = line!();
     let (op, line, msg) = check(base, |x| {

@@ -3,7 +3,7 @@
 use crate::nn::param;
 use crate::nn::tags::VOC;
 use crate::quant::{self, blocks_format};
-use crate::{DType, Module, Tag, Tensor};
+use crate::{Module, Tag, Tensor};
 
 /// A `[voc, d]` table: `forward(ids)` gathers a `d`-vector per id (the result
 /// has `ids`' axes, then `d`); `unembed(x)` contracts `x`'s `d` with the table
@@ -31,15 +31,12 @@ impl Embedding {
         self.weight
     }
 
-    /// The table in f32, tagged `(voc, d)` (every row decoded when it is
+    /// The table in f32, tagged `(voc, d)` (decoded in the graph when it is
     /// kept in blocks).
     #[track_caller]
     pub fn table(&self) -> Tensor {
         match blocks_format(&self.weight.shape()) {
-            Some(_) => {
-                let ids = Tensor::arange(self.weight.dim(VOC), DType::I32).with_tags(&[VOC]);
-                quant::rows(self.weight, ids, self.dim.as_str())
-            }
+            Some(_) => quant::dequantize(self.weight, self.dim.as_str()),
             None => self.weight,
         }
     }

@@ -11,12 +11,27 @@ use radix_quant::{Config, Isa, Parallel};
 use crate::custom_call::{Attrs, CustomCall, Kernel, Threads};
 use crate::quant::{Format, blocks_format};
 use crate::tensor::fail;
-use crate::{DType, Shape, Tensor};
+use crate::{DType, DotDims, Shape, Tensor};
+
+/// The axis tag of the decoded weight's columns inside the fallback.
+const COLS: &str = "__cols";
 
 /// `x [n, cols] f32` times the blocks `w [rows, row_bytes]` (format in the
 /// `format` attribute), contracting `cols`: `[n, rows] f32`.
 static QUANT_DOT: LazyLock<CustomCall> = LazyLock::new(|| {
     CustomCall::builder("radix.quant_dot", 1, shape_rule, kernel)
+        .fallback(|x, _| {
+            let w = crate::quant::dequantize(x[1], COLS);
+            vec![x[0].dot_general(
+                w,
+                DotDims {
+                    lhs_batch: vec![],
+                    rhs_batch: vec![],
+                    lhs_contract: vec![1],
+                    rhs_contract: vec![1],
+                },
+            )]
+        })
         .register()
         .expect("radix.quant_dot is declared once")
 });

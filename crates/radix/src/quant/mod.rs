@@ -11,10 +11,12 @@
 
 mod dot;
 mod rows;
+mod unpack;
 
 pub use dot::dot;
 pub use radix_quant::Format;
 pub use rows::rows;
+pub use unpack::dequantize;
 
 use crate::{DType, Shape};
 

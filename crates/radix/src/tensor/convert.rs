@@ -4,6 +4,7 @@
 //! and reference semantics are in `ir/ops/convert.rs`.
 
 use crate::ir::Op;
+use crate::ir::ops::convert::bitcast_shape;
 use crate::tensor::record;
 use crate::{DType, Tensor};
 
@@ -19,24 +20,22 @@ impl Tensor {
         )
     }
 
-    /// The bits reinterpreted as `dtype` of the same width (`stablehlo.bitcast_convert`).
+    /// The bits reinterpreted as `dtype` (`stablehlo.bitcast_convert`). For
+    /// a narrower `dtype` the result gains a trailing axis of the width
+    /// ratio holding each element's pieces least significant first (so an
+    /// f16 `[n]` becomes u8 `[n, 2]`); for a wider one the operand's last
+    /// axis must be that ratio and is consumed (u8 `[n, 2]` to f16 `[n]`).
     #[track_caller]
     pub fn bitcast(self, dtype: DType) -> Tensor {
-        let res = if dtype.size_in_bytes() == self.dtype().size_in_bytes()
-            && (dtype == DType::Bool) == (self.dtype() == DType::Bool)
-        {
-            Ok((Op::Bitcast, self.shape().with_dtype(dtype)))
-        } else {
-            Err(format!("{} and {dtype} differ in width", self.dtype()))
-        };
+        let res = bitcast_shape(self.shape(), dtype).map(|s| (Op::Bitcast, s));
         record("bitcast", &[self], res)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::testing::{Tol, check};
-    use crate::{DType, Literal};
+    use crate::testing::{Tol, check, trace_fn};
+    use crate::{DType, Literal, Shape};
 
     #[test]
     fn convert_and_bitcast() {
@@ -77,6 +76,70 @@ mod tests {
             |x| x[0].bitcast(DType::I32).bitcast(DType::F32),
             &[-1.75, 0.0, 2.5, 1.0],
             Tol::EXACT,
+        );
+    }
+
+    #[test]
+    fn bitcast_changes_width_little_endian() {
+        // u8 [n, 2] to f16 [n]: 1, -2, the smallest subnormal, the largest.
+        let b16 = [Literal::from_slice(
+            &[0x00u8, 0x3C, 0x00, 0xC0, 0x01, 0x00, 0xFF, 0x7B],
+            &[4, 2],
+        )];
+        let h = check(
+            &b16,
+            |x| x[0].bitcast(DType::F16),
+            &[1.0, -2.0, 2f64.powi(-24), 65504.0],
+            Tol::EXACT,
+        );
+        assert_eq!(h.shape(), Shape::new(DType::F16, &[4]));
+        // u8 [n, 4] to f32 [n] and back: -0.0 and a subnormal keep their bits.
+        let f = [1.5f32, -0.0, f32::from_bits(1), f32::MAX, -2.5];
+        let bytes: Vec<u8> = f.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let b32 = [Literal::from_slice(&bytes, &[5, 4])];
+        check(
+            &b32,
+            |x| x[0].bitcast(DType::F32),
+            &f.map(f64::from),
+            Tol::EXACT,
+        );
+        let want: Vec<f64> = bytes.iter().map(|&b| f64::from(b)).collect();
+        let back = check(
+            &b32,
+            |x| x[0].bitcast(DType::F32).bitcast(DType::U8),
+            &want,
+            Tol::EXACT,
+        );
+        assert_eq!(back.shape(), Shape::new(DType::U8, &[5, 4]));
+        // f32 [n] to u8 [n, 4], least significant byte first.
+        let x = [Literal::from_slice(&[1.0f32, -2.5], &[2])];
+        check(
+            &x,
+            |x| x[0].bitcast(DType::U8),
+            &[0.0, 0.0, 128.0, 63.0, 0.0, 0.0, 32.0, 192.0],
+            Tol::EXACT,
+        );
+        // i32 [n] to u16 [n, 2] keeps the tags of the axes it had.
+        let w = [Literal::new(
+            Shape::tagged(DType::I32, &[("n", 2)]),
+            vec![f64::from(0x1234_5678), -2.0],
+        )];
+        let halves = check(
+            &w,
+            |x| x[0].bitcast(DType::U16),
+            &[22136.0, 4660.0, 65534.0, 65535.0],
+            Tol::EXACT,
+        );
+        assert_eq!(halves.shape().tag(0).map(|t| t.as_str()), Some("n"));
+        assert_eq!(halves.shape().tag(1), None);
+        let text = trace_fn(&b16, |x| x[0].bitcast(DType::F16))
+            .unwrap()
+            .stablehlo();
+        assert!(
+            text.contains(
+                "\"stablehlo.bitcast_convert\"(%arg0) : (tensor<4x2xui8>) -> tensor<4xf16>"
+            ),
+            "{text}"
         );
     }
 }

@@ -340,6 +340,76 @@ mod tests {
     }
 
     #[test]
+    fn shifts_by_any_amount() {
+        // Amounts are read unsigned: -1 is a huge shift. At or past the bit
+        // width, left and logical shifts give 0, arithmetic ones the sign.
+        let i32s = [
+            Literal::from_slice(&[1i32, -8, 1 << 30, -1, 5, -5, 7, i32::MIN], &[8]),
+            Literal::from_slice(&[3i32, 1, 1, 31, 32, 33, -1, 31], &[8]),
+        ];
+        let min = f64::from(i32::MIN);
+        let cases: [(BinaryFn, [f64; 8]); 3] = [
+            (
+                Tensor::shift_left,
+                [8.0, -16.0, min, min, 0.0, 0.0, 0.0, 0.0],
+            ),
+            (
+                Tensor::shift_right_logical,
+                [0.0, 2147483644.0, 536870912.0, 1.0, 0.0, 0.0, 0.0, 1.0],
+            ),
+            (
+                Tensor::shift_right_arithmetic,
+                [0.0, -4.0, 536870912.0, -1.0, 0.0, -1.0, 0.0, -1.0],
+            ),
+        ];
+        for (f, want) in cases {
+            check(&i32s, |xs| f(xs[0], xs[1]), &want, Tol::EXACT);
+        }
+        // Unsigned operands: the arithmetic shift fills with the top bit.
+        let u8s = [
+            Literal::from_slice(&[0x81u8, 0xFF, 1, 0xF0], &[4]),
+            Literal::from_slice(&[1u8, 7, 8, 255], &[4]),
+        ];
+        let cases: [(BinaryFn, [f64; 4]); 3] = [
+            (Tensor::shift_left, [2.0, 128.0, 0.0, 0.0]),
+            (Tensor::shift_right_logical, [64.0, 1.0, 0.0, 0.0]),
+            (Tensor::shift_right_arithmetic, [192.0, 255.0, 0.0, 255.0]),
+        ];
+        for (f, want) in cases {
+            check(&u8s, |xs| f(xs[0], xs[1]), &want, Tol::EXACT);
+        }
+        let u32s = [
+            Literal::from_slice(&[0x8000_0001u32, u32::MAX], &[2]),
+            Literal::from_slice(&[31u32, 4], &[2]),
+        ];
+        let cases: [(BinaryFn, [f64; 2]); 3] = [
+            (Tensor::shift_left, [2147483648.0, 4294967280.0]),
+            (Tensor::shift_right_logical, [1.0, 268435455.0]),
+            (Tensor::shift_right_arithmetic, [4294967295.0, 4294967295.0]),
+        ];
+        for (f, want) in cases {
+            check(&u32s, |xs| f(xs[0], xs[1]), &want, Tol::EXACT);
+        }
+        // A scalar amount broadcasts; constant operands fold to the same.
+        check(
+            &u8s[..1],
+            |x| x[0].shift_right_logical(Tensor::scalar(4.0, DType::U8)),
+            &[8.0, 15.0, 0.0, 15.0],
+            Tol::EXACT,
+        );
+        check(
+            &u8s[..1],
+            |x| {
+                let c = Tensor::from_slice(&[-128i8, 64], &[2]);
+                let folded = c.shift_right_arithmetic(Tensor::scalar(9.0, DType::I8));
+                x[0].slice(0, 0..2).bitcast(DType::I8) + folded
+            },
+            &[-128.0, -1.0],
+            Tol::EXACT,
+        );
+    }
+
+    #[test]
     fn tags_merge_and_half_precision() {
         let x = Literal::new(
             Shape::tagged(DType::BF16, &[("b", 2), ("d", 2)]),

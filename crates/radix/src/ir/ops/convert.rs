@@ -1,10 +1,45 @@
 //! Element type changes, `stablehlo.convert` (by value) and
 //! `stablehlo.bitcast_convert` (by bits): printing and reference semantics.
 
-use crate::Shape;
 use crate::ir::Op;
 use crate::ir::print::OpPrinter;
-use crate::literal::{Literal, decode, encode};
+use crate::literal::{Literal, encode};
+use crate::{DType, Shape};
+
+/// The shape rule of `stablehlo.bitcast_convert` from `from` to `to`: the
+/// same dims for equal widths; a narrower `to` appends an (untagged) axis of
+/// the width ratio, holding each element's pieces least significant first
+/// (little-endian memory order); a wider `to` consumes a trailing axis that
+/// must be that ratio. Bools bitcast to nothing else.
+pub(crate) fn bitcast_shape(from: Shape, to: DType) -> Result<Shape, String> {
+    let (a, b) = (from.dtype().size_in_bytes(), to.size_in_bytes());
+    if (from.dtype() == DType::Bool) != (to == DType::Bool) {
+        return Err(format!(
+            "{} and {to}: bools bitcast to bools only",
+            from.dtype()
+        ));
+    }
+    if a == b {
+        return Ok(from.with_dtype(to));
+    }
+    if a > b {
+        let ratio = (a / b) as i64;
+        return from
+            .with_dtype(to)
+            .insert_axis(from.rank(), ratio, "")
+            .ok_or_else(|| format!("{from} to {to}: no room for another axis"));
+    }
+    let ratio = (b / a) as i64;
+    match from.dims().last() {
+        Some(&last) if last == ratio => Ok(from
+            .with_dtype(to)
+            .remove_axis(from.rank() - 1)
+            .expect("the last axis exists")),
+        _ => Err(format!(
+            "{from} to {to}: the last axis must have size {ratio}, the width ratio"
+        )),
+    }
+}
 
 pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
     match op {
@@ -17,9 +52,13 @@ pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
 pub(crate) fn eval(op: &Op, args: &[&Literal], shape: Shape) -> Literal {
     match op {
         Op::Convert => Literal::new(shape, args[0].data().to_vec()),
+        // The operand's row-major little-endian bytes are the result's at
+        // any widths: an added or consumed axis is the last, the fastest
+        // varying, and holds each wide element's pieces in memory order.
+        // (NaN payloads are not kept: literals hold values as f64.)
         Op::Bitcast => {
             let bytes = encode(args[0].shape().dtype(), args[0].data());
-            Literal::new(shape, decode(shape.dtype(), &bytes))
+            Literal::from_bytes(shape, &bytes)
         }
         _ => unreachable!(),
     }

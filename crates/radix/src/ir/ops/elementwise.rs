@@ -38,6 +38,11 @@ fn not_bool(d: DType) -> bool {
     d != DType::Bool
 }
 
+/// Integers (not bool).
+fn integer(d: DType) -> bool {
+    d.is_integer()
+}
+
 /// Floats and signed integers.
 fn signed(d: DType) -> bool {
     d.is_float() || d != DType::Bool && !d.is_unsigned()
@@ -212,6 +217,9 @@ macro_rules! binary_table {
                 And => and,     "and",       not_float, commutative: true,  identity: None,      |_, a, b| bits(a, b, |x, y| x & y), "Logical or bitwise and";
                 Or  => or,      "or",        not_float, commutative: true,  identity: Some(0.0), |_, a, b| bits(a, b, |x, y| x | y), "Logical or bitwise or";
                 Xor => xor,     "xor",       not_float, commutative: true,  identity: Some(0.0), |_, a, b| bits(a, b, |x, y| x ^ y), "Logical or bitwise xor";
+                ShiftLeft => shift_left, "shift_left", integer, commutative: false, identity: Some(0.0), |d, a, b| shift(d, a, b, shift_left), "`x << y`, 0 where `y` (read unsigned) reaches the bit width";
+                ShiftRightLogical => shift_right_logical, "shift_right_logical", integer, commutative: false, identity: Some(0.0), |d, a, b| shift(d, a, b, shift_right_logical), "`x >> y` filling with zeros, 0 where `y` (read unsigned) reaches the bit width";
+                ShiftRightArithmetic => shift_right_arithmetic, "shift_right_arithmetic", integer, commutative: false, identity: Some(0.0), |d, a, b| shift(d, a, b, shift_right_arithmetic), "`x >> y` filling with the sign bit, all sign bits where `y` (read unsigned) reaches the bit width";
         }
     };
 }
@@ -268,6 +276,49 @@ fn div(dtype: DType, a: f64, b: f64) -> f64 {
 /// A bitwise op on the integer values of `a` and `b`.
 fn bits(a: f64, b: f64, f: fn(i64, i64) -> i64) -> f64 {
     f(a as i64, b as i64) as f64
+}
+
+/// A shift of `a` by `b` on the bit patterns of `dtype`: `f(bits of a, bits
+/// of b, bit width)` with both operands as unsigned `width`-bit patterns,
+/// the result read back in `dtype` (signed types sign-extend).
+fn shift(dtype: DType, a: f64, b: f64, f: fn(u64, u64, u32) -> u64) -> f64 {
+    let width = 8 * dtype.size_in_bytes() as u32;
+    let mask = if width == 64 {
+        u64::MAX
+    } else {
+        (1u64 << width) - 1
+    };
+    let to_bits = |v: f64| {
+        if dtype.is_unsigned() {
+            v as u64 & mask
+        } else {
+            v as i64 as u64 & mask
+        }
+    };
+    let res = f(to_bits(a), to_bits(b), width) & mask;
+    if dtype.is_unsigned() {
+        res as f64
+    } else {
+        // Sign-extend the `width`-bit pattern.
+        ((res << (64 - width)) as i64 >> (64 - width)) as f64
+    }
+}
+
+/// `stablehlo.shift_left` on `width`-bit patterns.
+fn shift_left(a: u64, b: u64, width: u32) -> u64 {
+    if b >= u64::from(width) { 0 } else { a << b }
+}
+
+/// `stablehlo.shift_right_logical` on `width`-bit patterns.
+fn shift_right_logical(a: u64, b: u64, width: u32) -> u64 {
+    if b >= u64::from(width) { 0 } else { a >> b }
+}
+
+/// `stablehlo.shift_right_arithmetic` on `width`-bit patterns: the top bit
+/// of `a` fills the vacated bits, all of them once `b` reaches the width.
+fn shift_right_arithmetic(a: u64, b: u64, width: u32) -> u64 {
+    let signed = ((a << (64 - width)) as i64) >> (64 - width);
+    (signed >> b.min(u64::from(width) - 1)) as u64
 }
 
 /// An elementwise op: the ops of the tables above, `select` and `clamp`.

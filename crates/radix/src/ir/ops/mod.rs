@@ -43,7 +43,7 @@ pub(crate) enum Op {
     Elementwise(Elementwise),
     /// `stablehlo.convert`.
     Convert,
-    /// `stablehlo.bitcast_convert` (same element width).
+    /// `stablehlo.bitcast_convert` (widths may differ: see `convert::bitcast_shape`).
     Bitcast,
     /// `stablehlo.dot_general`.
     DotGeneral(dot::DotDims),
