@@ -4,119 +4,12 @@
 //! extreme ones (every code bit set or clear, zero, huge and subnormal
 //! scales), with leading axes and after a gather of rows by ids.
 
+mod blocks;
+
+use blocks::{KINDS, Rng, block, reference};
 use radix::quant::{Format, blocks_shape, dequantize};
 use radix::testing::{run_program, trace_fn};
 use radix::{DType, Literal, Shape, Tensor};
-
-/// Deterministic bytes from a seed (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform in [-1, 1).
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-}
-
-/// What the blocks of a test hold.
-#[derive(Debug, Clone, Copy)]
-enum Kind {
-    /// Random code bytes, small random f16 scales of either sign.
-    Random,
-    /// Every code bit set: the largest codes (and K-quant sub-scales).
-    AllOnes,
-    /// Every code bit clear.
-    AllZeros,
-    /// Random codes, scales +0 and -0.
-    ZeroScales,
-    /// Random codes, scales at the ends of f16: ±65504, subnormals, the
-    /// smallest normal.
-    ExtremeScales,
-}
-
-const KINDS: [Kind; 5] = [
-    Kind::Random,
-    Kind::AllOnes,
-    Kind::AllZeros,
-    Kind::ZeroScales,
-    Kind::ExtremeScales,
-];
-
-/// Byte offsets of the f16 scale fields of a block (GGUF layouts).
-fn f16_fields(format: Format) -> &'static [usize] {
-    match format {
-        Format::Q8_0 | Format::Q4_0 | Format::Q5_0 => &[0],
-        Format::Q4_1 | Format::Q5_1 | Format::Q4_K | Format::Q5_K => &[0, 2],
-        Format::Q6_K => &[208],
-        Format::F32 | Format::F16 | Format::BF16 => &[],
-    }
-}
-
-/// One block of `format`. Scales are finite f16s as `kind` says. F32, F16
-/// and BF16 blocks are one finite element: random bits (`Random`), the most
-/// negative value (`AllOnes`), +0 (`AllZeros`), -0 (`ZeroScales`) or a
-/// random subnormal (`ExtremeScales`).
-fn block(format: Format, kind: Kind, rng: &mut Rng) -> Vec<u8> {
-    let float = match format {
-        Format::F32 => Some((32, 23)),
-        Format::F16 => Some((16, 10)),
-        Format::BF16 => Some((16, 7)),
-        _ => None,
-    };
-    if let Some((bits, man)) = float {
-        let sign = 1u64 << (bits - 1);
-        let exponent = (sign - 1) & !((1u64 << man) - 1);
-        let x = match kind {
-            Kind::Random => {
-                let x = rng.next() & ((sign << 1) - 1);
-                // An all-ones exponent (inf, NaN) loses its top bit.
-                if x & exponent == exponent {
-                    x & !(sign >> 1)
-                } else {
-                    x
-                }
-            }
-            Kind::AllOnes => sign | (exponent - 1),
-            Kind::AllZeros => 0,
-            Kind::ZeroScales => sign,
-            Kind::ExtremeScales => rng.next() & (sign | ((1u64 << man) - 1)),
-        };
-        return x.to_le_bytes()[..bits / 8].to_vec();
-    }
-    let mut block: Vec<u8> = (0..format.block_bytes())
-        .map(|_| match kind {
-            Kind::AllOnes => 0xFF,
-            Kind::AllZeros => 0,
-            _ => rng.next() as u8,
-        })
-        .collect();
-    // ±65504, ±2^-24, the largest subnormal, the smallest normal.
-    const EXTREMES: [u16; 6] = [0x7BFF, 0xFBFF, 0x0001, 0x8001, 0x03FF, 0x0400];
-    for &at in f16_fields(format) {
-        let d = match kind {
-            Kind::ZeroScales => (rng.next() as u16 & 1) << 15,
-            Kind::ExtremeScales => EXTREMES[rng.next() as usize % EXTREMES.len()],
-            _ => half::f16::from_f32(0.05 * rng.unit()).to_bits(),
-        };
-        block[at..at + 2].copy_from_slice(&d.to_le_bytes());
-    }
-    block
-}
-
-/// The reference decoding of whole rows of `format`.
-fn reference(format: Format, bytes: &[u8]) -> Vec<f32> {
-    let n = bytes.len() / format.block_bytes() * format.block_len();
-    let mut out = vec![f32::NAN; n];
-    radix_quant::dequantize(format, bytes, &mut out).expect("whole blocks");
-    out
-}
 
 /// `got` holds the f32s `want`, bit for bit (`-0.0` is not `+0.0`).
 #[track_caller]

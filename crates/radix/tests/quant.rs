@@ -1,0 +1,208 @@
+//! The quantized ops against f32 arithmetic on the reference decoding, for
+//! every block format: `quant::dot` (one token: the matvec kernel; several,
+//! the contracted axis first: the matmul kernel) and `quant::rows` (ids out
+//! of range clamp), each through the interpreter, on the CPU plugin's
+//! kernels and on the CPU plugin with the in-graph fallback.
+
+mod blocks;
+
+use blocks::{KINDS, Rng, block, reference};
+use radix::quant::{Format, blocks_shape};
+use radix::testing::{Tol, assert_all_close, platform, trace_fn};
+use radix::{Buffer, CacheMode, CompileConfig, CustomCallMode, DType, Literal, Program, Shape};
+
+/// `program` on `inputs` compiled with custom calls run as `mode`.
+fn run(program: Program, inputs: &[Literal], mode: CustomCallMode) -> Vec<Vec<f32>> {
+    let platform = platform();
+    let mut config = CompileConfig::new(&platform);
+    config.cache = CacheMode::Disabled;
+    config.custom_calls = mode;
+    let exe = radix::compile_program_with(&platform, program, &config).expect("compile");
+    let bufs: Vec<Buffer> = inputs
+        .iter()
+        .map(|l| Buffer::from_literal(&platform, l).expect("upload"))
+        .collect();
+    let refs: Vec<&Buffer> = bufs.iter().collect();
+    exe.call(&refs)
+        .expect("run")
+        .into_iter()
+        .map(|b| b.to_literal().expect("download").to_vec::<f32>())
+        .collect()
+}
+
+/// An f32 literal with tagged axes.
+fn f32_literal(values: &[f32], axes: &[(&str, i64)]) -> Literal {
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    Literal::from_bytes(Shape::tagged(DType::F32, axes), &bytes)
+}
+
+/// A `rows × cols` matrix of `format` blocks, every kind of block in turn
+/// (float formats: values in [-1, 1), so that sums stay finite).
+fn matrix(format: Format, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
+    let n = rows * cols;
+    match format {
+        Format::F32 => return (0..n).flat_map(|_| rng.unit().to_le_bytes()).collect(),
+        Format::F16 => {
+            return (0..n)
+                .flat_map(|_| half::f16::from_f32(rng.unit()).to_le_bytes())
+                .collect();
+        }
+        Format::BF16 => {
+            return (0..n)
+                .flat_map(|_| half::bf16::from_f32(rng.unit()).to_le_bytes())
+                .collect();
+        }
+        _ => {}
+    }
+    let per_row = cols / format.block_len();
+    (0..rows * per_row)
+        .flat_map(|k| block(format, KINDS[k % KINDS.len()], rng))
+        .collect()
+}
+
+/// `y[t, r] = Σ_c w[r, c] x[t, c]` in f64, and the largest `|w x|` term.
+fn reference_dot(w: &[f32], x: &[f32], cols: usize) -> (Vec<f32>, f64) {
+    let mut scale = 0f64;
+    let y = x
+        .chunks_exact(cols)
+        .flat_map(|x| {
+            w.chunks_exact(cols)
+                .map(|w| {
+                    w.iter()
+                        .zip(x)
+                        .map(|(&w, &x)| {
+                            let term = f64::from(w) * f64::from(x);
+                            scale = scale.max(term.abs());
+                            term
+                        })
+                        .sum::<f64>() as f32
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    (y, scale)
+}
+
+/// One token `[d]` and three tokens stored `[d, s]` (the contracted axis
+/// first) times a 5-row matrix, every way the ops run.
+fn check_dot(format: Format, rng: &mut Rng) {
+    let (rows, cols) = (5, 2 * format.block_len().max(32));
+    let w = matrix(format, rows, cols, rng);
+    let x: Vec<f32> = (0..3 * cols).map(|_| rng.unit()).collect();
+    // `[d, s]`: token `t` is column `t`.
+    let x_ds: Vec<f32> = (0..cols)
+        .flat_map(|c| (0..3).map(|t| x[t * cols + c]).collect::<Vec<_>>())
+        .collect();
+    let w_shape = blocks_shape(format, ("out", rows as i64), cols as i64).expect("blocks");
+    let inputs = [
+        Literal::from_bytes(w_shape, &w),
+        f32_literal(&x[..cols], &[("d", cols as i64)]),
+        f32_literal(&x_ds, &[("d", cols as i64), ("s", 3)]),
+    ];
+    let program = trace_fn(&inputs, |t| {
+        (
+            radix::quant::dot(t[1], t[0], "d"),
+            radix::quant::dot(t[2], t[0], "d"),
+        )
+    })
+    .unwrap_or_else(|e| panic!("{format:?}: {e}"));
+    let shapes: Vec<String> = program
+        .results()
+        .iter()
+        .map(|r| r.shape.to_string())
+        .collect();
+    assert_eq!(shapes, ["{out=5, f32}", "{s=3, out=5, f32}"], "{format:?}");
+
+    let (want, scale) = reference_dot(&reference(format, &w), &x, cols);
+    let tol = Tol::sum(DType::F32, cols, scale);
+    let check = |what: &str, got: &[Vec<f32>]| {
+        assert_all_close(
+            &format!("{format:?} {what}, one token"),
+            &got[0],
+            &want[..rows],
+            tol,
+        );
+        assert_all_close(
+            &format!("{format:?} {what}, three tokens"),
+            &got[1],
+            &want,
+            tol,
+        );
+    };
+    let interp: Vec<Vec<f32>> = program
+        .interpret(&inputs)
+        .iter()
+        .map(|l| l.to_vec::<f32>())
+        .collect();
+    check("interpreter", &interp);
+    check(
+        "kernels",
+        &run(program.clone(), &inputs, CustomCallMode::Native),
+    );
+    check("fallback", &run(program, &inputs, CustomCallMode::Fallback));
+}
+
+#[test]
+fn dot_equals_f32_arithmetic_on_the_decoded_weights() {
+    let mut rng = Rng(0x5851_F42D_4C95_7F2D);
+    for format in Format::ALL {
+        check_dot(format, &mut rng);
+    }
+}
+
+/// Rows of a 7-row table by ids `[2, 3]`, including -1 and 9 (clamped).
+fn check_rows(format: Format, rng: &mut Rng) {
+    let (n_rows, cols) = (7, 2 * format.block_len().max(32));
+    let table = matrix(format, n_rows, cols, rng);
+    let ids = [3i32, -1, 6, 9, 0, 3];
+    let shape = blocks_shape(format, ("voc", n_rows as i64), cols as i64).expect("blocks");
+    let inputs = [
+        Literal::from_bytes(shape, &table),
+        Literal::from_slice(&ids, &[2, 3]),
+    ];
+    let program = trace_fn(&inputs, |t| radix::quant::rows(t[0], t[1], "d"))
+        .unwrap_or_else(|e| panic!("{format:?}: {e}"));
+    assert_eq!(
+        program.results()[0].shape.to_string(),
+        format!("{{2, 3, d={cols}, f32}}")
+    );
+    let decoded = reference(format, &table);
+    let want: Vec<f32> = ids
+        .iter()
+        .flat_map(|&i| {
+            let r = i.clamp(0, n_rows as i32 - 1) as usize;
+            decoded[r * cols..(r + 1) * cols].to_vec()
+        })
+        .collect();
+    // Both decoders do the same f32 arithmetic: equal bit for bit.
+    let exact = Tol { rel: 0.0, abs: 0.0 };
+    let interp = program.interpret(&inputs)[0].to_vec::<f32>();
+    assert_all_close(&format!("{format:?} interpreter"), &interp, &want, exact);
+    for mode in [CustomCallMode::Native, CustomCallMode::Fallback] {
+        let got = run(program.clone(), &inputs, mode);
+        assert_all_close(&format!("{format:?} {mode:?}"), &got[0], &want, exact);
+    }
+}
+
+#[test]
+fn rows_equal_the_decoded_table_at_clamped_ids() {
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    for format in Format::ALL {
+        check_rows(format, &mut rng);
+    }
+}
+
+#[test]
+fn misuse_is_a_trace_error_at_the_callers_line() {
+    let w = blocks_shape(Format::Q4_0, ("out", 4), 64).expect("blocks");
+    let inputs = [
+        Literal::from_bytes(w, &vec![0; w.byte_size()]),
+        f32_literal(&[0.0; 32], &[("d", 32)]),
+    ];
+    let line = line!() + 1;
+    let err = trace_fn(&inputs, |t| radix::quant::dot(t[1], t[0], "d")).expect_err("32 ≠ 64");
+    let e = err.as_trace().expect("a trace error");
+    assert_eq!((e.op, e.file, e.line), ("quant_dot", file!(), line));
+    let err = trace_fn(&inputs, |t| radix::quant::rows(t[1], t[0], "d")).expect_err("no table");
+    assert!(err.to_string().contains("blocks table"), "{err}");
+}
