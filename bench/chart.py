@@ -70,10 +70,14 @@ def main(results):
                        ("onnxruntime", g(f"onnxruntime {shape}"), PEER),
                        ("sentence-transformers", g(f"sentence-transformers {shape}"), PEER)],
              f"4. MiniLM {shape.replace('x', ' × ')} (higher is better)", "sentences/s")
-    bars(next(a), [("radix", g("radix prefill"), RADIX), ("transformers", g("transformers prefill"), PEER)],
+    bars(next(a), [("radix", g("radix prefill"), RADIX), ("transformers", g("transformers prefill"), PEER),
+                   ("llama.cpp Q4_1", g("llama.cpp Q4_1 prefill"), PEER),
+                   ("llama.cpp F32", g("llama.cpp F32 prefill"), PEER)],
          "5. SmolLM2 prefill, 128 tokens", "tokens/s", target=(600, "target 600"))
     ax = next(a)
-    bars(ax, [("radix", g("radix decode"), RADIX), ("transformers", g("transformers decode"), PEER)],
+    bars(ax, [("radix", g("radix decode"), RADIX), ("transformers", g("transformers decode"), PEER),
+              ("llama.cpp Q4_1", g("llama.cpp Q4_1 decode"), PEER),
+              ("llama.cpp F32", g("llama.cpp F32 decode"), PEER)],
          "5. SmolLM2 decode, fp32", "tokens/s", target=(40, "target 40"))
     wbytes = meta(runs, "smollm2-radix").get("weight_bytes_f32")
     bws = [b.median for b in (g("copy, 1 thread"), g("copy, 2 threads")) if b]

