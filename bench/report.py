@@ -351,7 +351,9 @@ def main(results):
     w("A 128-token prompt (ids `1000 + 37 i`); prefill = one forward over it that fills the KV cache "
       "and returns the last position's logits (transformers: `logits_to_keep=1`); decode = 128 greedy "
       "steps of one token with the KV cache, timed per step, after that prompt (radix's cache holds "
-      "256 positions). Both read the same GGUF and dequantize it to fp32 (transformers with "
+      "256 positions). Both read the same GGUF; radix keeps its Q4_1/Q8_0 matrices in blocks, read by its "
+      "kernels (the default, `--dtype stored`), and, in a process of its own, dequantizes them to fp32 at "
+      "load (`--dtype f32`), as transformers does (with "
       f"`gguf_file=`, attention `{tm.get('attn_implementation', '?')}`). Greedy ids of the two agree on the "
       f"first 16 tokens: {'yes' if same else 'no'} (radix {sm.get('greedy_ids_first16')}, "
       f"transformers {tm.get('greedy_ids_first16')}). radix runs a step per layer (`Plan::PerBlock`, "
@@ -361,17 +363,19 @@ def main(results):
     if bound:
         bound_row = Figure({"unit": "tokens/s", "values": [bound]})
     w("**Prefill, 128 tokens** (tokens/s)\n")
-    w(table([("radix", pre), ("radix, `--plan one-program`", g("radix one-program prefill")),
+    w(table([("radix", pre), ("radix, `--dtype f32`", g("radix f32 prefill")),
+             ("radix, `--plan one-program`", g("radix one-program prefill")),
              ("transformers (PyTorch fp32)", tpre),
              ("radix with `--xla_cpu_use_xnnpack=true` (experiment)", g("radix+xnnpack prefill"))],
             pre, False, True) + "\n")
     w("**Decode** (tokens/s; per-step rates)\n")
     read_row = Figure({"unit": "tokens/s", "values": [read_bound]}) if read_bound else None
-    w(table([("radix", dec), ("radix, `--plan one-program`", g("radix one-program decode")),
+    w(table([("radix", dec), ("radix, `--dtype f32`", g("radix f32 decode")),
+             ("radix, `--plan one-program`", g("radix one-program decode")),
              ("transformers (PyTorch fp32)", tdec),
              ("radix with `--xla_cpu_use_xnnpack=true` (experiment)", g("radix+xnnpack decode")),
-             ("memory-bandwidth bound (copy bandwidth)", bound_row),
-             ("memory-bandwidth bound (read-only bandwidth)", read_row)], dec, False, True) + "\n")
+             ("fp32 weights' memory-bandwidth bound (copy bandwidth)", bound_row),
+             ("fp32 weights' memory-bandwidth bound (read-only bandwidth)", read_row)], dec, False, True) + "\n")
     if bound:
         w(f"Bound: {wbytes / 1e6:.0f} MB of fp32 weights read per token (every tensor once; the tied "
           f"embedding table whole, for the logits) ÷ {bw.median:.1f} GB/s, the better of the numpy copy "

@@ -153,6 +153,10 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
             "compile_s": session.compile_time.as_secs_f64(),
             "prefill_s": res.prefill.as_secs_f64(),
             "decode_s": res.decode.as_secs_f64(),
+            // From the weights on the device to the first new token: the
+            // executables compiled (or loaded) and the prompt run.
+            "first_token_s": (session.compile_time + res.prefill).as_secs_f64(),
+            "dtype": format!("{:?}", session.matrices),
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
