@@ -149,8 +149,10 @@ def llamacpp_section(w, runs, g):
       "with pip and builds `llama-bench`, `llama-quantize` and `llama-completion` once with the `cmake` and "
       f"`ninja` wheels of `bench/.venv` into `bench/.cache` (`{lm.get('cmake flags', '?')}`; "
       f"{fmt(lm.get('build_s'))} s here). Files: {sizes}; the Q4_1 file is the one radix reads, the other two "
-      "are made from it by `llama-quantize --allow-requantize`. radix dequantizes the Q4_1 file to fp32 at "
-      "load and computes in fp32, so its closest llama.cpp row in work done is F32, and in bytes read Q4_1.\n")
+      "are made from it by `llama-quantize --allow-requantize`. radix keeps the Q4_1 (and the one Q8_0) "
+      "matrices in blocks and its kernels decode each weight to f32 exactly (no 8-bit activations, unlike "
+      "llama.cpp), so its llama.cpp row in bytes read is Q4_1; its `--dtype f32` rows (§5) are the F32 "
+      "comparison.\n")
     w(f"Prefill and decode: `{lm.get('llama-bench command', '?')}`, tokens/s per repetition; its prefill "
       "(pp128) is one batch of 128 prompt tokens into an empty cache, as radix's; its decode (tg128) "
       "generates 128 tokens from an empty context, where radix's steps follow the 128-token prompt "
@@ -176,11 +178,11 @@ def llamacpp_section(w, runs, g):
         w("**Not all from one run:** " + "; ".join(notes) + ". `BENCH_ONLY=\"start smollm2 llamacpp\" bench/run` "
           "measures every figure of this section side by side.\n")
     w("**Prefill, 128 tokens** (tokens/s)\n")
-    w(table([("radix (fp32)", pre)] + [(f"llama.cpp {k}", g(f"llama.cpp {k} prefill")) for k in files],
-            pre, False) + "\n")
+    w(table([("radix (Q4_1 in blocks)", pre), ("radix, `--plan one-program`", g("radix one-program prefill"))]
+            + [(f"llama.cpp {k}", g(f"llama.cpp {k} prefill")) for k in files], pre, False) + "\n")
     w("**Decode** (tokens/s; per-step rates for radix, per-repetition for llama.cpp)\n")
-    w(table([("radix (fp32)", dec)] + [(f"llama.cpp {k}", g(f"llama.cpp {k} decode")) for k in files],
-            dec, False) + "\n")
+    w(table([("radix (Q4_1 in blocks)", dec), ("radix, `--plan one-program`", g("radix one-program decode"))]
+            + [(f"llama.cpp {k}", g(f"llama.cpp {k} decode")) for k in files], dec, False) + "\n")
     w("**Generate as a whole process, warm** (s, lower is better)\n")
     w(table([("`radix generate` (warm executable cache)", wall),
              ("`llama-completion`, Q4_1", g("llama.cpp completion warm wall"))], wall, True) + "\n")

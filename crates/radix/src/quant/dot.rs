@@ -151,8 +151,12 @@ struct Pool<'a> {
 }
 
 impl Parallel for Pool<'_> {
+    /// The pool's threads and the caller's, but no more than the cores:
+    /// XLA's pool has a thread per core besides the caller, and a task
+    /// more than the cores can run at once finishes a round later.
     fn n_threads(&self) -> usize {
-        self.threads.n_threads()
+        let cores = radix_quant::ScopedThreads::available().n_threads();
+        self.threads.n_threads().min(cores)
     }
 
     fn run(&self, n_tasks: usize, task: &(dyn Fn(usize) + Sync)) {
