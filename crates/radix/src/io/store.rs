@@ -134,25 +134,7 @@ impl WeightStore {
     /// `expected`: `Err` naming the file, both names and both shapes if not.
     /// The shape is checked before any data is read or dequantized.
     pub fn get(&self, name: &str, expected: &[i64]) -> Result<HostTensor> {
-        let stored = self.stored_name(name);
-        for s in &self.sources {
-            let Some(found) = s.dims(&stored) else {
-                continue;
-            };
-            if found != expected {
-                return Err(Error::ShapeMismatch {
-                    path: s.file_of(&stored).to_path_buf(),
-                    name: name.to_string(),
-                    stored,
-                    expected: expected.to_vec(),
-                    found,
-                });
-            }
-            if let Some(t) = s.tensor(&stored)? {
-                return Ok(t);
-            }
-        }
-        Err(self.missing(name, stored))
+        self.read(name, expected, |source, stored| source.tensor(stored))
     }
 
     /// The format tensor `name` (a model name, mapped first) is stored in,
@@ -169,6 +151,31 @@ impl WeightStore {
     /// have row-major dims `expected` (in elements) and be stored as
     /// `format`; `Err` naming the file and both names if not.
     pub fn blocks(&self, name: &str, format: Format, expected: &[i64]) -> Result<HostTensor> {
+        self.read(name, expected, |source, stored| {
+            let Some((got, t)) = source.blocks(stored)? else {
+                return Ok(None);
+            };
+            if got != format {
+                return Err(Error::FormatMismatch {
+                    path: source.file_of(stored).to_path_buf(),
+                    name: name.to_string(),
+                    stored: stored.to_string(),
+                    expected: format.name(),
+                    found: got.name(),
+                });
+            }
+            Ok(Some(t))
+        })
+    }
+
+    /// `read(source, stored name)` of the first source holding model name
+    /// `name`, after checking that its dims are `expected`.
+    fn read<T>(
+        &self,
+        name: &str,
+        expected: &[i64],
+        read: impl Fn(&dyn TensorSource, &str) -> Result<Option<T>>,
+    ) -> Result<T> {
         let stored = self.stored_name(name);
         for s in &self.sources {
             let Some(found) = s.dims(&stored) else {
@@ -183,16 +190,7 @@ impl WeightStore {
                     found,
                 });
             }
-            if let Some((got, t)) = s.blocks(&stored)? {
-                if got != format {
-                    return Err(Error::FormatMismatch {
-                        path: s.file_of(&stored).to_path_buf(),
-                        name: name.to_string(),
-                        stored,
-                        expected: format.name(),
-                        found: got.name(),
-                    });
-                }
+            if let Some(t) = read(s.as_ref(), &stored)? {
                 return Ok(t);
             }
         }
