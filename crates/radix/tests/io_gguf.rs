@@ -184,8 +184,11 @@ fn synthetic() -> (Vec<u8>, BTreeMap<&'static str, Vec<f32>>) {
     want.insert("q4_0", v40);
     w.tensor("q4_1", &[32, 2], 3, d41);
     want.insert("q4_1", v41);
-    // Q4_K (type 12) is not supported: 256 elements in one 144-byte block.
+    // Q4_K (type 12): 256 elements in one 144-byte block, all-zero scales.
     w.tensor("q4_k", &[256], 12, vec![0; 144]);
+    want.insert("q4_k", vec![0.0; 256]);
+    // Q2_K (type 10) is not supported: 256 elements in one 84-byte block.
+    w.tensor("q2_k", &[256], 10, vec![0; 84]);
     (w.finish(), want)
 }
 
@@ -233,9 +236,9 @@ fn synthetic_tensors_of_every_supported_type() {
     // F32 data is mapped, not copied.
     assert!(g.tensor("f32").unwrap().unwrap().is_mapped());
     assert!(g.tensor("missing").unwrap().is_none());
-    let msg = g.tensor("q4_k").unwrap_err().to_string();
+    let msg = g.tensor("q2_k").unwrap_err().to_string();
     assert!(
-        msg.contains("Q4_K") && msg.contains("`q4_k`") && msg.contains("t.gguf"),
+        msg.contains("Q2_K") && msg.contains("`q2_k`") && msg.contains("t.gguf"),
         "{msg}"
     );
 }
