@@ -177,6 +177,17 @@ fn sampler(args: &GenerateArgs) -> Result<Sampler> {
     }
     ensure!(args.top_k != Some(0), "--top-k must be at least 1");
     if t == 0.0 {
+        // Greedy decoding draws nothing: these would be ignored.
+        for (flag, given) in [
+            ("--top-k", args.top_k.is_some()),
+            ("--top-p", args.top_p.is_some()),
+            ("--seed", args.seed.is_some()),
+        ] {
+            ensure!(
+                !given,
+                "{flag} needs sampling: give --temperature above 0 (0 is greedy)"
+            );
+        }
         return Ok(Sampler::greedy());
     }
     let seed = args.seed.unwrap_or_else(|| {
@@ -184,7 +195,7 @@ fn sampler(args: &GenerateArgs) -> Result<Sampler> {
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
     });
-    Ok(Sampler::sample(t, args.top_k, args.top_p, seed))
+    Ok(Sampler::sample(t, args.top_k, args.top_p, seed)?)
 }
 
 fn read_stdin() -> Result<String> {

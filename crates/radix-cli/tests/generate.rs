@@ -123,6 +123,18 @@ fn bad_inputs() {
         "",
         "--top-p must be in (0, 1], got 2",
     );
+    // Greedy decoding (the default temperature 0) draws nothing: sampling
+    // flags are refused, not ignored.
+    fails(
+        &["--seed".as_ref(), "3".as_ref(), hi],
+        "",
+        "--seed needs sampling: give --temperature above 0",
+    );
+    fails(
+        &["--top-k".as_ref(), "5".as_ref(), hi],
+        "",
+        "--top-k needs sampling",
+    );
     fails(
         &["--temperature=-1".as_ref(), hi],
         "",

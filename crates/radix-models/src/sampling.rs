@@ -5,6 +5,8 @@
 //! so it lives with them here rather than among the traced layers of
 //! `radix::nn`.
 
+use crate::{Error, Result};
+
 /// A small seeded random generator (SplitMix64): the same seed gives the same
 /// samples on every machine.
 #[derive(Debug, Clone)]
@@ -59,17 +61,39 @@ impl Sampler {
         Sampler::Greedy
     }
 
-    /// Sampling at `temperature` with a generator seeded by `seed`.
-    pub fn sample(temperature: f64, top_k: Option<usize>, top_p: Option<f64>, seed: u64) -> Self {
-        Sampler::Sample {
+    /// Sampling at `temperature` (positive and finite) among the `top_k`
+    /// (at least 1) most likely tokens and those within `top_p` (in
+    /// `(0, 1]`) of the probability, with a generator seeded by `seed`.
+    /// Other values are an [`Error::Input`] naming them.
+    pub fn sample(
+        temperature: f64,
+        top_k: Option<usize>,
+        top_p: Option<f64>,
+        seed: u64,
+    ) -> Result<Self> {
+        if !(temperature.is_finite() && temperature > 0.0) {
+            return Err(Error::Input(format!(
+                "a sampling temperature must be positive and finite, got {temperature} \
+                 (greedy decoding is Sampler::greedy)"
+            )));
+        }
+        if top_k == Some(0) {
+            return Err(Error::Input("top_k must be at least 1".into()));
+        }
+        if let Some(p) = top_p.filter(|p| !(*p > 0.0 && *p <= 1.0)) {
+            return Err(Error::Input(format!("top_p must be in (0, 1], got {p}")));
+        }
+        Ok(Sampler::Sample {
             temperature,
             top_k,
             top_p,
             rng: Rng::new(seed),
-        }
+        })
     }
 
-    /// The chosen index of `logits` (which must not be empty).
+    /// The chosen index of `logits` (which must not be empty). A NaN logit
+    /// is never chosen while any other is a number; when the most likely
+    /// kept logit is infinite, the first such is chosen.
     pub fn pick(&mut self, logits: &[f32]) -> usize {
         match self {
             Sampler::Greedy => argmax(logits),
@@ -79,15 +103,19 @@ impl Sampler {
                 top_p,
                 rng,
             } => {
+                let key = |i: usize| f64::from(logits[i]).max(f64::NEG_INFINITY);
                 let mut idx: Vec<usize> = (0..logits.len()).collect();
-                idx.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+                idx.sort_by(|&a, &b| key(b).total_cmp(&key(a)).then(a.cmp(&b)));
                 if let Some(k) = top_k {
                     idx.truncate((*k).max(1));
                 }
-                let top = f64::from(logits[idx[0]]);
+                let top = key(idx[0]);
+                if top.is_infinite() {
+                    return idx[0];
+                }
                 let mut probs: Vec<f64> = idx
                     .iter()
-                    .map(|&i| ((f64::from(logits[i]) - top) / *temperature).exp())
+                    .map(|&i| ((key(i) - top) / *temperature).exp())
                     .collect();
                 let total: f64 = probs.iter().sum();
                 probs.iter_mut().for_each(|p| *p /= total);
@@ -117,11 +145,12 @@ impl Sampler {
     }
 }
 
-/// The index of the largest value (the first on ties).
+/// The index of the largest value (the first on ties); NaNs lose to every
+/// number (all NaN: 0).
 pub(crate) fn argmax(xs: &[f32]) -> usize {
     let mut best = 0;
     for (i, &x) in xs.iter().enumerate() {
-        if x > xs[best] {
+        if x > xs[best] || (xs[best].is_nan() && !x.is_nan()) {
             best = i;
         }
     }
@@ -138,8 +167,35 @@ mod tests {
     }
 
     #[test]
+    fn nan_logits_are_never_picked() {
+        let logits = [f32::NAN, 1.0, f32::NAN, 3.0, 2.0];
+        assert_eq!(Sampler::greedy().pick(&logits), 3);
+        let mut s = Sampler::sample(1.0, None, None, 5).unwrap();
+        for _ in 0..100 {
+            let i = s.pick(&logits);
+            assert!(!logits[i].is_nan(), "picked NaN at {i}");
+        }
+        let mut s = Sampler::sample(0.7, Some(2), Some(0.9), 5).unwrap();
+        assert_eq!(s.pick(&[f32::NAN, f32::INFINITY, 0.0]), 1);
+    }
+
+    #[test]
+    fn bad_settings_are_errors() {
+        for t in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let err = Sampler::sample(t, None, None, 1).unwrap_err().to_string();
+            assert!(err.contains("temperature"), "{err}");
+        }
+        let err = Sampler::sample(1.0, Some(0), None, 1).unwrap_err();
+        assert!(err.to_string().contains("top_k"), "{err}");
+        for p in [0.0, 1.5, f64::NAN] {
+            let err = Sampler::sample(1.0, None, Some(p), 1).unwrap_err();
+            assert!(err.to_string().contains("top_p"), "{err}");
+        }
+    }
+
+    #[test]
     fn top_k_one_is_greedy() {
-        let mut s = Sampler::sample(1.0, Some(1), None, 7);
+        let mut s = Sampler::sample(1.0, Some(1), None, 7).unwrap();
         for _ in 0..10 {
             assert_eq!(s.pick(&[0.5, 2.0, 1.9]), 1);
         }
@@ -148,7 +204,7 @@ mod tests {
     #[test]
     fn top_p_keeps_the_nucleus() {
         // Probabilities ~ [0.665, 0.245, 0.090]: top_p 0.8 keeps two.
-        let mut s = Sampler::sample(1.0, None, Some(0.8), 1);
+        let mut s = Sampler::sample(1.0, None, Some(0.8), 1).unwrap();
         let logits = [2.0, 1.0, 0.0];
         let picks: Vec<usize> = (0..200).map(|_| s.pick(&logits)).collect();
         assert!(!picks.contains(&2));
@@ -159,11 +215,11 @@ mod tests {
     fn seeded_is_reproducible_and_follows_temperature() {
         let logits = [0.0f32, 1.0, 2.0, 3.0];
         let draw = |seed| {
-            let mut s = Sampler::sample(1.0, None, None, seed);
+            let mut s = Sampler::sample(1.0, None, None, seed).unwrap();
             (0..50).map(|_| s.pick(&logits)).collect::<Vec<_>>()
         };
         assert_eq!(draw(42), draw(42));
-        let mut cold = Sampler::sample(1e-3, None, None, 3);
+        let mut cold = Sampler::sample(1e-3, None, None, 3).unwrap();
         assert!((0..50).all(|_| cold.pick(&logits) == 3));
     }
 }
