@@ -73,8 +73,8 @@ fn main() -> ExitCode {
         Command::Generate(args) => generate::run(&cli, args),
         Command::Embed(args) => embed::run(&cli, args),
         Command::Devices { json } => devices::run(&cli, *json),
-        Command::Plugin(cmd) => plugin::run(cmd),
-        Command::Cache(cmd) => cache::run(cmd),
+        Command::Plugin(cmd) => no_platform_flags(&cli, "plugin").and_then(|()| plugin::run(cmd)),
+        Command::Cache(cmd) => no_platform_flags(&cli, "cache").and_then(|()| cache::run(cmd)),
         Command::Run(args) => run::run(&cli, args),
     };
     match res {
@@ -85,6 +85,22 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Refuses the platform flags for a subcommand that opens no platform
+/// (they would be ignored).
+fn no_platform_flags(cli: &Cli, command: &str) -> anyhow::Result<()> {
+    for (flag, given) in [
+        ("--platform", cli.platform != PlatformArg::Auto),
+        ("--devices", cli.devices.is_some()),
+        ("--plugin", cli.plugin.is_some()),
+    ] {
+        anyhow::ensure!(
+            !given,
+            "{flag} does not apply to `radix {command}`, which opens no platform"
+        );
+    }
+    Ok(())
 }
 
 fn init_logging(verbose: u8) {

@@ -47,3 +47,32 @@ fn list_and_clear() {
     let text = radix(dir.path(), &["cache", "list"]);
     assert!(text.contains("0 executables"), "{text}");
 }
+
+/// `radix cache` opens no platform: the platform flags are refused, not
+/// ignored.
+#[test]
+fn platform_flags_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for flag in [
+        &["--platform", "cpu"][..],
+        &["--devices", "2"],
+        &["--plugin", "x.so"],
+    ] {
+        let out = Command::cargo_bin("radix")
+            .unwrap()
+            .env("RADIX_CACHE_DIR", dir.path())
+            .args(["cache", "list"])
+            .args(flag)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{flag:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.starts_with(&format!(
+                "error: {} does not apply to `radix cache`",
+                flag[0]
+            )),
+            "{err}"
+        );
+    }
+}
