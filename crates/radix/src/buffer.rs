@@ -122,7 +122,17 @@ impl Buffer {
     /// devices' blocks.
     fn host_bytes(&self) -> Result<Vec<u8>> {
         let Some(mesh) = self.mesh.as_deref().filter(|_| self.shape.is_sharded()) else {
-            return Ok(self.shards[0].to_host_vec()?);
+            let got = self.shards[0].to_host_vec()?;
+            // The download's length is the device's word, the shape radix's:
+            // a mismatch is an error, never a read past the download.
+            if got.len() != self.shape.byte_size() {
+                return Err(Error::Host(format!(
+                    "the device returned {} bytes for {}",
+                    got.len(),
+                    self.shape
+                )));
+            }
+            return Ok(got);
         };
         let size = self.shape.dtype().size_in_bytes();
         let mut data = vec![0u8; self.shape.byte_size()];
@@ -153,7 +163,8 @@ impl Buffer {
         let bytes = self.host_bytes()?;
         let n = self.shape.count();
         let mut res: Vec<T> = Vec::with_capacity(n);
-        // SAFETY: `bytes` holds `n` dense little-endian `T`s (checked dtype);
+        // SAFETY: `bytes` holds `n` dense little-endian `T`s (checked dtype,
+        // and `host_bytes` checked the length);
         // every bit pattern the device writes is a valid `T` (bools are 0 or 1).
         unsafe {
             std::ptr::copy_nonoverlapping(
