@@ -34,14 +34,14 @@ pub fn run(cmd: &CacheCommand) -> Result<()> {
             if *json {
                 let items: Vec<_> = entries.iter().map(entry_json).collect();
                 let out = json!({ "dir": dir, "entries": items, "total_bytes": total });
-                println!("{out}");
+                outln!("{out}")?;
             } else {
-                println!("{dir}");
+                outln!("{dir}")?;
                 for e in &entries {
                     let age = age_secs(e).map_or("?".into(), human_age);
-                    println!("  {}  {:>10}  {age:>8} ago", e.key, human_size(e.size));
+                    outln!("  {}  {:>10}  {age:>8} ago", e.key, human_size(e.size))?;
                 }
-                println!("{} executables, {}", entries.len(), human_size(total));
+                outln!("{} executables, {}", entries.len(), human_size(total))?;
             }
         }
         CacheCommand::Clear { json } => {
@@ -49,13 +49,13 @@ pub fn run(cmd: &CacheCommand) -> Result<()> {
             let total: u64 = removed.iter().map(|e| e.size).sum();
             if *json {
                 let out = json!({ "dir": dir, "removed": removed.len(), "bytes": total });
-                println!("{out}");
+                outln!("{out}")?;
             } else {
-                println!(
+                outln!(
                     "removed {} executables ({}) from {dir}",
                     removed.len(),
                     human_size(total)
-                );
+                )?;
             }
         }
     }

@@ -34,17 +34,17 @@ pub fn run(cli: &Cli, json: bool) -> Result<()> {
         "devices": devices,
     });
     if json {
-        println!("{}", serde_json::to_string_pretty(&info)?);
+        outln!("{}", serde_json::to_string_pretty(&info)?)?;
         return Ok(());
     }
-    println!(
+    outln!(
         "platform:  {} ({})",
         client.platform_name(),
         client.platform_version()
-    );
-    println!("plugin:    {}", plugin.path().display());
-    println!("PJRT API:  {major}.{minor}");
-    println!(
+    )?;
+    outln!("plugin:    {}", plugin.path().display())?;
+    outln!("PJRT API:  {major}.{minor}")?;
+    outln!(
         "StableHLO: {} (minimum {})",
         info["stablehlo_current_version"]
             .as_str()
@@ -52,15 +52,15 @@ pub fn run(cli: &Cli, json: bool) -> Result<()> {
         info["stablehlo_minimum_version"]
             .as_str()
             .unwrap_or("unknown")
-    );
-    println!("devices:");
+    )?;
+    outln!("devices:")?;
     for d in client.devices() {
         let addressable = if d.is_addressable() {
             ""
         } else {
             " (not addressable)"
         };
-        println!("  {:3} {}{addressable}", d.id(), d.kind());
+        outln!("  {:3} {}{addressable}", d.id(), d.kind())?;
     }
     Ok(())
 }

@@ -48,10 +48,10 @@ pub fn run(cli: &Cli, args: &EmbedArgs) -> Result<()> {
             "ids": ids,
             "embeddings": embeddings,
         });
-        println!("{}", serde_json::to_string(&out)?);
+        outln!("{}", serde_json::to_string(&out)?)?;
         return Ok(());
     }
-    print!("{}", cosine_table(&texts, &embeddings));
+    out!("{}", cosine_table(&texts, &embeddings))?;
     Ok(())
 }
 

@@ -158,7 +158,7 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
             "first_token_s": (session.compile_time + res.prefill).as_secs_f64(),
             "dtype": format!("{:?}", session.matrices),
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?)?;
     } else {
         eprintln!("{}", summary(&res, ids.len()));
     }

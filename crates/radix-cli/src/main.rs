@@ -1,6 +1,24 @@
 //! The `radix` command: generate text, embed sentences, run StableHLO
 //! modules, and show devices and plugins.
 
+/// `println!` that returns the write's `io::Result` instead of panicking:
+/// a reader that closes the pipe (`radix cache list | head -1`) ends the
+/// output, and `main` exits quietly.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
+/// `print!` as [`outln!`] is `println!`.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
 mod cache;
 mod devices;
 mod embed;
@@ -79,12 +97,23 @@ fn main() -> ExitCode {
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader closed the pipe: the output ends there.
+        Err(err) if closed_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             // One line: the error and its causes, no backtrace.
             eprintln!("error: {err:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether `err` comes from writing to a pipe whose reader is gone.
+fn closed_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// Refuses the platform flags for a subcommand that opens no platform

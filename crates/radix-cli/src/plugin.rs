@@ -39,13 +39,11 @@ pub fn run(cmd: &PluginCommand) -> Result<()> {
         PluginCommand::List { json } => list(*json),
         PluginCommand::Install { target, json } => {
             let target = parse_target(target)?;
-            print_path(target, &provision::install(target)?, *json);
-            Ok(())
+            print_path(target, &provision::install(target)?, *json)
         }
         PluginCommand::Path { target, json } => {
             let target = parse_target(target)?;
-            print_path(target, &provision::locate(target, None)?, *json);
-            Ok(())
+            print_path(target, &provision::locate(target, None)?, *json)
         }
     }
 }
@@ -55,12 +53,13 @@ fn parse_target(name: &str) -> Result<Target> {
         .ok_or_else(|| anyhow::anyhow!("unknown target {name:?}: use cpu, cuda, rocm or tpu"))
 }
 
-fn print_path(target: Target, path: &std::path::Path, json: bool) {
+fn print_path(target: Target, path: &std::path::Path, json: bool) -> Result<()> {
     if json {
-        println!("{}", json!({ "target": target.name(), "path": path }));
+        outln!("{}", json!({ "target": target.name(), "path": path }))?;
     } else {
-        println!("{}", path.display());
+        outln!("{}", path.display())?;
     }
+    Ok(())
 }
 
 fn list(json: bool) -> Result<()> {
@@ -82,21 +81,21 @@ fn list(json: bool) -> Result<()> {
         }));
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
         return Ok(());
     }
-    println!("cache: {}", provision::cache_dir().display());
+    outln!("cache: {}", provision::cache_dir().display())?;
     for row in &rows {
         let whereabouts = match (&row["path"], &row["source"]) {
             (serde_json::Value::String(p), serde_json::Value::String(s)) => format!("{p} ({s})"),
             _ => "not on this machine (fetched on first use)".to_string(),
         };
-        println!(
+        outln!(
             "{:5} {:30} {}",
             row["target"].as_str().unwrap_or_default(),
             row["package"].as_str().unwrap_or_default(),
             whereabouts
-        );
+        )?;
     }
     Ok(())
 }

@@ -149,17 +149,17 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<()> {
                 })
             })
             .collect();
-        println!("{}", json!({ "outputs": outs }));
+        outln!("{}", json!({ "outputs": outs }))?;
     } else if args.output.is_none() {
         for (name, a) in &named {
             let vals = values(a);
             let first: Vec<String> = vals.iter().take(8).map(Value::to_string).collect();
             let more = if vals.len() > 8 { ", …" } else { "" };
-            println!(
+            outln!(
                 "{name}: {} [{}{more}]",
                 tensor_str(a.ty(), a.dims()),
                 first.join(", ")
-            );
+            )?;
         }
     }
     Ok(())

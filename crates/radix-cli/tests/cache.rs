@@ -76,3 +76,22 @@ fn platform_flags_are_refused() {
         );
     }
 }
+
+/// A reader that closes the pipe early (`radix cache list | head -1`)
+/// ends the output: no panic, no error line.
+#[test]
+fn a_closed_pipe_ends_the_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("radix"))
+        .env("RADIX_CACHE_DIR", dir.path())
+        .args(["cache", "list"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Closed before the process starts writing.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
