@@ -87,19 +87,35 @@ pub fn read_npz(path: &Path) -> Result<Vec<(String, Array)>> {
 
 /// Writes `arrays` to a `.npz` file (uncompressed, as `numpy.savez` does).
 pub fn write_npz(path: &Path, arrays: &[(String, Array)]) -> Result<()> {
-    let file =
-        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    let mut zip = zip::ZipWriter::new(file);
-    let options = zip::write::SimpleFileOptions::default()
-        .compression_method(zip::CompressionMethod::Stored)
-        .large_file(true);
-    for (name, array) in arrays {
-        zip.start_file(format!("{name}.npy"), options)?;
-        zip.write_all(&npy_bytes(array)?)?;
-    }
-    zip.finish()
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
+    // Every array is encoded before the file is touched (an unsupported
+    // type fails here), then written beside it and renamed over it: an
+    // existing file is replaced whole or not at all.
+    let encoded: Vec<(&String, Vec<u8>)> = arrays
+        .iter()
+        .map(|(name, array)| Ok((name, npy_bytes(array)?)))
+        .collect::<Result<_>>()?;
+    let mut temp = path.as_os_str().to_owned();
+    temp.push(format!(".{}.tmp", std::process::id()));
+    let temp = std::path::PathBuf::from(temp);
+    let write = || -> Result<()> {
+        let file = std::fs::File::create(&temp)
+            .with_context(|| format!("cannot create {}", temp.display()))?;
+        let mut zip = zip::ZipWriter::new(file);
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Stored)
+            .large_file(true);
+        for (name, bytes) in &encoded {
+            zip.start_file(format!("{name}.npy"), options)?;
+            zip.write_all(bytes)?;
+        }
+        zip.finish()?.sync_all()?;
+        std::fs::rename(&temp, path)?;
+        Ok(())
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&temp);
+        e.context(format!("cannot write {}", path.display()))
+    })
 }
 
 /// The `.npy` encoding of `array`.

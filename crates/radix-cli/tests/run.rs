@@ -332,3 +332,34 @@ fn bad_inputs() {
         "the mesh has 4 devices, the run has 2 partitions",
     );
 }
+
+/// An output `.npz` cannot hold (f8) fails the run and leaves an existing
+/// `--output` file as it was.
+#[test]
+fn a_failed_output_keeps_the_existing_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let module = dir.path().join("f8.mlir");
+    std::fs::write(
+        &module,
+        "module {\n  func.func @main(%a: tensor<3x5xf32>) -> tensor<3x5xf8E4M3FN> {\n    \
+         %0 = stablehlo.convert %a : (tensor<3x5xf32>) -> tensor<3x5xf8E4M3FN>\n    \
+         return %0 : tensor<3x5xf8E4M3FN>\n  }\n}\n",
+    )
+    .unwrap();
+    let out = dir.path().join("precious.npz");
+    std::fs::write(&out, b"the user's own file").unwrap();
+    let inputs = data("softmax_inputs.npz");
+    fails(
+        &[
+            module.as_ref(),
+            "--inputs".as_ref(),
+            inputs.as_ref(),
+            "--output".as_ref(),
+            out.as_ref(),
+        ],
+        "",
+    );
+    assert_eq!(std::fs::read(&out).unwrap(), b"the user's own file");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(left.len(), 2, "no temporary file is left behind");
+}
