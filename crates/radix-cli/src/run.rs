@@ -53,8 +53,18 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<()> {
     let n_parts = match args.partitions {
         Some(0) => bail!("--partitions must be at least 1"),
         Some(n) => n,
-        None => module_partitions(&text).unwrap_or(1),
+        None => match module_partitions(&text) {
+            Some(0) => bail!("{}: mhlo.num_partitions is 0", path.display()),
+            Some(n) => n,
+            None => 1,
+        },
     };
+    // A CPU client makes one device per partition: a count no machine has
+    // would exhaust memory in the plugin before any check of its own.
+    ensure!(
+        n_parts <= MAX_PARTITIONS,
+        "{n_parts} partitions: radix runs at most {MAX_PARTITIONS}"
+    );
     if let Some(sig) = &signature {
         sig.check_inputs(&inputs)?;
     } else if n_parts > 1 {
@@ -201,6 +211,9 @@ fn read_inputs(args: &RunArgs) -> Result<Vec<(String, Array)>> {
         .map(|p| Ok((p.display().to_string(), npy::read_npy(p)?)))
         .collect()
 }
+
+/// The most partitions `radix run` accepts.
+const MAX_PARTITIONS: usize = 4096;
 
 /// The module's `mhlo.num_partitions` attribute.
 fn module_partitions(text: &str) -> Option<usize> {

@@ -276,6 +276,25 @@ fn bad_inputs() {
         "cannot compile",
     );
 
+    // Partition counts no machine has are refused before any client.
+    let softmax = std::fs::read_to_string(&module).unwrap();
+    for (n, want) in [
+        ("0", "mhlo.num_partitions is 0"),
+        (
+            "100000000000",
+            "100000000000 partitions: radix runs at most",
+        ),
+    ] {
+        let path = d.join(format!("parts_{n}.mlir"));
+        let text = softmax.replace(
+            "mhlo.num_partitions = 1 : i32",
+            &format!("mhlo.num_partitions = {n} : i32"),
+        );
+        assert_ne!(text, softmax);
+        std::fs::write(&path, text).unwrap();
+        fails(&[path.as_ref(), "--inputs".as_ref(), inputs.as_ref()], want);
+    }
+
     let not_npz = data("softmax.mlir");
     fails(
         &[module.as_ref(), "--inputs".as_ref(), not_npz.as_ref()],
