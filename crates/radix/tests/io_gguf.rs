@@ -503,3 +503,21 @@ fn smollm2_truncated_and_corrupt_files_are_errors() {
         let _ = i;
     }
 }
+
+/// An array of 17 million one-byte items (the bytes are there: 17 MB)
+/// would take half a GiB parsed; the file is refused instead.
+#[test]
+fn too_many_items_are_refused_before_they_are_parsed() {
+    let n: u64 = (1 << 24) + 1;
+    let mut array = 0u32.to_le_bytes().to_vec(); // items of type u8
+    array.extend(n.to_le_bytes());
+    array.resize(array.len() + n as usize, 0);
+    let mut w = Writer::new();
+    w.kv("tokenizer.ggml.scores", 9, &array);
+    let (_dir, res) = open_bytes(&w.finish());
+    let msg = res.err().expect("refused").to_string();
+    assert!(
+        msg.contains("array length 16777217 takes the file past the 16777216 items"),
+        "{msg}"
+    );
+}

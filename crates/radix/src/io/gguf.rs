@@ -25,6 +25,10 @@ const SUPPORTED: &str = "supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1
 const DEFAULT_ALIGNMENT: u64 = 32;
 /// ggml's maximum number of dims.
 const MAX_DIMS: u32 = 4;
+/// The most tensors, metadata entries and array items a file may have in
+/// all (the largest vocabularies have some 260,000 tokens and as many
+/// merges).
+const MAX_ITEMS: usize = 1 << 24;
 /// How deep arrays of arrays may nest (a corrupt file must not blow the stack).
 const MAX_NESTING: u32 = 8;
 
@@ -410,7 +414,11 @@ struct Parsed {
 
 /// Parses and checks everything but the tensor data; the error is the reason.
 fn parse(buf: &[u8]) -> std::result::Result<Parsed, String> {
-    let mut r = Reader { buf, pos: 0 };
+    let mut r = Reader {
+        buf,
+        pos: 0,
+        items_left: MAX_ITEMS,
+    };
     let magic = r
         .bytes(4)
         .map_err(|_| "file too short for the GGUF magic".to_string())?;
@@ -424,8 +432,8 @@ fn parse(buf: &[u8]) -> std::result::Result<Parsed, String> {
         v if v.swap_bytes() <= 3 => return Err("big-endian GGUF files are not supported".into()),
         v => return Err(format!("unknown GGUF version {v}")),
     }
-    let n_tensors = r.count("tensor count")?;
-    let n_kv = r.count("metadata count")?;
+    let n_tensors = r.items("tensor count")?;
+    let n_kv = r.items("metadata count")?;
     let mut metadata = BTreeMap::new();
     for _ in 0..n_kv {
         let key = r.string()?;
@@ -550,6 +558,8 @@ fn check_tensor(
 struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
+    /// How many more items (see [`Reader::items`]) the file may hold.
+    items_left: usize,
 }
 
 impl<'a> Reader<'a> {
@@ -593,6 +603,18 @@ impl<'a> Reader<'a> {
         Ok(n as usize)
     }
 
+    /// A [`Reader::count`] of items that become values in memory (tensor
+    /// infos, metadata entries, array items), at most `MAX_ITEMS` in the
+    /// whole file: a parsed item takes tens of bytes where the file may
+    /// spend one, so the file's size alone does not bound the memory.
+    fn items(&mut self, what: &str) -> std::result::Result<usize, String> {
+        let n = self.count(what)?;
+        self.items_left = self.items_left.checked_sub(n).ok_or_else(|| {
+            format!("{what} {n} takes the file past the {MAX_ITEMS} items radix reads")
+        })?;
+        Ok(n)
+    }
+
     fn string(&mut self) -> std::result::Result<String, String> {
         let n = self.count("string length")?;
         let at = self.pos;
@@ -620,7 +642,7 @@ impl<'a> Reader<'a> {
                     return Err(format!("arrays nested more than {MAX_NESTING} deep"));
                 }
                 let elem = self.u32()?;
-                let n = self.count("array length")?;
+                let n = self.items("array length")?;
                 let mut items = Vec::with_capacity(n);
                 for _ in 0..n {
                     items.push(self.value(elem, depth + 1)?);
