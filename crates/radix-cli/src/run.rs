@@ -307,7 +307,7 @@ impl Param {
     /// Parses `tensor<2x3xf32> {attributes}`.
     fn parse(text: &str) -> Result<Param> {
         let text = text.trim();
-        let Some(inner) = text.strip_prefix("tensor") else {
+        let Some(inner) = text.strip_prefix("tensor").filter(|t| t.starts_with('<')) else {
             bail!("unsupported type {text} (only tensors are)");
         };
         let end = close(inner).with_context(|| format!("cannot read type {text}"))?;
@@ -509,6 +509,10 @@ fn shardy_tiling(s: &str, module: &str, rank: usize, n_parts: usize) -> Result<T
     let mut dim_axes = Vec::with_capacity(rank);
     for d in &dims {
         let d = d.trim();
+        ensure!(
+            d.starts_with('{'),
+            "dimension sharding {d} is not a {{axes}} group"
+        );
         let group = &d[..close(d).context("unbalanced dimension sharding")?];
         let mut ids = Vec::new();
         for name in split_top(&group[1..group.len() - 1]) {

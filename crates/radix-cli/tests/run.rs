@@ -276,6 +276,31 @@ fn bad_inputs() {
         "cannot compile",
     );
 
+    let tensorx = d.join("tensorx.mlir");
+    std::fs::write(
+        &tensorx,
+        "module {\n  func.func @main(%a: tensorx<3x5xf32>) -> tensor<3x5xf32> {\n    \
+         return %a : tensor<3x5xf32>\n  }\n}\n",
+    )
+    .unwrap();
+    fails(
+        &[tensorx.as_ref(), "--inputs".as_ref(), inputs.as_ref()],
+        "unsupported type tensorx<3x5xf32>",
+    );
+
+    let no_braces = d.join("no_braces.mlir");
+    std::fs::write(
+        &no_braces,
+        "module @m attributes {mhlo.num_partitions = 2 : i32} {\n  sdy.mesh @mesh = <[\"x\"=2]>\n  \
+         func.func @main(%a: tensor<3x5xf32> {sdy.sharding = #sdy.sharding<@mesh, [x, y]>}) \
+         -> tensor<3x5xf32> {\n    return %a : tensor<3x5xf32>\n  }\n}\n",
+    )
+    .unwrap();
+    fails(
+        &[no_braces.as_ref(), "--inputs".as_ref(), inputs.as_ref()],
+        "dimension sharding x is not a {axes} group",
+    );
+
     // Partition counts no machine has are refused before any client.
     let softmax = std::fs::read_to_string(&module).unwrap();
     for (n, want) in [
