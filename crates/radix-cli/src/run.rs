@@ -422,10 +422,19 @@ fn gspmd_tiling(s: &str, rank: usize, n_parts: usize) -> Result<Tiling> {
         "last_tile_dim_replicate" | "last_tile_dims={replicated}" => true,
         f => bail!("unsupported sharding flags {f}"),
     };
-    let n: i64 = tile.iter().product();
+    // Sizes are checked before anything is allocated by them.
+    let n = checked_product(&tile).context("bad tile shape")?;
+    ensure!(
+        n == n_parts as i64,
+        "the sharding is over {n} devices, the run has {n_parts} partitions (see --partitions)"
+    );
     let devices = if let Some(iota) = list.strip_prefix("<=[") {
         let (reshape, perm) = iota.split_once(']').context("unclosed iota shape")?;
         let reshape = int_list(reshape)?;
+        ensure!(
+            checked_product(&reshape) == Some(n),
+            "an iota of shape {reshape:?} for {n} devices"
+        );
         let perm = match perm.strip_prefix("T(") {
             Some(p) => int_list(p.trim_end_matches(')'))?,
             None => (0..reshape.len() as i64).collect(),
@@ -438,10 +447,6 @@ fn gspmd_tiling(s: &str, rank: usize, n_parts: usize) -> Result<Tiling> {
         devices.len() as i64 == n,
         "{} devices for {n} tiles",
         devices.len()
-    );
-    ensure!(
-        n == n_parts as i64,
-        "the sharding is over {n} devices, the run has {n_parts} partitions (see --partitions)"
     );
     let data_rank = tile.len() - usize::from(replicate_last);
     ensure!(
@@ -638,6 +643,13 @@ fn gather(
     Ok(res)
 }
 
+/// The product of `dims`, if every one is at least 1 and it fits an `i64`.
+fn checked_product(dims: &[i64]) -> Option<i64> {
+    dims.iter().try_fold(1i64, |acc, &d| {
+        (d >= 1).then(|| acc.checked_mul(d)).flatten()
+    })
+}
+
 /// `iota(product(shape)).reshape(shape).transpose(perm)`, flattened.
 fn transposed_iota(shape: &[i64], perm: &[i64]) -> Result<Vec<i64>> {
     let mut sorted = perm.to_vec();
@@ -809,6 +821,22 @@ mod tests {
         assert_eq!(t.coords, [vec![0, 0], vec![1, 0], vec![0, 1], vec![1, 1]]);
         let t = gspmd_tiling("{devices=[2,1,2]<=[4] last_tile_dim_replicate}", 2, 4).unwrap();
         assert_eq!(t.coords, [vec![0, 0], vec![0, 0], vec![1, 0], vec![1, 0]]);
+    }
+
+    #[test]
+    fn gspmd_sizes_are_checked_before_allocating() {
+        // An iota over 1e11 devices, a tile product that overflows, a zero.
+        for (sharding, want) in [
+            (
+                "{devices=[2,2]<=[100000000000]}",
+                "an iota of shape [100000000000] for 4 devices",
+            ),
+            ("{devices=[4294967296,4294967296]<=[4]}", "bad tile shape"),
+            ("{devices=[0,2]<=[0]}", "bad tile shape"),
+        ] {
+            let err = gspmd_tiling(sharding, 2, 4).unwrap_err();
+            assert!(format!("{err:#}").contains(want), "{sharding}: {err:#}");
+        }
     }
 
     #[test]
