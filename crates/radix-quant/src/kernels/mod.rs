@@ -71,12 +71,16 @@ pub fn matvec(
     x: &[f32],
     y: &mut [f32],
 ) -> Result<(), Error> {
+    with_best(|config| matvec_with(config, format, weights, rows, cols, x, y))
+}
+
+/// `f` of the best instruction set and one scoped thread per core.
+fn with_best<R>(f: impl FnOnce(&Config) -> R) -> R {
     let threads = ScopedThreads::available();
-    let config = Config {
+    f(&Config {
         isa: Isa::best(),
         parallel: &threads,
-    };
-    matvec_with(&config, format, weights, rows, cols, x, y)
+    })
 }
 
 /// [`matvec`] with a chosen instruction set and thread pool.
@@ -204,12 +208,7 @@ pub fn matmul(
     x: &[f32],
     y: &mut [f32],
 ) -> Result<(), Error> {
-    let threads = ScopedThreads::available();
-    let config = Config {
-        isa: Isa::best(),
-        parallel: &threads,
-    };
-    matmul_with(&config, format, weights, rows, cols, n_tokens, x, y)
+    with_best(|config| matmul_with(config, format, weights, rows, cols, n_tokens, x, y))
 }
 
 /// Rows decoded at once by [`matmul`]: four f32 rows of a 1536-wide matrix

@@ -5,22 +5,10 @@
 
 use radix::quant::Format;
 
-/// Deterministic bytes from a seed (xorshift64*).
-pub struct Rng(pub u64);
+#[path = "../io_common/mod.rs"]
+mod io_common;
 
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform in [-1, 1).
-    pub fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-}
+pub use io_common::Rng;
 
 /// What the blocks of a test hold.
 #[derive(Debug, Clone, Copy)]
