@@ -70,7 +70,29 @@ impl BertConfig {
                 cfg.hidden_act
             )));
         }
-        if cfg.num_attention_heads <= 0 || cfg.hidden_size % cfg.num_attention_heads != 0 {
+        // Sizes no model of this kind comes near; they bound what a config
+        // can make radix allocate.
+        const MAX: i64 = 1 << 20;
+        for (key, v) in [
+            ("vocab_size", cfg.vocab_size),
+            ("hidden_size", cfg.hidden_size),
+            ("num_hidden_layers", cfg.num_hidden_layers as i64),
+            ("num_attention_heads", cfg.num_attention_heads),
+            ("intermediate_size", cfg.intermediate_size),
+            ("max_position_embeddings", cfg.max_position_embeddings),
+            ("type_vocab_size", cfg.type_vocab_size),
+        ] {
+            if !(1..=MAX).contains(&v) {
+                return Err(bad(format!("{key} is {v}, not from 1 to {MAX}")));
+            }
+        }
+        if !(cfg.layer_norm_eps.is_finite() && cfg.layer_norm_eps > 0.0) {
+            return Err(bad(format!(
+                "layer_norm_eps is {}, not a positive number",
+                cfg.layer_norm_eps
+            )));
+        }
+        if cfg.hidden_size % cfg.num_attention_heads != 0 {
             return Err(bad(format!(
                 "hidden_size {} is not a multiple of num_attention_heads {}",
                 cfg.hidden_size, cfg.num_attention_heads

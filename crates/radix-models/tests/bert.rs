@@ -242,3 +242,42 @@ fn lengths_share_buckets_and_long_texts_are_truncated() {
     );
     assert_eq!(embedder.compiled(), [(1, 16), (2, 16), (2, 256)]);
 }
+
+/// A config whose sizes are zero, negative or huge is a `Config` error
+/// naming the key, before anything is sized by it.
+#[test]
+fn crafted_configs_are_errors() {
+    let text = std::fs::read_to_string(minilm_dir().unwrap().join("config.json")).unwrap();
+    let real: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (key, value, want) in [
+        ("hidden_size", serde_json::json!(0), "hidden_size is 0"),
+        (
+            "num_attention_heads",
+            serde_json::json!(-12),
+            "num_attention_heads is -12",
+        ),
+        (
+            "num_hidden_layers",
+            serde_json::json!(1u64 << 40),
+            "num_hidden_layers is 1099511627776",
+        ),
+        (
+            "layer_norm_eps",
+            serde_json::json!(-1.0),
+            "layer_norm_eps is -1",
+        ),
+        (
+            "num_attention_heads",
+            serde_json::json!(5),
+            "not a multiple of num_attention_heads 5",
+        ),
+    ] {
+        let mut cfg = real.clone();
+        cfg[key] = value;
+        let path = dir.path().join("config.json");
+        std::fs::write(&path, cfg.to_string()).unwrap();
+        let err = BertConfig::from_file(&path).expect_err(key).to_string();
+        assert!(err.contains(want), "{key}: {err}");
+    }
+}
