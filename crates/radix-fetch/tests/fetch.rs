@@ -109,3 +109,30 @@ fn unpacking_a_corrupt_wheel_is_a_wheel_error_naming_it() {
     );
     assert!(err.to_string().contains("broken.whl"), "{err}");
 }
+
+/// `python3 -m pip` puts the working directory first on `sys.path`: a
+/// `./pip/` of the caller's must not run in pip's place.
+#[test]
+fn a_pip_folder_in_the_working_directory_is_not_run() {
+    with_cache(|cache| {
+        let here = tempfile::tempdir().unwrap();
+        let planted = here.path().join("pip");
+        std::fs::create_dir(&planted).unwrap();
+        let marker = here.path().join("planted-pip-ran");
+        let code = format!(
+            "open({:?}, 'w').write('ran')\nraise SystemExit(1)\n",
+            marker
+        );
+        std::fs::write(planted.join("__init__.py"), "").unwrap();
+        std::fs::write(planted.join("__main__.py"), code).unwrap();
+        let before = std::env::current_dir().unwrap();
+        // The working directory is process-wide like RADIX_CACHE_DIR: the
+        // lock `with_cache` holds serialises this too.
+        std::env::set_current_dir(here.path()).unwrap();
+        let res = fetch_package(&SIX);
+        std::env::set_current_dir(before).unwrap();
+        let dir = res.unwrap();
+        assert!(dir.starts_with(cache) && dir.join("six.py").is_file());
+        assert!(!marker.exists(), "the planted pip ran");
+    });
+}
