@@ -24,7 +24,7 @@ fn list_and_clear() {
     let cache = ExecutableCache::new(&dir.path().join("executables"));
     let keys: Vec<CacheKey> = ["a", "b"]
         .iter()
-        .map(|m| CacheKey::from_parts(m, b"", "sha", (0, 1)))
+        .map(|m| CacheKey::from_parts(m, b"", "sha", (0, 1), "host"))
         .collect();
     for k in &keys {
         cache.store(*k, b"payload").unwrap();

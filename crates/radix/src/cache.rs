@@ -81,6 +81,45 @@ pub enum EntryError {
     Corrupt,
 }
 
+/// What of this host changes the code XLA generates, beyond the module,
+/// options and plugin: `XLA_FLAGS`, and on x86-64 the vector extensions
+/// XLA:CPU compiles for.
+pub fn host_fingerprint() -> String {
+    let flags = std::env::var("XLA_FLAGS").unwrap_or_default();
+    format!("XLA_FLAGS={flags};cpu={}", cpu_features())
+}
+
+/// The x86-64 extensions XLA:CPU may use, as detected here.
+#[cfg(target_arch = "x86_64")]
+fn cpu_features() -> String {
+    let detected = [
+        ("avx", std::arch::is_x86_feature_detected!("avx")),
+        ("avx2", std::arch::is_x86_feature_detected!("avx2")),
+        ("fma", std::arch::is_x86_feature_detected!("fma")),
+        ("f16c", std::arch::is_x86_feature_detected!("f16c")),
+        ("avx512f", std::arch::is_x86_feature_detected!("avx512f")),
+        ("avx512bw", std::arch::is_x86_feature_detected!("avx512bw")),
+        ("avx512vl", std::arch::is_x86_feature_detected!("avx512vl")),
+        ("avx512dq", std::arch::is_x86_feature_detected!("avx512dq")),
+        (
+            "avx512vnni",
+            std::arch::is_x86_feature_detected!("avx512vnni"),
+        ),
+        (
+            "avx512bf16",
+            std::arch::is_x86_feature_detected!("avx512bf16"),
+        ),
+    ];
+    let names: Vec<&str> = detected.iter().filter(|f| f.1).map(|f| f.0).collect();
+    names.join(",")
+}
+
+/// Other architectures: the architecture's name.
+#[cfg(not(target_arch = "x86_64"))]
+fn cpu_features() -> String {
+    std::env::consts::ARCH.to_string()
+}
+
 const MAGIC: &[u8; 8] = b"RADIXEXE";
 const VERSION: u32 = 1;
 const HEADER: usize = 8 + 4 + 8 + 8 + 8;
@@ -88,7 +127,9 @@ const EXTENSION: &str = "pjrt";
 
 impl CacheKey {
     /// The key of `module_text` (printed without locations) compiled with
-    /// `options` (serialized compile options) by `plugin`.
+    /// `options` (serialized compile options) by `plugin` on this host
+    /// ([`host_fingerprint`]: an executable built where AVX-512 exists
+    /// must not be loaded where it does not).
     pub fn new(module_text: &str, options: &[u8], plugin: &Plugin) -> Result<CacheKey> {
         let (major, minor) = plugin.api_version();
         Ok(CacheKey::from_parts(
@@ -96,6 +137,7 @@ impl CacheKey {
             options,
             plugin.sha256()?,
             (major, minor),
+            &host_fingerprint(),
         ))
     }
 
@@ -106,6 +148,7 @@ impl CacheKey {
         options: &[u8],
         plugin_sha256: &str,
         api_version: (i32, i32),
+        host: &str,
     ) -> CacheKey {
         let mut h = Xxh64::new(0);
         for part in [
@@ -114,6 +157,7 @@ impl CacheKey {
             plugin_sha256.as_bytes(),
             &api_version.0.to_le_bytes(),
             &api_version.1.to_le_bytes(),
+            host.as_bytes(),
         ] {
             h.update(&(part.len() as u64).to_le_bytes());
             h.update(part);
@@ -363,7 +407,7 @@ mod tests {
     fn entries_round_trip_and_reject_damage() {
         let dir = tempfile::tempdir().unwrap();
         let cache = ExecutableCache::new(dir.path());
-        let key = CacheKey::from_parts("module", b"opts", "sha", (0, 1));
+        let key = CacheKey::from_parts("module", b"opts", "sha", (0, 1), "host");
         assert!(cache.load(key).unwrap().is_none());
         let path = cache.store(key, b"payload").unwrap();
         assert_eq!(cache.load(key).unwrap().unwrap().unwrap(), b"payload");
@@ -387,7 +431,7 @@ mod tests {
         let mut flipped = full.clone();
         *flipped.last_mut().unwrap() ^= 1;
         assert_eq!(damaged(&flipped), EntryError::Corrupt);
-        let other = CacheKey::from_parts("other", b"opts", "sha", (0, 1));
+        let other = CacheKey::from_parts("other", b"opts", "sha", (0, 1), "host");
         std::fs::write(&path, encode(other, b"payload")).unwrap();
         assert_eq!(
             cache.load(key).unwrap().unwrap().unwrap_err(),
@@ -404,17 +448,31 @@ mod tests {
 
     #[test]
     fn every_part_changes_the_key() {
-        let base = CacheKey::from_parts("m", b"o", "s", (0, 1));
-        assert_eq!(base, CacheKey::from_parts("m", b"o", "s", (0, 1)));
+        let base = CacheKey::from_parts("m", b"o", "s", (0, 1), "host");
+        assert_eq!(base, CacheKey::from_parts("m", b"o", "s", (0, 1), "host"));
         for other in [
-            CacheKey::from_parts("m2", b"o", "s", (0, 1)),
-            CacheKey::from_parts("m", b"o2", "s", (0, 1)),
-            CacheKey::from_parts("m", b"o", "s2", (0, 1)),
-            CacheKey::from_parts("m", b"o", "s", (0, 2)),
-            CacheKey::from_parts("mo", b"", "s", (0, 1)),
+            CacheKey::from_parts("m2", b"o", "s", (0, 1), "host"),
+            CacheKey::from_parts("m", b"o2", "s", (0, 1), "host"),
+            CacheKey::from_parts("m", b"o", "s2", (0, 1), "host"),
+            CacheKey::from_parts("m", b"o", "s", (0, 2), "host"),
+            CacheKey::from_parts("mo", b"", "s", (0, 1), "host"),
+            CacheKey::from_parts("m", b"o", "s", (0, 1), "host2"),
         ] {
             assert_ne!(base, other);
         }
         assert_eq!(base.to_string().len(), 16);
+    }
+
+    #[test]
+    fn the_host_fingerprint_holds_xla_flags_and_cpu_features() {
+        let f = host_fingerprint();
+        let flags = std::env::var("XLA_FLAGS").unwrap_or_default();
+        assert!(f.starts_with(&format!("XLA_FLAGS={flags};cpu=")), "{f}");
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(
+            f.contains("avx512f"),
+            std::arch::is_x86_feature_detected!("avx512f"),
+            "{f}"
+        );
     }
 }
