@@ -201,6 +201,12 @@ impl ExecutableCache {
         self.dir.join(format!("{key}.{EXTENSION}"))
     }
 
+    /// The marker that names the process loading `key`'s entry (see
+    /// `cache::load`); a dot-file, removed by [`ExecutableCache::clear`].
+    pub fn loading_marker(&self, key: CacheKey) -> PathBuf {
+        self.dir.join(format!(".{key}.loading.tmp"))
+    }
+
     /// The serialized executable stored under `key`: `Ok(None)` when there
     /// is none, `Ok(Some(Err(_)))` when the file is unusable.
     pub fn load(
@@ -312,7 +318,31 @@ pub(crate) fn load(
             return None;
         }
     };
-    match client.deserialize_and_load(&bytes) {
+    // The plugin may crash on an entry it cannot read, where no header
+    // check reaches. A marker names the loading process while the plugin
+    // reads the entry; a marker whose process is gone means a load crashed,
+    // and the entry is removed instead of crashing every later run.
+    let marker = cache.loading_marker(key);
+    if let Ok(text) = std::fs::read_to_string(&marker) {
+        let live = text.trim().parse::<u32>().is_ok_and(|pid| {
+            pid != std::process::id() && Path::new(&format!("/proc/{pid}")).exists()
+        });
+        if !live {
+            tracing::warn!(
+                "executable cache entry {} crashed an earlier load; removing it and recompiling",
+                path.display()
+            );
+            let _ = std::fs::remove_file(&path);
+            let _ = std::fs::remove_file(&marker);
+            return None;
+        }
+    }
+    let marked = std::fs::write(&marker, std::process::id().to_string()).is_ok();
+    let loaded = client.deserialize_and_load(&bytes);
+    if marked {
+        let _ = std::fs::remove_file(&marker);
+    }
+    match loaded {
         Ok(exe) => Some(exe),
         Err(e) => {
             tracing::warn!(

@@ -268,3 +268,34 @@ fn user_env_overrides_compile_and_change_the_key() {
     dumped.dump = Some(DumpConfig::new(dir.path()));
     assert_eq!(radix::cache_key(&platform, &p, &dumped).unwrap(), k1);
 }
+
+/// A load marker left by a process that is gone means a load crashed the
+/// plugin: the entry is removed and recompiled, not loaded again. A marker
+/// of a live process (another load in progress) is no such sign.
+#[test]
+fn an_entry_whose_load_crashed_is_recompiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let (_, key, first) = compile_and_run(program(3.0), &config);
+    let cache = ExecutableCache::new(dir.path());
+    let marker = cache.loading_marker(key);
+
+    // pid 1 always runs (in a container too): a load in progress elsewhere.
+    std::fs::write(&marker, "1").unwrap();
+    let (origin, _, _) = compile_and_run(program(3.0), &config);
+    assert_eq!(origin, Origin::Cache);
+    assert!(
+        !marker.exists(),
+        "the load's own marker is removed after it"
+    );
+
+    // No process has this pid: its load never finished.
+    std::fs::write(&marker, u32::MAX.to_string()).unwrap();
+    let (origin, key2, again) = compile_and_run(program(3.0), &config);
+    assert_eq!((origin, key2), (Origin::Compiled, key));
+    assert_eq!(first, again);
+    assert!(!marker.exists());
+    // The recompiled executable is stored again and loads next time.
+    assert!(cache.path(key).exists());
+    assert_eq!(compile_and_run(program(3.0), &config).0, Origin::Cache);
+}
