@@ -128,6 +128,14 @@ impl Format {
         }
     }
 
+    /// The elements of a row of `row_bytes` bytes ([`Format::row_bytes`]
+    /// inverted), or `None` if they are not whole blocks.
+    pub fn row_cols(self, row_bytes: usize) -> Option<usize> {
+        row_bytes
+            .is_multiple_of(self.block_bytes())
+            .then(|| row_bytes / self.block_bytes() * self.block_len())
+    }
+
     /// The bytes of a row of `cols` elements, or `Err` if `cols` is not a
     /// whole number of blocks.
     pub fn row_bytes(self, cols: usize) -> Result<usize, Error> {

@@ -93,9 +93,7 @@ pub fn matvec_with(
     x: &[f32],
     y: &mut [f32],
 ) -> Result<(), Error> {
-    let row_bytes = check_weights(format, weights, rows, cols)?;
-    check_len("x", x.len(), cols)?;
-    check_len("y", y.len(), rows)?;
+    let row_bytes = check_matvec(format, weights, rows, cols, x, y)?;
     let isa = config.isa;
     for_rows(config, weights, row_bytes, y, &|row| {
         dot_row(isa, format, row, x)
@@ -122,9 +120,7 @@ pub fn matvec_q8_with(
     if !Q8_FORMATS.contains(&format) {
         return matvec_with(config, format, weights, rows, cols, x, y);
     }
-    let row_bytes = check_weights(format, weights, rows, cols)?;
-    check_len("x", x.len(), cols)?;
-    check_len("y", y.len(), rows)?;
+    let row_bytes = check_matvec(format, weights, rows, cols, x, y)?;
     let mut xq = vec![0u8; Format::Q8_0.row_bytes(cols)?];
     crate::quantize_q8_0(x, &mut xq)?;
     // Per block, the scale as f32 (converted once, not once per row) and the
@@ -280,6 +276,21 @@ fn rows_per_task(config: &Config, rows: usize, row_bytes: usize, align: usize) -
     let by_size = (rows * row_bytes / config.parallel.min_task_bytes().max(1)).max(1);
     let n_tasks = config.parallel.n_threads().clamp(1, by_size);
     rows.div_ceil(n_tasks).next_multiple_of(align)
+}
+
+/// The checks of a matvec's lengths; the bytes of a weight row.
+fn check_matvec(
+    format: Format,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    y: &[f32],
+) -> Result<usize, Error> {
+    let row_bytes = check_weights(format, weights, rows, cols)?;
+    check_len("x", x.len(), cols)?;
+    check_len("y", y.len(), rows)?;
+    Ok(row_bytes)
 }
 
 fn check_weights(format: Format, weights: &[u8], rows: usize, cols: usize) -> Result<usize, Error> {

@@ -162,10 +162,10 @@ impl Gguf {
     /// (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) dequantized as ggml
     /// does. Any other type is an `Err` naming it and the tensor.
     pub fn tensor(&self, name: &str) -> Result<Option<HostTensor>> {
-        let Some((format, start, len)) = self.stored(name)? else {
+        let Some((format, info, start, len)) = self.stored(name)? else {
             return Ok(None);
         };
-        let dims = self.tensors[self.by_name[name]].dims.clone();
+        let dims = info.dims.clone();
         if format == Format::F32 {
             return Ok(Some(HostTensor::mapped(
                 DType::F32,
@@ -187,10 +187,10 @@ impl Gguf {
     /// (`[4, 64]` in Q4_1 is `[4, 40]`), mapped without a copy. A type radix
     /// does not decode is an `Err` naming it and the tensor.
     pub fn blocks(&self, name: &str) -> Result<Option<(Format, HostTensor)>> {
-        let Some((format, start, len)) = self.stored(name)? else {
+        let Some((format, info, start, len)) = self.stored(name)? else {
             return Ok(None);
         };
-        let mut dims = self.tensors[self.by_name[name]].dims.clone();
+        let mut dims = info.dims.clone();
         let cols = dims.last().copied().unwrap_or(1) as usize;
         let row_bytes = format
             .row_bytes(cols)
@@ -203,9 +203,9 @@ impl Gguf {
         Ok(Some((format, host)))
     }
 
-    /// The format of tensor `name` and the byte range of its data, or `None`
-    /// if absent; `Err` if radix does not decode its type.
-    fn stored(&self, name: &str) -> Result<Option<(Format, usize, usize)>> {
+    /// The format and info of tensor `name` and the byte range of its
+    /// data, or `None` if absent; `Err` if radix does not decode its type.
+    fn stored(&self, name: &str) -> Result<Option<(Format, &GgufTensorInfo, usize, usize)>> {
         let Some(info) = self.tensor_info(name) else {
             return Ok(None);
         };
@@ -217,7 +217,12 @@ impl Gguf {
         })?;
         let n = info.dims.iter().product::<i64>() as usize;
         let len = info.ty.n_bytes(n).expect("radix's formats are ggml's");
-        Ok(Some((format, self.data_start + info.offset as usize, len)))
+        Ok(Some((
+            format,
+            info,
+            self.data_start + info.offset as usize,
+            len,
+        )))
     }
 }
 

@@ -1,7 +1,7 @@
 //! `Embedding`: a table of vectors looked up by integer ids.
 
-use crate::nn::param;
 use crate::nn::tags::VOC;
+use crate::nn::{dot_matrix, param};
 use crate::quant::{self, blocks_format};
 use crate::{Module, Tag, Tensor};
 
@@ -53,9 +53,6 @@ impl Embedding {
     /// Scores against every table row: `x`'s axis `dim` contracted, `voc` appended.
     #[track_caller]
     pub fn unembed(&self, x: Tensor, dim: &str) -> Tensor {
-        match blocks_format(&self.weight.shape()) {
-            Some(_) => quant::dot(x, self.weight, dim),
-            None => x.dot(self.weight, dim),
-        }
+        dot_matrix(x, self.weight, dim)
     }
 }

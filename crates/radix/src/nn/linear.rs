@@ -1,7 +1,6 @@
 //! `Linear`: `y = x W^T + b` contracting one tagged axis.
 
-use crate::nn::{broadcast_like, param};
-use crate::quant::{self, blocks_format};
+use crate::nn::{broadcast_like, dot_matrix, param};
 use crate::{Module, Tag, Tensor};
 
 /// A dense layer: contracts `x`'s axis tagged `in` with a weight stored
@@ -55,10 +54,7 @@ impl Linear {
     /// `x` with its `in` axis replaced by an `out` axis (placed last).
     #[track_caller]
     pub fn forward(&self, x: Tensor) -> Tensor {
-        let y = match blocks_format(&self.weight.shape()) {
-            Some(_) => quant::dot(x, self.weight, self.input.as_str()),
-            None => x.dot(self.weight, self.input.as_str()),
-        };
+        let y = dot_matrix(x, self.weight, self.input.as_str());
         let y = match self.bias {
             Some(b) => y + broadcast_like(b, y),
             None => y,

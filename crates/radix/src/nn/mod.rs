@@ -206,6 +206,17 @@ fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Ve
     done.into_iter().map(|(_, r)| r).collect()
 }
 
+/// `x` contracted with the matrix `w` over `x`'s axis `axis` (and `w`'s
+/// columns), whichever form `w` has: f32 (`x.dot`) or blocks
+/// ([`crate::quant::dot`]).
+#[track_caller]
+pub(crate) fn dot_matrix(x: Tensor, w: Tensor, axis: &str) -> Tensor {
+    match blocks_format(&w.shape()) {
+        Some(_) => crate::quant::dot(x, w, axis),
+        None => x.dot(w, axis),
+    }
+}
+
 /// `t` (whose axes are all tagged and present in `like`) broadcast to
 /// `like`'s dims, in `like`'s axis order.
 #[track_caller]

@@ -59,10 +59,6 @@ pub fn blocks_format(shape: &Shape) -> Option<(Format, i64)> {
     let last = shape.rank() - 1;
     let name = shape.tag(last)?.as_str().strip_prefix(TAG_PREFIX)?;
     let format = Format::from_name(name)?;
-    let row_bytes = shape.dims()[last] as usize;
-    if !row_bytes.is_multiple_of(format.block_bytes()) {
-        return None;
-    }
-    let cols = row_bytes / format.block_bytes() * format.block_len();
+    let cols = format.row_cols(shape.dims()[last] as usize)?;
     Some((format, cols as i64))
 }

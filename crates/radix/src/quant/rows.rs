@@ -62,13 +62,9 @@ fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
         ));
     }
     let row_bytes = table.dims()[1] as usize;
-    if !row_bytes.is_multiple_of(format.block_bytes()) {
-        return Err(format!(
-            "{row_bytes} bytes are not whole {} blocks",
-            format.name()
-        ));
-    }
-    let cols = row_bytes / format.block_bytes() * format.block_len();
+    let cols = format
+        .row_cols(row_bytes)
+        .ok_or_else(|| format!("{row_bytes} bytes are not whole {} blocks", format.name()))?;
     Ok(vec![Shape::new(DType::F32, &[ids.dims()[0], cols as i64])])
 }
 
