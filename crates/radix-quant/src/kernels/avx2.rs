@@ -195,12 +195,12 @@ mod imp {
         (_mm256_set_m128i(hi, lo), false)
     }
 
-    /// Per format, a dot and a dequantizer over a row of whole blocks of
-    /// `$bytes` bytes and `$len` elements, decoded 32 at a time by `$decode`.
-    /// The trivial formats come as 32-element "blocks" too, and their last
-    /// `cols % 32` elements go through the scalar reference.
-    macro_rules! row_kernels {
-        ($dot:ident, $deq:ident, $decode:ident, $format:expr, $bytes:literal, $len:literal) => {
+    /// Per format, a dot over a row of whole blocks of `$bytes` bytes and
+    /// `$len` elements, decoded 32 at a time by `$decode`. The trivial
+    /// formats come as 32-element "blocks" too, and their last `cols % 32`
+    /// elements go through the scalar reference.
+    macro_rules! row_dot {
+        ($dot:ident, $decode:ident, $format:expr, $bytes:literal, $len:literal) => {
             #[target_feature(enable = "avx2,fma,f16c")]
             fn $dot(row: &[u8], x: &[f32]) -> f32 {
                 let mut acc = [_mm256_setzero_ps(); 4];
@@ -221,7 +221,13 @@ mod imp {
                     _mm256_add_ps(acc[2], acc[3]),
                 )) + tail
             }
+        };
+    }
 
+    /// Per format, a dequantizer over a row of whole blocks, as [`row_dot`]
+    /// reads them.
+    macro_rules! row_dequantize {
+        ($deq:ident, $decode:ident, $format:expr, $bytes:literal, $len:literal) => {
             #[target_feature(enable = "avx2,fma,f16c")]
             fn $deq(row: &[u8], out: &mut [f32]) {
                 let mut blocks = row.chunks_exact($bytes);
@@ -240,17 +246,112 @@ mod imp {
         };
     }
 
-    row_kernels!(dot_f32, deq_f32, decode_f32, Format::F32, 128, 32);
-    row_kernels!(dot_f16, deq_f16, decode_f16, Format::F16, 64, 32);
-    row_kernels!(dot_bf16, deq_bf16, decode_bf16, Format::BF16, 64, 32);
-    row_kernels!(dot_q8_0, deq_q8_0, decode_q8_0, Format::Q8_0, 34, 32);
-    row_kernels!(dot_q4_0, deq_q4_0, decode_q4_0, Format::Q4_0, 18, 32);
-    row_kernels!(dot_q4_1, deq_q4_1, decode_q4_1, Format::Q4_1, 20, 32);
-    row_kernels!(dot_q5_0, deq_q5_0, decode_q5_0, Format::Q5_0, 22, 32);
-    row_kernels!(dot_q5_1, deq_q5_1, decode_q5_1, Format::Q5_1, 24, 32);
-    row_kernels!(dot_q4_k, deq_q4_k, decode_q4_k, Format::Q4_K, 144, 256);
-    row_kernels!(dot_q5_k, deq_q5_k, decode_q5_k, Format::Q5_K, 176, 256);
-    row_kernels!(dot_q6_k, deq_q6_k, decode_q6_k, Format::Q6_K, 210, 256);
+    /// Per 32-element quantized format, a dot that multiplies the block's
+    /// codes as they are (`$codes`, as f32) with `x` and scales their sum
+    /// once, `d·Σq·x`, plus, for formats with a minimum (`$min`, its byte
+    /// offset), `m·Σx`: two multiply-adds a block instead of scaling and
+    /// shifting all 32 weights. A block's four products go into two partial
+    /// sums, and blocks alternate between two pairs of accumulators, so no
+    /// chain of dependent multiply-adds is longer than two per block.
+    macro_rules! scaled_dot {
+        ($dot:ident, $bytes:literal, $codes:ident, $min:expr) => {
+            #[target_feature(enable = "avx2,fma,f16c")]
+            fn $dot(row: &[u8], x: &[f32]) -> f32 {
+                // A closure inherits the function's target features.
+                let block = |w: &[u8], x: &[f32], [acc, min_acc]: [__m256; 2]| {
+                    let (w, x): (&[u8; $bytes], &[f32; 32]) = (sub(w, 0), sub(x, 0));
+                    let q = $codes(w);
+                    let x = [0, 1, 2, 3].map(|k| load_ps(sub(x, 8 * k)));
+                    let qx = _mm256_add_ps(
+                        _mm256_fmadd_ps(q[1], x[1], _mm256_mul_ps(q[0], x[0])),
+                        _mm256_fmadd_ps(q[3], x[3], _mm256_mul_ps(q[2], x[2])),
+                    );
+                    let acc = _mm256_fmadd_ps(f16_splat(w, 0), qx, acc);
+                    let min: Option<usize> = $min;
+                    match min {
+                        Some(at) => {
+                            let sx =
+                                _mm256_add_ps(_mm256_add_ps(x[0], x[1]), _mm256_add_ps(x[2], x[3]));
+                            [acc, _mm256_fmadd_ps(f16_splat(w, at), sx, min_acc)]
+                        }
+                        None => [acc, min_acc],
+                    }
+                };
+                let zero = [_mm256_setzero_ps(); 2];
+                let (mut even, mut odd) = (zero, zero);
+                let pairs = row.chunks_exact(2 * $bytes);
+                let xs = x.chunks_exact(64);
+                let (w_rest, x_rest) = (pairs.remainder(), xs.remainder());
+                for (w, x) in pairs.zip(xs) {
+                    even = block(&w[..$bytes], &x[..32], even);
+                    odd = block(&w[$bytes..], &x[32..], odd);
+                }
+                if !w_rest.is_empty() {
+                    even = block(w_rest, x_rest, even);
+                }
+                let sum = |[a, b]: [__m256; 2]| _mm256_add_ps(a, b);
+                hsum(_mm256_add_ps(sum(even), sum(odd)))
+            }
+        };
+    }
+
+    row_dot!(dot_f32, decode_f32, Format::F32, 128, 32);
+    row_dot!(dot_f16, decode_f16, Format::F16, 64, 32);
+    row_dot!(dot_bf16, decode_bf16, Format::BF16, 64, 32);
+    scaled_dot!(dot_q8_0, 34, codes_ps_q8_0, None);
+    scaled_dot!(dot_q4_0, 18, codes_ps_q4_0, None);
+    scaled_dot!(dot_q4_1, 20, codes_ps_q4_1, Some(2));
+    scaled_dot!(dot_q5_0, 22, codes_ps_q5_0, None);
+    scaled_dot!(dot_q5_1, 24, codes_ps_q5_1, Some(2));
+    row_dot!(dot_q4_k, decode_q4_k, Format::Q4_K, 144, 256);
+    row_dot!(dot_q5_k, decode_q5_k, Format::Q5_K, 176, 256);
+    row_dot!(dot_q6_k, decode_q6_k, Format::Q6_K, 210, 256);
+
+    row_dequantize!(deq_f32, decode_f32, Format::F32, 128, 32);
+    row_dequantize!(deq_f16, decode_f16, Format::F16, 64, 32);
+    row_dequantize!(deq_bf16, decode_bf16, Format::BF16, 64, 32);
+    row_dequantize!(deq_q8_0, decode_q8_0, Format::Q8_0, 34, 32);
+    row_dequantize!(deq_q4_0, decode_q4_0, Format::Q4_0, 18, 32);
+    row_dequantize!(deq_q4_1, decode_q4_1, Format::Q4_1, 20, 32);
+    row_dequantize!(deq_q5_0, decode_q5_0, Format::Q5_0, 22, 32);
+    row_dequantize!(deq_q5_1, decode_q5_1, Format::Q5_1, 24, 32);
+    row_dequantize!(deq_q4_k, decode_q4_k, Format::Q4_K, 144, 256);
+    row_dequantize!(deq_q5_k, decode_q5_k, Format::Q5_K, 176, 256);
+    row_dequantize!(deq_q6_k, decode_q6_k, Format::Q6_K, 210, 256);
+
+    // The codes of a 32-element block as f32, before its scale (and
+    // minimum): what `scaled_dot` multiplies.
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn codes_ps_q8_0(b: &[u8; 34]) -> W32 {
+        i8x32_to_ps(load_u8x16(sub(b, 2)), load_u8x16(sub(b, 18)))
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn codes_ps_q4_0(b: &[u8; 18]) -> W32 {
+        let (lo, hi) = nibbles(load_u8x16(sub(b, 2)));
+        let eight = _mm_set1_epi8(8);
+        i8x32_to_ps(_mm_sub_epi8(lo, eight), _mm_sub_epi8(hi, eight))
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn codes_ps_q4_1(b: &[u8; 20]) -> W32 {
+        let (lo, hi) = nibbles(load_u8x16(sub(b, 4)));
+        u8x32_to_ps(lo, hi)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn codes_ps_q5_0(b: &[u8; 22]) -> W32 {
+        let (lo, hi) = five_bits(load_u8x16(sub(b, 6)), sub(b, 2));
+        let sixteen = _mm_set1_epi8(16);
+        i8x32_to_ps(_mm_sub_epi8(lo, sixteen), _mm_sub_epi8(hi, sixteen))
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn codes_ps_q5_1(b: &[u8; 24]) -> W32 {
+        let (lo, hi) = five_bits(load_u8x16(sub(b, 8)), sub(b, 4));
+        u8x32_to_ps(lo, hi)
+    }
 
     /// The elements of a trivial format's row past its last 32: the scalar
     /// reference, one at a time (a quantized row has none).
