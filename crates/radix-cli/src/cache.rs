@@ -25,7 +25,9 @@ pub enum CacheCommand {
 }
 
 pub fn run(cmd: &CacheCommand) -> Result<()> {
-    let cache = ExecutableCache::new(&ExecutableCache::default_dir());
+    let dir =
+        ExecutableCache::default_dir().context("no cache folder: set RADIX_CACHE_DIR or HOME")?;
+    let cache = ExecutableCache::new(&dir);
     let dir = cache.dir().display().to_string();
     match cmd {
         CacheCommand::List { json } => {

@@ -84,7 +84,7 @@ fn list(json: bool) -> Result<()> {
         outln!("{}", serde_json::to_string_pretty(&rows)?)?;
         return Ok(());
     }
-    outln!("cache: {}", provision::cache_dir().display())?;
+    outln!("cache: {}", provision::cache_dir()?.display())?;
     for row in &rows {
         let whereabouts = match (&row["path"], &row["source"]) {
             (serde_json::Value::String(p), serde_json::Value::String(s)) => format!("{p} ({s})"),

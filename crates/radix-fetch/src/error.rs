@@ -34,6 +34,20 @@ pub enum Error {
         /// What was wrong with it.
         reason: String,
     },
+    /// A cache folder radix would load code from could have been written
+    /// by another user.
+    #[error(
+        "{path}: {reason}; radix runs code from its cache folders and uses only folders of the user's own that no one else can write"
+    )]
+    Untrusted {
+        /// The folder.
+        path: PathBuf,
+        /// Who else could write it.
+        reason: String,
+    },
+    /// The user has no cache folder and `RADIX_CACHE_DIR` is not set.
+    #[error("no cache folder: set RADIX_CACHE_DIR (or HOME)")]
+    NoCacheDir,
     /// A filesystem operation failed.
     #[error("{path}: {source}")]
     Io {

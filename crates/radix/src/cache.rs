@@ -186,9 +186,12 @@ impl ExecutableCache {
     }
 
     /// The default folder: `executables/` in the radix cache folder
-    /// (`$RADIX_CACHE_DIR`, else the user's cache folder + `/radix`).
-    pub fn default_dir() -> PathBuf {
-        radix_pjrt::provision::cache_dir().join("executables")
+    /// (`$RADIX_CACHE_DIR`, else the user's cache folder + `/radix`), if
+    /// there is one.
+    pub fn default_dir() -> Option<PathBuf> {
+        radix_pjrt::provision::cache_dir()
+            .ok()
+            .map(|d| d.join("executables"))
     }
 
     /// The folder.
@@ -213,6 +216,10 @@ impl ExecutableCache {
         &self,
         key: CacheKey,
     ) -> std::io::Result<Option<std::result::Result<Vec<u8>, EntryError>>> {
+        if !self.dir.exists() {
+            return Ok(None);
+        }
+        untrusted_as_io(radix_pjrt::provision::check_private(&self.dir))?;
         match std::fs::read(self.path(key)) {
             Ok(bytes) => Ok(Some(decode(key, bytes))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -223,7 +230,7 @@ impl ExecutableCache {
     /// Stores `payload` under `key` atomically (temporary file + rename).
     pub fn store(&self, key: CacheKey, payload: &[u8]) -> std::io::Result<PathBuf> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
-        std::fs::create_dir_all(&self.dir)?;
+        untrusted_as_io(radix_pjrt::provision::private_dir(&self.dir))?;
         let path = self.path(key);
         let tmp = self.dir.join(format!(
             ".{key}.{}.{}.tmp",
@@ -427,6 +434,13 @@ fn decode(key: CacheKey, mut bytes: Vec<u8>) -> std::result::Result<Vec<u8>, Ent
     }
     bytes.drain(..HEADER);
     Ok(bytes)
+}
+
+/// A folder check of radix-fetch's as an I/O error (loads and stores of
+/// entries report I/O errors): the executables in a folder another user
+/// could write are machine code that user chose.
+fn untrusted_as_io<E: std::fmt::Display>(res: Result<(), E>) -> std::io::Result<()> {
+    res.map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()))
 }
 
 #[cfg(test)]

@@ -72,7 +72,15 @@ impl CompileConfig {
         CompileConfig {
             name: "main".into(),
             options,
-            cache: CacheMode::Dir(ExecutableCache::default_dir()),
+            cache: match ExecutableCache::default_dir() {
+                Some(dir) => CacheMode::Dir(dir),
+                None => {
+                    tracing::warn!(
+                        "no cache folder (set RADIX_CACHE_DIR or HOME): compiling every program"
+                    );
+                    CacheMode::Disabled
+                }
+            },
             dump: DumpConfig::from_env(),
             custom_calls: CustomCallMode::Native,
         }

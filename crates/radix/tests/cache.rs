@@ -299,3 +299,34 @@ fn an_entry_whose_load_crashed_is_recompiled() {
     assert!(cache.path(key).exists());
     assert_eq!(compile_and_run(program(3.0), &config).0, Origin::Cache);
 }
+
+/// Entries are machine code: a cache folder another user could write is
+/// neither read nor written (the program compiles as if there were no
+/// cache), and a folder the cache creates is private.
+#[test]
+fn a_folder_others_can_write_is_not_used() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("executables");
+    let config = config(&dir);
+    let (origin, key, want) = compile_and_run(program(6.0), &config);
+    assert_eq!(origin, Origin::Compiled);
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    let cache = ExecutableCache::new(&dir);
+    assert!(cache.path(key).exists());
+
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (origin, _, got) = compile_and_run(program(6.0), &config);
+    assert_eq!((origin, &got), (Origin::Compiled, &want));
+    let err = cache.load(key).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("writable by its group or by others"),
+        "{err}"
+    );
+    // Nor is a new entry stored there.
+    let (origin, other, _) = compile_and_run(program(7.0), &config);
+    assert_eq!(origin, Origin::Compiled);
+    assert!(!cache.path(other).exists());
+}

