@@ -237,6 +237,13 @@ impl LoadedExecutable {
         self.params.as_ref().map(Vec::len)
     }
 
+    /// The element type (`None` for a type radix does not model) and the
+    /// dimensions of parameter `i` per device, where the plugin tells.
+    pub fn parameter_shape(&self, i: usize) -> Option<(Option<ElementType>, &[i64])> {
+        let p = self.params.as_ref()?.get(i)?;
+        Some((p.ty, &p.dims))
+    }
+
     /// The devices it runs on, in the order of `execute`'s argument lists.
     pub fn devices(&self) -> &[Device] {
         &self.devices

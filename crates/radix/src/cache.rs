@@ -22,7 +22,7 @@ use std::time::SystemTime;
 use radix_pjrt::{Client, LoadedExecutable, Plugin};
 use xxhash_rust::xxh64::{Xxh64, xxh64};
 
-use crate::Result;
+use crate::{Program, Result};
 
 /// What identifies a compiled executable: see the [module docs](self).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -305,6 +305,7 @@ pub(crate) fn load(
     cache: &ExecutableCache,
     key: CacheKey,
     client: &Client,
+    program: &Program,
 ) -> Option<LoadedExecutable> {
     let path = cache.path(key);
     let bytes = match cache.load(key) {
@@ -349,7 +350,10 @@ pub(crate) fn load(
     if marked {
         let _ = std::fs::remove_file(&marker);
     }
-    match loaded {
+    match loaded.map_err(|e| e.to_string()).and_then(|exe| {
+        matches_program(&exe, program)?;
+        Ok(exe)
+    }) {
         Ok(exe) => Some(exe),
         Err(e) => {
             tracing::warn!(
@@ -359,6 +363,44 @@ pub(crate) fn load(
             None
         }
     }
+}
+
+/// Checks a loaded executable against the program it is to run: as many
+/// outputs and parameters, and (unpartitioned, where the plugin tells) the
+/// parameters' types and dimensions. An entry stored under a colliding key,
+/// or damaged where the plugin's own checks do not look, fails here instead
+/// of at the first call.
+fn matches_program(exe: &LoadedExecutable, program: &Program) -> Result<(), String> {
+    let (args, results) = (program.args(), program.results());
+    if exe.num_outputs() != results.len() {
+        return Err(format!(
+            "it has {} outputs, the program {}",
+            exe.num_outputs(),
+            results.len()
+        ));
+    }
+    if let Some(n) = exe.num_parameters()
+        && n != args.len()
+    {
+        return Err(format!("it has {n} parameters, the program {}", args.len()));
+    }
+    if exe.num_partitions() * exe.num_replicas() > 1 {
+        // Per-device parameters are shards: their dimensions differ.
+        return Ok(());
+    }
+    for (i, arg) in args.iter().enumerate() {
+        let Some((ty, dims)) = exe.parameter_shape(i) else {
+            continue;
+        };
+        let want = arg.shape.dtype().element_type();
+        if ty.is_some_and(|t| t != want) || dims != arg.shape.dims() {
+            return Err(format!(
+                "its parameter {i} is {ty:?}{dims:?}, the program's {} is {}",
+                arg.path, arg.shape
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Serializes `exe` (compiled in this process) into the cache under `key`;

@@ -255,7 +255,7 @@ pub fn compile_program_with(
     };
     let client = platform.client();
     if let (Some(cache), None) = (&cache, &config.dump)
-        && let Some(exe) = cache::load(cache, key, client)
+        && let Some(exe) = cache::load(cache, key, client, &program)
     {
         return Ok(Executable::new(
             platform.clone(),

@@ -330,3 +330,28 @@ fn a_folder_others_can_write_is_not_used() {
     assert_eq!(origin, Origin::Compiled);
     assert!(!cache.path(other).exists());
 }
+
+/// An entry holding another program's executable (as a colliding key or a
+/// copied file would) is checked against the program before use: other
+/// parameters, and it is recompiled.
+#[test]
+fn an_entry_of_another_program_is_recompiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let (_, key, want) = compile_and_run(program(8.0), &config);
+    let other = trace_fn(&[Literal::from_slice(&[1f32; 4], &[4])], |xs| {
+        xs[0].exp().sum(0)
+    })
+    .unwrap();
+    let platform = platform();
+    let exe = radix::compile_program_with(&platform, other, &config).unwrap();
+    let cache = ExecutableCache::new(dir.path());
+    let foreign = match cache.load(exe.key()).unwrap() {
+        Some(Ok(payload)) => payload,
+        _ => panic!("the other program's entry"),
+    };
+    cache.store(key, &foreign).unwrap();
+    let (origin, key2, got) = compile_and_run(program(8.0), &config);
+    assert_eq!((origin, key2, &got), (Origin::Compiled, key, &want));
+    assert_eq!(compile_and_run(program(8.0), &config).0, Origin::Cache);
+}
