@@ -14,13 +14,13 @@
 //! storing the same key at once both succeed (the last rename wins; both
 //! files are equally good).
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
 use radix_pjrt::{Client, LoadedExecutable, Plugin};
-use xxhash_rust::xxh64::{Xxh64, xxh64};
+use xxhash_rust::xxh64::Xxh64;
 
 use crate::{Program, Result};
 
@@ -76,8 +76,9 @@ pub enum EntryError {
         /// The key the header holds.
         found: u64,
     },
-    /// The payload does not match its checksum.
-    #[error("checksum mismatch")]
+    /// The payload does not match its code (a keyed SHA-256: changed or
+    /// damaged since this cache stored it, or stored with another key).
+    #[error("authentication code mismatch: changed since radix stored it")]
     Corrupt,
 }
 
@@ -121,8 +122,12 @@ fn cpu_features() -> String {
 }
 
 const MAGIC: &[u8; 8] = b"RADIXEXE";
-const VERSION: u32 = 1;
-const HEADER: usize = 8 + 4 + 8 + 8 + 8;
+const VERSION: u32 = 2;
+/// Magic, version, key, payload length, and the HMAC-SHA256 of all of it
+/// and the payload.
+const HEADER: usize = 8 + 4 + 8 + 8 + 32;
+/// The cache folder's secret key for the entries' codes.
+const SECRET: &str = ".secret";
 const EXTENSION: &str = "pjrt";
 
 impl CacheKey {
@@ -221,7 +226,7 @@ impl ExecutableCache {
         }
         untrusted_as_io(radix_pjrt::provision::check_private(&self.dir))?;
         match std::fs::read(self.path(key)) {
-            Ok(bytes) => Ok(Some(decode(key, bytes))),
+            Ok(bytes) => Ok(Some(decode(&self.secret()?, key, bytes))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
@@ -239,7 +244,7 @@ impl ExecutableCache {
         ));
         let res = (|| {
             let mut file = std::fs::File::create(&tmp)?;
-            file.write_all(&encode(key, payload))?;
+            file.write_all(&encode(&self.secret()?, key, payload))?;
             file.sync_all()?;
             std::fs::rename(&tmp, &path)
         })();
@@ -247,6 +252,44 @@ impl ExecutableCache {
             let _ = std::fs::remove_file(&tmp);
         }
         res.map(|()| path)
+    }
+
+    /// The folder's secret key for the entries' codes: 32 random bytes in
+    /// a file only its owner can read, made by the first process that needs
+    /// it. An entry is machine code, and an unkeyed checksum can be made to
+    /// match an edited one; without this key a changed entry cannot.
+    fn secret(&self) -> std::io::Result<[u8; 32]> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.dir.join(SECRET);
+        let read = |path: &Path| -> std::io::Result<[u8; 32]> {
+            std::fs::read(path)?
+                .try_into()
+                .map_err(|_| std::io::Error::other(format!("{} is not 32 bytes", path.display())))
+        };
+        match read(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            res => return res,
+        }
+        let mut secret = [0u8; 32];
+        std::fs::File::open("/dev/urandom")?.read_exact(&mut secret)?;
+        let tmp = self.dir.join(format!(".secret.{}.tmp", std::process::id()));
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        file.write_all(&secret)?;
+        file.sync_all()?;
+        // A link does not replace a key another process made meanwhile:
+        // everyone ends up with the first one.
+        let linked = std::fs::hard_link(&tmp, &path);
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => Ok(secret),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read(&path),
+            Err(e) => Err(e),
+        }
     }
 
     /// The entries, sorted by key. A missing folder has none.
@@ -430,18 +473,43 @@ fn entry_key(path: &Path) -> Option<CacheKey> {
     u64::from_str_radix(stem, 16).ok().map(CacheKey)
 }
 
-fn encode(key: CacheKey, payload: &[u8]) -> Vec<u8> {
+/// Where the code starts in the header: what comes before it is covered.
+const CODE_AT: usize = 28;
+
+fn encode(secret: &[u8; 32], key: CacheKey, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER + payload.len());
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
     out.extend_from_slice(&key.0.to_le_bytes());
     out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    out.extend_from_slice(&xxh64(payload, 0).to_le_bytes());
+    let code = hmac_sha256(secret, &[&out[..CODE_AT], payload]);
+    out.extend_from_slice(&code);
     out.extend_from_slice(payload);
     out
 }
 
-fn decode(key: CacheKey, mut bytes: Vec<u8>) -> std::result::Result<Vec<u8>, EntryError> {
+/// HMAC-SHA256 (RFC 2104) of the concatenated `parts` under a 32-byte key.
+fn hmac_sha256(secret: &[u8; 32], parts: &[&[u8]]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let pad = |byte: u8| {
+        let mut block = [byte; 64];
+        block.iter_mut().zip(secret).for_each(|(b, s)| *b ^= s);
+        block
+    };
+    let mut inner = Sha256::new();
+    inner.update(pad(0x36));
+    parts.iter().for_each(|p| inner.update(p));
+    let mut outer = Sha256::new();
+    outer.update(pad(0x5c));
+    outer.update(inner.finalize());
+    outer.finalize().into()
+}
+
+fn decode(
+    secret: &[u8; 32],
+    key: CacheKey,
+    mut bytes: Vec<u8>,
+) -> std::result::Result<Vec<u8>, EntryError> {
     let u64_at = |b: &[u8], at: usize| {
         let mut a = [0u8; 8];
         a.copy_from_slice(&b[at..at + 8]);
@@ -471,7 +539,8 @@ fn decode(key: CacheKey, mut bytes: Vec<u8>) -> std::result::Result<Vec<u8>, Ent
             got: bytes.len() as u64,
         });
     }
-    if xxh64(&bytes[HEADER..], 0) != u64_at(&bytes, 28) {
+    let code = hmac_sha256(secret, &[&bytes[..CODE_AT], &bytes[HEADER..]]);
+    if bytes[CODE_AT..HEADER] != code {
         return Err(EntryError::Corrupt);
     }
     bytes.drain(..HEADER);
@@ -517,8 +586,11 @@ mod tests {
         let mut flipped = full.clone();
         *flipped.last_mut().unwrap() ^= 1;
         assert_eq!(damaged(&flipped), EntryError::Corrupt);
+        // Stored under another cache folder's secret: as good as changed.
+        let elsewhere = encode(&[7; 32], key, b"payload");
+        assert_eq!(damaged(&elsewhere), EntryError::Corrupt);
         let other = CacheKey::from_parts("other", b"opts", "sha", (0, 1), "host");
-        std::fs::write(&path, encode(other, b"payload")).unwrap();
+        std::fs::write(&path, encode(&cache.secret().unwrap(), other, b"payload")).unwrap();
         assert_eq!(
             cache.load(key).unwrap().unwrap().unwrap_err(),
             EntryError::OtherKey { found: other.0 }
