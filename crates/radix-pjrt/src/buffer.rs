@@ -288,6 +288,17 @@ impl Buffer {
         Ok(args.is_deleted)
     }
 
+    /// The address of the buffer's memory on its device: only for telling
+    /// whether two buffers share memory (an output aliasing a donated
+    /// input does), never to read or write through.
+    pub fn device_address(&self) -> Result<usize> {
+        let mut args = ffi::PJRT_Buffer_UnsafePointer_Args::new();
+        args.buffer = self.raw();
+        // SAFETY: valid args on a live buffer handle.
+        unsafe { call!(self.plugin(), PJRT_Buffer_UnsafePointer, &mut args) }?;
+        Ok(args.buffer_pointer)
+    }
+
     /// The device the buffer lives on.
     pub fn device(&self) -> Result<&Device> {
         let mut args = ffi::PJRT_Buffer_Device_Args::new();

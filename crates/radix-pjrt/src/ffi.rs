@@ -264,6 +264,7 @@ args! {
     PJRT_Buffer_Device_Args { buffer: *mut PJRT_Buffer, device: *mut PJRT_Device }
     PJRT_Buffer_Delete_Args { buffer: *mut PJRT_Buffer }
     PJRT_Buffer_IsDeleted_Args { buffer: *mut PJRT_Buffer, is_deleted: bool }
+    PJRT_Buffer_UnsafePointer_Args { buffer: *mut PJRT_Buffer, buffer_pointer: usize }
     PJRT_Buffer_ToHostBuffer_Args {
         src: *mut PJRT_Buffer,
         host_layout: *mut c_void,
@@ -401,7 +402,7 @@ pub struct PJRT_Api {
     pub PJRT_Buffer_ToHostBuffer: Fn<PJRT_Buffer_ToHostBuffer_Args>,
     pub PJRT_Buffer_IsOnCpu: Unused,
     pub PJRT_Buffer_ReadyEvent: Fn<PJRT_Buffer_ReadyEvent_Args>,
-    pub PJRT_Buffer_UnsafePointer: Unused,
+    pub PJRT_Buffer_UnsafePointer: Fn<PJRT_Buffer_UnsafePointer_Args>,
     pub PJRT_Buffer_IncreaseExternalReferenceCount: Unused,
     pub PJRT_Buffer_DecreaseExternalReferenceCount: Unused,
     pub PJRT_Buffer_OpaqueDeviceMemoryDataPointer: Unused,

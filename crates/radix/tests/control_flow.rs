@@ -29,16 +29,19 @@ fn while_sums_with_a_captured_bound() {
     );
 }
 
+/// `s * x` while `sum(s) < 100`, from `x = [1, 2]`: the text, and the
+/// result `[1, 128]` (from the plugin and the interpreter).
 #[test]
 fn while_text() {
-    let program = trace_fn(&[i32s(&[1, 2])], |x| {
+    let body = |x: &[Tensor]| {
         while_(
             &[x[0]],
             |s| s[0].sum(0).lt(Tensor::scalar(100.0, DType::I32)),
             |s| vec![s[0] * x[0]],
         )
-    })
-    .unwrap();
+    };
+    check(&[i32s(&[1, 2])], |x| body(x)[0], &[1., 128.], Tol::EXACT);
+    let program = trace_fn(&[i32s(&[1, 2])], body).unwrap();
     expect![[r#"
         module @radix {
           func.func @main(%arg0: tensor<2xi32>) -> (tensor<2xi32>) {

@@ -130,6 +130,7 @@ fn a_donated_state_fed_back_keeps_memory_flat() {
         Buffer::from_slice(&platform, &vec![0f32; (n_s * n_d) as usize], cache_shape).unwrap();
     let row = Buffer::from_slice(&platform, &vec![1f32; n_d as usize], row_shape).unwrap();
     let mut rss = vec![];
+    let address = cache.raw().device_address().unwrap();
     for step in 0..1000 {
         if step == 10 {
             rss.push(rss_bytes());
@@ -139,6 +140,14 @@ fn a_donated_state_fed_back_keeps_memory_flat() {
         let old = cache.clone();
         cache = exe.call_fn((cache, row.clone(), pos)).unwrap();
         assert!(old.raw().is_deleted().unwrap(), "step {step}");
+        // The output lives in the donated input's memory: without donation
+        // it would be a fresh buffer (and RSS alone would not show it, the
+        // old one being freed each step).
+        assert_eq!(
+            cache.raw().device_address().unwrap(),
+            address,
+            "step {step}"
+        );
     }
     rss.push(rss_bytes());
     let grown = rss[1] as i64 - rss[0] as i64;
