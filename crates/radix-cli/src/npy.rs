@@ -55,22 +55,59 @@ pub fn read_npy(path: &Path) -> Result<Array> {
     parse_npy(&bytes).with_context(|| format!("{} is not a usable .npy file", path.display()))
 }
 
+/// The most bytes deflate can expand one compressed byte into (its longest
+/// match, 258 bytes, coded in 2 bits): no honest entry decompresses past
+/// this ratio, and a zip bomb is cut off where it would.
+const DEFLATE_MAX_RATIO: u64 = 1032;
+
 /// Reads every array of a `.npz` file, by name. Arrays named `arr_0`,
 /// `arr_1`, … (as `numpy.savez` names positional arrays) come in index order,
-/// other names in the archive's order.
+/// other names in the archive's order. What is read is bounded by what the
+/// file holds: an entry by what its compressed bytes can expand to, all of
+/// them by as much for the whole file.
 pub fn read_npz(path: &Path) -> Result<Vec<(String, Array)>> {
+    read_npz_at_most(path, u64::MAX)
+}
+
+/// [`read_npz`], refusing any array of more than `max_array_bytes` (with
+/// its header) before reading past that: a caller that knows what it needs
+/// reads no more.
+pub fn read_npz_at_most(path: &Path, max_array_bytes: u64) -> Result<Vec<(String, Array)>> {
     let file =
         std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let file_len = file.metadata().map(|m| m.len()).unwrap_or(0);
     let mut zip = zip::ZipArchive::new(file)
         .with_context(|| format!("{} is not a .npz (zip) file", path.display()))?;
-    let mut res = Vec::with_capacity(zip.len());
+    // Entries may share compressed bytes (a known zip bomb): the total is
+    // bounded too, by what the whole file can expand to.
+    let mut budget = file_len.saturating_mul(DEFLATE_MAX_RATIO);
+    let mut res = Vec::new();
     for i in 0..zip.len() {
         let mut entry = zip.by_index(i)?;
         let Some(name) = entry.name().strip_suffix(".npy").map(str::to_string) else {
             continue;
         };
+        let limit = entry
+            .compressed_size()
+            .saturating_mul(DEFLATE_MAX_RATIO)
+            .min(max_array_bytes)
+            .min(budget);
         let mut bytes = Vec::new();
-        entry.read_to_end(&mut bytes)?;
+        (&mut entry)
+            .take(limit.saturating_add(1))
+            .read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > limit {
+            bail!(
+                "array {name} of {} holds more than {limit} bytes{}",
+                path.display(),
+                if limit == max_array_bytes {
+                    ", more than any argument takes"
+                } else {
+                    ": more than its compressed bytes can hold (a zip bomb?)"
+                }
+            );
+        }
+        budget -= bytes.len() as u64;
         let array =
             parse_npy(&bytes).with_context(|| format!("array {name} of {}", path.display()))?;
         res.push((name, array));

@@ -49,7 +49,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<()> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read module {}", path.display()))?;
     let signature = Signature::parse(&text)?;
-    let inputs = read_inputs(args)?;
+    let inputs = read_inputs(args, signature.as_ref())?;
     let n_parts = match args.partitions {
         Some(0) => bail!("--partitions must be at least 1"),
         Some(n) => n,
@@ -196,10 +196,21 @@ fn open_client(cli: &Cli, n_parts: usize) -> Result<Client> {
     bail!("{n_parts} partitions need {n_parts} devices, the platform has {n} (see --devices)")
 }
 
-/// The inputs, named for error messages (`arr_1 of x.npz`, `y.npy`).
-fn read_inputs(args: &RunArgs) -> Result<Vec<(String, Array)>> {
+/// The inputs, named for error messages (`arr_1 of x.npz`, `y.npy`). An
+/// array of a `.npz` larger than every argument of a known signature is
+/// refused before it is read whole.
+fn read_inputs(args: &RunArgs, signature: Option<&Signature>) -> Result<Vec<(String, Array)>> {
     if let Some(path) = &args.inputs {
-        let arrays = npy::read_npz(path)?;
+        let arrays = match signature {
+            Some(sig) => {
+                let largest = sig.args.iter().try_fold(0u64, |m, p| {
+                    Ok::<_, anyhow::Error>(m.max(radix_pjrt::byte_len(p.ty, &p.dims)? as u64))
+                })?;
+                // The header of an `.npy` is at most a few kilobytes.
+                npy::read_npz_at_most(path, largest.saturating_add(64 << 10))?
+            }
+            None => npy::read_npz(path)?,
+        };
         let file = path.display();
         return Ok(arrays
             .into_iter()

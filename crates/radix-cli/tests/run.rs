@@ -407,3 +407,35 @@ fn a_failed_output_keeps_the_existing_file() {
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert_eq!(left.len(), 2, "no temporary file is left behind");
 }
+
+/// A small `.npz` whose one array inflates to 64 MiB of zeros: for a module
+/// whose arguments are a few bytes it is refused before it is read whole,
+/// with one error line naming the array.
+#[test]
+fn a_zip_bomb_is_refused_before_it_is_read() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bomb.npz");
+    let n: usize = 16 << 20;
+    let header = npy::npy_bytes(&zeros(ElementType::F32, &[0])).unwrap();
+    // The header of an empty array, its shape patched to `n` elements.
+    let header = String::from_utf8_lossy(&header).replace("(0,)", &format!("({n},)"));
+    let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+    let options = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated)
+        .large_file(true);
+    zip.start_file("arr_0.npy", options).unwrap();
+    zip.write_all(header.as_bytes()).unwrap();
+    let chunk = vec![0u8; 1 << 20];
+    for _ in 0..n * 4 / chunk.len() {
+        zip.write_all(&chunk).unwrap();
+    }
+    zip.finish().unwrap();
+    let size = std::fs::metadata(&path).unwrap().len();
+    assert!(size < 1 << 20, "{size} bytes");
+    let module = data("softmax.mlir");
+    fails(
+        &[module.as_ref(), "--inputs".as_ref(), path.as_ref()],
+        "more than any argument takes",
+    );
+}
