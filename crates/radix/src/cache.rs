@@ -132,17 +132,24 @@ const EXTENSION: &str = "pjrt";
 
 impl CacheKey {
     /// The key of `module_text` (printed without locations) compiled with
-    /// `options` (serialized compile options) by `plugin` on this host
-    /// ([`host_fingerprint`]: an executable built where AVX-512 exists
-    /// must not be loaded where it does not).
-    pub fn new(module_text: &str, options: &[u8], plugin: &Plugin) -> Result<CacheKey> {
+    /// `options` (serialized compile options) by `plugin` for devices of
+    /// the kinds `device_kinds` (a GPU model: code for one does not run on
+    /// another) on this host ([`host_fingerprint`]: an executable built
+    /// where AVX-512 exists must not be loaded where it does not).
+    pub fn new(
+        module_text: &str,
+        options: &[u8],
+        plugin: &Plugin,
+        device_kinds: &[&str],
+    ) -> Result<CacheKey> {
         let (major, minor) = plugin.api_version();
+        let host = format!("{};devices={}", host_fingerprint(), device_kinds.join(","));
         Ok(CacheKey::from_parts(
             module_text,
             options,
             plugin.sha256()?,
             (major, minor),
-            &host_fingerprint(),
+            &host,
         ))
     }
 

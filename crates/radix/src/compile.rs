@@ -206,7 +206,9 @@ pub fn cache_key(
     let mut text = program.stablehlo_without_locations();
     // A kernel is code the executable depends on.
     text.push_str(&custom_call::key_text(program.function()));
-    CacheKey::new(&text, &options, platform.client().plugin())
+    let mut kinds: Vec<&str> = platform.devices().iter().map(|d| d.kind()).collect();
+    kinds.dedup();
+    CacheKey::new(&text, &options, platform.client().plugin(), &kinds)
 }
 
 /// Compiles a traced program for `platform` as `config` says: the passes

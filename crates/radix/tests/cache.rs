@@ -409,3 +409,15 @@ fn damaged_child() {
     println!("origin {origin:?}");
     println!("values {values:?}");
 }
+
+/// Code for one GPU model does not run on another: the devices' kind is
+/// part of the key.
+#[test]
+fn the_device_kind_changes_the_key() {
+    let platform = platform();
+    let plugin = platform.client().plugin();
+    let key = |kinds: &[&str]| CacheKey::new("module", b"options", plugin, kinds).unwrap();
+    assert_eq!(key(&["cpu"]), key(&["cpu"]));
+    assert_ne!(key(&["NVIDIA H200"]), key(&["NVIDIA H100 80GB HBM3"]));
+    assert_ne!(key(&["cpu"]), key(&["NVIDIA H200"]));
+}
