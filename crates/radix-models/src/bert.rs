@@ -1,5 +1,5 @@
-//! A BERT encoder with mean pooling: sentence embeddings as
-//! sentence-transformers computes them for all-MiniLM-L6-v2.
+//! A BERT encoder and sentence-transformers pooling: sentence embeddings as
+//! sentence-transformers computes them (all-MiniLM-L6-v2: mean, normalized).
 //!
 //! - BERT: Devlin et al., "BERT: Pre-training of Deep Bidirectional
 //!   Transformers for Language Understanding", 2018
@@ -8,7 +8,8 @@
 //! - Sentence embeddings: Reimers and Gurevych, "Sentence-BERT", 2019
 //!   (<https://arxiv.org/abs/1908.10084>); upstream code:
 //!   `sentence_transformers/models/{Transformer,Pooling,Normalize}.py`, which for
-//!   all-MiniLM-L6-v2 are: encoder, mean over the attention mask, L2 normalize.
+//!   all-MiniLM-L6-v2 are: encoder, mean over the attention mask, L2 normalize;
+//!   a folder's own pooling is read from its `modules.json` ([`Pooling`]).
 //!
 //! Axes: batch `b`, sequence `s` (renamed `q`/`k` inside attention), hidden `d`,
 //! heads `h`, head dim `hd`, feed-forward `ff`. Every sentence is one segment
@@ -28,6 +29,10 @@ use radix_text::Tokenizer;
 use serde::Deserialize;
 
 use crate::{Error, Result};
+
+mod pooling;
+
+pub use pooling::{Pooling, PoolingMode};
 
 /// The fields of a BERT `config.json` that the encoder reads.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -265,26 +270,12 @@ impl Bert {
         x
     }
 
-    /// Sentence embeddings `(b, d)`: the hidden states averaged over the valid
-    /// tokens, then scaled to unit L2 norm.
+    /// Sentence embeddings `(b, d)`: the hidden states pooled over the valid
+    /// tokens as `pooling` says.
     #[track_caller]
-    pub fn embed(&self, ids: Tensor, valid: Tensor) -> Tensor {
-        let h = self.forward(ids, valid);
-        let count = valid.sum("s").maximum(Tensor::scalar(1e-9, DType::F32));
-        let summed = (h * valid.broadcast(h.shape())).sum("s");
-        let pooled = summed / count.broadcast(summed.shape());
-        l2_normalize(pooled, "d")
+    pub fn embed(&self, ids: Tensor, valid: Tensor, pooling: Pooling) -> Tensor {
+        pooling.apply(self.forward(ids, valid), valid)
     }
-}
-
-/// `x / max(|x|, 1e-12)` along `axis` (as `torch.nn.functional.normalize`).
-#[track_caller]
-fn l2_normalize(x: Tensor, axis: &str) -> Tensor {
-    let norm = (x * x)
-        .sum(axis)
-        .sqrt()
-        .maximum(Tensor::scalar(1e-12, x.dtype()));
-    x / norm.broadcast(x.shape())
 }
 
 /// Records a trace error (at the caller) unless `t` has exactly the axes `tags`.
@@ -390,7 +381,8 @@ impl EmbedderConfig {
 type Embed = Compiled<Bert, (Tensor, Tensor), Tensor>;
 
 /// Sentence embeddings from a sentence-transformers BERT folder
-/// (`config.json`, `model.safetensors`, `tokenizer.json`). The weights are
+/// (`config.json`, `model.safetensors`, `tokenizer.json`, and the pooling
+/// of `modules.json`). The weights are
 /// uploaded once and passed to every executable (one per batch and length
 /// bucket, compiled on first use).
 ///
@@ -410,6 +402,7 @@ pub struct Embedder {
     tokenizer: Tokenizer,
     weights: Bufferized<Bert>,
     model: Bert,
+    pooling: Pooling,
     exes: HashMap<(usize, usize), Embed>,
 }
 
@@ -426,6 +419,7 @@ impl Embedder {
     /// The model in folder `dir`, batched and padded as `buckets` says.
     pub fn new(platform: &Platform, dir: &Path, buckets: EmbedderConfig) -> Result<Embedder> {
         let config = BertConfig::from_file(&dir.join("config.json"))?;
+        let pooling = Pooling::from_dir(dir)?;
         let tokenizer = Tokenizer::from_file(&dir.join("tokenizer.json"))?;
         let longest = buckets.length_buckets.last().copied().unwrap_or(0);
         if buckets.batch_buckets.is_empty()
@@ -450,6 +444,7 @@ impl Embedder {
             buckets,
             tokenizer,
             weights,
+            pooling,
             exes: HashMap::new(),
         })
     }
@@ -457,6 +452,12 @@ impl Embedder {
     /// The model's configuration.
     pub fn config(&self) -> &BertConfig {
         &self.config
+    }
+
+    /// How token states become sentence vectors (from the folder's
+    /// `modules.json`).
+    pub fn pooling(&self) -> Pooling {
+        self.pooling
     }
 
     /// The `(batch, length)` buckets compiled so far, sorted.
@@ -527,8 +528,9 @@ impl Embedder {
                 Tensor::param(shape),
                 Tensor::param(shape.with_dtype(DType::F32)),
             );
+            let pooling = self.pooling;
             let exe = radix::compile(&self.platform, &self.model, &inputs, |m, (ids, valid)| {
-                m.embed(ids, valid)
+                m.embed(ids, valid, pooling)
             })?;
             self.exes.insert((batch, len), exe);
         }
