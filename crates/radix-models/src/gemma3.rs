@@ -12,9 +12,9 @@
 use radix::nn::{GatedMlp, KvCache, RmsNorm};
 use radix::{Module, Tensor};
 
-use crate::Result;
 use crate::generate::Step;
 use crate::transformer::{Attention, Decoder, DecoderConfig, Layer};
+use crate::{Error, Result};
 
 /// The model.
 pub type Gemma3 = Decoder<Block>;
@@ -69,11 +69,19 @@ impl Layer for Block {
 /// What a GGUF file's `gemma3.*` metadata adds to the shared keys: the
 /// sliding layers' rotary base (`rope.freq_base_swa`, 10000 when absent),
 /// and the 27B model's score scale (llama.cpp's rule: `1 / sqrt(width /
-/// heads)` for its 62 layers, `1 / sqrt(head width)` for the others).
+/// heads)` for its 62 layers, `1 / sqrt(head width)` for the others). A
+/// file that soft-caps its logits (`final_logit_softcapping`, Gemma 2's) is
+/// refused: radix would compute other logits.
 pub(crate) fn from_gguf(
     cfg: &mut DecoderConfig,
     positive_opt: impl Fn(&str) -> Result<Option<f64>>,
+    bad: impl Fn(String) -> Error,
 ) -> Result<()> {
+    if positive_opt("final_logit_softcapping")?.is_some() {
+        return Err(bad(
+            "metadata gemma3.final_logit_softcapping is set; radix has no soft-capping".into(),
+        ));
+    }
     cfg.rope_theta_sliding = positive_opt("rope.freq_base_swa")?.unwrap_or(10000.0);
     if cfg.n_layers == 62 {
         cfg.attn_scale = 1.0 / ((cfg.dim / cfg.n_heads) as f64).sqrt();

@@ -167,7 +167,7 @@ impl DecoderConfig {
             };
         }
         if arch == Arch::Gemma3 {
-            crate::gemma3::from_gguf(&mut cfg, |k| m.positive_opt(k))?;
+            crate::gemma3::from_gguf(&mut cfg, |k| m.positive_opt(k), bad)?;
         }
         let last = format!("blk.{}.attn_norm.weight", n_layers - 1);
         let beyond = format!("blk.{n_layers}.attn_norm.weight");

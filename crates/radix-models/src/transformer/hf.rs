@@ -199,32 +199,30 @@ impl DecoderConfig {
                     .positive_in(&c.json, "query_pre_attn_scalar")?
                     .unwrap_or(256.0);
                 cfg.attn_scale = 1.0 / scalar.sqrt();
-                cfg.sliding_window = window;
-                cfg.sliding_layers = sliding_layers(&c, cfg.n_layers)?;
-            }
-            _ => {
-                (cfg.rope_theta, cfg.rope_scaling) = c.rope(params, 10000.0)?;
-                // Qwen2 files name a window they do not use unless
-                // `use_sliding_window`; Mistral's is always used.
-                let used = match arch {
-                    Arch::Mistral => true,
-                    _ => Config::get(&c.json, "use_sliding_window")
-                        .and_then(Value::as_bool)
-                        .unwrap_or(false),
-                };
-                if used && window.is_some() {
-                    cfg.sliding_window = window;
-                    cfg.sliding_layers = vec![true; cfg.n_layers];
+                // Soft-capping (Gemma 2's) would change every logit.
+                for key in ["final_logit_softcapping", "attn_logit_softcapping"] {
+                    if Config::get(&c.json, key).is_some() {
+                        return Err(c.bad(format!("{key} is set; radix has no soft-capping")));
+                    }
                 }
+            }
+            _ => (cfg.rope_theta, cfg.rope_scaling) = c.rope(params, 10000.0)?,
+        }
+        if window.is_some() {
+            cfg.sliding_layers = sliding_layers(&c, arch, cfg.n_layers)?;
+            if cfg.sliding_layers.contains(&true) {
+                cfg.sliding_window = window;
             }
         }
         Ok(cfg)
     }
 }
 
-/// Gemma 3's `layer_types` (or, in older files, every layer but each
-/// `sliding_window_pattern`th).
-fn sliding_layers(c: &Config, n_layers: usize) -> Result<Vec<bool>> {
+/// Which layers attend within the window: `layer_types` where the file has
+/// it; else, as transformers decides, every Mistral layer, Gemma 3's all but
+/// each `sliding_window_pattern`th (6th), and Qwen2's from
+/// `max_window_layers` on if `use_sliding_window`.
+fn sliding_layers(c: &Config, arch: Arch, n_layers: usize) -> Result<Vec<bool>> {
     if let Some(types) = Config::get(&c.json, "layer_types") {
         let flags: Option<Vec<bool>> = types.as_array().map(|a| {
             a.iter()
@@ -238,10 +236,22 @@ fn sliding_layers(c: &Config, n_layers: usize) -> Result<Vec<bool>> {
             ))),
         };
     }
-    let n = c
-        .count_opt("sliding_window_pattern", MAX_LAYERS)?
-        .unwrap_or(6) as usize;
-    Ok((0..n_layers).map(|i| (i + 1) % n != 0).collect())
+    Ok(match arch {
+        Arch::Mistral => vec![true; n_layers],
+        Arch::Gemma3 => {
+            let n = c
+                .count_opt("sliding_window_pattern", MAX_LAYERS)?
+                .unwrap_or(6) as usize;
+            (0..n_layers).map(|i| (i + 1) % n != 0).collect()
+        }
+        _ => {
+            let used = Config::get(&c.json, "use_sliding_window").and_then(Value::as_bool);
+            let from = c.count_opt("max_window_layers", MAX_LAYERS)?.unwrap_or(0) as usize;
+            (0..n_layers)
+                .map(|i| used == Some(true) && i >= from)
+                .collect()
+        }
+    })
 }
 
 /// The Hugging Face name of the weight a model names `path` (its GGUF name).
