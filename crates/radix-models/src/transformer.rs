@@ -235,7 +235,12 @@ impl Attention {
             n_heads: cfg.n_heads,
             n_kv_heads: cfg.n_kv_heads,
             window: if sliding { cfg.sliding_window } else { None },
-            rescale: cfg.attn_scale * (hd as f64).sqrt(),
+            // Exactly 1 where the scale is the usual one, so that no
+            // multiply is traced for it.
+            rescale: match cfg.attn_scale * (hd as f64).sqrt() {
+                r if (r - 1.0).abs() < 1e-12 => 1.0,
+                r => r,
+            },
         }
     }
 
