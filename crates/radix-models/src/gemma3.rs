@@ -42,7 +42,7 @@ impl Layer for Block {
             attn: Attention::new(cfg, layer),
             attn_post_norm: norm(),
             ffn_norm: norm(),
-            mlp: GatedMlp::new(("d", cfg.dim), cfg.ffn_dim),
+            mlp: GatedMlp::new(("d", cfg.dim), cfg.ffn_dim).with_gelu_tanh(),
             ffn_post_norm: norm(),
         }
     }
