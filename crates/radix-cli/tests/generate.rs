@@ -116,7 +116,11 @@ fn bad_inputs() {
     let text = d.join("notes.gguf");
     std::fs::write(&text, "these are notes, not weights\n").unwrap();
     fails(&[model, text.as_ref(), hi], "", "as a GGUF model: ");
-    fails(&[model, d.as_ref(), hi], "", "is a folder, not a GGUF file");
+    fails(
+        &[model, d.as_ref(), hi],
+        "",
+        "is a folder without config.json, not a Hugging Face model",
+    );
 
     fails(
         &["--top-p".as_ref(), "2".as_ref(), hi],

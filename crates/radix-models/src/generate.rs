@@ -51,6 +51,13 @@ pub trait CausalLm: Module + Clone {
     /// states and the layer's cache with the tokens' keys and values written.
     fn block(block: &Self::Block, x: Tensor, pos: Tensor, step: Step) -> (Tensor, KvCache);
 
+    /// Blocks of one kind trace to the same program, so [`Plan::PerBlock`]
+    /// compiles one executable per kind (a sliding-window layer and a
+    /// global one are two kinds).
+    fn block_kind(_block: &Self::Block) -> u64 {
+        0
+    }
+
     /// Logits `(b, voc)` at position `last` (rank-0 `i32`) of `x`.
     fn head(&self, x: Tensor, last: Tensor) -> Tensor;
 }
@@ -111,6 +118,9 @@ type StepInputs = (Tensor, Tensor, Tensor);
 /// The logits and the caches.
 type StepOutputs = (Tensor, Vec<KvCache>);
 
+/// One layer as an executable.
+type BlockExe<M> = Compiled<<M as CausalLm>::Block, (Tensor, Tensor, Step), (Tensor, KvCache)>;
+
 /// The executables of one step length.
 #[expect(
     clippy::large_enum_variant,
@@ -120,7 +130,8 @@ enum StepExe<M: CausalLm> {
     OneProgram(Compiled<M, (StepInputs, Vec<KvCache>), StepOutputs>),
     PerBlock {
         embed: Compiled<M, (Tensor, Tensor), (Tensor, Tensor)>,
-        block: Compiled<M::Block, (Tensor, Tensor, Step), (Tensor, KvCache)>,
+        /// By block key ([`block_key`]), in the order the keys first occur.
+        blocks: Vec<(String, BlockExe<M>)>,
         head: Compiled<M, (Tensor, Tensor), Tensor>,
     },
 }
@@ -157,6 +168,16 @@ fn block_step<M: CausalLm>(
 ) -> (Tensor, KvCache) {
     let (x, cache) = M::block(b, x, pos, step);
     (x, in_place((cache, step.cache)))
+}
+
+/// What decides a block's program: its kind and its weights' shapes (a
+/// quantized file may store one layer's matrix in another block format).
+fn block_key<M: CausalLm>(block: &M::Block) -> String {
+    let shapes: Vec<_> = radix::module::tensors(block)
+        .into_iter()
+        .map(|(_, t)| t.shape())
+        .collect();
+    format!("{} {shapes:?}", M::block_kind(block))
 }
 
 /// `new` in the buffers of `old` (donated).
@@ -286,7 +307,7 @@ impl<M: CausalLm> Generator<M> {
     /// (`tokenizer.ggml.eos_token_id`).
     pub fn from_gguf(
         platform: &Platform,
-        mut model: M,
+        model: M,
         gguf: Gguf,
         capacity: usize,
         matrices: MatrixFormat,
@@ -296,8 +317,22 @@ impl<M: CausalLm> Generator<M> {
             .and_then(|v| v.as_i64())
             .map(|v| v as u32);
         let store = WeightStore::new(vec![Box::new(gguf)], str::to_string);
-        radix::nn::set_matrix_formats(&mut model, &store, matrices);
-        let weights = radix::nn::load_weights(platform, &store, &model)?;
+        Generator::from_store(platform, model, &store, capacity, matrices, eos)
+    }
+
+    /// A runner for `model` with its weights read from `store` by their
+    /// field paths, its matrices in the form `matrices` asks for, stopping
+    /// after `eos`.
+    pub fn from_store(
+        platform: &Platform,
+        mut model: M,
+        store: &WeightStore,
+        capacity: usize,
+        matrices: MatrixFormat,
+        eos: Option<u32>,
+    ) -> Result<Self> {
+        radix::nn::set_matrix_formats(&mut model, store, matrices);
+        let weights = radix::nn::load_weights(platform, store, &model)?;
         Generator::new(platform, model, weights, capacity, eos)
     }
 
@@ -378,10 +413,21 @@ impl<M: CausalLm> Generator<M> {
                 let [x, pos] = [0, 1].map(|i| Tensor::param(embed.program().results()[i].shape));
                 let cache = KvCache::param(model.cache_shapes(self.capacity)[0]);
                 let inputs = (x, pos, Step { cache, start });
-                let block = radix::compile(platform, &model.blocks()[0], &inputs, block_step::<M>)?;
+                let mut blocks: Vec<(String, BlockExe<M>)> = vec![];
+                for b in model.blocks() {
+                    let key = block_key::<M>(b);
+                    if !blocks.iter().any(|(k, _)| *k == key) {
+                        let exe = radix::compile(platform, b, &inputs, block_step::<M>)?;
+                        blocks.push((key, exe));
+                    }
+                }
                 let head =
                     radix::compile(platform, model, &(x, last), |m, (x, last)| m.head(x, last))?;
-                StepExe::PerBlock { embed, block, head }
+                StepExe::PerBlock {
+                    embed,
+                    blocks,
+                    head,
+                }
             }
         };
         self.steps.insert(len, exe);
@@ -420,12 +466,21 @@ impl<M: CausalLm> Generator<M> {
             StepExe::OneProgram(exe) => {
                 exe.call(&self.weights, ((ids_buf, start, last), caches))?
             }
-            StepExe::PerBlock { embed, block, head } => {
+            StepExe::PerBlock {
+                embed,
+                blocks,
+                head,
+            } => {
                 let (mut x, pos) = embed.call(&self.weights, (ids_buf, start.clone()))?;
                 let mut written = Vec::with_capacity(caches.len());
                 let layers = M::block_weights(&self.weights);
-                for (weights, cache) in layers.iter().zip(caches) {
+                let keys = self.model.blocks().iter().map(block_key::<M>);
+                for ((weights, cache), key) in layers.iter().zip(caches).zip(keys) {
                     let start = start.clone();
+                    let (_, block) = blocks
+                        .iter()
+                        .find(|(k, _)| *k == key)
+                        .expect("compiled for every key");
                     let (y, cache) =
                         block.call(weights, (x, pos.clone(), StepWith { cache, start }))?;
                     x = y;

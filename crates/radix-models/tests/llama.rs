@@ -11,6 +11,7 @@ use radix::testing::{Tol, assert_all_close};
 use radix_models::generate::Plan;
 use radix_models::llama::{Llama, LlamaConfig, LlamaRunner};
 use radix_models::sampling::Sampler;
+use radix_models::transformer::Arch;
 use radix_text::Tokenizer;
 use serde_json::Value;
 
@@ -217,17 +218,7 @@ fn weights_are_uploaded_once() {
 // The model's structure, without weights.
 
 fn tiny() -> LlamaConfig {
-    LlamaConfig {
-        n_layers: 2,
-        dim: 8,
-        n_heads: 2,
-        n_kv_heads: 1,
-        ffn_dim: 16,
-        vocab: 10,
-        rope_theta: 10000.0,
-        rms_eps: 1e-5,
-        tied_embeddings: true,
-    }
+    LlamaConfig::new(Arch::Llama, 2, 8, (2, 1), 16, 10)
 }
 
 #[test]

@@ -1,4 +1,5 @@
-//! Feed-forward blocks: a GELU MLP (BERT) and a gated SiLU MLP (llama).
+//! Feed-forward blocks: a GELU MLP (BERT) and a gated MLP (llama's SwiGLU,
+//! Gemma's GeGLU).
 
 use crate::nn::Linear;
 use crate::nn::tags::FF;
@@ -13,7 +14,8 @@ pub struct Mlp {
     pub down: Linear,
 }
 
-/// `down(silu(gate(x)) * up(x))` without biases (llama's SwiGLU).
+/// `down(act(gate(x)) * up(x))` without biases: `act` is SiLU (llama's
+/// SwiGLU) unless [`GatedMlp::with_gelu_tanh`] (Gemma's GeGLU).
 #[derive(Module, Clone, Debug)]
 pub struct GatedMlp {
     /// `d -> ff`.
@@ -22,6 +24,9 @@ pub struct GatedMlp {
     pub up: Linear,
     /// `ff -> d`.
     pub down: Linear,
+    /// Whether the gate is GELU (tanh form) rather than SiLU.
+    #[module(skip)]
+    gelu_tanh: bool,
 }
 
 impl Mlp {
@@ -47,13 +52,27 @@ impl GatedMlp {
             gate: Linear::new(dim, (FF, hidden)),
             up: Linear::new(dim, (FF, hidden)),
             down: Linear::new((FF, hidden), dim),
+            gelu_tanh: false,
+        }
+    }
+
+    /// The same block gated by GELU's tanh form instead of SiLU.
+    pub fn with_gelu_tanh(self) -> GatedMlp {
+        GatedMlp {
+            gelu_tanh: true,
+            ..self
         }
     }
 
     /// Applies the block (`x` keeps its axes; the `dim` axis moves last).
     #[track_caller]
     pub fn forward(&self, x: Tensor) -> Tensor {
-        let h = self.gate.forward(x).silu() * self.up.forward(x);
-        self.down.forward(h)
+        let gate = self.gate.forward(x);
+        let gate = if self.gelu_tanh {
+            gate.gelu_tanh()
+        } else {
+            gate.silu()
+        };
+        self.down.forward(gate * self.up.forward(x))
     }
 }

@@ -45,7 +45,7 @@ pub use embedding::Embedding;
 pub use linear::Linear;
 pub use mlp::{GatedMlp, Mlp};
 pub use norm::{LayerNorm, RmsNorm};
-pub use rope::{RopeLayout, Rotary};
+pub use rope::{RopeLayout, RopeScaling, Rotary};
 
 use crate::io::WeightStore;
 use crate::quant::{Format, blocks_format, blocks_shape};

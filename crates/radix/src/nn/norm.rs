@@ -15,7 +15,8 @@ pub struct LayerNorm {
     eps: f64,
 }
 
-/// `x / sqrt(mean(x^2) + eps) * weight` over axis `dim`.
+/// `x / sqrt(mean(x^2) + eps) * (offset + weight)` over axis `dim`
+/// (`offset` is 0 but for checkpoints that store `weight - 1`, as Gemma's).
 #[derive(Module, Clone, Debug)]
 pub struct RmsNorm {
     weight: Tensor,
@@ -23,6 +24,8 @@ pub struct RmsNorm {
     dim: Tag,
     #[module(skip)]
     eps: f64,
+    #[module(skip)]
+    offset: f64,
 }
 
 impl LayerNorm {
@@ -54,7 +57,13 @@ impl RmsNorm {
             weight: param(&[dim]),
             dim: Tag::new(dim.0),
             eps,
+            offset: 0.0,
         }
+    }
+
+    /// The same norm scaling by `offset + weight`.
+    pub fn with_offset(self, offset: f64) -> RmsNorm {
+        RmsNorm { offset, ..self }
     }
 
     /// Normalises `x` over the axis.
@@ -62,6 +71,10 @@ impl RmsNorm {
     pub fn forward(&self, x: Tensor) -> Tensor {
         let ms = (x * x).mean(self.dim.as_str());
         let inv = broadcast_like((ms + self.eps).rsqrt(), x);
-        x * inv * broadcast_like(self.weight, x)
+        let w = match self.offset {
+            0.0 => self.weight,
+            offset => self.weight + offset,
+        };
+        x * inv * broadcast_like(w, x)
     }
 }

@@ -145,6 +145,57 @@ fn rotary_both_layouts() {
 }
 
 #[test]
+fn rotary_scalings() {
+    // One head of size 4 at position 1, theta 100: frequencies 1 and 0.1
+    // before scaling; each case gives the scaled ones and the factor on
+    // cosines and sines, computed by hand as transformers does.
+    let x = lit(&[("s", 1), ("h", 1), ("hd", 4)], &[1., 0., 1., 0.]);
+    let pos = ids(&[("s", 1)], &[1.]);
+    let smooth = (8.0 / (2.0 * std::f64::consts::PI) - 1.0) / 3.0;
+    let yarn_a = 0.1 * 2f64.ln() + 1.0;
+    for (scaling, f0, f1, a) in [
+        (RopeScaling::Linear { factor: 2.0 }, 0.5, 0.05f64, 1.0),
+        (RopeScaling::Factors(vec![1.0, 2.0]), 1.0, 0.05, 1.0),
+        // Wavelength 2 pi lies between 8 / 4 and 8 / 1: blended; 20 pi is
+        // longer than 8: divided by 4.
+        (
+            RopeScaling::Llama3 {
+                factor: 4.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original: 8.0,
+            },
+            (1.0 - smooth) / 4.0 + smooth,
+            0.025,
+            1.0,
+        ),
+        // Over 8 positions pair 0 turns more than beta_slow = 1 times: kept;
+        // pair 1 less: divided by 2.
+        (
+            RopeScaling::Yarn {
+                factor: 2.0,
+                original: 8.0,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                attention_factor: RopeScaling::yarn_attention_factor(2.0),
+            },
+            1.0,
+            0.05,
+            yarn_a,
+        ),
+    ] {
+        let rope = Rotary::scaled(4, 100.0, RopeLayout::AdjacentPair, &scaling);
+        let want = [a * f0.cos(), a * f0.sin(), a * f1.cos(), a * f1.sin()];
+        check(
+            &[x.clone(), pos.clone()],
+            |t| rope.forward(t[0], t[1]),
+            &want,
+            Tol::F32,
+        );
+    }
+}
+
+#[test]
 fn grouped_attention_with_and_without_causal_mask() {
     // Two query heads share one key/value head; keys 0 and ln 3.
     let q = lit(&[("q", 1), ("h", 2), ("hd", 1)], &[1., 0.]);

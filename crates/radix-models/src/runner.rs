@@ -1,0 +1,171 @@
+//! Any decoder radix runs, picked by what a file says it is: a GGUF file's
+//! `general.architecture`, a Hugging Face folder's `model_type`.
+
+use std::path::Path;
+
+use radix::Platform;
+use radix::io::{Gguf, WeightStore};
+use radix::nn::MatrixFormat;
+
+use crate::Result;
+use crate::gemma3::Gemma3;
+use crate::generate::{Cache, Generation, Generator, Plan};
+use crate::llama::Llama;
+use crate::sampling::Sampler;
+use crate::transformer::{Arch, DecoderConfig, Layer, hf};
+
+/// A decoder on a device, ready to generate: one variant per block type
+/// (LLaMA's serves Mistral and Qwen too).
+pub enum Runner {
+    /// LLaMA, Mistral, Qwen2, Qwen3.
+    Llama(Generator<Llama>),
+    /// Gemma 3.
+    Gemma3(Generator<Gemma3>),
+}
+
+/// `body` with `$g` bound to the runner's generator, whatever its model.
+macro_rules! each {
+    ($runner:expr, $g:ident => $body:expr) => {
+        match $runner {
+            Runner::Llama($g) => $body,
+            Runner::Gemma3($g) => $body,
+        }
+    };
+}
+
+impl Runner {
+    /// Opens the model at `path` (a GGUF file, or a Hugging Face folder with
+    /// `config.json` and safetensors weights) and loads it on `platform`,
+    /// its matrices as `matrices` asks, into a runner whose cache holds
+    /// `capacity` positions.
+    pub fn open(
+        platform: &Platform,
+        path: &Path,
+        capacity: usize,
+        matrices: MatrixFormat,
+    ) -> Result<Runner> {
+        if path.is_dir() {
+            return Runner::open_hf(platform, path, capacity, matrices);
+        }
+        let gguf = Gguf::open(path)?;
+        let cfg = DecoderConfig::from_gguf(&gguf)?;
+        let eos = gguf
+            .get("tokenizer.ggml.eos_token_id")
+            .and_then(|v| v.as_i64())
+            .and_then(|v| u32::try_from(v).ok());
+        let store = WeightStore::new(vec![Box::new(gguf)], str::to_string);
+        Runner::load(platform, &cfg, &store, capacity, matrices, eos)
+    }
+
+    /// Opens the Hugging Face folder `dir`.
+    pub fn open_hf(
+        platform: &Platform,
+        dir: &Path,
+        capacity: usize,
+        matrices: MatrixFormat,
+    ) -> Result<Runner> {
+        let weights = hf::open_weights(dir)?;
+        let cfg = DecoderConfig::from_hf(dir, &weights)?;
+        let arch = cfg.arch;
+        let store = WeightStore::new(vec![Box::new(weights)], move |path: &str| {
+            hf::weight_name(arch, path)
+        });
+        Runner::load(platform, &cfg, &store, capacity, matrices, hf::eos(dir))
+    }
+
+    fn load(
+        platform: &Platform,
+        cfg: &DecoderConfig,
+        store: &WeightStore,
+        capacity: usize,
+        matrices: MatrixFormat,
+        eos: Option<u32>,
+    ) -> Result<Runner> {
+        fn decoder<B: Layer>(
+            platform: &Platform,
+            cfg: &DecoderConfig,
+            store: &WeightStore,
+            capacity: usize,
+            matrices: MatrixFormat,
+            eos: Option<u32>,
+        ) -> Result<Generator<crate::transformer::Decoder<B>>> {
+            let model = crate::transformer::Decoder::new(cfg);
+            Generator::from_store(platform, model, store, capacity, matrices, eos)
+        }
+        Ok(match cfg.arch {
+            Arch::Gemma3 => Runner::Gemma3(decoder(platform, cfg, store, capacity, matrices, eos)?),
+            Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3 => {
+                Runner::Llama(decoder(platform, cfg, store, capacity, matrices, eos)?)
+            }
+        })
+    }
+
+    /// The configuration the model was built from.
+    pub fn config(&self) -> &DecoderConfig {
+        each!(self, g => g.model().config())
+    }
+
+    /// The same runner with its steps run as `plan`.
+    pub fn with_plan(self, plan: Plan) -> Runner {
+        match self {
+            Runner::Llama(g) => Runner::Llama(g.with_plan(plan)),
+            Runner::Gemma3(g) => Runner::Gemma3(g.with_plan(plan)),
+        }
+    }
+
+    /// See [`Generator::capacity`].
+    pub fn capacity(&self) -> usize {
+        each!(self, g => g.capacity())
+    }
+
+    /// See [`Generator::eos`].
+    pub fn eos(&self) -> Option<u32> {
+        each!(self, g => g.eos())
+    }
+
+    /// See [`Generator::compile`].
+    pub fn compile(&mut self, n: usize) -> Result<()> {
+        each!(self, g => g.compile(n))
+    }
+
+    /// See [`Generator::prefill`].
+    pub fn prefill(&mut self, ids: &[u32]) -> Result<(Vec<f32>, Cache)> {
+        each!(self, g => g.prefill(ids))
+    }
+
+    /// See [`Generator::decode`].
+    pub fn decode(&mut self, token: u32, cache: &mut Cache) -> Result<Vec<f32>> {
+        each!(self, g => g.decode(token, cache))
+    }
+
+    /// See [`Generator::generate_with`].
+    pub fn generate_with<E: From<crate::Error>>(
+        &mut self,
+        prompt: &[u32],
+        max_tokens: usize,
+        sampler: &mut Sampler,
+        on_token: impl FnMut(u32) -> Result<bool, E>,
+    ) -> Result<Generation, E> {
+        each!(self, g => g.generate_with(prompt, max_tokens, sampler, on_token))
+    }
+
+    /// See [`Generator::generate`].
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        max_tokens: usize,
+        sampler: &mut Sampler,
+    ) -> Result<Vec<u32>> {
+        each!(self, g => g.generate(prompt, max_tokens, sampler))
+    }
+
+    /// See [`Generator::generate_without_cache`].
+    pub fn generate_without_cache(
+        &mut self,
+        prompt: &[u32],
+        max_tokens: usize,
+        sampler: &mut Sampler,
+    ) -> Result<Vec<u32>> {
+        each!(self, g => g.generate_without_cache(prompt, max_tokens, sampler))
+    }
+}

@@ -1,0 +1,390 @@
+//! The pieces every decoder-only transformer here is built of: its
+//! configuration, grouped-query self-attention with rotary positions, an
+//! optional sliding window and optional query/key norms, and the model
+//! around a stack of blocks (embedding, blocks, final norm, head). Each
+//! architecture's file (`llama.rs`, `qwen2.rs`, `qwen3.rs`, `mistral.rs`,
+//! `gemma3.rs`) says which of these it uses and how its files name them;
+//! `transformer/gguf.rs` and `transformer/hf.rs` read a configuration from
+//! a GGUF file or a Hugging Face folder.
+//!
+//! Axes: `b` batch, `s` sequence, `d` model width, `h` heads, `hd` head
+//! width, `ff` MLP width, `voc` vocabulary; inside attention `s` becomes `q`
+//! (queries) or `k` (keys).
+
+use radix::nn::{self, Embedding, KvCache, Linear, RmsNorm, RopeLayout, RopeScaling, Rotary};
+use radix::{Bufferized, DType, Module, Shape, Size, Tensor};
+
+pub(crate) mod gguf;
+pub(crate) mod hf;
+
+use crate::generate::{CausalLm, Step};
+
+/// The architectures radix runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    /// LLaMA (`llama.rs`).
+    Llama,
+    /// Mistral: LLaMA with a sliding window (`mistral.rs`).
+    Mistral,
+    /// Qwen2: biases on the query, key and value projections (`qwen2.rs`).
+    Qwen2,
+    /// Qwen3: RMS norms on queries and keys (`qwen3.rs`).
+    Qwen3,
+    /// Gemma 3 (`gemma3.rs`).
+    Gemma3,
+}
+
+impl Arch {
+    /// Every architecture, in the order error messages list them.
+    pub const ALL: [Arch; 5] = [
+        Arch::Llama,
+        Arch::Mistral,
+        Arch::Qwen2,
+        Arch::Qwen3,
+        Arch::Gemma3,
+    ];
+
+    /// The name GGUF's `general.architecture` gives it (Mistral files
+    /// converted by llama.cpp say `llama`).
+    pub fn gguf_name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Mistral => "mistral",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+            Arch::Gemma3 => "gemma3",
+        }
+    }
+
+    /// The `model_type` of a Hugging Face `config.json`.
+    pub fn model_type(self) -> &'static str {
+        match self {
+            Arch::Gemma3 => "gemma3_text",
+            other => other.gguf_name(),
+        }
+    }
+
+    /// The architecture GGUF calls `name`, or an error message naming it
+    /// and listing the known ones.
+    pub fn from_gguf_name(name: &str) -> Result<Arch, String> {
+        Arch::ALL
+            .into_iter()
+            .find(|a| a.gguf_name() == name)
+            .ok_or_else(|| unknown(name, Arch::gguf_name))
+    }
+
+    /// The architecture of `model_type`, or an error message naming it and
+    /// listing the known ones.
+    pub fn from_model_type(name: &str) -> Result<Arch, String> {
+        Arch::ALL
+            .into_iter()
+            .find(|a| a.model_type() == name)
+            .ok_or_else(|| unknown(name, Arch::model_type))
+    }
+}
+
+fn unknown(name: &str, known: fn(Arch) -> &'static str) -> String {
+    let known: Vec<&str> = Arch::ALL.into_iter().map(known).collect();
+    format!(
+        "architecture {name:?} is not one radix runs (known: {})",
+        known.join(", ")
+    )
+}
+
+/// The hyper-parameters of a decoder, from a GGUF file's metadata or a
+/// Hugging Face `config.json`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecoderConfig {
+    /// Which architecture.
+    pub arch: Arch,
+    /// Transformer blocks.
+    pub n_layers: usize,
+    /// Model width.
+    pub dim: i64,
+    /// Query heads.
+    pub n_heads: i64,
+    /// Key/value heads.
+    pub n_kv_heads: i64,
+    /// The width of one head (`dim / n_heads` unless the file says).
+    pub head_dim: i64,
+    /// MLP width.
+    pub ffn_dim: i64,
+    /// Vocabulary size (rows of the embedding).
+    pub vocab: i64,
+    /// Rotary base of full-attention layers.
+    pub rope_theta: f64,
+    /// How full-attention layers stretch their rotary frequencies.
+    pub rope_scaling: RopeScaling,
+    /// Rotary base of sliding-window layers.
+    pub rope_theta_sliding: f64,
+    /// Which rotary pairs the stored query and key rows form.
+    pub rope_layout: RopeLayout,
+    /// RMSNorm epsilon.
+    pub rms_eps: f64,
+    /// What RMS norms add to their stored weight (1 for Gemma's Hugging Face
+    /// checkpoints, which store `weight - 1`; GGUF files store the weight).
+    pub norm_offset: f64,
+    /// The scale of attention scores (`1 / sqrt(head_dim)` for most).
+    pub attn_scale: f64,
+    /// How many positions a sliding-window layer sees (itself included).
+    pub sliding_window: Option<i64>,
+    /// Per layer, whether it attends within the window (empty: none does).
+    pub sliding_layers: Vec<bool>,
+    /// Whether the output projection is the embedding table.
+    pub tied_embeddings: bool,
+}
+
+impl DecoderConfig {
+    /// A configuration of `arch` with these sizes and the usual defaults:
+    /// rope base 10000 unscaled, GGUF's adjacent-pair rotary layout, RMS
+    /// epsilon 1e-5, no sliding window, tied embeddings.
+    pub fn new(
+        arch: Arch,
+        n_layers: usize,
+        dim: i64,
+        heads: (i64, i64),
+        ffn_dim: i64,
+        vocab: i64,
+    ) -> Self {
+        let head_dim = dim / heads.0;
+        DecoderConfig {
+            arch,
+            n_layers,
+            dim,
+            n_heads: heads.0,
+            n_kv_heads: heads.1,
+            head_dim,
+            ffn_dim,
+            vocab,
+            rope_theta: 10000.0,
+            rope_scaling: RopeScaling::None,
+            rope_theta_sliding: 10000.0,
+            rope_layout: RopeLayout::AdjacentPair,
+            rms_eps: 1e-5,
+            norm_offset: 0.0,
+            attn_scale: 1.0 / (head_dim as f64).sqrt(),
+            sliding_window: None,
+            sliding_layers: vec![],
+            tied_embeddings: true,
+        }
+    }
+
+    /// Whether layer `i` attends within the sliding window.
+    pub fn is_sliding(&self, i: usize) -> bool {
+        self.sliding_window.is_some() && self.sliding_layers.get(i).copied().unwrap_or(false)
+    }
+
+    /// An RMS norm over `(tag, size)` as this model's checkpoints store it.
+    pub fn norm(&self, axis: (&str, i64)) -> RmsNorm {
+        RmsNorm::new(axis, self.rms_eps).with_offset(self.norm_offset)
+    }
+}
+
+/// Self-attention of one block (`blk.N.attn_q`, ... in GGUF): grouped-query
+/// heads with rotary positions, optionally biased projections (Qwen2),
+/// RMS norms on each query and key head (Qwen3, Gemma 3) and a sliding
+/// window (Mistral, Gemma 3).
+#[derive(Module, Clone, Debug)]
+pub struct Attention {
+    #[module(rename = "attn_q")]
+    q: Linear,
+    #[module(rename = "attn_k")]
+    k: Linear,
+    #[module(rename = "attn_v")]
+    v: Linear,
+    #[module(rename = "attn_output")]
+    o: Linear,
+    #[module(rename = "attn_q_norm")]
+    q_norm: Option<RmsNorm>,
+    #[module(rename = "attn_k_norm")]
+    k_norm: Option<RmsNorm>,
+    rope: Rotary,
+    n_heads: i64,
+    n_kv_heads: i64,
+    #[module(skip)]
+    window: Option<i64>,
+    /// What the scores' `1 / sqrt(head_dim)` is multiplied by.
+    #[module(skip)]
+    rescale: f64,
+}
+
+impl Attention {
+    /// The attention of layer `layer`.
+    pub fn new(cfg: &DecoderConfig, layer: usize) -> Attention {
+        let (d, hd) = (cfg.dim, cfg.head_dim);
+        let bias = cfg.arch == Arch::Qwen2;
+        let qk_norm = matches!(cfg.arch, Arch::Qwen3 | Arch::Gemma3);
+        let proj = |n: i64| {
+            let l = Linear::new(("d", d), ("d", n * hd));
+            if bias { l.with_bias() } else { l }
+        };
+        let sliding = cfg.is_sliding(layer);
+        let rope = if sliding {
+            Rotary::new(hd, cfg.rope_theta_sliding, cfg.rope_layout)
+        } else {
+            Rotary::scaled(hd, cfg.rope_theta, cfg.rope_layout, &cfg.rope_scaling)
+        };
+        Attention {
+            q: proj(cfg.n_heads),
+            k: proj(cfg.n_kv_heads),
+            v: proj(cfg.n_kv_heads),
+            o: Linear::new(("d", cfg.n_heads * hd), ("d", d)),
+            q_norm: qk_norm.then(|| cfg.norm(("hd", hd))),
+            k_norm: qk_norm.then(|| cfg.norm(("hd", hd))),
+            rope,
+            n_heads: cfg.n_heads,
+            n_kv_heads: cfg.n_kv_heads,
+            window: if sliding { cfg.sliding_window } else { None },
+            // Exactly 1 where the scale is the usual one, so that no
+            // multiply is traced for it.
+            rescale: match cfg.attn_scale * (hd as f64).sqrt() {
+                r if (r - 1.0).abs() < 1e-12 => 1.0,
+                r => r,
+            },
+        }
+    }
+
+    /// Whether the layer attends within a sliding window.
+    pub fn is_sliding(&self) -> bool {
+        self.window.is_some()
+    }
+
+    /// `x` `(b, s, d)` at positions `pos` `(b, s)`: writes its keys and values
+    /// into the layer's cache from position `start` and attends over it,
+    /// hiding keys after each query's position (and before its window).
+    pub fn forward(&self, x: Tensor, pos: Tensor, step: Step) -> (Tensor, KvCache) {
+        let heads = |l: &Linear, n: i64, norm: &Option<RmsNorm>| {
+            let h = l
+                .forward(x)
+                .split_axis("d", &[("h", n.into()), ("hd", Size::Auto)]);
+            match norm {
+                Some(norm) => norm.forward(h),
+                None => h,
+            }
+        };
+        let q = self
+            .rope
+            .forward(heads(&self.q, self.n_heads, &self.q_norm), pos);
+        let k = self
+            .rope
+            .forward(heads(&self.k, self.n_kv_heads, &self.k_norm), pos);
+        let v = heads(&self.v, self.n_kv_heads, &None);
+        // `nn::attention` scales scores by 1 / sqrt(head_dim); a model that
+        // scales otherwise (Gemma 3's query_pre_attn_scalar) scales q.
+        let q = if self.rescale == 1.0 {
+            q
+        } else {
+            q * self.rescale
+        };
+        let (k, v) = (k.rename("s", "k"), v.rename("s", "k"));
+        let cache = step.cache.write(step.start, k, v);
+        let k_pos = Tensor::iota(Shape::tagged(pos.dtype(), &[("k", cache.k.dim("k"))]), "k");
+        let q_pos = pos.rename("s", "q");
+        let mask = nn::causal_mask(q_pos, k_pos);
+        let mask = match self.window {
+            // Keys within the last `w` positions: q_pos <= k_pos + w - 1.
+            Some(w) => mask.and(nn::causal_mask(k_pos + (w - 1) as f64, q_pos)),
+            None => mask,
+        };
+        let out = nn::attention(q.rename("s", "q"), cache.k, cache.v, Some(mask));
+        let out = out.merge_axes(["h", "hd"], "d").rename("q", "s");
+        (self.o.forward(out), cache)
+    }
+}
+
+/// One block of a decoder, as each architecture's file defines it.
+pub trait Layer: Module + Clone {
+    /// Layer `layer`'s parameters.
+    fn new(cfg: &DecoderConfig, layer: usize) -> Self;
+
+    /// `x` `(b, s, d)` at positions `pos`: the block's output and its cache
+    /// with the tokens' keys and values written.
+    fn forward(&self, x: Tensor, pos: Tensor, step: Step) -> (Tensor, KvCache);
+
+    /// Layers of one kind trace to the same program; layers of another kind
+    /// (a sliding-window layer beside a global one) to another.
+    fn kind(&self) -> u64;
+}
+
+/// A decoder: embedding, blocks, final norm and (unless tied) output
+/// projection, its fields named for its GGUF weights.
+#[derive(Module, Clone, Debug)]
+pub struct Decoder<B: Layer> {
+    #[module(rename = "token_embd")]
+    embed: Embedding,
+    #[module(rename = "blk")]
+    layers: Vec<B>,
+    #[module(rename = "output_norm")]
+    norm: RmsNorm,
+    output: Option<Linear>,
+    #[module(skip)]
+    cfg: DecoderConfig,
+}
+
+impl<B: Layer> Decoder<B> {
+    /// The model's parameters (placeholders until loaded).
+    pub fn new(cfg: &DecoderConfig) -> Decoder<B> {
+        Decoder {
+            embed: Embedding::new(cfg.vocab, ("d", cfg.dim)),
+            layers: (0..cfg.n_layers).map(|i| B::new(cfg, i)).collect(),
+            norm: cfg.norm(("d", cfg.dim)),
+            output: (!cfg.tied_embeddings).then(|| Linear::new(("d", cfg.dim), ("voc", cfg.vocab))),
+            cfg: cfg.clone(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DecoderConfig {
+        &self.cfg
+    }
+}
+
+impl<B: Layer> CausalLm for Decoder<B> {
+    type Block = B;
+
+    fn cache_shapes(&self, capacity: usize) -> Vec<Shape> {
+        let (cfg, capacity) = (&self.cfg, capacity as i64);
+        let shape = KvCache::shape(1, capacity, cfg.n_kv_heads, cfg.head_dim, DType::F32);
+        vec![shape; cfg.n_layers]
+    }
+
+    fn embed(&self, ids: Tensor, start: Tensor) -> (Tensor, Tensor) {
+        let x = self.embed.forward(ids);
+        // Gemma scales the embeddings by sqrt(width) (rounded to f32 first,
+        // as transformers does).
+        let x = match self.cfg.arch {
+            Arch::Gemma3 => x * f64::from((self.cfg.dim as f32).sqrt()),
+            _ => x,
+        };
+        (x, Tensor::iota(ids.shape(), "s") + start)
+    }
+
+    fn blocks(&self) -> &[B] {
+        &self.layers
+    }
+
+    fn block_weights(weights: &Bufferized<Self>) -> &[Bufferized<B>] {
+        &weights.layers
+    }
+
+    fn block(block: &B, x: Tensor, pos: Tensor, step: Step) -> (Tensor, KvCache) {
+        block.forward(x, pos, step)
+    }
+
+    fn block_kind(block: &B) -> u64 {
+        block.kind()
+    }
+
+    fn head(&self, x: Tensor, last: Tensor) -> Tensor {
+        let zero = Tensor::scalar(0.0, DType::I32);
+        let size = |t: &str| x.dim(t);
+        let x = x
+            .dynamic_slice(&[zero, last, zero], &[size("b"), 1, size("d")])
+            .squeeze("s");
+        let x = self.norm.forward(x);
+        match &self.output {
+            Some(o) => o.forward(x),
+            None => self.embed.unembed(x, "d"),
+        }
+    }
+}
