@@ -7,7 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{fails_with_one_error, radix};
+use common::{fails_with_one_error, radix, radix_process};
 use serde_json::Value;
 
 fn tiny(name: &str) -> PathBuf {
@@ -62,7 +62,10 @@ fn patched(dir: &Path, file: &str, from: &[u8], to: &[u8]) -> PathBuf {
 
 fn fails(model: &Path, want: &str) {
     fails_with_one_error(
-        radix().args(["generate", "--model"]).arg(model).arg("hi"),
+        radix_process()
+            .args(["generate", "--model"])
+            .arg(model)
+            .arg("hi"),
         want,
     );
 }

@@ -38,7 +38,8 @@ fn list_and_clear() {
     let json: serde_json::Value =
         serde_json::from_str(&radix(dir.path(), &["cache", "list", "--json"])).unwrap();
     assert_eq!(json["entries"].as_array().unwrap().len(), 2);
-    assert_eq!(json["entries"][0]["bytes"], 43);
+    // A 60-byte header (magic, version, key, length, HMAC-SHA256) and the payload.
+    assert_eq!(json["entries"][0]["bytes"], 60 + 7);
 
     let json: serde_json::Value =
         serde_json::from_str(&radix(dir.path(), &["cache", "clear", "--json"])).unwrap();

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{fails_with_one_error, radix, reference_dir};
+use common::{fails_with_one_error, radix, radix_process, reference_dir};
 
 use radix::io::Safetensors;
 use radix::testing::{Tol, assert_all_close};
@@ -99,7 +99,7 @@ cosine similarity
 /// Runs `radix embed ARGS` and checks that it fails with exactly one error
 /// line, the last on stderr, containing `want`, and no panic.
 fn fails(args: &[&std::ffi::OsStr], want: &str) {
-    fails_with_one_error(radix().arg("embed").args(args), want);
+    fails_with_one_error(radix_process().arg("embed").args(args), want);
 }
 
 #[test]

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{fails_with_one_error, radix, reference_dir};
+use common::{fails_with_one_error_on, radix, radix_process, reference_dir};
 
 use serde_json::Value;
 
@@ -92,7 +92,7 @@ fn prompt_from_stdin_streams_text() {
 /// Runs `radix generate ARGS` (with `stdin`) and checks that it fails with
 /// exactly one error line, the last on stderr, containing `want`, and no panic.
 fn fails(args: &[&std::ffi::OsStr], stdin: &str, want: &str) {
-    fails_with_one_error(radix().arg("generate").args(args).write_stdin(stdin), want);
+    fails_with_one_error_on(radix_process().arg("generate").args(args), stdin, want);
 }
 
 #[test]

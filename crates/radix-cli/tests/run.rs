@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{fails_with_one_error, radix};
+use common::{fails_with_one_error, radix, radix_process};
 
 use std::path::{Path, PathBuf};
 
@@ -223,7 +223,7 @@ fn summary_without_output() {
 /// Runs `radix run ARGS` and checks that it fails with exactly one error line,
 /// the last on stderr, containing `want`, and no panic.
 fn fails(args: &[&std::ffi::OsStr], want: &str) {
-    fails_with_one_error(radix().arg("run").args(args), want);
+    fails_with_one_error(radix_process().arg("run").args(args), want);
 }
 
 /// Writes `arrays` as an `.npz` in `dir`.

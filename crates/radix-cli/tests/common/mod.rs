@@ -22,11 +22,79 @@ pub fn reference_dir() -> PathBuf {
     }
 }
 
+/// The `radix` binary as a plain process command, set up as [`radix`].
+pub fn radix_process() -> std::process::Command {
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("radix"));
+    cmd.env_remove("RUST_LOG").env("RUST_BACKTRACE", "1");
+    cmd
+}
+
+/// The most memory a run on bad input may take: a file's own size is the
+/// most radix should read of it, and the bad inputs here are small.
+const BAD_INPUT_MAX_RSS: u64 = 1 << 30;
+
+/// Runs `cmd` (with `stdin` on its standard input) to the end: its output
+/// and its peak resident memory in bytes (`wait4`'s `ru_maxrss`).
+pub fn run_measured(cmd: &mut std::process::Command, stdin: &str) -> (std::process::Output, u64) {
+    use std::io::{Read, Write};
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn radix");
+    let mut input = child.stdin.take().expect("piped");
+    let stdin = stdin.to_string();
+    let writer = std::thread::spawn(move || {
+        // The process may exit without reading: a closed pipe is fine.
+        let _ = input.write_all(stdin.as_bytes());
+    });
+    let read_all = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            r.read_to_end(&mut v).expect("read a pipe");
+            v
+        })
+    };
+    let out = read_all(Box::new(child.stdout.take().expect("piped")));
+    let err = read_all(Box::new(child.stderr.take().expect("piped")));
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value to be overwritten.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `child` is our unwaited child; the pointers are valid.
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as libc::pid_t, "wait4");
+    writer.join().expect("stdin writer");
+    let output = std::process::Output {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+    };
+    (output, usage.ru_maxrss as u64 * 1024)
+}
+
 /// Runs `cmd` and checks that it fails with exactly one error line, the last
-/// on stderr, containing `want`, and no panic or backtrace.
-pub fn fails_with_one_error(cmd: &mut Command, want: &str) {
-    let out = cmd.assert().failure().get_output().clone();
+/// on stderr, containing `want`: exit code 1 or 2 (no signal, no abort), no
+/// panic or backtrace, and under 1 GiB of memory at its peak.
+pub fn fails_with_one_error(cmd: &mut std::process::Command, want: &str) {
+    fails_with_one_error_on(cmd, "", want);
+}
+
+/// [`fails_with_one_error`] with `stdin` on the process's standard input.
+pub fn fails_with_one_error_on(cmd: &mut std::process::Command, stdin: &str, want: &str) {
+    let (out, peak) = run_measured(cmd, stdin);
     let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        matches!(out.status.code(), Some(1 | 2)),
+        "{:?} for {want:?}: {stderr}",
+        out.status
+    );
+    assert!(
+        peak < BAD_INPUT_MAX_RSS,
+        "{peak} bytes at the peak for {want:?}: {stderr}"
+    );
     assert!(
         !stderr.contains("panicked") && !stderr.contains("backtrace"),
         "{stderr}"
