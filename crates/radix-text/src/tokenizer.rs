@@ -228,6 +228,10 @@ impl Tokenizer {
         let Some(template) = &self.chat else {
             return Err(self.err("the model has no chat template".into()));
         };
+        if messages.is_empty() {
+            // As transformers refuses it, before the template sees it.
+            return Err(self.err("cannot apply the chat template to an empty chat".into()));
+        }
         template
             .render(messages, add_generation_prompt)
             .map_err(|reason| self.err(reason))

@@ -6,27 +6,12 @@
 
 #[path = "../../radix/tests/io_common/mod.rs"]
 mod common;
-
-use std::io::Read;
-use std::path::{Path, PathBuf};
+mod gemma3_vocab;
 
 use common::write;
+use gemma3_vocab::{fixtures, gemma3_vocab};
 use radix::io::Gguf;
 use radix_text::{ChatMessage, TemplateOrigin, Tokenizer, turn_end_ids};
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gemma3")
-}
-
-/// Unzips the vocabulary into `dir` and returns the GGUF file's path.
-fn gemma3_vocab(dir: &Path) -> PathBuf {
-    let file = std::fs::File::open(fixtures().join("vocab.gguf.zip")).unwrap();
-    let mut zip = zip::ZipArchive::new(file).unwrap();
-    let mut entry = zip.by_name("gemma-3-270m-vocab.gguf").unwrap();
-    let mut bytes = vec![];
-    entry.read_to_end(&mut bytes).unwrap();
-    write(dir, "gemma-3-270m-vocab.gguf", &bytes)
-}
 
 fn reference() -> serde_json::Value {
     let text = std::fs::read_to_string(fixtures().join("tokens.json")).unwrap();
