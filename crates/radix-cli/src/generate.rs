@@ -21,7 +21,7 @@ use radix::nn::MatrixFormat;
 use radix_models::generate::{Generation, Plan};
 use radix_models::llama::{Llama, LlamaRunner};
 use radix_models::sampling::Sampler;
-use radix_text::{ChatMessage, Tokenizer};
+use radix_text::{ChatMessage, TemplateOrigin, Tokenizer};
 use serde_json::json;
 
 use crate::Cli;
@@ -121,6 +121,7 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
         None => read_stdin()?,
     };
     let text = if args.chat {
+        model.say_which_chat_template();
         model.tokenizer.chat_prompt(&[ChatMessage::user(&prompt)])?
     } else {
         prompt
@@ -229,7 +230,8 @@ struct Model {
     tokenizer: Tokenizer,
     /// The longest sequence the model was trained on (`llama.context_length`).
     context: usize,
-    /// Tokens that end a reply: end-of-sequence and ChatML's `<|im_end|>`.
+    /// Tokens that end a reply: end-of-sequence, and the vocabulary's
+    /// `<end_of_turn>`, `<|im_end|>` or `<|eot_id|>`.
     stops: Vec<u32>,
 }
 
@@ -263,16 +265,26 @@ impl Model {
             Some(n) if n > 0 => n as usize,
             _ => bail!("{}: no llama.context_length metadata", path.display()),
         };
-        let stops = [tokenizer.eos_id(), tokenizer.token_to_id("<|im_end|>")]
-            .into_iter()
-            .flatten()
-            .collect();
+        let stops = tokenizer.stop_ids().to_vec();
         Ok(Model {
             path,
             tokenizer,
             context,
             stops,
         })
+    }
+
+    /// Warns when the model ships no chat template and a known one stands in.
+    fn say_which_chat_template(&self) {
+        if let Some(TemplateOrigin::Known { architecture, name }) =
+            self.tokenizer.chat_template().map(|t| t.origin())
+        {
+            tracing::warn!(
+                "{} has no chat template (`tokenizer.chat_template`); using the known {name} \
+                 template of the {architecture} architecture",
+                self.path.display()
+            );
+        }
     }
 
     /// How many tokens to generate after a prompt of `n` tokens: at most
@@ -414,6 +426,7 @@ impl TextStream {
 /// exchanges dropped when it outgrows the context.
 fn chat_loop(cli: &Cli, model: Model, args: &GenerateArgs, mut sampler: Sampler) -> Result<()> {
     // A longer cache than the first turns need, so that later turns reuse it.
+    model.say_which_chat_template();
     let mut session = Session::new(open_platform(cli)?, model, 1024, args);
     let mut history: Vec<ChatMessage> = vec![];
     let mut stdin = std::io::stdin().lock();
