@@ -38,8 +38,8 @@ use crate::{Error, Result};
 const KNOWN_KINDS: &str = "\"gpt2\" (byte-level BPE) and \"llama\" (SentencePiece)";
 
 /// Tokens that end a turn when the vocabulary holds them as control tokens
-/// (Gemma, ChatML, Llama 3), besides the end-of-sequence token.
-pub(crate) const TURN_ENDS: [&str; 3] = ["<end_of_turn>", "<|im_end|>", "<|eot_id|>"];
+/// (Gemma, ChatML, Llama 3, Phi-3), besides the end-of-sequence token.
+pub(crate) const TURN_ENDS: [&str; 4] = ["<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>"];
 
 /// GGUF token types (llama.cpp's `llama_token_type`).
 const CONTROL: i64 = 3;
@@ -453,15 +453,22 @@ fn post_processor(
         .map_err(|e| meta.bad(e.to_string()))
 }
 
-/// Control tokens as special added tokens, user-defined ones as plain added
-/// tokens (those the vocabulary holds as spelled), so that both stay whole.
+/// Control tokens and the tokens the file names bos, eos, unk or pad (as
+/// transformers passes those to the tokenizer class) as special added tokens,
+/// user-defined ones as plain added tokens (those the vocabulary holds as
+/// spelled), so that all stay whole in the text.
 fn add_special_tokens(inner: &mut tokenizers::Tokenizer, meta: &Metadata) {
+    let named: Vec<u32> = ["bos", "eos", "unknown", "padding"]
+        .iter()
+        .filter_map(|name| meta.id(&format!("tokenizer.ggml.{name}_token_id")))
+        .collect();
     let control: Vec<AddedToken> = meta
         .tokens
         .iter()
         .zip(&meta.types)
-        .filter(|&(_, &ty)| ty == CONTROL)
-        .map(|(t, _)| AddedToken::from(t.to_string(), true).normalized(false))
+        .enumerate()
+        .filter(|&(i, (_, &ty))| ty == CONTROL || named.contains(&(i as u32)))
+        .map(|(_, (t, _))| AddedToken::from(t.to_string(), true).normalized(false))
         .collect();
     inner.add_special_tokens(&control);
     let user: Vec<AddedToken> = meta

@@ -174,7 +174,8 @@ impl Tokenizer {
 
     /// The ids that end a turn, where generation stops: the end-of-sequence
     /// id and, where the vocabulary holds them as special tokens,
-    /// `<end_of_turn>` (Gemma), `<|im_end|>` (ChatML) and `<|eot_id|>` (Llama 3).
+    /// `<end_of_turn>` (Gemma), `<|im_end|>` (ChatML), `<|eot_id|>` (Llama 3)
+    /// and `<|end|>` (Phi-3).
     pub fn stop_ids(&self) -> &[u32] {
         &self.stops
     }

@@ -1,6 +1,6 @@
 //! Chat templates rendered with minijinja against transformers'
 //! `apply_chat_template` (jinja2) for the same chats (`fixtures/chat/make.py`):
-//! SmolLM2's template as its GGUF ships it, Gemma's turns (the known template
+//! SmolLM2's and Phi-3's templates as their GGUF files ship them, Gemma's turns (the known template
 //! for a gemma file that ships none), and a template using what HF templates
 //! use beyond plain Jinja.
 
@@ -93,6 +93,21 @@ fn gemma_template_renders_as_transformers_renders_it() {
     assert!(msg.contains("gemma-3-270m-vocab.gguf"), "{msg}");
     assert!(msg.contains("Conversation roles must alternate"), "{msg}");
     assert_eq!(msg.lines().count(), 1, "{msg}");
+}
+
+#[test]
+fn phi3_template_renders_as_transformers_renders_it() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/spm/ggml-vocab-phi-3.gguf");
+    let tok = Tokenizer::from_gguf(&Gguf::open(&path).unwrap()).unwrap();
+    check(&reference()["phi3"], |msgs, generation_prompt| {
+        let res = if generation_prompt {
+            tok.chat_prompt(msgs)
+        } else {
+            tok.chat_transcript(msgs)
+        };
+        res.map_err(|e| e.to_string())
+    });
 }
 
 #[test]

@@ -1,20 +1,23 @@
 //! SentencePiece vocabularies from GGUF files (`tokenizer.ggml.model` =
-//! `llama`): Gemma 3 270M's vocabulary, a GGUF file without tensors committed
-//! as a fixture, against the ids and text of the tokenizer transformers builds
-//! from the same file (`tests/fixtures/gemma3/make.py`), and the errors for
+//! `llama`), GGUF files without tensors committed as fixtures: Gemma 3 270M's
+//! (`tests/fixtures/gemma3/make.py`), Llama 2's and Phi-3's (llama.cpp's test
+//! vocabularies, `tests/fixtures/spm/make.py`), each against the ids and text
+//! of the tokenizer transformers builds from the same file; and the errors for
 //! vocabularies radix cannot build.
 
 #[path = "../../radix/tests/io_common/mod.rs"]
 mod common;
 mod gemma3_vocab;
 
+use std::path::{Path, PathBuf};
+
 use common::write;
 use gemma3_vocab::{fixtures, gemma3_vocab};
 use radix::io::Gguf;
 use radix_text::{ChatMessage, TemplateOrigin, Tokenizer, turn_end_ids};
 
-fn reference() -> serde_json::Value {
-    let text = std::fs::read_to_string(fixtures().join("tokens.json")).unwrap();
+fn reference(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap();
     serde_json::from_str(&text).unwrap()
 }
 
@@ -26,14 +29,15 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
         .collect()
 }
 
-#[test]
-fn gemma3_vocabulary_equals_transformers() {
-    let dir = tempfile::tempdir().unwrap();
-    let gguf = Gguf::open(&gemma3_vocab(dir.path())).unwrap();
-    let tok = Tokenizer::from_gguf(&gguf).unwrap();
-    let r = reference();
+/// Checks the tokenizer built from `gguf` against transformers' ids and
+/// decodings in `reference` (a `tokens*.json` fixture): every string must
+/// encode to the same ids and those decode to the same text.
+fn check(gguf: &Path, reference: &Path) -> Tokenizer {
+    let tok = Tokenizer::from_gguf(&Gguf::open(gguf).unwrap()).unwrap();
+    let r = self::reference(reference);
     assert_eq!(tok.vocab_size(), r["vocab_size"].as_u64().unwrap() as usize);
-    assert_eq!((tok.bos_id(), tok.eos_id()), (Some(2), Some(1)));
+    let id = |key: &str| r[key].as_u64().map(|i| i as u32);
+    assert_eq!((tok.bos_id(), tok.eos_id()), (id("bos_id"), id("eos_id")));
     let cases = r["cases"].as_array().unwrap();
     assert!(cases.len() >= 400, "{} strings", cases.len());
     let mut wrong = vec![];
@@ -45,24 +49,64 @@ fn gemma3_vocabulary_equals_transformers() {
             wrong.push(format!("{text:?}: got {got:?}, want {want:?}"));
             continue;
         }
-        assert_eq!(
-            tok.decode(&want).unwrap(),
-            case["decoded"].as_str().unwrap(),
-            "{text:?}"
-        );
-        assert_eq!(
-            tok.decode_skipping_special(&want).unwrap(),
-            case["decoded_skipping_special"].as_str().unwrap(),
-            "{text:?}"
-        );
+        for (decoded, key) in [
+            (tok.decode(&want).unwrap(), "decoded"),
+            (
+                tok.decode_skipping_special(&want).unwrap(),
+                "decoded_skipping_special",
+            ),
+        ] {
+            if decoded != case[key].as_str().unwrap() {
+                wrong.push(format!("{text:?}: {key} {decoded:?}, want {}", case[key]));
+            }
+        }
     }
     assert!(
         wrong.is_empty(),
-        "{} of {} strings differ:\n{}",
+        "{}: {} of {} strings differ:\n{}",
+        gguf.display(),
         wrong.len(),
         cases.len(),
         wrong.join("\n")
     );
+    tok
+}
+
+fn spm_fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/spm")
+}
+
+/// Gemma 3: merges from the order of the tokens, no prefix space, tokens of
+/// blanks respelled.
+#[test]
+fn gemma3_vocabulary_equals_transformers() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = check(&gemma3_vocab(dir.path()), &fixtures().join("tokens.json"));
+    assert_eq!((tok.bos_id(), tok.eos_id()), (Some(2), Some(1)));
+}
+
+/// Llama 2's vocabulary: merges from the scores, a prefix space.
+#[test]
+fn llama_vocabulary_equals_transformers() {
+    let dir = spm_fixtures();
+    let tok = check(
+        &dir.join("ggml-vocab-llama-spm.gguf"),
+        &dir.join("tokens-llama-spm.json"),
+    );
+    assert_eq!(tok.encode("Hello world").unwrap(), [1, 15043, 3186]);
+    assert_eq!(tok.stop_ids(), [2]);
+}
+
+/// Phi-3's vocabulary: the prefix space and the `▁`s from a normalizer.
+#[test]
+fn phi3_vocabulary_equals_transformers() {
+    let dir = spm_fixtures();
+    let tok = check(
+        &dir.join("ggml-vocab-phi-3.gguf"),
+        &dir.join("tokens-phi-3.json"),
+    );
+    // `<|endoftext|>` (eos) and `<|end|>`, which ends its chat turns.
+    assert_eq!(tok.stop_ids(), [32000, 32007]);
 }
 
 #[test]
