@@ -34,8 +34,9 @@ pub struct GenerateArgs {
     /// `smollm2` (SmolLM2-135M-Instruct, fetched on first use) or a GGUF file.
     #[arg(long, default_value = "smollm2", value_name = "smollm2|PATH")]
     model: String,
-    /// The most tokens to generate; fewer at the end-of-sequence token or the
-    /// end of the model's context.
+    /// The most tokens to generate; fewer at a token that ends the turn
+    /// (end-of-sequence, `<end_of_turn>`, `<|im_end|>`, ...) or the end of the
+    /// model's context.
     #[arg(long, default_value_t = 128, value_name = "N")]
     max_tokens: usize,
     /// Sampling temperature; 0 always picks the most likely token (greedy).
@@ -120,13 +121,17 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
         }
         None => read_stdin()?,
     };
-    let text = if args.chat {
+    // A chat template writes the special tokens it wants; a plain prompt
+    // gets those the tokenizer adds (Gemma's and Llama's BOS).
+    let (text, ids) = if args.chat {
         model.say_which_chat_template();
-        model.tokenizer.chat_prompt(&[ChatMessage::user(&prompt)])?
+        let text = model.tokenizer.chat_prompt(&[ChatMessage::user(&prompt)])?;
+        let ids = model.tokenizer.encode_without_added_tokens(&text)?;
+        (text, ids)
     } else {
-        prompt
+        let ids = model.tokenizer.encode(&prompt)?;
+        (prompt, ids)
     };
-    let ids = model.tokenizer.encode(&text)?;
     let n_new = model.n_new(ids.len(), args.max_tokens)?;
     let mut session = Session::new(open_platform(cli)?, model, 32, args);
     let res = if args.json {
@@ -441,10 +446,7 @@ fn chat_loop(cli: &Cli, model: Model, args: &GenerateArgs, mut sampler: Sampler)
         }
         history.push(ChatMessage::user(line.trim()));
         let ids = loop {
-            let ids = session
-                .model
-                .tokenizer
-                .encode(&session.model.tokenizer.chat_prompt(&history)?)?;
+            let ids = session.model.tokenizer.chat_prompt_ids(&history)?;
             if ids.len() < session.model.context || history.len() <= 1 {
                 break ids;
             }

@@ -378,27 +378,27 @@ fn vocab<S: AsRef<str>>(tokens: &[S]) -> Vocab {
 fn recover_merges(tokens: &[String], scores: &[f64]) -> Vec<(String, String)> {
     // Python dict semantics: the first occurrence fixes the order, the last
     // the id and the score.
-    let mut ids: HashMap<&str, u32> = HashMap::with_capacity(tokens.len());
-    let mut score: HashMap<&str, f64> = HashMap::with_capacity(tokens.len());
+    let mut entries: HashMap<&str, (u32, f64)> = HashMap::with_capacity(tokens.len());
     let mut order: Vec<&str> = Vec::with_capacity(tokens.len());
     for (i, t) in tokens.iter().enumerate() {
-        if ids.insert(t, i as u32).is_none() {
+        if entries.insert(t, (i as u32, scores[i])).is_none() {
             order.push(t);
         }
-        score.insert(t, scores[i]);
     }
+    let id = |t: &str| entries.get(t).map(|&(id, _)| id);
     // (left, right, score, chars in left, chars in right)
     let mut merges: Vec<(&str, &str, f64, usize, usize)> = vec![];
     for &token in &order {
         let start = merges.len();
+        let score = entries[token].1;
         let n_chars = token.chars().count();
         for (k, (at, _)) in token.char_indices().skip(1).enumerate() {
             let (left, right) = token.split_at(at);
-            if ids.contains_key(left) && ids.contains_key(right) {
-                merges.push((left, right, score[token], k + 1, n_chars - k - 1));
+            if id(left).is_some() && id(right).is_some() {
+                merges.push((left, right, score, k + 1, n_chars - k - 1));
             }
         }
-        merges[start..].sort_by_key(|&(l, r, ..)| (ids[l], ids[r]));
+        merges[start..].sort_by_key(|&(l, r, ..)| (id(l), id(r)));
     }
     merges.sort_by(|a, b| {
         b.2.partial_cmp(&a.2)

@@ -205,6 +205,13 @@ impl Tokenizer {
         self.chat_impl(messages, true)
     }
 
+    /// The ids of [`Tokenizer::chat_prompt`], as transformers'
+    /// `apply_chat_template(tokenize=True)` gives them: the template writes
+    /// the special tokens it wants (Gemma's `<bos>`), so none are added.
+    pub fn chat_prompt_ids(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
+        self.encode_without_added_tokens(&self.chat_prompt(messages)?)
+    }
+
     /// `messages` formatted by the model's chat template, without a generation
     /// prompt (a finished transcript).
     pub fn chat_transcript(&self, messages: &[ChatMessage]) -> Result<String> {

@@ -133,12 +133,19 @@ fn gemma3_turns_end_at_end_of_turn_and_use_the_known_template() {
         prompt,
         "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
     );
-    // The rendered `<bos>` is the BOS token, not text; encoding adds another
-    // one, as transformers' `tokenizer(prompt)` does.
+    // The rendered `<bos>` is the BOS token, and the only one: the template
+    // writes it, so none is added (`apply_chat_template(tokenize=True)`).
+    let ids = tok
+        .chat_prompt_ids(&[ChatMessage::system("Be brief."), ChatMessage::user("Hi")])
+        .unwrap();
+    // transformers' apply_chat_template(.., tokenize=True) with this template.
     assert_eq!(
-        tok.encode_without_added_tokens(&prompt).unwrap()[..3],
-        [2, 105, 2364]
+        ids,
+        [
+            2, 105, 2364, 107, 3912, 8652, 236761, 108, 10979, 106, 107, 105, 4368, 107
+        ]
     );
+    assert_eq!(tok.encode("Hi").unwrap(), [2, 10979]);
 }
 
 #[test]
