@@ -182,5 +182,116 @@ fn environment() -> Result<Environment<'static>, minijinja::Error> {
     env.add_function("raise_exception", |msg: String| -> Result<Value, _> {
         Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
     });
+    // Llama 3's templates write today's date.
+    env.add_function("strftime_now", |format: String| -> Result<Value, _> {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        strftime(&format, secs).map(Value::from)
+    });
     Ok(env)
+}
+
+/// Python's `strftime` of the UTC time `secs` after the epoch, for the
+/// directives templates use (`%Y %y %m %d %e %H %M %S %b %B %a %A %j %%`).
+fn strftime(format: &str, secs: u64) -> Result<String, minijinja::Error> {
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    const DAYS: [&str; 7] = [
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+    ];
+    let days = secs / 86_400;
+    let (hour, minute, second) = (secs % 86_400 / 3600, secs % 3600 / 60, secs % 60);
+    // Days to a civil date (Howard Hinnant's `civil_from_days`).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    let before = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334][month as usize - 1];
+    let yday = before + day + i64::from(leap && month > 2);
+    let month_name = MONTHS[month as usize - 1];
+    let weekday = DAYS[(days % 7) as usize];
+    let mut out = String::new();
+    let mut chars = format.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        let piece = match chars.next() {
+            Some('Y') => year.to_string(),
+            Some('y') => format!("{:02}", year % 100),
+            Some('m') => format!("{month:02}"),
+            Some('d') => format!("{day:02}"),
+            Some('e') => format!("{day:2}"),
+            Some('H') => format!("{hour:02}"),
+            Some('M') => format!("{minute:02}"),
+            Some('S') => format!("{second:02}"),
+            Some('b') => month_name[..3].to_string(),
+            Some('B') => month_name.to_string(),
+            Some('a') => weekday[..3].to_string(),
+            Some('A') => weekday.to_string(),
+            Some('j') => format!("{yday:03}"),
+            Some('%') => "%".to_string(),
+            other => {
+                return Err(minijinja::Error::new(
+                    ErrorKind::InvalidOperation,
+                    format!(
+                        "strftime_now: unsupported directive %{}",
+                        other.unwrap_or(' ')
+                    ),
+                ));
+            }
+        };
+        out.push_str(&piece);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::strftime;
+
+    #[test]
+    fn strftime_formats_utc_dates_as_python_does() {
+        // datetime.fromtimestamp(s, timezone.utc).strftime(...) in Python.
+        let check = |secs, format, want: &str| assert_eq!(strftime(format, secs).unwrap(), want);
+        check(
+            0,
+            "%d %b %Y %H:%M:%S %A %j",
+            "01 Jan 1970 00:00:00 Thursday 001",
+        );
+        check(
+            1_709_210_096,
+            "%d %B %Y, %a %y %j %%",
+            "29 February 2024, Thu 24 060 %",
+        );
+        check(1_796_256_000, "%Y-%m-%d %e", "2026-12-03  3");
+        check(951_868_800, "%d %b %Y %j", "01 Mar 2000 061");
+        assert!(strftime("%Q", 0).is_err());
+    }
 }
