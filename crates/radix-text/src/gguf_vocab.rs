@@ -280,7 +280,7 @@ fn sentencepiece(meta: &Metadata) -> Result<tokenizers::Tokenizer> {
         PrependScheme::Never
     };
     inner.with_pre_tokenizer(Some(Metaspace::new(SPACE, scheme, false)));
-    inner.with_decoder(Some(spm_decoder(prefix)));
+    inner.with_decoder(Some(spm_decoder(meta, prefix)?));
     Ok(inner)
 }
 
@@ -325,7 +325,7 @@ fn gemma(meta: &Metadata) -> Result<tokenizers::Tokenizer> {
         Split::new(" ", SplitDelimiterBehavior::MergedWithPrevious, false)
             .map_err(|e| meta.bad(e.to_string()))?,
     ));
-    inner.with_decoder(Some(spm_decoder(false)));
+    inner.with_decoder(Some(spm_decoder(meta, false)?));
     Ok(inner)
 }
 
@@ -347,18 +347,17 @@ fn spm_bpe(meta: &Metadata, tokens: &[String], scores: &[f64], unk: Option<&str>
 
 /// `▁` back to spaces, `<0xNN>` tokens back to bytes, and the prefix space off
 /// where one was added.
-fn spm_decoder(strip_prefix: bool) -> DecoderSequence {
+fn spm_decoder(meta: &Metadata, strip_prefix: bool) -> Result<DecoderSequence> {
+    let spaces = Replace::new(SPACE.to_string(), " ").map_err(|e| meta.bad(e.to_string()))?;
     let mut decoders: Vec<DecoderWrapper> = vec![
-        tokenizers::decoders::DecoderWrapper::Replace(
-            Replace::new(SPACE.to_string(), " ").expect("a plain-string pattern always compiles"),
-        ),
+        DecoderWrapper::Replace(spaces),
         ByteFallback::new().into(),
         Fuse::new().into(),
     ];
     if strip_prefix {
         decoders.push(Strip::new(' ', 1, 0).into());
     }
-    DecoderSequence::new(decoders)
+    Ok(DecoderSequence::new(decoders))
 }
 
 /// Token to id; a token listed twice keeps its last id, as a Python dict does.

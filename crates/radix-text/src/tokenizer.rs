@@ -124,9 +124,9 @@ impl Tokenizer {
     }
 
     /// Encodes `text`, adding the special tokens the tokenizer's post-processor
-    /// adds (BERT's `[CLS]`/`[SEP]`; nothing for SmolLM2), as transformers'
-    /// `tokenizer(text)` does. Special tokens written in `text` (`<|im_start|>`)
-    /// become their ids either way.
+    /// adds (BERT's `[CLS]`/`[SEP]`, the BOS of Gemma and Llama; nothing for
+    /// SmolLM2), as transformers' `tokenizer(text)` does. Special tokens
+    /// written in `text` (`<|im_start|>`) become their ids either way.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         self.encode_impl(text, true)
     }
