@@ -3,9 +3,9 @@
 //! so that the ids equal those of `AutoTokenizer.from_pretrained(.., gguf_file=..)`.
 //!
 //! `tokenizer.ggml.model` names the kind:
-//! - `gpt2`: byte-level BPE (`GPT2Tokenizer`): the file's merges, a ByteLevel
-//!   pre-tokenizer (GPT-2 regex, no prefix space) and decoder. Like transformers
-//!   before it read `tokenizer.ggml.pre`, the GPT-2 regex is used for every file.
+//! - `gpt2`: byte-level BPE (`GPT2Tokenizer`): the file's merges, text split
+//!   by the regex `tokenizer.ggml.pre` names (GPT-2's for names transformers
+//!   does not know), a ByteLevel pre-tokenizer (no prefix space) and decoder.
 //! - `llama`: SentencePiece (`LlamaTokenizer`; `GemmaTokenizer` for the gemma
 //!   architectures, Phi-3's normalizer for `phi3`): a BPE with byte fallback
 //!   whose merges are recovered from the vocabulary and its scores, and `▁` for
@@ -25,7 +25,8 @@ use tokenizers::models::bpe::{BPE, Vocab};
 use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::metaspace::{Metaspace, PrependScheme};
-use tokenizers::pre_tokenizers::split::Split;
+use tokenizers::pre_tokenizers::sequence::Sequence as PreTokenizerSequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::processors::template::TemplateProcessing;
 use tokenizers::{AddedToken, DecoderWrapper, SplitDelimiterBehavior};
 
@@ -251,17 +252,106 @@ impl<'a> Metadata<'a> {
     }
 }
 
-/// Byte-level BPE (`GPT2Tokenizer`).
+/// Byte-level BPE (`GPT2Tokenizer`): text split by the regex of the file's
+/// pre-tokenizer (`tokenizer.ggml.pre`, as transformers' `set_split_regex`
+/// knows them: Llama 3's, Qwen's, ...), else GPT-2's, then spelled in GPT-2's
+/// byte alphabet. A token the file spells outside that alphabet is respelled
+/// from its UTF-8 bytes, as transformers does.
 fn byte_level(meta: &Metadata) -> Result<tokenizers::Tokenizer> {
-    let vocab = vocab(&meta.tokens);
+    let alphabet = byte_alphabet();
+    let tokens: Vec<String> = meta
+        .tokens
+        .iter()
+        .map(|t| {
+            if t.chars().all(|c| alphabet.contains(&c)) {
+                t.to_string()
+            } else {
+                t.bytes().map(|b| alphabet[b as usize]).collect()
+            }
+        })
+        .collect();
     let bpe = BPE::builder()
-        .vocab_and_merges(vocab, meta.merges()?)
+        .vocab_and_merges(vocab(&tokens), meta.merges()?)
         .build()
         .map_err(|e| meta.bad(format!("building the BPE model: {e}")))?;
     let mut inner = tokenizers::Tokenizer::new(bpe);
-    inner.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
+    let pre = meta
+        .gguf
+        .get("tokenizer.ggml.pre")
+        .and_then(GgufValue::as_str);
+    match pre.and_then(split_regex) {
+        Some(regex) => {
+            let split = Split::new(
+                SplitPattern::Regex(regex.to_string()),
+                SplitDelimiterBehavior::Isolated,
+                false,
+            )
+            .map_err(|e| meta.bad(format!("the pre-tokenizer regex of {pre:?}: {e}")))?;
+            inner.with_pre_tokenizer(Some(PreTokenizerSequence::new(vec![
+                split.into(),
+                ByteLevel::new(false, true, false).into(),
+            ])));
+        }
+        None => {
+            inner.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
+        }
+    }
     inner.with_decoder(Some(ByteLevel::default()));
     Ok(inner)
+}
+
+/// The regex that splits text before byte-level BPE, by `tokenizer.ggml.pre`
+/// (transformers' `GGUF_PRE_TOKENIZER_SPLITS`); `None`: GPT-2's.
+fn split_regex(pre: &str) -> Option<&'static str> {
+    const LLAMA3: &str = concat!(
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}",
+        r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    );
+    const QWEN2: &str = concat!(
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}",
+        r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    );
+    const QWEN35: &str = concat!(
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}",
+        r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    );
+    const TEKKEN: &str = concat!(
+        r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+",
+        r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*",
+        r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    );
+    const GPT4O: &str = concat!(
+        r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+        r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+        r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    );
+    Some(match pre {
+        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0"
+        | "lfm2" | "jina-v5-nano" | "dbrx" | "smaug-bpe" => LLAMA3,
+        "tekken" => TEKKEN,
+        "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "megrez" => QWEN2,
+        "qwen35" => QWEN35,
+        "gpt-4o" | "llama4" | "kanana2" | "talkie" | "minimax-m2" => GPT4O,
+        _ => return None,
+    })
+}
+
+/// GPT-2's spelling of each byte (`bytes_to_unicode`): printable Latin-1
+/// characters as themselves, the other bytes as U+0100 onwards, in order.
+fn byte_alphabet() -> [char; 256] {
+    let mut alphabet = ['\0'; 256];
+    let mut next = 256u32;
+    for (b, c) in alphabet.iter_mut().enumerate() {
+        let printable = matches!(b, 0x21..=0x7e | 0xa1..=0xac | 0xae..=0xff);
+        let code = if printable {
+            b as u32
+        } else {
+            next += 1;
+            next - 1
+        };
+        *c = char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER);
+    }
+    alphabet
 }
 
 /// SentencePiece as `LlamaTokenizer` (Llama 2, Mistral, ...): no normalizer; a
@@ -461,12 +551,17 @@ fn add_special_tokens(inner: &mut tokenizers::Tokenizer, meta: &Metadata) {
         .iter()
         .filter_map(|name| meta.id(&format!("tokenizer.ggml.{name}_token_id")))
         .collect();
+    // In a byte-level vocabulary every real token is spelled in the byte
+    // alphabet: a control token spelled otherwise is a llama.cpp mislabel,
+    // which transformers skips (adding it would grow the vocabulary).
+    let alphabet = byte_alphabet();
+    let spelled = |t: &str| meta.kind != "gpt2" || t.chars().all(|c| alphabet.contains(&c));
     let control: Vec<AddedToken> = meta
         .tokens
         .iter()
         .zip(&meta.types)
         .enumerate()
-        .filter(|&(i, (_, &ty))| ty == CONTROL || named.contains(&(i as u32)))
+        .filter(|&(i, (t, &ty))| (ty == CONTROL && spelled(t)) || named.contains(&(i as u32)))
         .map(|(_, (t, _))| AddedToken::from(t.to_string(), true).normalized(false))
         .collect();
     inner.add_special_tokens(&control);

@@ -1,9 +1,12 @@
-//! SentencePiece vocabularies from GGUF files (`tokenizer.ggml.model` =
-//! `llama`), GGUF files without tensors committed as fixtures: Gemma 3 270M's
+//! Vocabularies from GGUF files against the ids and text of the tokenizer
+//! transformers builds from the same file, on 420 strings each (whitespace
+//! runs, digits, emoji, CJK, bytes no token holds, special tokens in the text):
+//! SentencePiece (`tokenizer.ggml.model` = `llama`) as Gemma 3 270M's
 //! (`tests/fixtures/gemma3/make.py`), Llama 2's and Phi-3's (llama.cpp's test
-//! vocabularies, `tests/fixtures/spm/make.py`), each against the ids and text
-//! of the tokenizer transformers builds from the same file; and the errors for
-//! vocabularies radix cannot build.
+//! vocabularies, `tests/fixtures/spm/make.py`), and byte-level BPE with
+//! Llama 3's split regex (`tests/fixtures/bpe/make.py`), all GGUF files without
+//! tensors committed as fixtures; and the errors for vocabularies radix cannot
+//! build. SmolLM2's byte-level BPE is checked in `tokenizer.rs`.
 
 #[path = "../../radix/tests/io_common/mod.rs"]
 mod common;
@@ -12,7 +15,7 @@ mod gemma3_vocab;
 use std::path::{Path, PathBuf};
 
 use common::write;
-use gemma3_vocab::{fixtures, gemma3_vocab};
+use gemma3_vocab::{fixtures, gemma3_vocab, unzip};
 use radix::io::Gguf;
 use radix_text::{ChatMessage, TemplateOrigin, Tokenizer, turn_end_ids};
 
@@ -35,7 +38,13 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
 fn check(gguf: &Path, reference: &Path) -> Tokenizer {
     let tok = Tokenizer::from_gguf(&Gguf::open(gguf).unwrap()).unwrap();
     let r = self::reference(reference);
+    check_ids(&tok, &r);
     assert_eq!(tok.vocab_size(), r["vocab_size"].as_u64().unwrap() as usize);
+    tok
+}
+
+/// Checks `tok` against the ids and decodings of the fixture `r`.
+fn check_ids(tok: &Tokenizer, r: &serde_json::Value) {
     let id = |key: &str| r[key].as_u64().map(|i| i as u32);
     assert_eq!((tok.bos_id(), tok.eos_id()), (id("bos_id"), id("eos_id")));
     let cases = r["cases"].as_array().unwrap();
@@ -64,12 +73,11 @@ fn check(gguf: &Path, reference: &Path) -> Tokenizer {
     assert!(
         wrong.is_empty(),
         "{}: {} of {} strings differ:\n{}",
-        gguf.display(),
+        tok.path().display(),
         wrong.len(),
         cases.len(),
         wrong.join("\n")
     );
-    tok
 }
 
 fn spm_fixtures() -> PathBuf {
@@ -107,6 +115,31 @@ fn phi3_vocabulary_equals_transformers() {
     );
     // `<|endoftext|>` (eos) and `<|end|>`, which ends its chat turns.
     assert_eq!(tok.stop_ids(), [32000, 32007]);
+}
+
+/// Llama 3's vocabulary: byte-level BPE with Llama 3's split regex (digits
+/// in threes, `tokenizer.ggml.pre` = `llama-bpe`), no BOS added.
+#[test]
+fn llama3_vocabulary_equals_transformers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = unzip(
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/bpe/ggml-vocab-llama-bpe.gguf.zip"),
+        "ggml-vocab-llama-bpe.gguf",
+        dir.path(),
+    );
+    let tok = Tokenizer::from_gguf(&Gguf::open(&path).unwrap()).unwrap();
+    let r = reference(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bpe/tokens-llama-bpe.json"),
+    );
+    check_ids(&tok, &r);
+    // transformers' GPT2Tokenizer adds its default `<|endoftext|>` as id
+    // 128256, past the model's 128,256 embeddings; radix does not.
+    assert_eq!(tok.vocab_size(), 128_256);
+    assert_eq!(r["vocab_size"], 128_257);
+    assert_eq!(tok.encode("1234567").unwrap(), [4513, 10961, 22]);
+    // `<|eot_id|>` ends a turn besides `<|end_of_text|>`.
+    assert_eq!(tok.stop_ids(), [128_001, 128_009]);
 }
 
 #[test]
