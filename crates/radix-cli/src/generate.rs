@@ -22,7 +22,7 @@ use radix_models::generate::{Generation, Plan};
 use radix_models::runner::Runner;
 use radix_models::sampling::Sampler;
 use radix_models::transformer::Arch;
-use radix_text::{ChatMessage, Tokenizer};
+use radix_text::{ChatMessage, TemplateOrigin, Tokenizer};
 use serde_json::json;
 
 use crate::Cli;
@@ -36,8 +36,9 @@ pub struct GenerateArgs {
     /// or a Hugging Face folder (`config.json`, safetensors, `tokenizer.json`).
     #[arg(long, default_value = "smollm2", value_name = "smollm2|PATH")]
     model: String,
-    /// The most tokens to generate; fewer at the end-of-sequence token or the
-    /// end of the model's context.
+    /// The most tokens to generate; fewer at a token that ends the turn
+    /// (end-of-sequence, `<end_of_turn>`, `<|im_end|>`, ...) or the end of the
+    /// model's context.
     #[arg(long, default_value_t = 128, value_name = "N")]
     max_tokens: usize,
     /// Sampling temperature; 0 always picks the most likely token (greedy).
@@ -122,12 +123,17 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
         }
         None => read_stdin()?,
     };
-    let text = if args.chat {
-        model.tokenizer.chat_prompt(&[ChatMessage::user(&prompt)])?
+    // A chat template writes the special tokens it wants; a plain prompt
+    // gets those the tokenizer adds (Gemma's and Llama's BOS).
+    let (text, ids) = if args.chat {
+        model.say_which_chat_template();
+        let text = model.tokenizer.chat_prompt(&[ChatMessage::user(&prompt)])?;
+        let ids = model.tokenizer.encode_without_added_tokens(&text)?;
+        (text, ids)
     } else {
-        prompt
+        let ids = model.tokenizer.encode(&prompt)?;
+        (prompt, ids)
     };
-    let ids = model.tokenizer.encode(&text)?;
     let n_new = model.n_new(ids.len(), args.max_tokens)?;
     let mut session = Session::new(open_platform(cli)?, model, 32, args);
     let res = if args.json {
@@ -271,7 +277,8 @@ struct Model {
     /// The longest sequence the model was trained on (`<arch>.context_length`,
     /// `max_position_embeddings`).
     context: usize,
-    /// Tokens that end a reply: end-of-sequence and ChatML's `<|im_end|>`.
+    /// Tokens that end a reply: end-of-sequence, and the vocabulary's
+    /// `<end_of_turn>`, `<|im_end|>` or `<|eot_id|>`.
     stops: Vec<u32>,
 }
 
@@ -298,16 +305,26 @@ impl Model {
         } else {
             gguf_tokenizer_and_context(&path)?
         };
-        let stops = [tokenizer.eos_id(), tokenizer.token_to_id("<|im_end|>")]
-            .into_iter()
-            .flatten()
-            .collect();
+        let stops = tokenizer.stop_ids().to_vec();
         Ok(Model {
             path,
             tokenizer,
             context,
             stops,
         })
+    }
+
+    /// Warns when the model ships no chat template and a known one stands in.
+    fn say_which_chat_template(&self) {
+        if let Some(TemplateOrigin::Known { architecture, name }) =
+            self.tokenizer.chat_template().map(|t| t.origin())
+        {
+            tracing::warn!(
+                "{} has no chat template (`tokenizer.chat_template`); using the known {name} \
+                 template of the {architecture} architecture",
+                self.path.display()
+            );
+        }
     }
 
     /// How many tokens to generate after a prompt of `n` tokens: at most
@@ -449,6 +466,7 @@ impl TextStream {
 /// exchanges dropped when it outgrows the context.
 fn chat_loop(cli: &Cli, model: Model, args: &GenerateArgs, mut sampler: Sampler) -> Result<()> {
     // A longer cache than the first turns need, so that later turns reuse it.
+    model.say_which_chat_template();
     let mut session = Session::new(open_platform(cli)?, model, 1024, args);
     let mut history: Vec<ChatMessage> = vec![];
     let mut stdin = std::io::stdin().lock();
@@ -463,10 +481,7 @@ fn chat_loop(cli: &Cli, model: Model, args: &GenerateArgs, mut sampler: Sampler)
         }
         history.push(ChatMessage::user(line.trim()));
         let ids = loop {
-            let ids = session
-                .model
-                .tokenizer
-                .encode(&session.model.tokenizer.chat_prompt(&history)?)?;
+            let ids = session.model.tokenizer.chat_prompt_ids(&history)?;
             if ids.len() < session.model.context || history.len() <= 1 {
                 break ids;
             }

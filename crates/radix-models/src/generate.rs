@@ -266,7 +266,8 @@ pub struct Generator<M: CausalLm> {
     model: M,
     weights: Bufferized<M>,
     capacity: usize,
-    eos: Option<u32>,
+    /// The ids after which generation stops.
+    stops: Vec<u32>,
     plan: Plan,
     /// By step length: 1 for decode, a bucket for a prefill.
     steps: HashMap<usize, StepExe<M>>,
@@ -276,8 +277,9 @@ pub struct Generator<M: CausalLm> {
 
 impl<M: CausalLm> Generator<M> {
     /// A runner for `model` with its `weights` on `platform`; the cache
-    /// holds `capacity` positions; generation stops after `eos`. Steps run
-    /// as [`Plan::PerBlock`] unless [`Generator::with_plan`] says otherwise.
+    /// holds `capacity` positions; generation stops after `eos` (or the ids
+    /// [`Generator::with_stop_ids`] gives). Steps run as [`Plan::PerBlock`]
+    /// unless [`Generator::with_plan`] says otherwise.
     pub fn new(
         platform: &Platform,
         model: M,
@@ -293,7 +295,7 @@ impl<M: CausalLm> Generator<M> {
             model,
             weights,
             capacity,
-            eos,
+            stops: eos.into_iter().collect(),
             plan: Plan::default(),
             steps: HashMap::new(),
             empty: None,
@@ -303,8 +305,9 @@ impl<M: CausalLm> Generator<M> {
     /// A runner for `model` with its weights read from `gguf` by their
     /// field paths (the file's tensor names), its matrices in the form
     /// `matrices` asks for (as stored: quantized matrices stay quantized),
-    /// stopping after the file's end-of-sequence token
-    /// (`tokenizer.ggml.eos_token_id`).
+    /// stopping after the tokens of the file's vocabulary that end a turn
+    /// (`tokenizer.ggml.eos_token_id`, and `<end_of_turn>`, `<|im_end|>` or
+    /// `<|eot_id|>` where they are control tokens: [`radix_text::turn_end_ids`]).
     pub fn from_gguf(
         platform: &Platform,
         model: M,
@@ -312,28 +315,25 @@ impl<M: CausalLm> Generator<M> {
         capacity: usize,
         matrices: MatrixFormat,
     ) -> Result<Self> {
-        let eos = gguf
-            .get("tokenizer.ggml.eos_token_id")
-            .and_then(|v| v.as_i64())
-            .map(|v| v as u32);
+        let stops = radix_text::turn_end_ids(&gguf);
         let store = WeightStore::new(vec![Box::new(gguf)], str::to_string);
-        Generator::from_store(platform, model, &store, capacity, matrices, eos)
+        Generator::from_store(platform, model, &store, capacity, matrices, stops)
     }
 
     /// A runner for `model` with its weights read from `store` by their
     /// field paths, its matrices in the form `matrices` asks for, stopping
-    /// after `eos`.
+    /// after any of `stops`.
     pub fn from_store(
         platform: &Platform,
         mut model: M,
         store: &WeightStore,
         capacity: usize,
         matrices: MatrixFormat,
-        eos: Option<u32>,
+        stops: Vec<u32>,
     ) -> Result<Self> {
         radix::nn::set_matrix_formats(&mut model, store, matrices);
         let weights = radix::nn::load_weights(platform, store, &model)?;
-        Generator::new(platform, model, weights, capacity, eos)
+        Ok(Generator::new(platform, model, weights, capacity, None)?.with_stop_ids(stops))
     }
 
     /// The same runner with its steps run as `plan` (compiled anew on first
@@ -356,9 +356,14 @@ impl<M: CausalLm> Generator<M> {
         self.capacity
     }
 
-    /// The end-of-sequence token, if the model has one.
-    pub fn eos(&self) -> Option<u32> {
-        self.eos
+    /// The same runner, stopping after any of `ids` instead.
+    pub fn with_stop_ids(self, ids: Vec<u32>) -> Self {
+        Generator { stops: ids, ..self }
+    }
+
+    /// The ids after which generation stops.
+    pub fn stop_ids(&self) -> &[u32] {
+        &self.stops
     }
 
     /// Compiles (or loads from the executable cache) the executables of a
@@ -525,7 +530,7 @@ impl<M: CausalLm> Generator<M> {
     }
 
     /// Generates up to `max_tokens` after `prompt` with the KV cache,
-    /// stopping after the end-of-sequence token or when `on_token` returns
+    /// stopping after a stop token or when `on_token` returns
     /// `false`; `on_token` sees each new token as it is picked, and its
     /// errors (of the caller's own type) end the generation as they are.
     pub fn generate_with<E: From<Error>>(
@@ -547,7 +552,7 @@ impl<M: CausalLm> Generator<M> {
             let next = sampler.pick(&logits) as u32;
             res.ids.push(next);
             let go_on = on_token(next)?;
-            if !go_on || res.ids.len() == max_tokens || Some(next) == self.eos {
+            if !go_on || res.ids.len() == max_tokens || self.stops.contains(&next) {
                 break;
             }
             logits = self.decode(next, &mut cache)?;
@@ -584,7 +589,7 @@ impl<M: CausalLm> Generator<M> {
             let next = sampler.pick(&logits) as u32;
             res.push(next);
             seq.push(next);
-            if Some(next) == self.eos {
+            if self.stops.contains(&next) {
                 break;
             }
         }

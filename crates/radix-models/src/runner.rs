@@ -49,12 +49,9 @@ impl Runner {
         }
         let gguf = Gguf::open(path)?;
         let cfg = DecoderConfig::from_gguf(&gguf)?;
-        let eos = gguf
-            .get("tokenizer.ggml.eos_token_id")
-            .and_then(|v| v.as_i64())
-            .and_then(|v| u32::try_from(v).ok());
+        let stops = radix_text::turn_end_ids(&gguf);
         let store = WeightStore::new(vec![Box::new(gguf)], str::to_string);
-        Runner::load(platform, &cfg, &store, capacity, matrices, eos)
+        Runner::load(platform, &cfg, &store, capacity, matrices, stops)
     }
 
     /// Opens the Hugging Face folder `dir`.
@@ -70,7 +67,8 @@ impl Runner {
         let store = WeightStore::new(vec![Box::new(weights)], move |path: &str| {
             hf::weight_name(arch, path)
         });
-        Runner::load(platform, &cfg, &store, capacity, matrices, hf::eos(dir))
+        let stops = hf::eos(dir).into_iter().collect();
+        Runner::load(platform, &cfg, &store, capacity, matrices, stops)
     }
 
     fn load(
@@ -79,7 +77,7 @@ impl Runner {
         store: &WeightStore,
         capacity: usize,
         matrices: MatrixFormat,
-        eos: Option<u32>,
+        stops: Vec<u32>,
     ) -> Result<Runner> {
         fn decoder<B: Layer>(
             platform: &Platform,
@@ -87,15 +85,17 @@ impl Runner {
             store: &WeightStore,
             capacity: usize,
             matrices: MatrixFormat,
-            eos: Option<u32>,
+            stops: Vec<u32>,
         ) -> Result<Generator<crate::transformer::Decoder<B>>> {
             let model = crate::transformer::Decoder::new(cfg);
-            Generator::from_store(platform, model, store, capacity, matrices, eos)
+            Generator::from_store(platform, model, store, capacity, matrices, stops)
         }
         Ok(match cfg.arch {
-            Arch::Gemma3 => Runner::Gemma3(decoder(platform, cfg, store, capacity, matrices, eos)?),
+            Arch::Gemma3 => {
+                Runner::Gemma3(decoder(platform, cfg, store, capacity, matrices, stops)?)
+            }
             Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3 => {
-                Runner::Llama(decoder(platform, cfg, store, capacity, matrices, eos)?)
+                Runner::Llama(decoder(platform, cfg, store, capacity, matrices, stops)?)
             }
         })
     }
@@ -118,9 +118,9 @@ impl Runner {
         each!(self, g => g.capacity())
     }
 
-    /// See [`Generator::eos`].
-    pub fn eos(&self) -> Option<u32> {
-        each!(self, g => g.eos())
+    /// See [`Generator::stop_ids`].
+    pub fn stop_ids(&self) -> &[u32] {
+        each!(self, g => g.stop_ids())
     }
 
     /// See [`Generator::compile`].

@@ -1,6 +1,7 @@
 //! Text for radix models: a [`Tokenizer`] built from an HF `tokenizer.json`
-//! or from the BPE vocabulary embedded in a GGUF file, and the chat templates
-//! of instruct models ([`ChatMessage`], [`Tokenizer::chat_prompt`]).
+//! or from the vocabulary embedded in a GGUF file (byte-level BPE or
+//! SentencePiece), and the chat templates of instruct models
+//! ([`ChatTemplate`], rendered with a Jinja engine; [`Tokenizer::chat_prompt`]).
 //!
 //! This crate sits above the core `radix` crate, which knows nothing of text:
 //! a user tracing a model does not compile the `tokenizers` crate. It only
@@ -9,8 +10,12 @@
 
 #![warn(missing_docs)]
 
+mod chat;
 mod error;
+mod gguf_vocab;
 pub mod tokenizer;
 
+pub use chat::{ChatMessage, ChatTemplate, TemplateOrigin};
 pub use error::{Error, Result};
-pub use tokenizer::{ChatMessage, Tokenizer};
+pub use gguf_vocab::turn_end_ids;
+pub use tokenizer::Tokenizer;

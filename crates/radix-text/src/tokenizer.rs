@@ -1,24 +1,15 @@
-//! Tokenizers: HF `tokenizer.json` files and the gpt2-style BPE vocabularies
-//! embedded in GGUF files, both as a [`Tokenizer`] wrapping the `tokenizers`
-//! crate, plus ChatML chat templates.
-//!
-//! A GGUF vocabulary is built the way transformers builds it
-//! (`GGUFGPTConverter`): a BPE model over `tokenizer.ggml.tokens` and
-//! `tokenizer.ggml.merges`, a ByteLevel pre-tokenizer (GPT-2 regex, no prefix
-//! space) and decoder, and the control tokens (token type 3) as special added
-//! tokens. Like transformers, it ignores `tokenizer.ggml.pre` (llama.cpp uses it
-//! to pick a different pre-tokenizer regex).
+//! Tokenizers: HF `tokenizer.json` files and the vocabularies embedded in GGUF
+//! files (`gguf_vocab.rs`), both as a [`Tokenizer`] wrapping the `tokenizers`
+//! crate, with the model's chat template (`chat.rs`) and the tokens that end
+//! a turn.
 
 use std::path::{Path, PathBuf};
-
-use tokenizers::AddedToken;
-use tokenizers::models::bpe::BPE;
-use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::processors::template::TemplateProcessing;
 
 use radix::io::Gguf;
 use radix::io::gguf::GgufValue;
 
+use crate::chat::{ChatMessage, ChatTemplate};
+use crate::gguf_vocab::{self, GgufVocab, TURN_ENDS};
 use crate::{Error, Result};
 
 /// A text tokenizer: encodes text to token ids and decodes ids to text, and
@@ -32,201 +23,110 @@ pub struct Tokenizer {
     path: PathBuf,
     bos: Option<u32>,
     eos: Option<u32>,
+    /// The end-of-sequence id and the control tokens of [`TURN_ENDS`].
+    stops: Vec<u32>,
     chat: Option<ChatTemplate>,
-}
-
-/// One message of a chat.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChatMessage {
-    /// `system`, `user` or `assistant`.
-    pub role: String,
-    /// The text.
-    pub content: String,
-}
-
-/// A chat template radix can apply.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum ChatTemplate {
-    /// ChatML: `<|im_start|>{role}\n{content}<|im_end|>\n` per message, with a
-    /// default system message inserted when the chat does not start with one.
-    ChatMl { default_system: Option<String> },
-    /// A template radix does not implement; applying it is an `Err`.
-    Unsupported,
-}
-
-impl ChatMessage {
-    /// A message from `role`.
-    pub fn new(role: &str, content: &str) -> Self {
-        ChatMessage {
-            role: role.to_string(),
-            content: content.to_string(),
-        }
-    }
-
-    /// A `system` message.
-    pub fn system(content: &str) -> Self {
-        ChatMessage::new("system", content)
-    }
-
-    /// A `user` message.
-    pub fn user(content: &str) -> Self {
-        ChatMessage::new("user", content)
-    }
-
-    /// An `assistant` message.
-    pub fn assistant(content: &str) -> Self {
-        ChatMessage::new("assistant", content)
-    }
 }
 
 impl Tokenizer {
     /// Loads an HF `tokenizer.json`. A `tokenizer_config.json` next to it, if
-    /// present, supplies the bos/eos tokens and the chat template.
+    /// present, supplies the bos/eos tokens and the chat template (or a
+    /// `chat_template.jinja` beside it, as newer transformers writes it).
     pub fn from_file(path: &Path) -> Result<Self> {
-        let mut inner = tokenizers::Tokenizer::from_file(path).map_err(|e| Error::Tokenizer {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-        inner.with_padding(None);
-        inner.with_truncation(None).map_err(|e| Error::Tokenizer {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-        let mut tok = Tokenizer {
-            inner,
-            path: path.to_path_buf(),
-            bos: None,
-            eos: None,
-            chat: None,
-        };
-        let config_path = path.with_file_name("tokenizer_config.json");
-        if let Ok(text) = std::fs::read_to_string(&config_path) {
-            let config: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| Error::Tokenizer {
-                    path: config_path.clone(),
-                    reason: e.to_string(),
-                })?;
-            let token = |key: &str| {
-                let v = config.get(key)?;
-                let s = v.as_str().or_else(|| v.get("content")?.as_str())?;
-                tok.inner.token_to_id(s)
-            };
-            tok.bos = token("bos_token");
-            tok.eos = token("eos_token");
-            tok.chat = config
-                .get("chat_template")
-                .and_then(|t| t.as_str())
-                .map(ChatTemplate::parse);
-        }
-        Ok(tok)
-    }
-
-    /// Builds the tokenizer embedded in a GGUF file (`tokenizer.ggml.model` must
-    /// be `gpt2`: byte-level BPE).
-    pub fn from_gguf(gguf: &Gguf) -> Result<Self> {
-        let path = gguf.path();
-        let bad = |reason: String| Error::Tokenizer {
+        let bad = |path: &Path, reason: String| Error::Tokenizer {
             path: path.to_path_buf(),
             reason,
         };
-        let model = gguf.get("tokenizer.ggml.model").and_then(GgufValue::as_str);
-        if model != Some("gpt2") {
-            return Err(bad(format!(
-                "`tokenizer.ggml.model` is {model:?}; only \"gpt2\" (byte-level BPE) is supported"
-            )));
-        }
-        let strings = |key: &str| -> Result<Vec<&str>> {
-            let arr = gguf
-                .get(key)
-                .and_then(GgufValue::as_array)
-                .ok_or_else(|| bad(format!("no `{key}` array")))?;
-            arr.iter()
-                .map(|v| {
-                    v.as_str()
-                        .ok_or_else(|| bad(format!("`{key}` holds a non-string")))
-                })
-                .collect()
+        let mut inner =
+            tokenizers::Tokenizer::from_file(path).map_err(|e| bad(path, e.to_string()))?;
+        inner.with_padding(None);
+        inner
+            .with_truncation(None)
+            .map_err(|e| bad(path, e.to_string()))?;
+        let config_path = path.with_file_name("tokenizer_config.json");
+        let config: serde_json::Value = match std::fs::read_to_string(&config_path) {
+            Ok(text) => {
+                serde_json::from_str(&text).map_err(|e| bad(&config_path, e.to_string()))?
+            }
+            Err(_) => serde_json::Value::Null,
         };
-        let tokens = strings("tokenizer.ggml.tokens")?;
-        let merges = strings("tokenizer.ggml.merges")?;
-        let types: Vec<i64> = match gguf
-            .get("tokenizer.ggml.token_type")
-            .and_then(GgufValue::as_array)
-        {
-            Some(arr) => arr.iter().map(|v| v.as_i64().unwrap_or(1)).collect(),
-            None => vec![1; tokens.len()],
+        let token = |key: &str| {
+            let v = config.get(key)?;
+            v.as_str().or_else(|| v.get("content")?.as_str())
         };
-        let id = |key: &str| {
-            gguf.get(key)
-                .and_then(GgufValue::as_i64)
-                .and_then(|i| u32::try_from(i).ok())
+        let (bos_token, eos_token) = (token("bos_token"), token("eos_token"));
+        let source = match config.get("chat_template") {
+            Some(serde_json::Value::String(s)) => Some(s.clone()),
+            // A list of named templates: the default one.
+            Some(serde_json::Value::Array(named)) => named
+                .iter()
+                .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
+                .and_then(|t| t.get("template")?.as_str())
+                .map(str::to_string),
+            _ => std::fs::read_to_string(path.with_file_name("chat_template.jinja")).ok(),
         };
+        let chat = source
+            .map(|s| ChatTemplate::shipped(&s, bos_token.unwrap_or(""), eos_token.unwrap_or("")));
         let (bos, eos) = (
-            id("tokenizer.ggml.bos_token_id"),
-            id("tokenizer.ggml.eos_token_id"),
+            bos_token.and_then(|t| inner.token_to_id(t)),
+            eos_token.and_then(|t| inner.token_to_id(t)),
         );
+        Ok(Tokenizer::new(inner, path, bos, eos, chat))
+    }
 
-        let vocab: tokenizers::models::bpe::Vocab = tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.to_string(), i as u32))
-            .collect();
-        let merges = merges
-            .iter()
-            .map(|m| {
-                m.split_once(' ')
-                    .map(|(a, b)| (a.to_string(), b.to_string()))
-            })
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| bad("a merge in `tokenizer.ggml.merges` is not two tokens".into()))?;
-        let bpe = BPE::builder()
-            .vocab_and_merges(vocab, merges)
-            .build()
-            .map_err(|e| bad(format!("building the BPE model: {e}")))?;
-        let mut inner = tokenizers::Tokenizer::new(bpe);
-        inner.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
-        inner.with_decoder(Some(ByteLevel::default()));
-        let add_bos = gguf
-            .get("tokenizer.ggml.add_bos_token")
-            .and_then(GgufValue::as_bool)
-            == Some(true);
-        if let (true, Some(bos)) = (add_bos, bos) {
-            let bos_token = tokens
-                .get(bos as usize)
-                .ok_or_else(|| bad(format!("bos id {bos} out of range")))?;
-            let post = TemplateProcessing::builder()
-                .try_single(format!("{bos_token} $A"))
-                .and_then(|b| b.try_pair(format!("{bos_token} $A {bos_token} $B")))
-                .map_err(|e| bad(e.to_string()))?
-                .special_tokens(vec![(bos_token.to_string(), bos)])
-                .build()
-                .map_err(|e| bad(e.to_string()))?;
-            inner.with_post_processor(Some(post));
-        }
-        let specials: Vec<AddedToken> = tokens
-            .iter()
-            .zip(&types)
-            .filter(|&(_, &ty)| ty == 3)
-            .map(|(t, _)| AddedToken::from(t.to_string(), true))
-            .collect();
-        inner.add_special_tokens(&specials);
-        let chat = gguf
+    /// Builds the tokenizer embedded in a GGUF file, the way transformers
+    /// builds it from the same file: byte-level BPE (`tokenizer.ggml.model` =
+    /// `gpt2`) or SentencePiece (`llama`); any other kind is an `Err` naming the
+    /// file, the key and the value. The chat template is the file's
+    /// `tokenizer.chat_template`, else the known one of its architecture.
+    pub fn from_gguf(gguf: &Gguf) -> Result<Self> {
+        let GgufVocab { inner, bos, eos } = gguf_vocab::build(gguf)?;
+        let token = |id: Option<u32>| id.and_then(|i| inner.id_to_token(i)).unwrap_or_default();
+        let (bos_token, eos_token) = (token(bos), token(eos));
+        let chat = match gguf
             .get("tokenizer.chat_template")
             .and_then(GgufValue::as_str)
-            .map(ChatTemplate::parse);
-        Ok(Tokenizer {
+        {
+            Some(source) => Some(ChatTemplate::shipped(source, &bos_token, &eos_token)),
+            None => gguf
+                .get("general.architecture")
+                .and_then(GgufValue::as_str)
+                .and_then(|arch| ChatTemplate::known(arch, &bos_token, &eos_token)),
+        };
+        Ok(Tokenizer::new(inner, gguf.path(), bos, eos, chat))
+    }
+
+    fn new(
+        inner: tokenizers::Tokenizer,
+        path: &Path,
+        bos: Option<u32>,
+        eos: Option<u32>,
+        chat: Option<ChatTemplate>,
+    ) -> Self {
+        let specials = inner.get_added_tokens_decoder();
+        let mut stops: Vec<u32> = eos.into_iter().collect();
+        for name in TURN_ENDS {
+            if let Some(id) = inner.token_to_id(name)
+                && specials.get(&id).is_some_and(|t| t.special)
+                && !stops.contains(&id)
+            {
+                stops.push(id);
+            }
+        }
+        Tokenizer {
             inner,
             path: path.to_path_buf(),
             bos,
             eos,
+            stops,
             chat,
-        })
+        }
     }
 
     /// Encodes `text`, adding the special tokens the tokenizer's post-processor
-    /// adds (BERT's `[CLS]`/`[SEP]`; nothing for SmolLM2), as transformers'
-    /// `tokenizer(text)` does. Special tokens written in `text` (`<|im_start|>`)
-    /// become their ids either way.
+    /// adds (BERT's `[CLS]`/`[SEP]`, the BOS of Gemma and Llama; nothing for
+    /// SmolLM2), as transformers' `tokenizer(text)` does. Special tokens
+    /// written in `text` (`<|im_start|>`) become their ids either way.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         self.encode_impl(text, true)
     }
@@ -272,6 +172,20 @@ impl Tokenizer {
         self.eos
     }
 
+    /// The ids that end a turn, where generation stops: the end-of-sequence
+    /// id and, where the vocabulary holds them as special tokens,
+    /// `<end_of_turn>` (Gemma), `<|im_end|>` (ChatML), `<|eot_id|>` (Llama 3)
+    /// and `<|end|>` (Phi-3).
+    pub fn stop_ids(&self) -> &[u32] {
+        &self.stops
+    }
+
+    /// The chat template: the model's own, or the known one of its
+    /// architecture when it ships none ([`ChatTemplate::origin`] says which).
+    pub fn chat_template(&self) -> Option<&ChatTemplate> {
+        self.chat.as_ref()
+    }
+
     /// The file the tokenizer came from.
     pub fn path(&self) -> &Path {
         &self.path
@@ -283,10 +197,19 @@ impl Tokenizer {
     }
 
     /// `messages` formatted by the model's chat template, ending with the prompt
-    /// for the assistant's reply (`add_generation_prompt=True`). `Err` if the
-    /// model has no chat template or one radix does not implement (only ChatML).
+    /// for the assistant's reply (`add_generation_prompt=True`), as
+    /// transformers' `apply_chat_template` formats them. `Err` if the model has
+    /// no chat template, or its template fails (a syntax error, or an exception
+    /// it raises, such as roles that do not alternate).
     pub fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<String> {
         self.chat_impl(messages, true)
+    }
+
+    /// The ids of [`Tokenizer::chat_prompt`], as transformers'
+    /// `apply_chat_template(tokenize=True)` gives them: the template writes
+    /// the special tokens it wants (Gemma's `<bos>`), so none are added.
+    pub fn chat_prompt_ids(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
+        self.encode_without_added_tokens(&self.chat_prompt(messages)?)
     }
 
     /// `messages` formatted by the model's chat template, without a generation
@@ -310,34 +233,16 @@ impl Tokenizer {
     }
 
     fn chat_impl(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
-        let default_system = match &self.chat {
-            Some(ChatTemplate::ChatMl { default_system }) => default_system,
-            Some(ChatTemplate::Unsupported) => {
-                return Err(self.err("the chat template is not ChatML".into()));
-            }
-            None => return Err(self.err("the model has no chat template".into())),
+        let Some(template) = &self.chat else {
+            return Err(self.err("the model has no chat template".into()));
         };
-        let mut out = String::new();
-        let mut turn = |role: &str, content: &str| {
-            out.push_str("<|im_start|>");
-            out.push_str(role);
-            out.push('\n');
-            out.push_str(content);
-            out.push_str("<|im_end|>\n");
-        };
-        if let Some(system) = default_system
-            && messages.first().is_none_or(|m| m.role != "system")
-            && !messages.is_empty()
-        {
-            turn("system", system);
+        if messages.is_empty() {
+            // As transformers refuses it, before the template sees it.
+            return Err(self.err("cannot apply the chat template to an empty chat".into()));
         }
-        for m in messages {
-            turn(&m.role, &m.content);
-        }
-        if add_generation_prompt {
-            out.push_str("<|im_start|>assistant\n");
-        }
-        Ok(out)
+        template
+            .render(messages, add_generation_prompt)
+            .map_err(|reason| self.err(reason))
     }
 
     fn err(&self, reason: String) -> Error {
@@ -345,26 +250,5 @@ impl Tokenizer {
             path: self.path.clone(),
             reason,
         }
-    }
-}
-
-impl ChatTemplate {
-    /// Recognizes a ChatML jinja template and the default system message it
-    /// inserts when the first message is not a system message.
-    fn parse(template: &str) -> ChatTemplate {
-        const SYSTEM: &str = "<|im_start|>system\n";
-        if !template.contains("<|im_start|>") || !template.contains("<|im_end|>") {
-            return ChatTemplate::Unsupported;
-        }
-        let default_system =
-            if template.contains("!= 'system'") || template.contains("!= \"system\"") {
-                template
-                    .find(SYSTEM)
-                    .map(|i| &template[i + SYSTEM.len()..])
-                    .and_then(|rest| rest.find("<|im_end|>").map(|j| rest[..j].to_string()))
-            } else {
-                None
-            };
-        ChatTemplate::ChatMl { default_system }
     }
 }

@@ -101,6 +101,17 @@ fn smollm2_chat_template_is_chatml() {
         .unwrap();
     assert_eq!(prompt, chat["prompt"].as_str().unwrap());
     assert_eq!(tok.encode(&prompt).unwrap(), ids(&chat["prompt_ids"]));
+    // The same template read from `chat_template.jinja` beside a
+    // `tokenizer.json` (as transformers saves it), with the same special tokens.
+    let oracle = oracle();
+    assert_eq!(
+        oracle
+            .chat_prompt(&[ChatMessage::user("What is 2+2?")])
+            .unwrap(),
+        prompt
+    );
+    assert_eq!((oracle.bos_id(), oracle.eos_id()), (Some(1), Some(2)));
+    assert_eq!(oracle.stop_ids(), [2]);
     // An explicit system message replaces the default one.
     let msgs = [
         ChatMessage::system("Be brief."),

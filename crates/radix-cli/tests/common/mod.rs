@@ -35,6 +35,10 @@ const BAD_INPUT_MAX_RSS: u64 = 1 << 30;
 
 /// Runs `cmd` (with `stdin` on its standard input) to the end: its output
 /// and its peak resident memory in bytes (`wait4`'s `ru_maxrss`).
+#[expect(
+    clippy::zombie_processes,
+    reason = "the child is waited for by wait4, which also gives its peak memory"
+)]
 pub fn run_measured(cmd: &mut std::process::Command, stdin: &str) -> (std::process::Output, u64) {
     use std::io::{Read, Write};
     use std::os::unix::process::ExitStatusExt;
