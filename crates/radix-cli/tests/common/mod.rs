@@ -36,3 +36,4 @@ pub fn fails_with_one_error(cmd: &mut Command, want: &str) {
     assert_eq!(stderr.lines().last(), Some(errors[0]), "{stderr}");
     assert!(errors[0].contains(want), "{want:?} not in {stderr}");
 }
+pub mod server;
