@@ -27,15 +27,27 @@ fn bad_request(s: &Server, path: &str, body: &str, param: Option<&str>) {
     assert_eq!(a.status, 400, "{body}: {}", a.body);
     let e = &a.json()["error"];
     assert_eq!(e["type"], "invalid_request_error", "{}", a.body);
-    assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()), "{}", a.body);
+    assert!(
+        e["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{}",
+        a.body
+    );
     assert_eq!(e["param"].as_str(), param, "{body}: {}", a.body);
 }
 
 #[test]
 fn serve_over_http() {
     let mut s = Server::start(&[
-        "--api-key", KEY, "--max-batch", "1", "--max-queue", "1", "--context", "256",
-        "--shutdown-timeout", "60",
+        "--api-key",
+        KEY,
+        "--max-batch",
+        "1",
+        "--max-queue",
+        "1",
+        "--context",
+        "256",
+        "--shutdown-timeout",
+        "60",
     ]);
     health_and_metrics_need_no_key(&s);
     v1_needs_the_key(&s);
@@ -74,7 +86,11 @@ fn health_and_metrics_need_no_key(s: &Server) {
 }
 
 fn v1_needs_the_key(s: &Server) {
-    for headers in [vec![], vec![("Authorization", "Bearer wrong")], vec![("Authorization", KEY)]] {
+    for headers in [
+        vec![],
+        vec![("Authorization", "Bearer wrong")],
+        vec![("Authorization", KEY)],
+    ] {
         let a = s.request("GET", "/v1/models", &headers, "");
         assert_eq!(a.status, 401, "{headers:?}: {}", a.body);
         assert_eq!(a.header("www-authenticate"), Some("Bearer"));
@@ -91,7 +107,11 @@ fn v1_needs_the_key(s: &Server) {
         .map(|m| m["id"].clone())
         .collect();
     assert_eq!(ids, ["smollm2", "minilm"]);
-    assert!(s.get("/metrics").body.contains("radix_requests_total{route=\"/v1/models\",status=\"401\"} 3"));
+    assert!(
+        s.get("/metrics")
+            .body
+            .contains("radix_requests_total{route=\"/v1/models\",status=\"401\"} 3")
+    );
 }
 
 /// Reference case `i` (transformers, `ref_smollm2.py`): its prompt's token
@@ -130,7 +150,11 @@ fn chat_whole_and_streamed_agree(s: &Server) {
     req["stream_options"] = json!({"include_usage": true});
     let a = post(s, "/v1/chat/completions", &req);
     assert_eq!(a.status, 200);
-    assert!(a.header("content-type").unwrap().starts_with("text/event-stream"));
+    assert!(
+        a.header("content-type")
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
     let events: Vec<&str> = a
         .body
         .lines()
@@ -151,7 +175,11 @@ fn chat_whole_and_streamed_agree(s: &Server) {
     assert_eq!(chunks[n - 2]["choices"][0]["finish_reason"], "length");
     assert_eq!(chunks[n - 1]["choices"], json!([]));
     assert_eq!(chunks[n - 1]["usage"], whole["usage"]);
-    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk" && c["id"] == chunks[0]["id"]));
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk" && c["id"] == chunks[0]["id"])
+    );
 }
 
 fn completion_stops_at_a_stop_string(s: &Server) {
@@ -178,26 +206,99 @@ fn bad_requests_name_the_field(s: &Server) {
     let text = "/v1/completions";
     bad_request(s, chat, "{\"model\": \"smollm2\", \"messages\": [", None);
     bad_request(s, chat, "not json", None);
-    bad_request(s, chat, r#"{"messages": [{"role": "user", "content": "hi"}]}"#, Some("model"));
-    bad_request(s, chat, r#"{"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]}"#, Some("model"));
-    bad_request(s, chat, r#"{"model": "smollm2", "messages": [{"role": "user", "content": "hi"}], "max_tokens": "ten"}"#, Some("max_tokens"));
-    bad_request(s, chat, r#"{"model": "smollm2", "messages": [{"role": "user", "content": "hi"}], "temperature": -1}"#, Some("temperature"));
-    bad_request(s, chat, r#"{"model": "smollm2", "messages": [{"role": "user", "content": 3}]}"#, Some("messages[0].content"));
-    bad_request(s, chat, r#"{"model": "smollm2", "messages": [{"role": "robot", "content": "hi"}]}"#, Some("messages[0].role"));
-    bad_request(s, chat, r#"{"model": "smollm2", "messages": [{"role": "user", "content": "hi"}], "frobnicate": 1}"#, Some("frobnicate"));
-    bad_request(s, chat, r#"{"model": "smollm2", "messages": []}"#, Some("messages"));
-    bad_request(s, text, r#"{"model": "smollm2", "prompt": "hi", "max_tokens": 300}"#, Some("max_tokens"));
-    bad_request(s, text, r#"{"model": "smollm2", "prompt": "hi", "max_tokens": 0}"#, Some("max_tokens"));
-    bad_request(s, text, r#"{"model": "smollm2", "prompt": "hi", "stop": 5}"#, Some("stop"));
-    bad_request(s, text, r#"{"model": "smollm2", "prompt": "hi", "n": 2}"#, Some("n"));
+    bad_request(
+        s,
+        chat,
+        r#"{"messages": [{"role": "user", "content": "hi"}]}"#,
+        Some("model"),
+    );
+    bad_request(
+        s,
+        chat,
+        r#"{"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]}"#,
+        Some("model"),
+    );
+    bad_request(
+        s,
+        chat,
+        r#"{"model": "smollm2", "messages": [{"role": "user", "content": "hi"}], "max_tokens": "ten"}"#,
+        Some("max_tokens"),
+    );
+    bad_request(
+        s,
+        chat,
+        r#"{"model": "smollm2", "messages": [{"role": "user", "content": "hi"}], "temperature": -1}"#,
+        Some("temperature"),
+    );
+    bad_request(
+        s,
+        chat,
+        r#"{"model": "smollm2", "messages": [{"role": "user", "content": 3}]}"#,
+        Some("messages[0].content"),
+    );
+    bad_request(
+        s,
+        chat,
+        r#"{"model": "smollm2", "messages": [{"role": "robot", "content": "hi"}]}"#,
+        Some("messages[0].role"),
+    );
+    bad_request(
+        s,
+        chat,
+        r#"{"model": "smollm2", "messages": [{"role": "user", "content": "hi"}], "frobnicate": 1}"#,
+        Some("frobnicate"),
+    );
+    bad_request(
+        s,
+        chat,
+        r#"{"model": "smollm2", "messages": []}"#,
+        Some("messages"),
+    );
+    bad_request(
+        s,
+        text,
+        r#"{"model": "smollm2", "prompt": "hi", "max_tokens": 300}"#,
+        Some("max_tokens"),
+    );
+    bad_request(
+        s,
+        text,
+        r#"{"model": "smollm2", "prompt": "hi", "max_tokens": 0}"#,
+        Some("max_tokens"),
+    );
+    bad_request(
+        s,
+        text,
+        r#"{"model": "smollm2", "prompt": "hi", "stop": 5}"#,
+        Some("stop"),
+    );
+    bad_request(
+        s,
+        text,
+        r#"{"model": "smollm2", "prompt": "hi", "n": 2}"#,
+        Some("n"),
+    );
     let long = json!({"model": "smollm2", "prompt": "word ".repeat(300), "max_tokens": 1});
     bad_request(s, text, &long.to_string(), Some("prompt"));
-    bad_request(s, "/v1/embeddings", r#"{"model": "smollm2", "input": "hi"}"#, Some("model"));
-    bad_request(s, "/v1/embeddings", r#"{"model": "minilm", "input": [1, 2]}"#, Some("input"));
+    bad_request(
+        s,
+        "/v1/embeddings",
+        r#"{"model": "smollm2", "input": "hi"}"#,
+        Some("model"),
+    );
+    bad_request(
+        s,
+        "/v1/embeddings",
+        r#"{"model": "minilm", "input": [1, 2]}"#,
+        Some("input"),
+    );
 }
 
 fn too_large_a_body_is_413(s: &Server) {
-    let body = format!("{{\"model\": \"smollm2\", \"prompt\": \"{}\"}}", "a".repeat(2 << 20));
+    let body = format!(
+        "{{\"model\": \"smollm2\", \"prompt\": \"{}\"}}",
+        "a".repeat(2 << 20)
+    );
     let a = s.request("POST", "/v1/completions", &[AUTH], &body);
     assert_eq!(a.status, 413, "{}", a.body);
     assert!(a.json()["error"]["message"].is_string());
@@ -227,7 +328,11 @@ fn full_queue_is_429_and_a_hang_up_frees_the_slot(s: &Server) {
     assert!(s.metric("radix_cancelled_total") >= 1.0);
     drop(waiting);
     s.wait_metric("radix_active_slots", 0.0);
-    assert!(s.get("/metrics").body.contains("radix_requests_total{route=\"/v1/completions\",status=\"429\"} 1"));
+    assert!(
+        s.get("/metrics")
+            .body
+            .contains("radix_requests_total{route=\"/v1/completions\",status=\"429\"} 1")
+    );
 }
 
 fn sigterm_finishes_the_running_stream_then_exits_0(s: &mut Server) {

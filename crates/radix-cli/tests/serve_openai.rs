@@ -16,35 +16,62 @@ use serde_json::Value;
 
 const TEXTS: [&str; 2] = ["The cat sits on the mat.", "A feline rests on a rug."];
 
-/// The venv's python with `openai` importable, or `None` (after saying why)
-/// when PyPI cannot be reached.
-fn python_with_openai() -> Option<PathBuf> {
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("openai-venv");
-    let python = venv.join("bin/python");
-    let has_openai = |py: &Path| {
-        Command::new(py)
-            .args(["-c", "import openai"])
-            .status()
-            .is_ok_and(|s| s.success())
+/// A python that imports `openai`: a venv's, or, where `python3 -m venv`
+/// is missing (Debian without python3-venv), `python3` with the package
+/// installed into a folder on `PYTHONPATH`. `None` (after saying why) when
+/// PyPI cannot be reached.
+fn python_with_openai() -> Option<Command> {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let venv = root.join("openai-venv");
+    let target = root.join("openai-site");
+    let python = |venv_python: bool| {
+        let mut cmd = Command::new(if venv_python {
+            venv.join("bin/python")
+        } else {
+            PathBuf::from("python3")
+        });
+        if !venv_python {
+            cmd.env("PYTHONPATH", &target);
+        }
+        cmd
     };
-    if has_openai(&python) {
-        return Some(python);
+    let has_openai = |venv_python: bool| {
+        python(venv_python)
+            .args(["-c", "import openai"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    for venv_python in [true, false] {
+        if has_openai(venv_python) {
+            return Some(python(venv_python));
+        }
     }
     let made = Command::new("python3")
         .args(["-m", "venv"])
         .arg(&venv)
         .output()
         .expect("run python3 -m venv");
-    assert!(
-        made.status.success(),
-        "python3 -m venv failed (on Debian, install python3-venv): {}",
-        String::from_utf8_lossy(&made.stderr)
-    );
-    let pip = Command::new(&python)
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
-        .args(["--timeout", "30", "--retries", "2", "openai>=1.40,<3"])
-        .output()
-        .expect("run pip");
+    let venv_python = made.status.success();
+    if !venv_python {
+        eprintln!(
+            "python3 -m venv failed; installing openai into {} instead: {}",
+            target.display(),
+            String::from_utf8_lossy(&made.stderr)
+        );
+    }
+    let mut pip = python(venv_python);
+    pip.args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+    ])
+    .args(["--timeout", "30", "--retries", "2"]);
+    if !venv_python {
+        pip.arg("--target").arg(&target);
+    }
+    let pip = pip.arg("openai>=1.40,<3").output().expect("run pip");
     if !pip.status.success() {
         let err = String::from_utf8_lossy(&pip.stderr);
         let offline = [
@@ -61,13 +88,22 @@ fn python_with_openai() -> Option<PathBuf> {
         }
         panic!("pip install openai failed:\n{err}");
     }
-    assert!(has_openai(&python), "openai installed but not importable");
-    Some(python)
+    assert!(
+        has_openai(venv_python),
+        "openai installed but not importable"
+    );
+    Some(python(venv_python))
 }
 
 /// `radix ARGS` (a `--json` command): its JSON.
 fn radix_json(args: &[&str]) -> Value {
-    let out = radix().args(args).assert().success().get_output().stdout.clone();
+    let out = radix()
+        .args(args)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
     serde_json::from_slice(&out).unwrap()
 }
 
@@ -88,19 +124,23 @@ fn assert_close(got: &Value, want: &Value) {
 
 #[test]
 fn the_openai_client_gets_what_radix_generate_and_embed_give() {
-    let Some(python) = python_with_openai() else {
+    let Some(mut python) = python_with_openai() else {
         return;
     };
     let server = Server::start(&["--api-key", "sk-openai", "--context", "256"]);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/serve_openai.py");
-    let out = Command::new(&python)
+    let out = python
         .arg(&script)
         .arg(format!("http://{}/v1", server.addr))
         .arg("sk-openai")
         .args(TEXTS)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let got: Value = serde_json::from_slice(&out.stdout).unwrap();
     drop(server);
 
@@ -124,7 +164,12 @@ fn the_openai_client_gets_what_radix_generate_and_embed_give() {
     assert_eq!(got["completion_stream"]["text"], completion["text"]);
     assert_close(&got["embeddings_float"], &embed["embeddings"]);
     assert_close(&got["embeddings_base64"], &embed["embeddings"]);
-    let n_tokens: usize = embed["ids"].as_array().unwrap().iter().map(|i| i.as_array().unwrap().len()).sum();
+    let n_tokens: usize = embed["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_array().unwrap().len())
+        .sum();
     assert_eq!(got["embedding_usage"]["prompt_tokens"], n_tokens);
     assert_eq!(got["errors"]["unknown_model"]["status"], 400);
     assert_eq!(got["errors"]["unknown_model"]["param"], "model");

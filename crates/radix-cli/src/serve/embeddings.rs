@@ -67,10 +67,12 @@ impl Embeddings {
     /// Queues `texts`: the receiver of their embeddings, or why not.
     pub fn submit(&self, texts: Vec<String>) -> Result<oneshot::Receiver<Embedded>, Refused> {
         let (reply, rx) = oneshot::channel();
-        self.queue.try_send(Job { texts, reply }).map_err(|e| match e {
-            TrySendError::Full(_) => Refused::Busy,
-            TrySendError::Disconnected(_) => Refused::Stopped,
-        })?;
+        self.queue
+            .try_send(Job { texts, reply })
+            .map_err(|e| match e {
+                TrySendError::Full(_) => Refused::Busy,
+                TrySendError::Disconnected(_) => Refused::Stopped,
+            })?;
         Ok(rx)
     }
 }

@@ -103,7 +103,10 @@ impl IntoResponse for ApiError {
 /// A JSON body with its content type.
 pub fn axum_json(value: &serde_json::Value) -> Response {
     (
-        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
         value.to_string(),
     )
         .into_response()

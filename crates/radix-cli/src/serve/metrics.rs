@@ -57,7 +57,10 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let w = &mut out;
-        let _ = writeln!(w, "# HELP radix_requests_total HTTP answers by route and status.");
+        let _ = writeln!(
+            w,
+            "# HELP radix_requests_total HTTP answers by route and status."
+        );
         let _ = writeln!(w, "# TYPE radix_requests_total counter");
         let requests = self.requests.lock().unwrap_or_else(|e| e.into_inner());
         for ((route, status), n) in requests.iter() {
@@ -70,13 +73,41 @@ impl Metrics {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let gauge = |a: &AtomicI64| a.load(Ordering::Relaxed).max(0);
         for (name, kind, help, value) in [
-            ("radix_prompt_tokens_total", "counter", "Prompt tokens read.", load(&self.prompt_tokens)),
-            ("radix_generated_tokens_total", "counter", "Tokens generated.", load(&self.generated_tokens)),
-            ("radix_cancelled_total", "counter", "Sequences cut short because the client left.", load(&self.cancelled)),
-            ("radix_queue_depth", "gauge", "Requests waiting for a slot.", gauge(&self.queue_depth) as u64),
-            ("radix_active_slots", "gauge", "Sequences generating.", gauge(&self.active_slots) as u64),
+            (
+                "radix_prompt_tokens_total",
+                "counter",
+                "Prompt tokens read.",
+                load(&self.prompt_tokens),
+            ),
+            (
+                "radix_generated_tokens_total",
+                "counter",
+                "Tokens generated.",
+                load(&self.generated_tokens),
+            ),
+            (
+                "radix_cancelled_total",
+                "counter",
+                "Sequences cut short because the client left.",
+                load(&self.cancelled),
+            ),
+            (
+                "radix_queue_depth",
+                "gauge",
+                "Requests waiting for a slot.",
+                gauge(&self.queue_depth) as u64,
+            ),
+            (
+                "radix_active_slots",
+                "gauge",
+                "Sequences generating.",
+                gauge(&self.active_slots) as u64,
+            ),
         ] {
-            let _ = writeln!(w, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+            let _ = writeln!(
+                w,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
         }
         self.first_token.render(
             w,

@@ -104,10 +104,9 @@ async fn serve(state: Arc<AppState>, args: &ServeArgs) -> Result<()> {
         std::future::pending::<()>().await;
     });
     let mut on_stop = stop.clone();
-    let server = axum::serve(listener, routes::router(state))
-        .with_graceful_shutdown(async move {
-            let _ = on_stop.wait_for(|s| *s).await;
-        });
+    let server = axum::serve(listener, routes::router(state)).with_graceful_shutdown(async move {
+        let _ = on_stop.wait_for(|s| *s).await;
+    });
     let mut deadline = stop;
     let grace = args.shutdown_timeout();
     tokio::select! {

@@ -87,7 +87,11 @@ const ROUTES: [&str; 6] = [
 
 async fn count(State(s): Shared, req: Request, next: Next) -> Response {
     let path = req.uri().path();
-    let route = ROUTES.iter().find(|r| **r == path).copied().unwrap_or("other");
+    let route = ROUTES
+        .iter()
+        .find(|r| **r == path)
+        .copied()
+        .unwrap_or("other");
     let res = next.run(req).await;
     s.metrics.request(route, res.status().as_u16());
     res
@@ -177,7 +181,12 @@ async fn complete(s: &AppState, req: CompletionRequest, kind: Kind) -> Result<Re
         ));
     }
     let max_tokens = match req.max_tokens.or(req.max_completion_tokens) {
-        Some(0) => return Err(ApiError::invalid("max_tokens", "max_tokens must be at least 1")),
+        Some(0) => {
+            return Err(ApiError::invalid(
+                "max_tokens",
+                "max_tokens must be at least 1",
+            ));
+        }
         Some(m) if prompt.len() as u64 + m > s.context as u64 => {
             return Err(ApiError::invalid(
                 "max_tokens",
@@ -208,19 +217,29 @@ async fn complete(s: &AppState, req: CompletionRequest, kind: Kind) -> Result<Re
         ("frequency_penalty", req.frequency_penalty),
     ] {
         if v.is_some_and(|v| v != 0.0) {
-            return Err(ApiError::invalid(name, format!("{name} is not supported (only 0)")));
+            return Err(ApiError::invalid(
+                name,
+                format!("{name} is not supported (only 0)"),
+            ));
         }
     }
     let stream = req.stream.unwrap_or(false);
     let include_usage = req.stream_options.as_ref().and_then(|o| o.include_usage);
     if include_usage.is_some() && !stream {
-        return Err(ApiError::invalid("stream_options", "stream_options needs stream: true"));
+        return Err(ApiError::invalid(
+            "stream_options",
+            "stream_options needs stream: true",
+        ));
     }
     let (events, rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
     let reply = Reply {
         id: format!(
             "{}-{}",
-            if kind == Kind::Chat { "chatcmpl" } else { "cmpl" },
+            if kind == Kind::Chat {
+                "chatcmpl"
+            } else {
+                "cmpl"
+            },
             s.next_id.fetch_add(1, Ordering::Relaxed)
         ),
         model: s.model.clone(),
@@ -237,7 +256,9 @@ async fn complete(s: &AppState, req: CompletionRequest, kind: Kind) -> Result<Re
         events,
         arrived,
     };
-    s.worker.submit(job).map_err(|r| refused(r, s.max_batch, s.max_queue))?;
+    s.worker
+        .submit(job)
+        .map_err(|r| refused(r, s.max_batch, s.max_queue))?;
     if stream {
         Ok(sse::stream(reply, rx))
     } else {
@@ -254,7 +275,10 @@ fn prompt_text(
     match kind {
         Kind::Chat => {
             if req.prompt.is_some() {
-                return Err(ApiError::invalid("prompt", "chat completions take messages, not a prompt"));
+                return Err(ApiError::invalid(
+                    "prompt",
+                    "chat completions take messages, not a prompt",
+                ));
             }
             let messages = req
                 .messages
@@ -279,12 +303,17 @@ fn prompt_text(
         }
         Kind::Text => {
             if req.messages.is_some() {
-                return Err(ApiError::invalid("messages", "completions take a prompt, not messages"));
+                return Err(ApiError::invalid(
+                    "messages",
+                    "completions take a prompt, not messages",
+                ));
             }
             match &req.prompt {
                 Some(Prompt::Text(t)) => Ok((t.clone(), "prompt")),
                 Some(Prompt::Texts(v)) if v.len() == 1 => Ok((v[0].clone(), "prompt")),
-                Some(Prompt::Texts(_)) => Err(ApiError::invalid("prompt", "only one prompt per request")),
+                Some(Prompt::Texts(_)) => {
+                    Err(ApiError::invalid("prompt", "only one prompt per request"))
+                }
                 None => Err(ApiError::invalid("prompt", "missing field `prompt`")),
             }
         }
@@ -302,10 +331,16 @@ fn chat_prompt(tokenizer: &Tokenizer, messages: &[ChatMessage]) -> radix_text::R
 fn sampler(req: &CompletionRequest) -> Result<Sampler, ApiError> {
     let t = req.temperature.unwrap_or(1.0);
     if !(t.is_finite() && t >= 0.0) {
-        return Err(ApiError::invalid("temperature", format!("temperature must be 0 or more, got {t}")));
+        return Err(ApiError::invalid(
+            "temperature",
+            format!("temperature must be 0 or more, got {t}"),
+        ));
     }
     if let Some(p) = req.top_p.filter(|p| !(*p > 0.0 && *p <= 1.0)) {
-        return Err(ApiError::invalid("top_p", format!("top_p must be in (0, 1], got {p}")));
+        return Err(ApiError::invalid(
+            "top_p",
+            format!("top_p must be in (0, 1], got {p}"),
+        ));
     }
     if req.top_k == Some(0) {
         return Err(ApiError::invalid("top_k", "top_k must be at least 1"));
@@ -325,7 +360,10 @@ fn sampler(req: &CompletionRequest) -> Result<Sampler, ApiError> {
 async fn embeddings(State(s): Shared, body: Body) -> Result<Response, ApiError> {
     let req: EmbeddingRequest = parse(body)?;
     let (Some(name), Some(embedder)) = (&s.embed_model, &s.embeddings) else {
-        return Err(ApiError::invalid("model", "this server has no embedding model (--embed-model none)"));
+        return Err(ApiError::invalid(
+            "model",
+            "this server has no embedding model (--embed-model none)",
+        ));
     };
     if &req.model != name {
         return Err(unknown_model(&req.model, name));
@@ -348,10 +386,14 @@ async fn embeddings(State(s): Shared, body: Body) -> Result<Response, ApiError> 
     }
     let texts = match req.input {
         Prompt::Text(t) => vec![t],
-        Prompt::Texts(v) if v.is_empty() => return Err(ApiError::invalid("input", "input must not be empty")),
+        Prompt::Texts(v) if v.is_empty() => {
+            return Err(ApiError::invalid("input", "input must not be empty"));
+        }
         Prompt::Texts(v) => v,
     };
-    let rx = embedder.submit(texts).map_err(|r| refused(r, 1, s.max_queue))?;
+    let rx = embedder
+        .submit(texts)
+        .map_err(|r| refused(r, 1, s.max_queue))?;
     let (vectors, n_tokens) = rx
         .await
         .map_err(|_| ApiError::internal("the embedding thread stopped"))?
@@ -391,7 +433,9 @@ fn refused(r: Refused, slots: usize, queue: usize) -> ApiError {
         Refused::Busy => ApiError::busy(format!(
             "the server is busy: {slots} requests running and {queue} waiting; retry later"
         )),
-        Refused::Stopped => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the server is stopping"),
+        Refused::Stopped => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the server is stopping")
+        }
     }
 }
 

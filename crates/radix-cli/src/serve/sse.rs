@@ -97,7 +97,9 @@ impl Reply {
                 "logprobs": null,
                 "finish_reason": finish,
             }),
-            Kind::Text => json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish}),
+            Kind::Text => {
+                json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
+            }
         };
         let mut res = self.envelope(false, json!([choice]));
         res["usage"] = self.usage(completion_tokens);
@@ -106,7 +108,10 @@ impl Reply {
 }
 
 /// Waits for the whole reply and answers it as one object.
-pub async fn collect(reply: Reply, mut events: UnboundedReceiver<Event>) -> Result<Response, ApiError> {
+pub async fn collect(
+    reply: Reply,
+    mut events: UnboundedReceiver<Event>,
+) -> Result<Response, ApiError> {
     let mut text = String::new();
     loop {
         match events.recv().await {
@@ -114,7 +119,13 @@ pub async fn collect(reply: Reply, mut events: UnboundedReceiver<Event>) -> Resu
             Some(Event::Done {
                 finish,
                 completion_tokens,
-            }) => return Ok(axum_json(&reply.whole(&text, finish.as_str(), completion_tokens))),
+            }) => {
+                return Ok(axum_json(&reply.whole(
+                    &text,
+                    finish.as_str(),
+                    completion_tokens,
+                )));
+            }
             Some(Event::Failed(e)) => return Err(ApiError::internal(e)),
             None => return Err(ApiError::internal("the generation thread stopped")),
         }
@@ -128,42 +139,49 @@ pub fn stream(reply: Reply, events: UnboundedReceiver<Event>) -> Response {
         pending.push_back(reply.chunk(None, None).to_string());
     }
     let state = (reply, events, pending, false);
-    let chunks = stream::unfold(state, |(reply, mut events, mut pending, mut done)| async move {
-        loop {
-            if let Some(data) = pending.pop_front() {
-                let event = SseEvent::default().data(data);
-                return Some((Ok::<_, Infallible>(event), (reply, events, pending, done)));
-            }
-            if done {
-                return None;
-            }
-            done = true;
-            match events.recv().await {
-                Some(Event::Text(t)) => {
-                    pending.push_back(reply.chunk(Some(&t), None).to_string());
-                    done = false;
+    let chunks = stream::unfold(
+        state,
+        |(reply, mut events, mut pending, mut done)| async move {
+            loop {
+                if let Some(data) = pending.pop_front() {
+                    let event = SseEvent::default().data(data);
+                    return Some((Ok::<_, Infallible>(event), (reply, events, pending, done)));
                 }
-                Some(Event::Done {
-                    finish,
-                    completion_tokens,
-                }) => {
-                    pending.push_back(reply.chunk(None, Some(finish.as_str())).to_string());
-                    if reply.include_usage {
-                        let mut usage = reply.envelope(true, json!([]));
-                        usage["usage"] = reply.usage(completion_tokens);
-                        pending.push_back(usage.to_string());
+                if done {
+                    return None;
+                }
+                done = true;
+                match events.recv().await {
+                    Some(Event::Text(t)) => {
+                        pending.push_back(reply.chunk(Some(&t), None).to_string());
+                        done = false;
                     }
-                    pending.push_back("[DONE]".into());
+                    Some(Event::Done {
+                        finish,
+                        completion_tokens,
+                    }) => {
+                        pending.push_back(reply.chunk(None, Some(finish.as_str())).to_string());
+                        if reply.include_usage {
+                            let mut usage = reply.envelope(true, json!([]));
+                            usage["usage"] = reply.usage(completion_tokens);
+                            pending.push_back(usage.to_string());
+                        }
+                        pending.push_back("[DONE]".into());
+                    }
+                    Some(Event::Failed(e)) => {
+                        pending.push_back(ApiError::internal(e).body().to_string());
+                        pending.push_back("[DONE]".into());
+                    }
+                    None => pending.push_back(
+                        ApiError::internal("the generation thread stopped")
+                            .body()
+                            .to_string(),
+                    ),
                 }
-                Some(Event::Failed(e)) => {
-                    pending.push_back(ApiError::internal(e).body().to_string());
-                    pending.push_back("[DONE]".into());
-                }
-                None => pending.push_back(
-                    ApiError::internal("the generation thread stopped").body().to_string(),
-                ),
             }
-        }
-    });
-    Sse::new(chunks).keep_alive(KeepAlive::default()).into_response()
+        },
+    );
+    Sse::new(chunks)
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }

@@ -22,7 +22,11 @@ impl StopText {
     /// string was found (the text returned ends before it).
     pub fn push(&mut self, piece: &str) -> (String, bool) {
         self.held.push_str(piece);
-        let found = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min();
+        let found = self
+            .stops
+            .iter()
+            .filter_map(|s| self.held.find(s.as_str()))
+            .min();
         if let Some(i) = found {
             let out = self.held[..i].to_string();
             self.held.clear();
@@ -32,7 +36,12 @@ impl StopText {
         let keep = self
             .stops
             .iter()
-            .flat_map(|s| s.char_indices().map(|(k, _)| k).skip(1).map(move |k| &s[..k]))
+            .flat_map(|s| {
+                s.char_indices()
+                    .map(|(k, _)| k)
+                    .skip(1)
+                    .map(move |k| &s[..k])
+            })
             .filter(|prefix| self.held.ends_with(prefix))
             .map(str::len)
             .max()

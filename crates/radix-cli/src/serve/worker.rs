@@ -120,13 +120,15 @@ impl Worker {
             .take_while(|&b| b <= cfg.context)
             .collect();
         let thread = {
-            let (abort, metrics, buckets) = (abort.clone(), metrics.clone(), prefill_buckets.clone());
+            let (abort, metrics, buckets) =
+                (abort.clone(), metrics.clone(), prefill_buckets.clone());
             std::thread::Builder::new()
                 .name("radix-generate".into())
                 .spawn(move || {
                     let runner = load(&platform, &model, cfg.context, &buckets);
                     let ok = runner.is_ok();
-                    let _ = ready_tx.send(runner.as_ref().map(|_| ()).map_err(|e| format!("{e:#}")));
+                    let _ =
+                        ready_tx.send(runner.as_ref().map(|_| ()).map_err(|e| format!("{e:#}")));
                     if let (true, Ok(runner)) = (ok, runner) {
                         let mut state = State {
                             runner,
@@ -179,7 +181,12 @@ impl Worker {
 }
 
 /// The runner, compiled for every bucket.
-fn load(platform: &Platform, model: &Model, context: usize, buckets: &[usize]) -> Result<LlamaRunner> {
+fn load(
+    platform: &Platform,
+    model: &Model,
+    context: usize,
+    buckets: &[usize],
+) -> Result<LlamaRunner> {
     let mut runner = Llama::open(platform, &model.path, context, MatrixFormat::AsStored)
         .with_context(|| format!("cannot load {}", model.path.display()))?;
     for &b in buckets {
@@ -216,10 +223,14 @@ impl State {
         loop {
             if self.abort.load(Ordering::Relaxed) {
                 for seq in active {
-                    let _ = seq.events.send(Event::Failed("the server is shutting down".into()));
+                    let _ = seq
+                        .events
+                        .send(Event::Failed("the server is shutting down".into()));
                 }
                 while let Ok(job) = jobs.try_recv() {
-                    let _ = job.events.send(Event::Failed("the server is shutting down".into()));
+                    let _ = job
+                        .events
+                        .send(Event::Failed("the server is shutting down".into()));
                 }
                 self.metrics.active_slots.store(0, Ordering::Relaxed);
                 return;
@@ -250,7 +261,9 @@ impl State {
                         let _ = events.send(Event::Failed(format!("{e:#}")));
                     }
                 }
-                self.metrics.active_slots.store(active.len() as i64, Ordering::Relaxed);
+                self.metrics
+                    .active_slots
+                    .store(active.len() as i64, Ordering::Relaxed);
             }
             active.retain_mut(|seq| match self.step(seq) {
                 Ok(go_on) => go_on,
@@ -259,7 +272,9 @@ impl State {
                     false
                 }
             });
-            self.metrics.active_slots.store(active.len() as i64, Ordering::Relaxed);
+            self.metrics
+                .active_slots
+                .store(active.len() as i64, Ordering::Relaxed);
         }
     }
 
@@ -297,7 +312,8 @@ impl State {
     /// Adds token `next` to `seq` and sends its text: whether the sequence
     /// goes on.
     fn push(&mut self, seq: &mut Seq, next: u32) -> Result<bool> {
-        self.metrics.token(seq.ids.is_empty(), seq.last_token.elapsed());
+        self.metrics
+            .token(seq.ids.is_empty(), seq.last_token.elapsed());
         seq.last_token = Instant::now();
         seq.ids.push(next);
         let piece = seq.text.push(&self.tokenizer, &seq.ids)?;

@@ -77,7 +77,13 @@ impl Server {
     }
 
     /// Sends a request and reads the whole answer.
-    pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> Answer {
         let mut s = self.send(method, path, headers, body);
         let mut raw = vec![];
         s.read_to_end(&mut raw).unwrap();
@@ -96,7 +102,13 @@ impl Server {
 
     /// Sends a request and returns the connection, to read the answer as it
     /// comes (or hang up).
-    pub fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> TcpStream {
+    pub fn send(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> TcpStream {
         let mut s = TcpStream::connect(&self.addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
         let mut head = format!(
@@ -181,7 +193,11 @@ fn parse_answer(raw: &[u8]) -> Answer {
     let chunked = headers
         .iter()
         .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
-    let body = if chunked { dechunk(body) } else { body.to_string() };
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
     Answer {
         status,
         headers,
