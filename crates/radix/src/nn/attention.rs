@@ -112,9 +112,14 @@ impl KvCache {
 
     /// The cache with new keys and values (tagged `(b, k, h, hd)` in any order) written
     /// from position `start` (a rank-0 integer tensor) on
-    /// (`stablehlo.dynamic_update_slice`).
+    /// (`stablehlo.dynamic_update_slice`). A `start` tagged `(b)` gives each
+    /// row of the batch its own position (sequences of different lengths
+    /// decoding together): one update per row.
     #[track_caller]
     pub fn write(self, start: Tensor, k: Tensor, v: Tensor) -> KvCache {
+        if start.shape().rank() == 1 {
+            return self.write_rows(start, k, v);
+        }
         let zero = Tensor::scalar(0.0, start.dtype());
         let starts = [zero, start, zero, zero];
         let write = |cache: Tensor, new: Tensor| {
@@ -124,5 +129,23 @@ impl KvCache {
             k: write(self.k, k),
             v: write(self.v, v),
         }
+    }
+
+    /// [`KvCache::write`] with row `i` of `k` and `v` written from position
+    /// `starts[i]` (`starts` tagged `(b)`).
+    #[track_caller]
+    fn write_rows(self, starts: Tensor, k: Tensor, v: Tensor) -> KvCache {
+        let zero = Tensor::scalar(0.0, starts.dtype());
+        let (k, v) = (k.transpose([B, K, H, HD]), v.transpose([B, K, H, HD]));
+        let mut cache = self;
+        for i in 0..starts.dim(B) {
+            let row = Tensor::scalar(i as f64, starts.dtype());
+            let at = [row, starts.slice(B, i..i + 1).squeeze(B), zero, zero];
+            cache = KvCache {
+                k: cache.k.dynamic_update_slice(k.slice(B, i..i + 1), &at),
+                v: cache.v.dynamic_update_slice(v.slice(B, i..i + 1), &at),
+            };
+        }
+        cache
     }
 }
