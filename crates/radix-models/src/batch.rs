@@ -35,7 +35,10 @@ pub struct Batch<M: CausalLm> {
     insert: Compiled<(), (Vec<KvCache>, Vec<KvCache>, Tensor), Vec<KvCache>>,
     /// Copies a row into another.
     copy: Compiled<(), (Vec<KvCache>, Tensor, Tensor), Vec<KvCache>>,
-    /// `None` only after a failed step lost them.
+    /// Makes empty caches.
+    zeros: Compiled<(), (), Vec<KvCache>>,
+    /// `None` only after a failed step lost them (made anew once every
+    /// sequence has left).
     caches: Option<Bufferized<Vec<KvCache>>>,
     /// Per running row, the positions holding tokens.
     lens: Vec<usize>,
@@ -116,6 +119,7 @@ impl<M: CausalLm> Batch<M> {
             insert,
             copy,
             caches: Some(zeros.call_fn(())?),
+            zeros,
             lens: vec![],
         })
     }
@@ -141,9 +145,13 @@ impl<M: CausalLm> Batch<M> {
     }
 
     fn caches(&mut self) -> Result<Bufferized<Vec<KvCache>>> {
-        self.caches
-            .take()
-            .ok_or_else(|| Error::Input("the batch's caches were lost by a failed step".into()))
+        match self.caches.take() {
+            Some(c) => Ok(c),
+            None if self.lens.is_empty() => Ok(self.zeros.call_fn(())?),
+            None => Err(Error::Input(
+                "the batch's caches were lost by a failed step: remove its sequences".into(),
+            )),
+        }
     }
 
     /// Takes the prefilled `cache` of a sequence (from

@@ -127,8 +127,7 @@ async fn health(State(s): Shared) -> Response {
         "max_batch": s.max_batch,
         "max_queue": s.max_queue,
         "prefill_buckets": s.worker.prefill_buckets,
-        // Each running sequence decodes in its own step, one after another.
-        "decode_batch_sizes": [1],
+        "decode_batch_sizes": s.worker.decode_buckets,
     }))
 }
 

@@ -1,9 +1,9 @@
-//! The generation worker: one thread owns the model and its runner, takes
-//! requests from a bounded queue, and runs up to `--max-batch` sequences,
-//! each with its own KV cache (a slot). Each turn it admits waiting requests
-//! into free slots (their prefill and first token), then advances every
-//! running sequence by one token. A sequence whose client is gone is
-//! dropped at its next token, freeing its slot.
+//! The generation worker: one thread owns the model, its runner and a
+//! [`Batch`] of `--max-batch` cache rows (slots), and takes requests from a
+//! bounded queue. Each turn it admits waiting requests into free slots
+//! (their prefill and first token), then advances every running sequence by
+//! one token in one batched decode step. A finished sequence, or one whose
+//! client is gone, leaves its slot at once.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow};
 use radix::Platform;
 use radix::nn::MatrixFormat;
-use radix_models::generate::{Cache, bucket};
+use radix_models::batch::Batch;
+use radix_models::generate::bucket;
 use radix_models::llama::{Llama, LlamaRunner};
 use radix_models::sampling::Sampler;
 use radix_text::Tokenizer;
@@ -91,6 +92,8 @@ pub struct Worker {
     metrics: Arc<Metrics>,
     /// The prompt lengths compiled ahead.
     pub prefill_buckets: Vec<usize>,
+    /// The decode batch sizes compiled ahead.
+    pub decode_buckets: Vec<usize>,
 }
 
 /// The settings of the worker.
@@ -125,24 +128,25 @@ impl Worker {
             std::thread::Builder::new()
                 .name("radix-generate".into())
                 .spawn(move || {
-                    let runner = load(&platform, &model, cfg.context, &buckets);
-                    let ok = runner.is_ok();
-                    let _ =
-                        ready_tx.send(runner.as_ref().map(|_| ()).map_err(|e| format!("{e:#}")));
-                    if let (true, Ok(runner)) = (ok, runner) {
-                        let mut state = State {
-                            runner,
-                            tokenizer: model.tokenizer,
-                            stops: model.stops,
-                            metrics,
-                            abort,
-                        };
-                        state.run(&jobs, cfg.max_batch);
-                    }
+                    let loaded = load(&platform, &model, cfg.context, &buckets, cfg.max_batch);
+                    let (runner, batch) = match loaded {
+                        Ok(loaded) => loaded,
+                        Err(e) => return drop(ready_tx.send(Err(format!("{e:#}")))),
+                    };
+                    let _ = ready_tx.send(Ok(batch.buckets().to_vec()));
+                    let mut state = State {
+                        runner,
+                        batch,
+                        tokenizer: model.tokenizer,
+                        stops: model.stops,
+                        metrics,
+                        abort,
+                    };
+                    state.run(&jobs);
                 })
                 .context("cannot start the generation thread")?
         };
-        ready
+        let decode_buckets = ready
             .recv()
             .context("the generation thread ended while loading")?
             .map_err(|e| anyhow!(e))?;
@@ -152,6 +156,7 @@ impl Worker {
             thread: Mutex::new(Some(thread)),
             metrics,
             prefill_buckets,
+            decode_buckets,
         })
     }
 
@@ -180,33 +185,36 @@ impl Worker {
     }
 }
 
-/// The runner, compiled for every bucket.
+/// The runner, compiled for every prompt bucket, and a batch of `slots`.
 fn load(
     platform: &Platform,
     model: &Model,
     context: usize,
     buckets: &[usize],
-) -> Result<LlamaRunner> {
+    slots: usize,
+) -> Result<(LlamaRunner, Batch<Llama>)> {
     let mut runner = Llama::open(platform, &model.path, context, MatrixFormat::AsStored)
         .with_context(|| format!("cannot load {}", model.path.display()))?;
     for &b in buckets {
         runner.compile(b)?;
     }
-    Ok(runner)
+    let batch = Batch::new(&runner, slots)?;
+    Ok((runner, batch))
 }
 
 /// What the worker thread owns.
 struct State {
     runner: LlamaRunner,
+    batch: Batch<Llama>,
     tokenizer: Tokenizer,
     stops: Vec<u32>,
     metrics: Arc<Metrics>,
     abort: Arc<AtomicBool>,
 }
 
-/// A running sequence: its slot's cache and its reply so far.
+/// A running sequence (its slot is its index among the running ones) and
+/// its reply so far.
 struct Seq {
-    cache: Cache,
     ids: Vec<u32>,
     text: TextStream,
     stop: StopText,
@@ -218,8 +226,9 @@ struct Seq {
 
 impl State {
     /// Serves jobs until the server stops.
-    fn run(&mut self, jobs: &Receiver<Job>, max_batch: usize) {
-        let mut active: Vec<Seq> = Vec::with_capacity(max_batch);
+    fn run(&mut self, jobs: &Receiver<Job>) {
+        // Row `i` of the batch runs `active[i]`.
+        let mut active: Vec<Seq> = vec![];
         loop {
             if self.abort.load(Ordering::Relaxed) {
                 for seq in active {
@@ -235,7 +244,7 @@ impl State {
                 self.metrics.active_slots.store(0, Ordering::Relaxed);
                 return;
             }
-            while active.len() < max_batch {
+            while !self.batch.is_full() {
                 let job = if active.is_empty() {
                     match jobs.recv_timeout(Duration::from_millis(100)) {
                         Ok(job) => job,
@@ -265,27 +274,52 @@ impl State {
                     .active_slots
                     .store(active.len() as i64, Ordering::Relaxed);
             }
-            active.retain_mut(|seq| match self.step(seq) {
-                Ok(go_on) => go_on,
-                Err(e) => {
-                    let _ = seq.events.send(Event::Failed(format!("{e:#}")));
-                    false
-                }
-            });
+            // Clients gone leave before the step.
+            let gone: Vec<bool> = active.iter().map(|s| s.events.is_closed()).collect();
+            self.leave(&mut active, &gone, true);
+            if !active.is_empty() {
+                let done = match self.step(&mut active) {
+                    Ok(done) => done,
+                    Err(e) => {
+                        for seq in &active {
+                            let _ = seq.events.send(Event::Failed(format!("{e:#}")));
+                        }
+                        vec![true; active.len()]
+                    }
+                };
+                self.leave(&mut active, &done, false);
+            }
             self.metrics
                 .active_slots
                 .store(active.len() as i64, Ordering::Relaxed);
         }
     }
 
-    /// Prefills `job` and picks its first token: the sequence, unless it
-    /// ended there.
+    /// Frees the slots of the sequences marked in `which` (`cancelled`: their
+    /// clients left).
+    fn leave(&mut self, active: &mut Vec<Seq>, which: &[bool], cancelled: bool) {
+        // Last first: a removal moves the last row into the freed one.
+        for row in (0..active.len()).rev() {
+            if which[row] {
+                if cancelled {
+                    self.metrics.cancelled();
+                }
+                if let Err(e) = self.batch.remove(&self.runner, row) {
+                    tracing::error!("cannot free slot {row}: {e}");
+                }
+                active.swap_remove(row);
+            }
+        }
+    }
+
+    /// Prefills `job`, takes a slot and picks its first token: the
+    /// sequence, unless it ended there.
     fn start(&mut self, mut job: Job) -> Result<Option<Seq>> {
         self.metrics.prompt(job.prompt.len());
         let (logits, cache) = self.runner.prefill(&job.prompt)?;
+        let row = self.batch.insert(&self.runner, cache)?;
         let next = job.sampler.pick(&logits) as u32;
         let mut seq = Seq {
-            cache,
             ids: vec![],
             text: TextStream::default(),
             stop: StopText::new(std::mem::take(&mut job.stop)),
@@ -294,19 +328,27 @@ impl State {
             events: job.events,
             last_token: job.arrived,
         };
-        Ok(self.push(&mut seq, next)?.then_some(seq))
+        if self.push(&mut seq, next)? {
+            return Ok(Some(seq));
+        }
+        self.batch.remove(&self.runner, row)?;
+        Ok(None)
     }
 
-    /// Decodes one more token of `seq`: whether it goes on.
-    fn step(&mut self, seq: &mut Seq) -> Result<bool> {
-        if seq.events.is_closed() {
-            self.metrics.cancelled();
-            return Ok(false);
+    /// Decodes one more token of every running sequence in one step: which
+    /// of them ended.
+    fn step(&mut self, active: &mut [Seq]) -> Result<Vec<bool>> {
+        let last: Vec<u32> = active
+            .iter()
+            .filter_map(|s| s.ids.last().copied())
+            .collect();
+        let logits = self.batch.step(&self.runner, &last)?;
+        let mut done = Vec::with_capacity(active.len());
+        for (seq, logits) in active.iter_mut().zip(&logits) {
+            let next = seq.sampler.pick(logits) as u32;
+            done.push(!self.push(seq, next)?);
         }
-        let last = *seq.ids.last().context("a sequence without a token")?;
-        let logits = self.runner.decode(last, &mut seq.cache)?;
-        let next = seq.sampler.pick(&logits) as u32;
-        self.push(seq, next)
+        Ok(done)
     }
 
     /// Adds token `next` to `seq` and sends its text: whether the sequence
