@@ -261,16 +261,19 @@ fn decode_step<M: CausalLm>(
             &(block.clone(), x, pos, step),
         );
         x = y;
-        let zero = row_start(Tensor::scalar(0.0, DType::I32), cache.k);
+        // The `b` rows written, then the others as they were.
+        let back = |full: Tensor, rows: Tensor| {
+            let n = full.dim("b");
+            let all = if n > b {
+                Tensor::concatenate(&[rows, full.slice("b", b..n)], "b")
+            } else {
+                rows
+            };
+            all.reuse_buffer(full)
+        };
         written.push(KvCache {
-            k: cache
-                .k
-                .dynamic_update_slice(rows.k, &zero)
-                .reuse_buffer(cache.k),
-            v: cache
-                .v
-                .dynamic_update_slice(rows.v, &zero)
-                .reuse_buffer(cache.v),
+            k: back(cache.k, rows.k),
+            v: back(cache.v, rows.v),
         });
     }
     (model.head(x, Tensor::scalar(0.0, DType::I32)), written)

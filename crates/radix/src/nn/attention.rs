@@ -131,21 +131,22 @@ impl KvCache {
         }
     }
 
-    /// [`KvCache::write`] with row `i` of `k` and `v` written from position
-    /// `starts[i]` (`starts` tagged `(b)`).
+    /// [`KvCache::write`] of one position per row: row `i` of `k` and `v`
+    /// (one key each) written at position `starts[i]` (`starts` tagged
+    /// `(b)`). A select over the whole cache rather than one update per row:
+    /// XLA's CPU backend copied the cache for each of those.
     #[track_caller]
     fn write_rows(self, starts: Tensor, k: Tensor, v: Tensor) -> KvCache {
-        let zero = Tensor::scalar(0.0, starts.dtype());
-        let (k, v) = (k.transpose([B, K, H, HD]), v.transpose([B, K, H, HD]));
-        let mut cache = self;
-        for i in 0..starts.dim(B) {
-            let row = Tensor::scalar(i as f64, starts.dtype());
-            let at = [row, starts.slice(B, i..i + 1).squeeze(B), zero, zero];
-            cache = KvCache {
-                k: cache.k.dynamic_update_slice(k.slice(B, i..i + 1), &at),
-                v: cache.v.dynamic_update_slice(v.slice(B, i..i + 1), &at),
-            };
+        let shape = self.k.shape();
+        let at = Tensor::iota(shape.with_dtype(starts.dtype()), K)
+            .eq(starts.broadcast(shape.with_dtype(starts.dtype())));
+        let write = |cache: Tensor, new: Tensor| {
+            let new = new.squeeze(K).broadcast(cache.shape());
+            at.select(new, cache)
+        };
+        KvCache {
+            k: write(self.k, k),
+            v: write(self.v, v),
         }
-        cache
     }
 }
