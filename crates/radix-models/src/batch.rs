@@ -1,17 +1,13 @@
 //! Continuous batching: every running sequence decodes in one step.
 //!
-//! A [`Batch`] holds one key/value cache per layer with a row per slot
-//! (`(slots, capacity, h, hd)`), beside a [`Generator`] that owns the
-//! weights and prefills prompts. A prompt is prefilled alone (the
-//! generator's prefill executables) and its cache copied into the first
-//! free row; a decode step then runs the first `n` rows, padded up to a
-//! compiled batch size (a bucket), each row at its own position. A finished
-//! sequence leaves at once: the last row moves into its place, so the
-//! running rows are always `0..n` and a step never computes more rows than
-//! its bucket.
-//!
-//! The steps take the caches and donate them, as the generator's do: a
-//! step writes in place.
+//! A [`Batch`] runs up to `slots` sequences beside a [`Generator`] that owns
+//! the weights and prefills prompts. Each sequence keeps the cache its
+//! prefill made (one `(1, capacity, h, hd)` pair per layer): joining the
+//! batch moves no data, and leaving it frees the cache at once. A decode
+//! step takes the running sequences' caches, padded with spare ones up to a
+//! compiled batch size (a bucket), joins them along the batch axis for
+//! attention, writes each row's token at its own position and hands every
+//! row's cache back in the buffer it came in (donated, written in place).
 
 use std::collections::HashMap;
 
@@ -21,27 +17,24 @@ use radix::{Buffer, Bufferized, Compiled, DType, Shape, Tensor};
 use crate::generate::{Cache, CausalLm, Generator, Step};
 use crate::{Error, Result};
 
-/// Token ids `(b, 1)`, each row's position `(b)`, the caches of every slot.
-type DecodeInputs = (Tensor, Tensor, Vec<KvCache>);
+/// One sequence's caches: one pair per layer.
+type Row = Vec<KvCache>;
+/// Token ids `(b, 1)`, each row's position `(b)`, each row's caches.
+type DecodeInputs = (Tensor, Tensor, Vec<Row>);
 
-/// Sequences decoding together, one cache row (slot) each.
+/// Sequences decoding together.
 pub struct Batch<M: CausalLm> {
     slots: usize,
     capacity: usize,
     /// Decode batch sizes, ascending; the last is `slots`.
     buckets: Vec<usize>,
-    decode: HashMap<usize, Compiled<M, DecodeInputs, (Tensor, Vec<KvCache>)>>,
-    /// Copies a one-sequence cache into a row.
-    insert: Compiled<(), (Vec<KvCache>, Vec<KvCache>, Tensor), Vec<KvCache>>,
-    /// Copies a row into another.
-    copy: Compiled<(), (Vec<KvCache>, Tensor, Tensor), Vec<KvCache>>,
-    /// Makes empty caches.
-    zeros: Compiled<(), (), Vec<KvCache>>,
-    /// `None` only after a failed step lost them (made anew once every
-    /// sequence has left).
-    caches: Option<Bufferized<Vec<KvCache>>>,
-    /// Per running row, the positions holding tokens.
-    lens: Vec<usize>,
+    decode: HashMap<usize, Compiled<M, DecodeInputs, (Tensor, Vec<Row>)>>,
+    /// Makes one row's empty caches (spares that pad a step).
+    zeros: Compiled<(), (), Row>,
+    /// Per running row: its caches and how many positions hold tokens.
+    rows: Vec<(Bufferized<Row>, usize)>,
+    /// Caches that pad a step to its bucket; what they hold is never read.
+    spares: Vec<Bufferized<Row>>,
 }
 
 impl<M: CausalLm> Batch<M> {
@@ -52,75 +45,32 @@ impl<M: CausalLm> Batch<M> {
         if slots == 0 {
             return Err(Error::Input("a batch of 0 slots".into()));
         }
-        let (platform, model, capacity) = (
-            generator.platform(),
-            generator.model(),
-            generator.capacity(),
-        );
-        let shapes: Vec<Shape> = model
-            .cache_shapes(capacity)
-            .into_iter()
-            .map(|s| with_rows(s, slots))
-            .collect::<Result<_>>()?;
+        let (platform, model) = (generator.platform(), generator.model());
+        let capacity = generator.capacity();
+        let shapes = model.cache_shapes(capacity);
+        let row: Row = shapes.iter().map(|&s| KvCache::param(s)).collect();
         let mut buckets: Vec<usize> = std::iter::successors(Some(1), |b| Some(b * 2))
             .take_while(|&b| b < slots)
             .collect();
         buckets.push(slots);
         let mut decode = HashMap::new();
-        let full: Vec<KvCache> = shapes.iter().map(|&s| KvCache::param(s)).collect();
         for &b in &buckets {
             let ids = Tensor::param(Shape::tagged(DType::I32, &[("b", b as i64), ("s", 1)]));
             let starts = Tensor::param(Shape::tagged(DType::I32, &[("b", b as i64)]));
-            let exe = radix::compile(platform, model, &(ids, starts, full.clone()), decode_step)?;
-            decode.insert(b, exe);
+            let inputs = (ids, starts, vec![row.clone(); b]);
+            decode.insert(b, radix::compile(platform, model, &inputs, decode_step)?);
         }
-        let one: Vec<KvCache> = model
-            .cache_shapes(capacity)
-            .into_iter()
-            .map(KvCache::param)
-            .collect();
-        let row = Tensor::param(Shape::scalar(DType::I32));
-        let insert = radix::compile_fn(platform, &(full.clone(), one, row), |(full, one, row)| {
-            let at = |t: Tensor| row_start(row, t);
-            full.iter()
-                .zip(one)
-                .map(|(f, o)| KvCache {
-                    k: f.k.dynamic_update_slice(o.k, &at(f.k)).reuse_buffer(f.k),
-                    v: f.v.dynamic_update_slice(o.v, &at(f.v)).reuse_buffer(f.v),
-                })
-                .collect()
-        })?;
-        let copy = radix::compile_fn(platform, &(full, row, row), |(full, from, to)| {
-            let moved = |t: Tensor| {
-                let mut sizes = t.shape().dims().to_vec();
-                sizes[0] = 1;
-                let src = t.dynamic_slice(&row_start(from, t), &sizes);
-                t.dynamic_update_slice(src, &row_start(to, t))
-                    .reuse_buffer(t)
-            };
-            full.iter()
-                .map(|f| KvCache {
-                    k: moved(f.k),
-                    v: moved(f.v),
-                })
-                .collect()
-        })?;
         let zeros = radix::compile_fn(platform, &(), |()| {
-            shapes
-                .iter()
-                .map(|&s| KvCache::zeros(s))
-                .collect::<Vec<_>>()
+            shapes.iter().map(|&s| KvCache::zeros(s)).collect::<Row>()
         })?;
         Ok(Batch {
             slots,
             capacity,
             buckets,
             decode,
-            insert,
-            copy,
-            caches: Some(zeros.call_fn(())?),
             zeros,
-            lens: vec![],
+            rows: vec![],
+            spares: vec![],
         })
     }
 
@@ -131,55 +81,42 @@ impl<M: CausalLm> Batch<M> {
 
     /// How many sequences run.
     pub fn len(&self) -> usize {
-        self.lens.len()
+        self.rows.len()
     }
 
     /// Whether no sequence runs.
     pub fn is_empty(&self) -> bool {
-        self.lens.is_empty()
+        self.rows.is_empty()
     }
 
     /// Whether every slot is taken.
     pub fn is_full(&self) -> bool {
-        self.lens.len() == self.slots
+        self.rows.len() == self.slots
     }
 
-    fn caches(&mut self) -> Result<Bufferized<Vec<KvCache>>> {
-        match self.caches.take() {
-            Some(c) => Ok(c),
-            None if self.lens.is_empty() => Ok(self.zeros.call_fn(())?),
-            None => Err(Error::Input(
-                "the batch's caches were lost by a failed step: remove its sequences".into(),
-            )),
-        }
-    }
-
-    /// Takes the prefilled `cache` of a sequence (from
-    /// [`Generator::prefill`] of `generator`) into the next row: that row's index.
-    pub fn insert(&mut self, generator: &Generator<M>, cache: Cache) -> Result<usize> {
+    /// Takes a sequence prefilled by [`Generator::prefill`] (its `cache`)
+    /// into the next row: that row's index.
+    pub fn insert(&mut self, cache: Cache) -> Result<usize> {
         if self.is_full() {
             return Err(Error::Input(format!("all {} slots are taken", self.slots)));
         }
-        let row = self.lens.len();
-        let (len, buffers) = (cache.len(), cache.buffers);
-        let full = self.caches()?;
-        let at = scalar(generator, row)?;
-        self.caches = Some(self.insert.call_fn((full, buffers, at))?);
-        self.lens.push(len);
-        Ok(row)
+        let len = cache.len();
+        self.rows.push((cache.buffers, len));
+        Ok(self.rows.len() - 1)
     }
 
     /// Appends `tokens[i]` to row `i`'s sequence, for every running row,
-    /// in one step: the logits after each.
+    /// in one step: the logits after each. A failed step ends every
+    /// sequence (their caches were given to it).
     pub fn step(&mut self, generator: &Generator<M>, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
-        let n = self.lens.len();
+        let n = self.rows.len();
         if tokens.len() != n || n == 0 {
             return Err(Error::Input(format!(
                 "{} tokens for {n} running sequences",
                 tokens.len()
             )));
         }
-        if let Some(i) = self.lens.iter().position(|&l| l >= self.capacity) {
+        if let Some(i) = self.rows.iter().position(|r| r.1 >= self.capacity) {
             return Err(Error::Input(format!(
                 "the cache of row {i} ({} positions) is full",
                 self.capacity
@@ -191,11 +128,10 @@ impl<M: CausalLm> Batch<M> {
             .copied()
             .find(|&b| b >= n)
             .unwrap_or(self.slots);
-        // Padding rows decode token 0 at their row's current position: rows
-        // past `n` hold no sequence, and an insert overwrites them whole.
+        // Padding rows decode token 0 at position 0 of a spare cache.
         let mut ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
         ids.resize(b, 0);
-        let mut starts: Vec<i32> = self.lens.iter().map(|&l| l as i32).collect();
+        let mut starts: Vec<i32> = self.rows.iter().map(|r| r.1 as i32).collect();
         starts.resize(b, 0);
         let platform = generator.platform();
         let ids = Buffer::from_slice(
@@ -208,97 +144,64 @@ impl<M: CausalLm> Batch<M> {
             &starts,
             Shape::tagged(DType::I32, &[("b", b as i64)]),
         )?;
-        let full = self.caches()?;
-        let (logits, caches) = self.decode[&b].call(generator.weights(), (ids, starts, full))?;
-        self.caches = Some(caches);
-        for l in &mut self.lens {
-            *l += 1;
+        while self.spares.len() < b - n {
+            self.spares.push(self.zeros.call_fn(())?);
         }
+        let lens: Vec<usize> = self.rows.iter().map(|r| r.1 + 1).collect();
+        let mut caches: Vec<Bufferized<Row>> = self.rows.drain(..).map(|r| r.0).collect();
+        caches.extend(self.spares.drain(..b - n));
+        let (logits, mut caches) =
+            self.decode[&b].call(generator.weights(), (ids, starts, caches))?;
+        self.spares.extend(caches.drain(n..));
+        self.rows = caches.into_iter().zip(lens).collect();
         let logits = logits.to_vec::<f32>()?;
         let voc = logits.len() / b;
         Ok(logits.chunks(voc).take(n).map(<[f32]>::to_vec).collect())
     }
 
-    /// Ends row `row`'s sequence; the last row moves into its place (as
-    /// `Vec::swap_remove` moves elements).
-    pub fn remove(&mut self, generator: &Generator<M>, row: usize) -> Result<()> {
-        let last = self
-            .lens
-            .len()
-            .checked_sub(1)
-            .filter(|&last| row <= last)
-            .ok_or_else(|| Error::Input(format!("no sequence in row {row}")))?;
-        if row != last {
-            let full = self.caches()?;
-            let (from, to) = (scalar(generator, last)?, scalar(generator, row)?);
-            self.caches = Some(self.copy.call_fn((full, from, to))?);
+    /// Ends row `row`'s sequence and frees its cache; the last row moves
+    /// into its place (as `Vec::swap_remove` moves elements).
+    pub fn remove(&mut self, row: usize) -> Result<()> {
+        if row >= self.rows.len() {
+            return Err(Error::Input(format!("no sequence in row {row}")));
         }
-        self.lens.swap_remove(row);
+        self.rows.swap_remove(row);
         Ok(())
     }
 }
 
-/// One decode step over the first `b` rows of every layer's cache: logits
-/// `(b, voc)` and the caches with each row's token written at its position.
-fn decode_step<M: CausalLm>(
-    model: &M,
-    (ids, starts, full): DecodeInputs,
-) -> (Tensor, Vec<KvCache>) {
-    let b = ids.dim("b");
+/// One decode step over `b` rows: logits `(b, voc)` and each row's caches
+/// with its token written at its position, in the row's own buffers.
+fn decode_step<M: CausalLm>(model: &M, (ids, starts, rows): DecodeInputs) -> (Tensor, Vec<Row>) {
     let (mut x, pos) = model.embed_rows(ids, starts);
-    let mut written = Vec::with_capacity(full.len());
-    for (block, cache) in model.blocks().iter().zip(&full) {
-        let rows = KvCache {
-            k: cache.k.slice("b", 0..b),
-            v: cache.v.slice("b", 0..b),
+    let mut written: Vec<Row> = vec![vec![]; rows.len()];
+    for (layer, block) in model.blocks().iter().enumerate() {
+        let join = |part: fn(&KvCache) -> Tensor| {
+            let parts: Vec<Tensor> = rows.iter().map(|r| part(&r[layer])).collect();
+            match parts.as_slice() {
+                [one] => *one,
+                _ => Tensor::concatenate(&parts, "b"),
+            }
         };
         let step = Step {
-            cache: rows,
+            cache: KvCache {
+                k: join(|c| c.k),
+                v: join(|c| c.v),
+            },
             start: starts,
         };
-        let (y, rows) = radix::call(
+        let (y, cache) = radix::call(
             |(bl, x, pos, step)| M::block(bl, *x, *pos, *step),
             &(block.clone(), x, pos, step),
         );
         x = y;
-        // The `b` rows written, then the others as they were.
-        let back = |full: Tensor, rows: Tensor| {
-            let n = full.dim("b");
-            let all = if n > b {
-                Tensor::concatenate(&[rows, full.slice("b", b..n)], "b")
-            } else {
-                rows
-            };
-            all.reuse_buffer(full)
-        };
-        written.push(KvCache {
-            k: back(cache.k, rows.k),
-            v: back(cache.v, rows.v),
-        });
+        for (i, (row, out)) in rows.iter().zip(&mut written).enumerate() {
+            let (old, i) = (row[layer], i as i64);
+            out.push(KvCache {
+                k: cache.k.slice("b", i..i + 1).reuse_buffer(old.k),
+                v: cache.v.slice("b", i..i + 1).reuse_buffer(old.v),
+            });
+        }
     }
     (model.head(x, Tensor::scalar(0.0, DType::I32)), written)
-}
-
-/// The start of row `row` of `t`: `[row, 0, 0, ...]`.
-fn row_start(row: Tensor, t: Tensor) -> Vec<Tensor> {
-    let zero = Tensor::scalar(0.0, DType::I32);
-    let mut at = vec![zero; t.shape().rank()];
-    at[0] = row;
-    at
-}
-
-/// `shape` (a one-sequence cache, batch axis first) with `rows` rows.
-fn with_rows(shape: Shape, rows: usize) -> Result<Shape> {
-    shape
-        .remove_axis("b")
-        .and_then(|s| s.insert_axis(0, rows as i64, "b"))
-        .ok_or_else(|| Error::Input(format!("a cache shape without a batch axis: {shape:?}")))
-}
-
-fn scalar<M: CausalLm>(generator: &Generator<M>, v: usize) -> Result<Buffer> {
-    Ok(Buffer::from_slice(
-        generator.platform(),
-        &[v as i32],
-        Shape::scalar(DType::I32),
-    )?)
 }

@@ -40,7 +40,7 @@ fn run(
         let mut admitted = 0;
         while next < prompts.len() && !batch.is_full() && admitted < per_step {
             let (logits, cache) = runner.prefill(&prompts[next].1).expect("prefill");
-            let row = batch.insert(runner, cache).expect("insert");
+            let row = batch.insert(cache).expect("insert");
             assert_eq!(row, rows.len());
             out[next].push(Sampler::greedy().pick(&logits) as u32);
             rows.push(next);
@@ -50,7 +50,7 @@ fn run(
         // Rows done leave (descending, so the moves keep lower indices).
         for row in (0..rows.len()).rev() {
             if out[rows[row]].len() >= want(rows[row]) {
-                batch.remove(runner, row).expect("remove");
+                batch.remove(row).expect("remove");
                 rows.swap_remove(row);
             }
         }

@@ -278,16 +278,15 @@ impl State {
             let gone: Vec<bool> = active.iter().map(|s| s.events.is_closed()).collect();
             self.leave(&mut active, &gone, true);
             if !active.is_empty() {
-                let done = match self.step(&mut active) {
-                    Ok(done) => done,
+                match self.step(&mut active) {
+                    Ok(done) => self.leave(&mut active, &done, false),
+                    // The step had every sequence's cache: all of them end.
                     Err(e) => {
-                        for seq in &active {
+                        for seq in active.drain(..) {
                             let _ = seq.events.send(Event::Failed(format!("{e:#}")));
                         }
-                        vec![true; active.len()]
                     }
-                };
-                self.leave(&mut active, &done, false);
+                }
             }
             self.metrics
                 .active_slots
@@ -304,7 +303,7 @@ impl State {
                 if cancelled {
                     self.metrics.cancelled();
                 }
-                if let Err(e) = self.batch.remove(&self.runner, row) {
+                if let Err(e) = self.batch.remove(row) {
                     tracing::error!("cannot free slot {row}: {e}");
                 }
                 active.swap_remove(row);
@@ -317,7 +316,7 @@ impl State {
     fn start(&mut self, mut job: Job) -> Result<Option<Seq>> {
         self.metrics.prompt(job.prompt.len());
         let (logits, cache) = self.runner.prefill(&job.prompt)?;
-        let row = self.batch.insert(&self.runner, cache)?;
+        let row = self.batch.insert(cache)?;
         let next = job.sampler.pick(&logits) as u32;
         let mut seq = Seq {
             ids: vec![],
@@ -331,7 +330,7 @@ impl State {
         if self.push(&mut seq, next)? {
             return Ok(Some(seq));
         }
-        self.batch.remove(&self.runner, row)?;
+        self.batch.remove(row)?;
         Ok(None)
     }
 
