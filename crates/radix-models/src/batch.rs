@@ -21,6 +21,8 @@ use crate::{Error, Result};
 type Row = Vec<KvCache>;
 /// Token ids `(b, 1)`, each row's position `(b)`, each row's caches.
 type DecodeInputs = (Tensor, Tensor, Vec<Row>);
+/// The decode step of one bucket: logits and each row's caches.
+type Decode<M> = Compiled<M, DecodeInputs, (Tensor, Vec<Row>)>;
 
 /// Sequences decoding together.
 pub struct Batch<M: CausalLm> {
@@ -28,7 +30,7 @@ pub struct Batch<M: CausalLm> {
     capacity: usize,
     /// Decode batch sizes, ascending; the last is `slots`.
     buckets: Vec<usize>,
-    decode: HashMap<usize, Compiled<M, DecodeInputs, (Tensor, Vec<Row>)>>,
+    decode: HashMap<usize, Decode<M>>,
     /// Makes one row's empty caches (spares that pad a step).
     zeros: Compiled<(), (), Row>,
     /// Per running row: its caches and how many positions hold tokens.
