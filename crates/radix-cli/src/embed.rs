@@ -1,10 +1,11 @@
 //! `radix embed`: sentence embeddings from a BERT model (all-MiniLM-L6-v2 by
 //! default), printed as a table of pairwise cosine similarities or as JSON.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail, ensure};
 use clap::Args;
+use radix::Platform;
 use radix_models::bert::{Embedder, EmbedderConfig};
 use serde_json::json;
 
@@ -29,11 +30,10 @@ pub struct EmbedArgs {
 /// Runs `radix embed`.
 pub fn run(cli: &Cli, args: &EmbedArgs) -> Result<()> {
     ensure!(!args.texts.is_empty(), "no text to embed: give one or more");
-    let dir = model_dir(&args.model)?;
     let platform = open_platform(cli)?;
+    let dir = model_dir(&args.model)?;
     let bar = spinner(format!("loading {}", dir.display()));
-    let mut embedder = Embedder::new(&platform, &dir, EmbedderConfig::minilm())
-        .with_context(|| format!("cannot load the model in {}", dir.display()))?;
+    let mut embedder = open_embedder(&platform, &dir)?;
     let texts: Vec<&str> = args.texts.iter().map(String::as_str).collect();
     let mut ids = Vec::with_capacity(texts.len());
     for t in &texts {
@@ -55,8 +55,15 @@ pub fn run(cli: &Cli, args: &EmbedArgs) -> Result<()> {
     Ok(())
 }
 
+/// The embedder of the model in `dir` (see [`model_dir`]) on `platform`:
+/// what `radix embed` and `radix serve` both embed with.
+pub fn open_embedder(platform: &Platform, dir: &Path) -> Result<Embedder> {
+    Embedder::new(platform, dir, EmbedderConfig::minilm())
+        .with_context(|| format!("cannot load the model in {}", dir.display()))
+}
+
 /// The folder of model `name`: `minilm` (fetched on first use) or a path.
-fn model_dir(name: &str) -> Result<PathBuf> {
+pub fn model_dir(name: &str) -> Result<PathBuf> {
     if name == "minilm" {
         return Ok(radix_models::packages::minilm_dir()?);
     }

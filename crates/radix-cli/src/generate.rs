@@ -271,21 +271,23 @@ fn hf_tokenizer_and_context(dir: &std::path::Path) -> Result<(Tokenizer, usize)>
 }
 
 /// The model file, its tokenizer and limits, before anything is loaded.
-struct Model {
-    path: PathBuf,
-    tokenizer: Tokenizer,
+pub struct Model {
+    /// The GGUF file or Hugging Face folder.
+    pub path: PathBuf,
+    /// The model's tokenizer.
+    pub tokenizer: Tokenizer,
     /// The longest sequence the model was trained on (`<arch>.context_length`,
     /// `max_position_embeddings`).
-    context: usize,
+    pub context: usize,
     /// Tokens that end a reply: end-of-sequence, and the vocabulary's
     /// `<end_of_turn>`, `<|im_end|>` or `<|eot_id|>`.
-    stops: Vec<u32>,
+    pub stops: Vec<u32>,
 }
 
 impl Model {
     /// Finds `name` (`smollm2`, fetched on first use, a GGUF path or a
     /// Hugging Face folder) and reads its tokenizer and metadata.
-    fn open(name: &str) -> Result<Model> {
+    pub fn open(name: &str) -> Result<Model> {
         let path = if name == "smollm2" {
             radix_models::packages::smollm2_gguf()?
         } else {
@@ -444,13 +446,13 @@ fn summary(res: &Generation, n_prompt: usize) -> String {
 /// Turns a growing list of ids into text pieces, holding back a piece that
 /// ends inside a multi-byte character.
 #[derive(Default)]
-struct TextStream {
+pub struct TextStream {
     printed: usize,
 }
 
 impl TextStream {
     /// The text `ids` add to what was returned before.
-    fn push(&mut self, tokenizer: &Tokenizer, ids: &[u32]) -> Result<String> {
+    pub fn push(&mut self, tokenizer: &Tokenizer, ids: &[u32]) -> Result<String> {
         let full = tokenizer.decode_skipping_special(ids)?;
         if full.ends_with('\u{FFFD}') || !full.is_char_boundary(self.printed) {
             return Ok(String::new());

@@ -1,5 +1,5 @@
-//! The `radix` command: generate text, embed sentences, run StableHLO
-//! modules, and show devices and plugins.
+//! The `radix` command: generate text, embed sentences, serve both over
+//! HTTP, run StableHLO modules, and show devices and plugins.
 
 /// `println!` that returns the write's `io::Result` instead of panicking:
 /// a reader that closes the pipe (`radix cache list | head -1`) ends the
@@ -26,6 +26,7 @@ mod generate;
 mod npy;
 mod plugin;
 mod run;
+mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -82,6 +83,8 @@ enum Command {
     Cache(cache::CacheCommand),
     /// Run a StableHLO module (e.g. exported by JAX) on NumPy inputs.
     Run(run::RunArgs),
+    /// Serve the models over an OpenAI-compatible HTTP API.
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -94,6 +97,7 @@ fn main() -> ExitCode {
         Command::Plugin(cmd) => no_platform_flags(&cli, "plugin").and_then(|()| plugin::run(cmd)),
         Command::Cache(cmd) => no_platform_flags(&cli, "cache").and_then(|()| cache::run(cmd)),
         Command::Run(args) => run::run(&cli, args),
+        Command::Serve(args) => serve::run(&cli, args),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

@@ -41,6 +41,16 @@ pub trait CausalLm: Module + Clone {
     /// positions `(b, s)`.
     fn embed(&self, ids: Tensor, start: Tensor) -> (Tensor, Tensor);
 
+    /// [`CausalLm::embed`] for a batch whose rows start at their own
+    /// positions, `starts` `(b)` `i32` (sequences of different lengths
+    /// decoding together, see [`crate::batch`]). The default embeds from 0
+    /// and shifts the positions, right for a model whose embedding does not
+    /// depend on the position (rotary models); others override it.
+    fn embed_rows(&self, ids: Tensor, starts: Tensor) -> (Tensor, Tensor) {
+        let (x, pos) = self.embed(ids, Tensor::scalar(0.0, DType::I32));
+        (x, pos + starts.broadcast(pos.shape()))
+    }
+
     /// The layers, in order.
     fn blocks(&self) -> &[Self::Block];
 
@@ -212,7 +222,7 @@ pub fn bucket(n: usize) -> usize {
 /// The key/value cache of one sequence on the device, and how many
 /// positions hold tokens.
 pub struct Cache {
-    buffers: Bufferized<Vec<KvCache>>,
+    pub(crate) buffers: Bufferized<Vec<KvCache>>,
     len: usize,
 }
 
@@ -349,6 +359,16 @@ impl<M: CausalLm> Generator<M> {
     /// The model (parameters only).
     pub fn model(&self) -> &M {
         &self.model
+    }
+
+    /// The model's weights on the device.
+    pub fn weights(&self) -> &Bufferized<M> {
+        &self.weights
+    }
+
+    /// The platform the model runs on.
+    pub fn platform(&self) -> &Platform {
+        &self.platform
     }
 
     /// The number of positions the cache holds.

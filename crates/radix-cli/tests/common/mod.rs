@@ -108,3 +108,4 @@ pub fn fails_with_one_error_on(cmd: &mut std::process::Command, stdin: &str, wan
     assert_eq!(stderr.lines().last(), Some(errors[0]), "{stderr}");
     assert!(errors[0].contains(want), "{want:?} not in {stderr}");
 }
+pub mod server;

@@ -112,13 +112,37 @@ impl KvCache {
 
     /// The cache with new keys and values (tagged `(b, k, h, hd)` in any order) written
     /// from position `start` (a rank-0 integer tensor) on
-    /// (`stablehlo.dynamic_update_slice`).
+    /// (`stablehlo.dynamic_update_slice`). A `start` tagged `(b)` gives each
+    /// row of the batch its own position (sequences of different lengths
+    /// decoding together): one update per row.
     #[track_caller]
     pub fn write(self, start: Tensor, k: Tensor, v: Tensor) -> KvCache {
+        if start.shape().rank() == 1 {
+            return self.write_rows(start, k, v);
+        }
         let zero = Tensor::scalar(0.0, start.dtype());
         let starts = [zero, start, zero, zero];
         let write = |cache: Tensor, new: Tensor| {
             cache.dynamic_update_slice(new.transpose([B, K, H, HD]), &starts)
+        };
+        KvCache {
+            k: write(self.k, k),
+            v: write(self.v, v),
+        }
+    }
+
+    /// [`KvCache::write`] of one position per row: row `i` of `k` and `v`
+    /// (one key each) written at position `starts[i]` (`starts` tagged
+    /// `(b)`). A select over the whole cache rather than one update per row:
+    /// XLA's CPU backend copied the cache for each of those.
+    #[track_caller]
+    fn write_rows(self, starts: Tensor, k: Tensor, v: Tensor) -> KvCache {
+        let shape = self.k.shape();
+        let at = Tensor::iota(shape.with_dtype(starts.dtype()), K)
+            .eq(starts.broadcast(shape.with_dtype(starts.dtype())));
+        let write = |cache: Tensor, new: Tensor| {
+            let new = new.squeeze(K).broadcast(cache.shape());
+            at.select(new, cache)
         };
         KvCache {
             k: write(self.k, k),

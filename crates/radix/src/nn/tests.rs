@@ -249,3 +249,19 @@ fn kv_cache_write_at_start() {
         Tol::EXACT,
     );
 }
+
+#[test]
+fn kv_cache_write_a_start_per_row() {
+    let cache = lit(
+        &[("b", 2), ("k", 3), ("h", 1), ("hd", 1)],
+        &[1., 2., 3., 4., 5., 6.],
+    );
+    let new = lit(&[("b", 2), ("k", 1), ("h", 1), ("hd", 1)], &[7., 8.]);
+    let starts = ids(&[("b", 2)], &[2., 0.]);
+    check(
+        &[cache, new, starts],
+        |t| KvCache { k: t[0], v: t[0] }.write(t[2], t[1], t[1]).k,
+        &[1., 2., 7., 8., 5., 6.],
+        Tol::EXACT,
+    );
+}

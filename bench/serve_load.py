@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Load test of `radix serve` on loopback, bounded in time (standard library only).
+
+Starts `RADIX serve --port 0 --max-batch CLIENTS --embed-model none`, then:
+1. one streamed request alone: its decode tokens/s (tokens after the first
+   over the time after the first);
+2. CLIENTS concurrent clients, each sending REQUESTS streamed requests of
+   TOKENS tokens one after another: failures, aggregate decode tokens/s
+   (all tokens over the wall time), time to first token p50 and p99;
+3. with --rss, RSS of the server after 100 and after 1,000 small requests.
+Prints one JSON object and exits 1 if a request failed or the deadline
+passed. Example (release build, the issue's figures):
+
+    cargo build --release -p radix-cli
+    bench/serve_load.py target/release/radix --clients 16 --requests 8 --tokens 64 --rss
+"""
+
+import argparse
+import http.client
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+PROMPT = "Once upon a time"
+
+
+def stream(addr, max_tokens, deadline):
+    """One streamed completion: (time to first token, tokens, decode seconds)."""
+    host, port = addr.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=max(1.0, deadline - time.time()))
+    body = json.dumps(
+        {
+            "model": "smollm2",
+            "prompt": PROMPT,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    )
+    t0 = time.time()
+    conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    res = conn.getresponse()
+    if res.status != 200:
+        raise RuntimeError(f"status {res.status}: {res.read()[:200]!r}")
+    first, tokens, done = None, 0, False
+    for line in res:
+        line = line.decode().strip()
+        if not line.startswith("data: "):
+            continue
+        data = line[len("data: "):]
+        if data == "[DONE]":
+            done = True
+            break
+        chunk = json.loads(data)
+        if "error" in chunk:
+            raise RuntimeError(chunk["error"]["message"])
+        if chunk.get("usage"):
+            tokens = chunk["usage"]["completion_tokens"]
+        elif first is None and chunk["choices"] and chunk["choices"][0]["text"]:
+            first = time.time()
+    end = time.time()
+    conn.close()
+    if not done:
+        raise RuntimeError("the stream ended without [DONE]")
+    first = first or end
+    return first - t0, tokens, end - first
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("radix", help="the radix binary")
+    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--requests", type=int, default=8, help="per client")
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--context", type=int, default=256)
+    ap.add_argument("--rss", action="store_true", help="also measure RSS after 100 and 1,000 requests")
+    ap.add_argument("--deadline", type=float, default=900, help="seconds for the whole run")
+    args = ap.parse_args()
+    deadline = time.time() + args.deadline
+
+    server = subprocess.Popen(
+        [args.radix, "serve", "--port", "0", "--host", "127.0.0.1",
+         "--max-batch", str(args.clients), "--max-queue", str(4 * args.clients),
+         "--context", str(args.context), "--embed-model", "none"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        line = server.stdout.readline()
+        prefix = "radix serve: listening on http://"
+        if not line.startswith(prefix):
+            sys.exit(f"radix serve did not start: {line!r}")
+        addr = line.strip()[len(prefix):]
+        out = {"clients": args.clients, "requests_per_client": args.requests, "tokens": args.tokens}
+
+        stream(addr, 4, deadline)  # warm up
+        _, n, secs = stream(addr, args.tokens, deadline)
+        out["single_decode_tokens_per_s"] = (n - 1) / secs if secs > 0 else None
+
+        ttfts, tokens, failures = [], [0], []
+        lock = threading.Lock()
+
+        def client():
+            for _ in range(args.requests):
+                if time.time() > deadline:
+                    with lock:
+                        failures.append("deadline")
+                    return
+                try:
+                    ttft, n, _ = stream(addr, args.tokens, deadline)
+                    with lock:
+                        ttfts.append(ttft)
+                        tokens[0] += n
+                except Exception as e:  # noqa: BLE001 - every failure is counted
+                    with lock:
+                        failures.append(str(e))
+
+        t0 = time.time()
+        threads = [threading.Thread(target=client) for _ in range(args.clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.time() - t0
+        ttfts.sort()
+        out["failed"] = len(failures)
+        out["failures"] = failures[:5]
+        out["aggregate_decode_tokens_per_s"] = tokens[0] / wall
+        out["speedup_over_single"] = (
+            out["aggregate_decode_tokens_per_s"] / out["single_decode_tokens_per_s"]
+            if out["single_decode_tokens_per_s"] else None
+        )
+        if ttfts:
+            out["ttft_p50_s"] = statistics.median(ttfts)
+            out["ttft_p99_s"] = ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))]
+
+        if args.rss:
+            def small(n):
+                # As many at once as there are slots.
+                per = [n // args.clients + (i < n % args.clients) for i in range(args.clients)]
+                def run(k):
+                    for _ in range(k):
+                        try:
+                            stream(addr, 4, deadline)
+                        except Exception as e:  # noqa: BLE001
+                            with lock:
+                                failures.append(str(e))
+                ts = [threading.Thread(target=run, args=(k,)) for k in per]
+                for t in ts:
+                    t.start()
+                for t in ts:
+                    t.join()
+            small(100)
+            out["rss_after_100_mib"] = rss_kib(server.pid) / 1024
+            small(900)
+            out["rss_after_1000_mib"] = rss_kib(server.pid) / 1024
+            out["rss_growth_mib"] = out["rss_after_1000_mib"] - out["rss_after_100_mib"]
+            out["failed"] = len(failures)
+        out["deadline_passed"] = time.time() > deadline
+        print(json.dumps(out, indent=1))
+        ok = out["failed"] == 0 and not out["deadline_passed"]
+        sys.exit(0 if ok else 1)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+//! The OpenAI request bodies radix reads, and how a body is parsed: malformed
+//! JSON, a missing, unknown or mistyped field each answer 400 naming the
+//! field (its path, such as `messages[0].content`).
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use super::error::ApiError;
+
+/// `POST /v1/chat/completions` and `POST /v1/completions` (one has
+/// `messages`, the other `prompt`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompletionRequest {
+    /// The model's name as served.
+    pub model: String,
+    /// The conversation (chat).
+    pub messages: Option<Vec<Message>>,
+    /// The text to continue (completions).
+    pub prompt: Option<Prompt>,
+    /// The most tokens to generate (default: to the end of the context).
+    pub max_tokens: Option<u64>,
+    /// The newer name of `max_tokens`.
+    pub max_completion_tokens: Option<u64>,
+    /// 0 is greedy; default 1.
+    pub temperature: Option<f64>,
+    /// Nucleus sampling.
+    pub top_p: Option<f64>,
+    /// Sample among the K most likely tokens only (llama.cpp, vLLM).
+    pub top_k: Option<u64>,
+    /// Seed of the sampler (default: from the clock).
+    pub seed: Option<u64>,
+    /// Text that ends the reply (not included), up to 4.
+    pub stop: Option<Stop>,
+    /// Server-sent events instead of one object.
+    pub stream: Option<bool>,
+    /// `{"include_usage": true}` adds a last chunk with the counts.
+    pub stream_options: Option<StreamOptions>,
+    /// Choices per request: only 1.
+    pub n: Option<u64>,
+    /// Not implemented: only 0.
+    pub presence_penalty: Option<f64>,
+    /// Not implemented: only 0.
+    pub frequency_penalty: Option<f64>,
+    /// The caller's end user (ignored).
+    #[expect(dead_code, reason = "accepted as OpenAI does, and ignored")]
+    pub user: Option<String>,
+}
+
+/// One chat message.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Message {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// The text.
+    pub content: Content,
+    /// The speaker's name (ignored).
+    #[expect(dead_code, reason = "accepted as OpenAI does, and ignored")]
+    pub name: Option<String>,
+}
+
+/// A message's content: a string or a list of text parts.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    /// Plain text.
+    Text(String),
+    /// `[{"type": "text", "text": ...}, ...]`.
+    Parts(Vec<Part>),
+}
+
+/// One part of a message's content.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Part {
+    /// Only `text`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The text.
+    pub text: String,
+}
+
+/// A completion's prompt: a string or a list of one string.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub enum Prompt {
+    /// The text.
+    Text(String),
+    /// Several prompts (only one is served).
+    Texts(Vec<String>),
+}
+
+/// `stop`: one string or several.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    /// One.
+    One(String),
+    /// Several.
+    Many(Vec<String>),
+}
+
+/// `stream_options`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamOptions {
+    /// Add a last chunk with the token counts.
+    pub include_usage: Option<bool>,
+}
+
+/// `POST /v1/embeddings`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbeddingRequest {
+    /// The model's name as served.
+    pub model: String,
+    /// A text or a list of texts.
+    pub input: Prompt,
+    /// `float` (default) or `base64` (little-endian f32).
+    pub encoding_format: Option<String>,
+    /// Not supported: only the model's own.
+    pub dimensions: Option<u64>,
+    /// The caller's end user (ignored).
+    #[expect(dead_code, reason = "accepted as OpenAI does, and ignored")]
+    pub user: Option<String>,
+}
+
+impl Message {
+    /// The text of the content, its parts joined.
+    pub fn text(&self, i: usize) -> Result<String, ApiError> {
+        match &self.content {
+            Content::Text(t) => Ok(t.clone()),
+            Content::Parts(parts) => parts
+                .iter()
+                .enumerate()
+                .map(|(j, p)| match p.kind.as_str() {
+                    "text" => Ok(p.text.as_str()),
+                    other => Err(ApiError::invalid(
+                        &format!("messages[{i}].content[{j}].type"),
+                        format!("content parts of type {other:?} are not supported, only \"text\""),
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(|t| t.concat()),
+        }
+    }
+}
+
+/// The body as a `T`. A body over the size limit answers 413; bytes that
+/// are not JSON, 400; a field that is missing, unknown or of the wrong type,
+/// 400 naming it.
+pub fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+    let body = body.map_err(|r| ApiError::new(r.status(), r.body_text()))?;
+    let de = &mut serde_json::Deserializer::from_slice(&body);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if inner.is_syntax() || inner.is_eof() {
+            return ApiError::new(
+                axum::http::StatusCode::BAD_REQUEST,
+                format!("the body is not valid JSON: {inner}"),
+            );
+        }
+        // At the top level serde names the field in backticks: "missing
+        // field `model`", "unknown field `foo`, expected one of ...".
+        let param = if path == "." {
+            let msg = inner.to_string();
+            msg.split('`').nth(1).unwrap_or("").to_string()
+        } else {
+            path
+        };
+        let msg = inner.to_string();
+        let msg = match msg.strip_prefix("data did not match any variant of untagged enum ") {
+            Some("Content") => "expected a string or a list of text parts",
+            Some(_) => "expected a string or a list of strings",
+            None => msg.split(" at line ").next().unwrap_or(&msg),
+        };
+        ApiError::invalid(&param, format!("{param}: {msg}"))
+    })
+}

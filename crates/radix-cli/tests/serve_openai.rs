@@ -1,0 +1,177 @@
+//! `radix serve` driven by the real `openai` Python client (installed from
+//! PyPI into a venv under the target folder on first run): chat and text
+//! completions, whole and streamed, equal to `radix generate`'s greedy text;
+//! embeddings (base64, the client's default, and float) equal to
+//! `radix embed`'s; errors as the client's exception types. Skipped, saying
+//! so, only when pip cannot reach PyPI.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::radix;
+use common::server::Server;
+use serde_json::Value;
+
+const TEXTS: [&str; 2] = ["The cat sits on the mat.", "A feline rests on a rug."];
+
+/// A python that imports `openai`: a venv's, or, where `python3 -m venv`
+/// is missing (Debian without python3-venv), `python3` with the package
+/// installed into a folder on `PYTHONPATH`. `None` (after saying why) when
+/// PyPI cannot be reached.
+fn python_with_openai() -> Option<Command> {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let venv = root.join("openai-venv");
+    let target = root.join("openai-site");
+    let python = |venv_python: bool| {
+        let mut cmd = Command::new(if venv_python {
+            venv.join("bin/python")
+        } else {
+            PathBuf::from("python3")
+        });
+        if !venv_python {
+            cmd.env("PYTHONPATH", &target);
+        }
+        cmd
+    };
+    let has_openai = |venv_python: bool| {
+        python(venv_python)
+            .args(["-c", "import openai"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    for venv_python in [true, false] {
+        if has_openai(venv_python) {
+            return Some(python(venv_python));
+        }
+    }
+    let made = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .output()
+        .expect("run python3 -m venv");
+    let venv_python = made.status.success();
+    if !venv_python {
+        eprintln!(
+            "python3 -m venv failed; installing openai into {} instead: {}",
+            target.display(),
+            String::from_utf8_lossy(&made.stderr)
+        );
+    }
+    let mut pip = python(venv_python);
+    pip.args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+    ])
+    .args(["--timeout", "30", "--retries", "2"]);
+    if !venv_python {
+        pip.arg("--target").arg(&target);
+    }
+    let pip = pip.arg("openai>=1.40,<3").output().expect("run pip");
+    if !pip.status.success() {
+        let err = String::from_utf8_lossy(&pip.stderr);
+        let offline = [
+            "NewConnectionError",
+            "Max retries exceeded",
+            "Temporary failure in name resolution",
+            "No matching distribution found",
+            "ConnectTimeout",
+            "Network is unreachable",
+        ];
+        if offline.iter().any(|m| err.contains(m)) {
+            eprintln!("SKIPPED serve_openai: pip cannot reach PyPI to install openai:\n{err}");
+            return None;
+        }
+        panic!("pip install openai failed:\n{err}");
+    }
+    assert!(
+        has_openai(venv_python),
+        "openai installed but not importable"
+    );
+    Some(python(venv_python))
+}
+
+/// `radix ARGS` (a `--json` command): its JSON.
+fn radix_json(args: &[&str]) -> Value {
+    let out = radix()
+        .args(args)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    serde_json::from_slice(&out).unwrap()
+}
+
+fn assert_close(got: &Value, want: &Value) {
+    let (got, want) = (got.as_array().unwrap(), want.as_array().unwrap());
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(want) {
+        let (g, w) = (g.as_array().unwrap(), w.as_array().unwrap());
+        assert_eq!(g.len(), w.len());
+        for (a, b) in g.iter().zip(w) {
+            let (a, b) = (a.as_f64().unwrap(), b.as_f64().unwrap());
+            // The same executable on the same inputs: equal up to the f32
+            // round trip through JSON or base64.
+            assert!((a - b).abs() <= 1e-6 + 1e-6 * b.abs(), "{a} vs {b}");
+        }
+    }
+}
+
+#[test]
+fn the_openai_client_gets_what_radix_generate_and_embed_give() {
+    let Some(mut python) = python_with_openai() else {
+        return;
+    };
+    let server = Server::start(&["--api-key", "sk-openai", "--context", "256"]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/serve_openai.py");
+    let out = python
+        .arg(&script)
+        .arg(format!("http://{}/v1", server.addr))
+        .arg("sk-openai")
+        .args(TEXTS)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    drop(server);
+
+    let greedy = ["--json", "--max-tokens", "10", "--temperature", "0"];
+    let chat = radix_json(&[&["generate", "--chat"], &greedy[..], &["What is 2+2?"]].concat());
+    let completion =
+        radix_json(&[&["generate"], &greedy[..], &["The capital of France is"]].concat());
+    let embed = radix_json(&[&["embed", "--json"], &TEXTS[..]].concat());
+
+    assert_eq!(got["models"], serde_json::json!(["smollm2", "minilm"]));
+    assert_eq!(got["chat"]["text"], chat["text"], "{got}");
+    assert_eq!(got["chat"]["role"], "assistant");
+    assert_eq!(got["chat"]["finish_reason"], "length");
+    let n_prompt = chat["prompt_ids"].as_array().unwrap().len();
+    assert_eq!(got["chat"]["usage"]["prompt_tokens"], n_prompt);
+    assert_eq!(got["chat"]["usage"]["completion_tokens"], 10);
+    assert_eq!(got["chat_stream"]["text"], chat["text"]);
+    assert_eq!(got["chat_stream"]["usage"], got["chat"]["usage"]);
+    assert_eq!(got["chat_stream"]["finish_reason"], "length");
+    assert_eq!(got["completion"]["text"], completion["text"]);
+    assert_eq!(got["completion_stream"]["text"], completion["text"]);
+    assert_close(&got["embeddings_float"], &embed["embeddings"]);
+    assert_close(&got["embeddings_base64"], &embed["embeddings"]);
+    let n_tokens: usize = embed["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_array().unwrap().len())
+        .sum();
+    assert_eq!(got["embedding_usage"]["prompt_tokens"], n_tokens);
+    assert_eq!(got["errors"]["unknown_model"]["status"], 400);
+    assert_eq!(got["errors"]["unknown_model"]["param"], "model");
+    assert_eq!(got["errors"]["wrong_key"]["status"], 401);
+}

