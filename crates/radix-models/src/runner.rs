@@ -12,7 +12,7 @@ use crate::gemma3::Gemma3;
 use crate::generate::{Cache, Generation, Generator, Plan};
 use crate::llama::Llama;
 use crate::sampling::Sampler;
-use crate::transformer::{Arch, DecoderConfig, Layer, hf};
+use crate::transformer::{Arch, Decoder, DecoderConfig, Layer, hf};
 
 /// A decoder on a device, ready to generate: one variant per block type
 /// (LLaMA's serves Mistral and Qwen too).
@@ -33,6 +33,37 @@ macro_rules! each {
     };
 }
 
+/// Where and how a decoder's weights are loaded.
+struct Load<'a> {
+    platform: &'a Platform,
+    store: &'a WeightStore,
+    capacity: usize,
+    matrices: MatrixFormat,
+    /// The tokens that end generation.
+    stops: Vec<u32>,
+}
+
+impl Load<'_> {
+    /// The decoder of `cfg` with blocks `B`.
+    fn decoder<B: Layer>(self, cfg: &DecoderConfig) -> Result<Generator<Decoder<B>>> {
+        let Load {
+            platform,
+            store,
+            capacity,
+            matrices,
+            stops,
+        } = self;
+        Generator::from_store(
+            platform,
+            Decoder::new(cfg),
+            store,
+            capacity,
+            matrices,
+            stops,
+        )
+    }
+}
+
 impl Runner {
     /// Opens the model at `path` (a GGUF file, or a Hugging Face folder with
     /// `config.json` and safetensors weights) and loads it on `platform`,
@@ -51,7 +82,14 @@ impl Runner {
         let cfg = DecoderConfig::from_gguf(&gguf)?;
         let stops = radix_text::turn_end_ids(&gguf);
         let store = WeightStore::new(vec![Box::new(gguf)], str::to_string);
-        Runner::load(platform, &cfg, &store, capacity, matrices, stops)
+        let load = Load {
+            platform,
+            store: &store,
+            capacity,
+            matrices,
+            stops,
+        };
+        Runner::load(&cfg, load)
     }
 
     /// Opens the Hugging Face folder `dir`.
@@ -67,35 +105,23 @@ impl Runner {
         let store = WeightStore::new(vec![Box::new(weights)], move |path: &str| {
             hf::weight_name(arch, path)
         });
-        let stops = hf::eos(dir).into_iter().collect();
-        Runner::load(platform, &cfg, &store, capacity, matrices, stops)
+        let load = Load {
+            platform,
+            store: &store,
+            capacity,
+            matrices,
+            stops: hf::eos(dir).into_iter().collect(),
+        };
+        Runner::load(&cfg, load)
     }
 
-    fn load(
-        platform: &Platform,
-        cfg: &DecoderConfig,
-        store: &WeightStore,
-        capacity: usize,
-        matrices: MatrixFormat,
-        stops: Vec<u32>,
-    ) -> Result<Runner> {
-        fn decoder<B: Layer>(
-            platform: &Platform,
-            cfg: &DecoderConfig,
-            store: &WeightStore,
-            capacity: usize,
-            matrices: MatrixFormat,
-            stops: Vec<u32>,
-        ) -> Result<Generator<crate::transformer::Decoder<B>>> {
-            let model = crate::transformer::Decoder::new(cfg);
-            Generator::from_store(platform, model, store, capacity, matrices, stops)
-        }
+    /// The decoder `cfg` describes, loaded as `load` says, with the block
+    /// type its architecture uses.
+    fn load(cfg: &DecoderConfig, load: Load) -> Result<Runner> {
         Ok(match cfg.arch {
-            Arch::Gemma3 => {
-                Runner::Gemma3(decoder(platform, cfg, store, capacity, matrices, stops)?)
-            }
+            Arch::Gemma3 => Runner::Gemma3(load.decoder(cfg)?),
             Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3 => {
-                Runner::Llama(decoder(platform, cfg, store, capacity, matrices, stops)?)
+                Runner::Llama(load.decoder(cfg)?)
             }
         })
     }
