@@ -164,7 +164,8 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
             // From the weights on the device to the first new token: the
             // executables compiled (or loaded) and the prompt run.
             "first_token_s": (session.compile_time + res.prefill).as_secs_f64(),
-            "dtype": format!("{:?}", session.matrices),
+            // As the flag spells it: `stored`, `f32`, `bf16`.
+            "dtype": clap::ValueEnum::to_possible_value(&args.dtype).map(|v| v.get_name().to_string()),
         });
         outln!("{}", serde_json::to_string_pretty(&out)?)?;
     } else {

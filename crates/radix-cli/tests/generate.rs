@@ -50,6 +50,12 @@ fn check_greedy(i: usize, args: &[&str]) {
     for key in ["prefill_tokens_per_s", "decode_tokens_per_s"] {
         assert!(json[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {json}");
     }
+    // The matrices' form as the flag spells it (the default keeps them as stored).
+    let dtype = args
+        .iter()
+        .position(|a| *a == "--dtype")
+        .map_or("stored", |i| args[i + 1]);
+    assert_eq!(json["dtype"], dtype);
 }
 
 #[test]
