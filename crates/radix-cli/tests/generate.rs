@@ -129,7 +129,11 @@ fn bad_inputs() {
     );
     // A vocabulary of a kind radix cannot build: the file, the key, the value.
     let t5 = d.join("t5.gguf");
-    std::fs::write(&t5, gguf_with_strings(&[("tokenizer.ggml.model", "t5")])).unwrap();
+    std::fs::write(
+        &t5,
+        radix::testing::gguf_with_strings(&[("tokenizer.ggml.model", "t5")]),
+    )
+    .unwrap();
     fails(
         &[model, t5.as_ref(), hi],
         "",
@@ -170,21 +174,4 @@ fn bad_inputs() {
         &long,
         "the prompt is 9001 tokens, longer than the model's context of 8192 tokens",
     );
-}
-
-/// A GGUF v3 file holding only string metadata.
-fn gguf_with_strings(kv: &[(&str, &str)]) -> Vec<u8> {
-    let mut g = b"GGUF".to_vec();
-    g.extend(3u32.to_le_bytes());
-    g.extend(0u64.to_le_bytes());
-    g.extend((kv.len() as u64).to_le_bytes());
-    for (k, v) in kv {
-        g.extend((k.len() as u64).to_le_bytes());
-        g.extend(k.as_bytes());
-        // Value type 8: a string.
-        g.extend(8u32.to_le_bytes());
-        g.extend((v.len() as u64).to_le_bytes());
-        g.extend(v.as_bytes());
-    }
-    g
 }

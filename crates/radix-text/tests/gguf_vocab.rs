@@ -187,7 +187,7 @@ fn vocabularies_of_unknown_kinds_are_errors_naming_file_key_and_value() {
     let path = write(
         dir.path(),
         "t5.gguf",
-        &gguf_with_strings(&[("tokenizer.ggml.model", "t5")]),
+        &radix::testing::gguf_with_strings(&[("tokenizer.ggml.model", "t5")]),
     );
     let msg = Tokenizer::from_gguf(&Gguf::open(&path).unwrap())
         .unwrap_err()
@@ -200,7 +200,7 @@ fn vocabularies_of_unknown_kinds_are_errors_naming_file_key_and_value() {
     let path = write(
         dir.path(),
         "bare.gguf",
-        &gguf_with_strings(&[("tokenizer.ggml.model", "llama")]),
+        &radix::testing::gguf_with_strings(&[("tokenizer.ggml.model", "llama")]),
     );
     let msg = Tokenizer::from_gguf(&Gguf::open(&path).unwrap())
         .unwrap_err()
@@ -209,20 +209,4 @@ fn vocabularies_of_unknown_kinds_are_errors_naming_file_key_and_value() {
         msg.contains("bare.gguf") && msg.contains("tokenizer.ggml.tokens"),
         "{msg}"
     );
-}
-
-/// A GGUF v3 file holding only string metadata.
-fn gguf_with_strings(kv: &[(&str, &str)]) -> Vec<u8> {
-    let mut g = b"GGUF".to_vec();
-    g.extend(3u32.to_le_bytes());
-    g.extend(0u64.to_le_bytes());
-    g.extend((kv.len() as u64).to_le_bytes());
-    for (k, v) in kv {
-        g.extend((k.len() as u64).to_le_bytes());
-        g.extend(k.as_bytes());
-        g.extend(8u32.to_le_bytes());
-        g.extend((v.len() as u64).to_le_bytes());
-        g.extend(v.as_bytes());
-    }
-    g
 }
