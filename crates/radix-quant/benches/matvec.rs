@@ -115,8 +115,8 @@ fn bench_matmul(c: &mut Criterion) {
         isa: Isa::best(),
         parallel: &Serial,
     };
-    let (rows, cols, n_tokens) = (1536, 576, 128);
-    for format in [Format::Q4_1, Format::Q8_0] {
+    let (rows, cols) = (1536, 576);
+    for (format, n_tokens) in [(Format::Q4_1, 128), (Format::Q8_0, 128), (Format::Q4_1, 16)] {
         let mut group = c.benchmark_group(format!("matmul {format:?} ({})", Isa::best().name()));
         let weights = random_blocks(format, rows * cols / 32, 7);
         let x: Vec<f32> = (0..n_tokens * cols)

@@ -208,7 +208,8 @@ pub fn matmul(
 }
 
 /// Rows decoded at once by [`matmul`]: four f32 rows of a 1536-wide matrix
-/// (24 KiB) stay in L1 while every token streams past them.
+/// (24 KiB) stay in L1 while every token streams past them. With the tokens
+/// in [`TokenLanes`], a tile is as tall as that kernel's block of rows.
 const TILE_ROWS: usize = 4;
 
 /// [`matmul`] with a chosen instruction set and thread pool.
@@ -234,9 +235,15 @@ pub fn matmul_with(
     if rows == 0 || n_tokens == 0 {
         return Ok(());
     }
-    let rows_per_task = rows_per_task(config, rows, row_bytes, TILE_ROWS);
-    let n_tasks = rows.div_ceil(rows_per_task);
     let isa = config.isa;
+    // Transposed once for all tasks: a copy of `x`, small beside the products.
+    let by_lanes = TokenLanes::wanted(isa, n_tokens).then(|| TokenLanes::new(x, cols, n_tokens));
+    let tile_rows = match by_lanes {
+        Some(_) => avx2::LANE_ROWS,
+        None => TILE_ROWS,
+    };
+    let rows_per_task = rows_per_task(config, rows, row_bytes, tile_rows);
+    let n_tasks = rows.div_ceil(rows_per_task);
     let y = Mutex::new(y);
     config.parallel.run(n_tasks, &|task| {
         let first = task * rows_per_task;
@@ -244,9 +251,9 @@ pub fn matmul_with(
         // The task's results, token-major, copied into `y` under its lock at
         // the end: the copy is tiny next to the products.
         let mut out = vec![0.0f32; n_tokens * n_rows];
-        let mut tile = vec![0.0f32; TILE_ROWS * cols];
-        for tile_first in (0..n_rows).step_by(TILE_ROWS) {
-            let tile_rows = TILE_ROWS.min(n_rows - tile_first);
+        let mut tile = vec![0.0f32; tile_rows * cols];
+        for tile_first in (0..n_rows).step_by(tile_rows) {
+            let tile_rows = tile_rows.min(n_rows - tile_first);
             let bytes = &weights[(first + tile_first) * row_bytes..][..tile_rows * row_bytes];
             let tile = &mut tile[..tile_rows * cols];
             for (row, out) in bytes
@@ -260,7 +267,10 @@ pub fn matmul_with(
                 cols,
                 first: tile_first,
             };
-            dot_tile(isa, &tile, x, &mut out, n_rows);
+            match &by_lanes {
+                Some(lanes) => dot_tile_lanes(isa, &tile, lanes, &mut out, n_rows),
+                None => dot_tile(isa, &tile, x, &mut out, n_rows),
+            }
         }
         let mut y = y.lock().unwrap_or_else(|e| e.into_inner());
         for t in 0..n_tokens {
@@ -359,5 +369,52 @@ fn dot_tile(isa: Isa, tile: &Tile, x: &[f32], out: &mut [f32], stride: usize) {
     match isa.0 {
         Kind::Scalar => scalar::dot_tile(tile, x, out, stride),
         Kind::Avx2 => avx2::dot_tile(tile, x, out, stride),
+    }
+}
+
+/// The tokens of [`matmul`]'s `x` transposed into groups of [`TokenLanes::LANES`]:
+/// `data[(g * cols + k) * LANES + l]` is element `k` of token `g * LANES + l`
+/// (zero past the last token). With the tokens along a vector, one weight
+/// broadcast multiplies a whole group: each output is one chain of fused
+/// multiply-adds along the row, as in a BLAS micro-kernel, instead of a dot
+/// per (row, token) pair that ends in a horizontal sum.
+struct TokenLanes {
+    data: Vec<f32>,
+    cols: usize,
+    n_tokens: usize,
+}
+
+impl TokenLanes {
+    /// Tokens per group: one AVX2 vector of f32.
+    const LANES: usize = 8;
+
+    /// Whether `matmul` takes this path: on AVX2, and for enough tokens to
+    /// fill a group (fewer would multiply mostly padding).
+    fn wanted(isa: Isa, n_tokens: usize) -> bool {
+        isa.0 == Kind::Avx2 && n_tokens >= Self::LANES
+    }
+
+    fn new(x: &[f32], cols: usize, n_tokens: usize) -> TokenLanes {
+        let lanes = Self::LANES;
+        let mut data = vec![0.0f32; n_tokens.div_ceil(lanes) * cols * lanes];
+        for (t, x) in x.chunks_exact(cols).enumerate() {
+            let group = &mut data[t / lanes * cols * lanes..][..cols * lanes];
+            for (k, &v) in x.iter().enumerate() {
+                group[k * lanes + t % lanes] = v;
+            }
+        }
+        TokenLanes {
+            data,
+            cols,
+            n_tokens,
+        }
+    }
+}
+
+/// [`dot_tile`] with the tokens in [`TokenLanes`].
+fn dot_tile_lanes(isa: Isa, tile: &Tile, x: &TokenLanes, out: &mut [f32], stride: usize) {
+    match isa.0 {
+        Kind::Scalar => unreachable!("TokenLanes::wanted is false for scalar code"),
+        Kind::Avx2 => avx2::dot_tile_lanes(tile, x, out, stride),
     }
 }
