@@ -75,6 +75,10 @@ enum Command {
         /// Only this shape (`1x16` or `32x128`), e.g. for a profile.
         #[arg(long)]
         shape: Option<String>,
+        /// `stored`: f32 matrices through XLA's dot; `kernels`: through
+        /// radix's CPU kernels (`MatrixFormat::Kernels`).
+        #[arg(long, default_value = "stored", value_parser = ["stored", "kernels"])]
+        matrices: String,
     },
     /// SmolLM2 prefill and decode tokens/s.
     Smollm2(Smollm2Args),
@@ -118,7 +122,14 @@ fn main() -> Result<()> {
             dir,
             samples,
             shape,
-        } => minilm(&cli.label, &dir, samples, shape.as_deref())?,
+            matrices,
+        } => {
+            let matrices = match matrices.as_str() {
+                "kernels" => MatrixFormat::Kernels,
+                _ => MatrixFormat::AsStored,
+            };
+            minilm(&cli.label, &dir, samples, shape.as_deref(), matrices)?
+        }
         Command::Smollm2(args) => smollm2(&cli.label, &args)?,
     };
     println!("{}", report.finish());
@@ -298,11 +309,17 @@ fn minilm(
     dir: &std::path::Path,
     samples: usize,
     only: Option<&str>,
+    matrices: MatrixFormat,
 ) -> Result<Report> {
     let platform = Platform::cpu()?;
-    let mut embedder = Embedder::new(&platform, dir, EmbedderConfig::minilm())
+    let config = EmbedderConfig {
+        matrices,
+        ..EmbedderConfig::minilm()
+    };
+    let mut embedder = Embedder::new(&platform, dir, config)
         .with_context(|| format!("loading MiniLM from {}", dir.display()))?;
     let mut report = Report::new("minilm");
+    report.meta("matrices", json!(format!("{matrices:?}")));
     for (batch, len, calls) in [(1, 16, 10), (32, 128, 1)] {
         if only.is_some_and(|o| o != format!("{batch}x{len}")) {
             continue;

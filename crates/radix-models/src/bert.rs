@@ -23,7 +23,9 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use radix::io::{Safetensors, WeightStore};
-use radix::nn::{Embedding, LayerNorm, Linear, attention, load_weights, padding_mask};
+use radix::nn::{
+    Embedding, LayerNorm, Linear, MatrixFormat, attention, load_weights, padding_mask,
+};
 use radix::{Buffer, Bufferized, Compiled, DType, Module, Platform, Shape, Size, Tensor};
 use radix_text::Tokenizer;
 use serde::Deserialize;
@@ -143,8 +145,8 @@ impl BertEmbeddings {
         assert_tags(ids, &["b", "s"]);
         let n = ids.dim("s");
         let x = self.word.forward(ids);
-        let pos = self.position.weight().slice("voc", 0..n).rename("voc", "s");
-        let segment = self.token_type.weight().slice("voc", 0..1).squeeze("voc");
+        let pos = self.position.table().slice("voc", 0..n).rename("voc", "s");
+        let segment = self.token_type.table().slice("voc", 0..1).squeeze("voc");
         let x = x + pos.broadcast(x.shape()) + segment.broadcast(x.shape());
         self.norm.forward(x)
     }
@@ -364,6 +366,9 @@ pub struct EmbedderConfig {
     /// Padded lengths in tokens, ascending; the last is the most tokens per
     /// sentence (longer ones are truncated, keeping the final `[SEP]`).
     pub length_buckets: Vec<usize>,
+    /// The form of the matrices on the device (see
+    /// [`radix::nn::set_matrix_formats`]).
+    pub matrices: MatrixFormat,
 }
 
 impl EmbedderConfig {
@@ -373,6 +378,7 @@ impl EmbedderConfig {
         EmbedderConfig {
             batch_buckets: vec![1, 2, 4, 8, 16, 32],
             length_buckets: vec![16, 32, 64, 128, 256],
+            matrices: MatrixFormat::AsStored,
         }
     }
 }
@@ -431,11 +437,12 @@ impl Embedder {
                 config.max_position_embeddings
             )));
         }
-        let model = Bert::new(&config);
+        let mut model = Bert::new(&config);
         let store = WeightStore::new(
             vec![Box::new(Safetensors::open(&dir.join("model.safetensors"))?)],
             str::to_string,
         );
+        radix::nn::set_matrix_formats(&mut model, &store, buckets.matrices);
         let weights = load_weights(platform, &store, &model)?;
         Ok(Embedder {
             platform: platform.clone(),

@@ -4,9 +4,10 @@
 use std::path::{Path, PathBuf};
 
 use radix::io::Safetensors;
+use radix::nn::MatrixFormat;
 use radix::testing::{Tol, assert_all_close, compare, platform};
 use radix::{Buffer, DType, Shape, Tensor};
-use radix_models::bert::{Bert, BertConfig, Embedder, TokenBatch};
+use radix_models::bert::{Bert, BertConfig, Embedder, EmbedderConfig, TokenBatch};
 use radix_models::packages::minilm_dir;
 
 /// The reference outputs: sentences, ids and masks (JSON), full arrays (safetensors).
@@ -140,6 +141,28 @@ fn embeddings_and_cosines_match_the_reference() {
         &[got[2].clone(), got[0].clone()].concat(),
         OTHER_BUCKET,
     );
+}
+
+/// With every matrix in radix's CPU kernels (`MatrixFormat::Kernels`: f32
+/// blocks through `radix.quant_dot` and `radix.quant_rows`), the embeddings
+/// still match torch's, in a batch and alone.
+#[test]
+fn embeddings_through_the_kernels_match_the_reference() {
+    let r = reference();
+    let config = EmbedderConfig {
+        matrices: MatrixFormat::Kernels,
+        ..EmbedderConfig::minilm()
+    };
+    let dir = minilm_dir().unwrap();
+    let mut embedder = Embedder::new(&platform(), &dir, config).unwrap();
+    let texts: Vec<&str> = r.sentences.iter().map(String::as_str).collect();
+    let got = embedder.embed(&texts).unwrap();
+    let (_, want) = r.array("embeddings");
+    let diff = max_abs_diff(&got.concat(), &want);
+    eprintln!("MiniLM embeddings through the kernels: max |radix - torch| = {diff:e}");
+    assert_all_close("embeddings (kernels)", &got.concat(), &want, TORCH);
+    let one = embedder.embed(&[texts[1]]).unwrap();
+    assert_all_close("alone (kernels)", &one[0], &got[1], OTHER_BUCKET);
 }
 
 #[test]

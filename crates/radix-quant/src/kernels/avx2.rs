@@ -756,7 +756,7 @@ mod imp {
     /// 6 × 2 accumulators, 2 token vectors and a broadcast weight fit AVX2's
     /// 16 registers (one more spills an accumulator to the stack, a
     /// store-to-load chain per step), and each step does 12 multiply-adds
-    /// for 8 loads. It is also the height of `matmul`'s tiles on this path.
+    /// for 8 loads. `matmul`'s tasks on this path are multiples of it.
     pub(in crate::kernels) const LANE_ROWS: usize = 6;
     const LANE_VECTORS: usize = 2;
 

@@ -208,9 +208,11 @@ pub fn matmul(
 }
 
 /// Rows decoded at once by [`matmul`]: four f32 rows of a 1536-wide matrix
-/// (24 KiB) stay in L1 while every token streams past them. With the tokens
-/// in [`TokenLanes`], a tile is as tall as that kernel's block of rows.
+/// (24 KiB) stay in L1 while every token streams past them.
 const TILE_ROWS: usize = 4;
+
+/// The f32 bytes of a tile with the tokens in [`TokenLanes`].
+const LANES_TILE_BYTES: usize = 96 * 1024;
 
 /// [`matmul`] with a chosen instruction set and thread pool.
 #[allow(clippy::too_many_arguments)] // the matrix, its shape, the tokens: none is optional
@@ -238,11 +240,17 @@ pub fn matmul_with(
     let isa = config.isa;
     // Transposed once for all tasks: a copy of `x`, small beside the products.
     let by_lanes = TokenLanes::wanted(isa, n_tokens).then(|| TokenLanes::new(x, cols, n_tokens));
-    let tile_rows = match by_lanes {
-        Some(_) => avx2::LANE_ROWS,
-        None => TILE_ROWS,
+    let (align, tile_rows) = match by_lanes {
+        // Every token passes each tile once: a tile of ~96 KiB (in L2) keeps
+        // that traffic small for thousands of tokens, where 6 rows at a time
+        // would read all of `x` again for every 6 rows.
+        Some(_) => {
+            let rows = (LANES_TILE_BYTES / (cols * 4)).max(1);
+            (avx2::LANE_ROWS, rows.next_multiple_of(avx2::LANE_ROWS))
+        }
+        None => (TILE_ROWS, TILE_ROWS),
     };
-    let rows_per_task = rows_per_task(config, rows, row_bytes, tile_rows);
+    let rows_per_task = rows_per_task(config, rows, row_bytes, align);
     let n_tasks = rows.div_ceil(rows_per_task);
     let y = Mutex::new(y);
     config.parallel.run(n_tasks, &|task| {

@@ -81,6 +81,10 @@ pub enum MatrixFormat {
     F32,
     /// Every matrix in BF16, converted at load.
     BF16,
+    /// As stored, and f32 matrices too as blocks of the F32 format: every
+    /// matrix product goes to radix's CPU kernels (`radix.quant_dot`, the
+    /// in-graph fallback elsewhere) instead of XLA's dot.
+    Kernels,
 }
 
 /// Gives each matrix weight of `model` (the weight of a [`Linear`] or
@@ -105,14 +109,13 @@ pub fn set_matrix_formats<M: Module + ?Sized>(
             return;
         }
         let format = match how {
-            MatrixFormat::AsStored => store.format(path),
+            MatrixFormat::AsStored => store.format(path).filter(|&f| f != Format::F32),
             MatrixFormat::F32 => None,
             MatrixFormat::BF16 => Some(Format::BF16),
+            MatrixFormat::Kernels => store.format(path),
         };
         let rows = (rows_tag.unwrap_or(""), shape.dims()[0]);
-        let blocks = format
-            .filter(|&f| f != Format::F32)
-            .and_then(|f| blocks_shape(f, rows, shape.dims()[1]).ok());
+        let blocks = format.and_then(|f| blocks_shape(f, rows, shape.dims()[1]).ok());
         if let Some(blocks) = blocks {
             *t = Tensor::param(blocks);
             changed += 1;
