@@ -14,6 +14,8 @@ import sys
 
 import numpy as np
 
+import narrative
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -416,10 +418,7 @@ def main(results):
 
     llamacpp_section(w, runs, g)
 
-    analysis = os.path.join(HERE, "analysis.md")
-    if os.path.exists(analysis):
-        with open(analysis) as fh:
-            w(fh.read().rstrip() + "\n")
+    narrative.write(w, results, g, os.path.join(HERE, "analysis.md"))
     profiles = sorted(glob.glob(os.path.join(results, "profile-*.txt")))
     if profiles:
         w("## Profiles from this run\n")

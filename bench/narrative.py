@@ -1,0 +1,147 @@
+"""The "What limits each figure" section of BENCHMARKS.md.
+
+Every figure in it comes from the results it is written from: each topic opens
+with a lead generated here from this run's samples (or says that the run did
+not measure it). `bench/analysis.md` holds only the explanations that follow
+each lead, marked `<!-- lead: KEY -->`; where an explanation cites a profile
+or a dump, it names the date of the run that made it, since a later run may
+not repeat it.
+"""
+
+import os
+import re
+
+
+def fmt(x):
+    if x is None:
+        return "—"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    if abs(x) >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+def verdict(ok):
+    return "met" if ok else "missed"
+
+
+def profile_shares(results, name):
+    """Per shared object and per radix-quant kernel, the share of samples in
+    this run's `profile-NAME.txt` (perf report by dso, then by symbol)."""
+    path = os.path.join(results, f"profile-{name}.txt")
+    if not os.path.exists(path):
+        return None
+    dsos, kernels = {}, {}
+    with open(path) as fh:
+        for line in fh:
+            m = re.match(r"\s+([\d.]+)%\s+(\S+)\s*$", line)
+            if m:
+                dsos[m.group(2)] = float(m.group(1))
+                continue
+            m = re.match(r"\s+([\d.]+)%\s+\S+\s+\[.\]\s+radix_quant::kernels::\S+::(\w+)\s*$", line)
+            if m:
+                kernels[m.group(2)] = kernels.get(m.group(2), 0.0) + float(m.group(1))
+    return {"dsos": dsos, "kernels": kernels}
+
+
+def leads(results, g):
+    """KEY -> the opening sentence of that topic, from this run's figures."""
+    out = {}
+
+    def ratio(a, b):
+        return f"{a.median / b.median:.2f}×"
+
+    call, floor, jaxd = g("radix Executable::call + wait"), g("PJRT execute + wait (floor)"), g(
+        "jax.jit call + block_until_ready")
+    if call and floor and jaxd:
+        out["dispatch"] = (
+            f"**Dispatch: {verdict(call.median <= 1.5 * floor.median)} against the floor, "
+            f"{verdict(jaxd.median >= 2 * call.median)} against JAX.** In these results radix takes "
+            f"{fmt(call.median)} µs, the raw PJRT execute {fmt(floor.median)} µs ({ratio(call, floor)}), "
+            f"JAX {fmt(jaxd.median)} µs (radix {ratio(jaxd, call)} faster; the goal is 2×).")
+    tr, jtr = g("radix trace + print"), g("jax.jit(f).lower(...).as_text()")
+    if tr:
+        out["tracing"] = (
+            f"**Tracing: {verdict(tr.median <= 45)} ({fmt(tr.median)} ms against ≤ 45 ms"
+            + (f"; JAX takes {fmt(jtr.median)} ms, so radix is {ratio(jtr, tr)} faster" if jtr else "")
+            + ").**")
+    comp, cached = g("radix first compile (trace + compile)"), g("radix cached start (trace + load)")
+    jcached = g("jax persistent cache (lower + load)")
+    if comp and cached:
+        out["warm-start"] = (
+            f"**Warm start: {verdict(comp.median >= 10 * cached.median)} (cached start "
+            f"{fmt(cached.median)} ms against a first compile of {fmt(comp.median)} ms, "
+            f"{comp.median / cached.median:.1f}×; the goal is 10×"
+            + (f"; JAX's cached start takes {fmt(jcached.median)} ms" if jcached else "") + ").**")
+    parts = []
+    for shape in ("1x16", "32x128"):
+        r, k, o, s = (g(f"{n} {shape}") for n in ("radix", "radix kernels", "onnxruntime",
+                                                   "sentence-transformers"))
+        if r and o:
+            best = max([x for x in (r, k) if x], key=lambda x: x.median)
+            parts.append(
+                f"{shape}: radix {fmt(r.median)} sentences/s with XLA's dots"
+                + (f", {fmt(k.median)} through its own kernels" if k else "")
+                + f", onnxruntime {fmt(o.median)} ({verdict(best.median > o.median)})"
+                + (f", sentence-transformers {fmt(s.median)}" if s else ""))
+    if parts:
+        out["minilm"] = "**MiniLM in these results:** " + "; ".join(parts) + "."
+    pre, dec = g("radix prefill"), g("radix decode")
+    f32pre, f32dec = g("radix f32 prefill"), g("radix f32 decode")
+    one = g("radix one-program decode")
+    lq_dec, lq_pre, lf_pre = g("llama.cpp Q4_1 decode"), g("llama.cpp Q4_1 prefill"), g("llama.cpp F32 prefill")
+    if dec and lq_dec:
+        text = (f"**Quantized SmolLM2 (issue 13), in these results:** decode reads Q4_1 blocks at {fmt(dec.median)} "
+                f"tokens/s against llama.cpp's {fmt(lq_dec.median)} on the same file ({ratio(dec, lq_dec)}, "
+                f"goal ≥ 1×: {verdict(dec.median >= lq_dec.median)})")
+        if f32dec:
+            text += f"; radix's own fp32 path decodes at {fmt(f32dec.median)} (blocks: {ratio(dec, f32dec)} faster)"
+        if one:
+            text += f"; one program per step (no per-layer dispatch) at {fmt(one.median)}"
+        text += "."
+        if pre and lq_pre and lf_pre:
+            text += (f" Prefill: {fmt(pre.median)} tokens/s against llama.cpp's Q4_1 {fmt(lq_pre.median)} "
+                     f"({verdict(pre.median >= lq_pre.median)}) and F32 {fmt(lf_pre.median)} "
+                     f"({verdict(pre.median >= lf_pre.median)}).")
+        rss, peer_rss = g("per-block warm peak RSS"), g("llama.cpp completion warm peak RSS")
+        wall, peer_wall = g("per-block warm wall"), g("llama.cpp completion warm wall")
+        if rss and peer_rss and wall and peer_wall:
+            text += (f" A whole warm `radix generate`: peak RSS {fmt(rss.median)} MiB against "
+                     f"llama-completion's {fmt(peer_rss.median)} ({verdict(rss.median <= peer_rss.median + 100)}), "
+                     f"wall {fmt(wall.median)} s against {fmt(peer_wall.median)} s ({ratio(wall, peer_wall)}, "
+                     f"goal ≤ 1.5×: {verdict(wall.median <= 1.5 * peer_wall.median)}).")
+        shares = profile_shares(results, "decode")
+        if shares:
+            ks = sorted(shares["kernels"].items(), key=lambda kv: -kv[1])
+            plugin = shares["dsos"].get("pjrt_c_api_cpu_plugin.so")
+            text += (" The profile of a SmolLM2 load, prefill and decode in these results (`profile-decode.txt` below): "
+                     + f"{sum(v for _, v in ks):.0f} % of the samples in radix-quant's kernels ("
+                     + ", ".join(f"`{k}` {v:.1f} %" for k, v in ks[:4]) + ")"
+                     + (f", {plugin:.0f} % in the plugin" if plugin is not None else "") + ".")
+        out["quantized"] = text
+    if pre:
+        out["prefill"] = (f"**SmolLM2 prefill (the fp32-era goal of ≥ 600 tokens/s): {verdict(pre.median >= 600)} "
+                          f"({fmt(pre.median)} tokens/s with Q4_1 blocks"
+                          + (f", {fmt(f32pre.median)} with `--dtype f32`" if f32pre else "") + ").**")
+    if dec:
+        out["decode"] = (f"**SmolLM2 decode (goal ≥ 40 tokens/s): {verdict(dec.median >= 40)} "
+                         f"({fmt(dec.median)} tokens/s with Q4_1 blocks"
+                         + (f", {fmt(f32dec.median)} with `--dtype f32`" if f32dec else "") + ").**")
+    return out
+
+
+def write(w, results, g, analysis_path):
+    """Appends the section: each `<!-- lead: KEY -->` of `analysis_path`
+    becomes this run's lead for KEY, or says the run did not measure it."""
+    if not os.path.exists(analysis_path):
+        return
+    found = leads(results, g)
+    with open(analysis_path) as fh:
+        text = fh.read()
+
+    def lead(m):
+        key = m.group(1)
+        return found.get(key, f"**{key}: not measured in these results.**")
+
+    w(re.sub(r"<!-- lead: ([\w-]+) -->", lead, text).rstrip() + "\n")
