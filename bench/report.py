@@ -364,10 +364,13 @@ def main(results):
     if agree:
         w(f"The embeddings agree: the first 4 components of every system's embedding differ from radix's "
           f"by at most {max(agree):.1e}.\n")
-    for shape, r, o, s in [("1 × 16 tokens", m1, o1, s1), ("32 × 128 tokens", m32, o32, s32)]:
+    shapes = [("1 × 16 tokens", m1, o1, s1), ("32 × 128 tokens", m32, o32, s32)] + [
+        (f"{b} × {n} tokens (no bucket of radix's: it pads to {p})", g(f"radix {b}x{n}"),
+         g(f"onnxruntime {b}x{n}"), g(f"sentence-transformers {b}x{n}")) for b, n, p in [(1, 20, 32), (32, 100, 128)]]
+    for shape, r, o, s in shapes:
         w(f"**{shape}** (sentences/s, higher is better)\n")
-        x = g(f"radix+xnnpack {shape.replace(' × ', 'x').split()[0]}")
-        k = g(f"radix kernels {shape.replace(' × ', 'x').split()[0]}")
+        key = shape.replace(' × ', 'x').split()[0]
+        x, k = g(f"radix+xnnpack {key}"), g(f"radix kernels {key}")
         w(table([("radix", r), ("radix, every matrix through its CPU kernels (`--matrices kernels`)", k),
                  ("onnxruntime", o), ("sentence-transformers (PyTorch)", s),
                  ("radix with `--xla_cpu_use_xnnpack=true` (experiment)", x)], r, False, True) + "\n")

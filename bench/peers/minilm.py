@@ -1,4 +1,5 @@
-"""all-MiniLM-L6-v2 sentences/s at 1 x 16 and 32 x 128 tokens, through
+"""all-MiniLM-L6-v2 sentences/s at 1 x 16 and 32 x 128 tokens (and 1 x 20 and
+32 x 100, which are no padded size of radix's, so it pays for its padding), through
 sentence-transformers (PyTorch) or onnxruntime. Tokenization, pooling and
 normalization are timed, as in radix's `Embedder::embed`.
 
@@ -16,7 +17,8 @@ import numpy as np
 
 from common import THREADS, Report, blas_info, hello_text, time_per_call
 
-SHAPES = [(1, 16, 10), (32, 128, 1)]  # batch, tokens, calls per sample
+# batch, tokens, calls per sample; the same list as radix-bench's `minilm`.
+SHAPES = [(1, 16, 10), (32, 128, 1), (1, 20, 10), (32, 100, 1)]
 
 
 def sentence_transformers(model_dir, r):

@@ -64,7 +64,8 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         loads: usize,
     },
-    /// all-MiniLM-L6-v2 sentences/s at 1 x 16 and 32 x 128 tokens.
+    /// all-MiniLM-L6-v2 sentences/s at 1 x 16 and 32 x 128 tokens, and at 1 x 20
+    /// and 32 x 100 (off radix's buckets).
     Minilm {
         /// The model folder (`config.json`, `model.safetensors`, `tokenizer.json`).
         #[arg(long)]
@@ -72,7 +73,7 @@ enum Command {
         /// Timed samples per shape.
         #[arg(long, default_value_t = 10)]
         samples: usize,
-        /// Only this shape (`1x16` or `32x128`), e.g. for a profile.
+        /// Only this shape (`1x16`, `32x128`, `1x20` or `32x100`), e.g. for a profile.
         #[arg(long)]
         shape: Option<String>,
         /// `stored`: f32 matrices through XLA's dot; `kernels`: through
@@ -320,7 +321,9 @@ fn minilm(
         .with_context(|| format!("loading MiniLM from {}", dir.display()))?;
     let mut report = Report::new("minilm");
     report.meta("matrices", json!(format!("{matrices:?}")));
-    for (batch, len, calls) in [(1, 16, 10), (32, 128, 1)] {
+    // 1×20 and 32×100 are no bucket: radix pads them to 32 and 128 tokens,
+    // the others run them as they are. The same list as bench/peers/minilm.py.
+    for (batch, len, calls) in [(1, 16, 10), (32, 128, 1), (1, 20, 10), (32, 100, 1)] {
         if only.is_some_and(|o| o != format!("{batch}x{len}")) {
             continue;
         }
