@@ -13,6 +13,7 @@ import re
 
 
 def fmt(x):
+    """A figure with three significant digits or so, `—` for none."""
     if x is None:
         return "—"
     if abs(x) >= 100:

@@ -15,6 +15,7 @@ import sys
 import numpy as np
 
 import narrative
+from narrative import fmt
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -49,16 +50,6 @@ class Figure:
 
     def spread(self):
         return f"{fmt(self.p10)}–{fmt(self.p90)}"
-
-
-def fmt(x):
-    if x is None:
-        return "—"
-    if abs(x) >= 100:
-        return f"{x:,.0f}"
-    if abs(x) >= 10:
-        return f"{x:.1f}"
-    return f"{x:.2f}"
 
 
 def figures(runs):
