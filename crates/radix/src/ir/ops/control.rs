@@ -5,9 +5,11 @@
 //! `if_`, `call`) is `tensor/control.rs`.
 
 use crate::Shape;
+use crate::ir::grad::{self, Cotangents, Emitter};
 use crate::ir::print::OpPrinter;
-use crate::ir::{Op, interp};
+use crate::ir::{Node, Op, ValueId, interp};
 use crate::literal::Literal;
+use std::sync::Arc;
 
 pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
     let args: Vec<String> = p.arg_names().iter().map(|s| s.to_string()).collect();
@@ -81,4 +83,42 @@ pub(crate) fn eval(op: &Op, args: &[&Literal]) -> Vec<Literal> {
         Op::Call { f, .. } => interp::eval(f, &owned(args)),
         _ => unreachable!("{op:?} is not control flow"),
     }
+}
+
+/// The derivative rule of `call`: the derivative of a called function is a
+/// called function, `@<name>_vjp` (its [`grad::vjp`]: the body's results
+/// and then its arguments' cotangents), so a stack of equal layers still
+/// emits one body, and one for their derivative. `while` and `if` have no
+/// rule.
+pub(crate) fn vjp(
+    op: &Op,
+    e: &mut Emitter<'_>,
+    node: &Node,
+    cts: &[Option<ValueId>],
+) -> Cotangents {
+    let Op::Call { name, f } = op else {
+        return Err(e.error(format!(
+            "no derivative rule for {}: differentiate a loop written with `for_` over a `call`, or unroll it",
+            op.name()
+        )));
+    };
+    let body = grad::vjp(f, f.params.len())?;
+    let n_out = f.results.len();
+    let mut args = node.args.clone();
+    for (&r, ct) in f.results.iter().zip(cts) {
+        let s = f.node(r).shape;
+        args.push(ct.unwrap_or_else(|| e.zeros(s)));
+    }
+    let shapes: Vec<Shape> = body.results.iter().map(|&r| body.node(r).shape).collect();
+    let call = e.emit(
+        Op::Call {
+            name: format!("{name}_vjp").into(),
+            f: Arc::new(body),
+        },
+        &args,
+        shapes[0],
+    );
+    Ok((0..node.args.len())
+        .map(|k| Some(e.project(call, n_out + k, shapes[n_out + k])))
+        .collect())
 }

@@ -212,3 +212,17 @@ pub(crate) fn replace_by_fallbacks(f: &Function) -> Function {
     out.reuses = f.reuses.clone();
     out
 }
+
+/// The derivative rule: none yet; a custom call is a trace error when a
+/// cotangent reaches it.
+pub(crate) fn vjp(
+    site: &Site,
+    e: &mut crate::ir::grad::Emitter<'_>,
+    _: &Node,
+    _: &[Option<crate::ir::ValueId>],
+) -> crate::ir::grad::Cotangents {
+    Err(e.error(format!(
+        "no derivative rule for the custom call {}",
+        site.call.name()
+    )))
+}
