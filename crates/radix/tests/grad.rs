@@ -337,6 +337,40 @@ fn the_derivative_of_a_call_is_a_call() {
 }
 
 #[test]
+fn for_loops_run_backwards() {
+    // The state, a captured weight, the counter picking a row of a captured
+    // table, and per-step outputs stacked.
+    let inputs = [
+        tagged(&[("d", 3)], 36),
+        tagged(&[("d", 3)], 37),
+        tagged(&[("t", 4), ("d", 3)], 38),
+    ];
+    let f = |v: &[Tensor]| {
+        let (w, table) = (v[1], v[2]);
+        let (state, outs) = radix::for_(4, "step", &[v[0]], |i, s| {
+            let zero = Tensor::scalar(0.0, DType::I32);
+            let row = table
+                .dynamic_slice(&[i, zero], &[1, 3])
+                .reshape_to(s[0].shape());
+            let next = (s[0] * w + row).tanh();
+            (vec![next], vec![(next * s[0]).sum("d")])
+        });
+        loss(state[0]) + loss(outs[0])
+    };
+    check(&inputs, f);
+    // The plugin runs the two loops as the interpreter does.
+    let program = trace_fn(&inputs, |xs| {
+        radix::grad(|p: &Vec<Tensor>, _: &()| f(p), &xs.to_vec(), &())
+    })
+    .unwrap();
+    let want = program.interpret(&inputs);
+    let got = run_program(program, &inputs).unwrap();
+    for (g, w) in got.iter().zip(&want) {
+        compare(g.data(), w.data(), Tol::ulps(DType::F64, 64.0)).unwrap();
+    }
+}
+
+#[test]
 fn vjp_takes_output_cotangents() {
     let inputs = [tagged(&[("a", 3)], 31), tagged(&[("a", 3)], 32)];
     let program = trace_fn(&inputs, |v| {
@@ -370,7 +404,7 @@ fn an_op_without_a_rule_is_a_trace_error_at_its_line() {
     assert!(e.message.contains("no derivative rule"), "{e}");
     assert!(e.file.ends_with("kernels/mod.rs"), "{e}");
     let inputs = [lit(&[4], 33)];
-    // A while loop has none either; the error names the user's line.
+    // A `while_` (no trip count) has none; the error names the user's line.
     let line = line!() + 4;
     let err = trace_fn(&inputs, |v| {
         radix::grad(

@@ -140,7 +140,44 @@ pub(crate) struct Emitter<'f> {
     shapes: Vec<Shape>,
 }
 
-impl Emitter<'_> {
+impl<'f> Emitter<'f> {
+    /// An emitter appending to `f` (a body a rule builds) at `loc`.
+    pub(crate) fn new(f: &'f mut Function, loc: &'static Location<'static>) -> Emitter<'f> {
+        Emitter {
+            f,
+            loc,
+            op: "parameter",
+            shapes: vec![],
+        }
+    }
+
+    /// The nodes of `g` appended with its parameter `k` standing for
+    /// `args[k]`; its results.
+    pub(crate) fn inline(&mut self, g: &Function, args: &[ValueId]) -> Vec<ValueId> {
+        let mut map: Vec<ValueId> = Vec::with_capacity(g.nodes.len());
+        for n in &g.nodes {
+            let id = match n.op {
+                Op::Parameter(k) => args[k],
+                _ => {
+                    let a: Vec<ValueId> = n.args.iter().map(|a| map[a.0 as usize]).collect();
+                    self.f.push(Node {
+                        op: n.op.clone(),
+                        args: a,
+                        shape: n.shape,
+                        loc: n.loc,
+                    })
+                }
+            };
+            map.push(id);
+        }
+        g.results.iter().map(|r| map[r.0 as usize]).collect()
+    }
+
+    /// Sets the results of the function being built.
+    pub(crate) fn finish(&mut self, results: Vec<ValueId>) {
+        self.f.results = results;
+    }
+
     /// The shape of `v`.
     pub(crate) fn shape(&self, v: ValueId) -> Shape {
         self.f.node(v).shape
@@ -166,7 +203,8 @@ impl Emitter<'_> {
         })
     }
 
-    fn parameter(&mut self, index: usize, shape: Shape) -> ValueId {
+    /// Appends parameter `index` of `shape`.
+    pub(crate) fn parameter(&mut self, index: usize, shape: Shape) -> ValueId {
         let id = self.emit(Op::Parameter(index), &[], shape);
         self.f.params.push(id);
         id

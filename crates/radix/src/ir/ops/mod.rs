@@ -93,11 +93,14 @@ pub(crate) enum Op {
     /// (its users name `%op#i`).
     Project(usize),
     /// `stablehlo.while`: operands are the initial state, then the values
-    /// `cond` captures, then those `body` captures.
+    /// `cond` captures, then those `body` captures. `trip_count` is the
+    /// number of iterations when it is known when traced (`for_`), which
+    /// its derivative rule needs.
     While {
         cond: Arc<Function>,
         body: Arc<Function>,
         n_cond_captures: usize,
+        trip_count: Option<i64>,
     },
     /// `stablehlo.if`: operands are the predicate, then the captures of
     /// `then`, then those of `other`.
