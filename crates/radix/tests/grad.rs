@@ -6,8 +6,33 @@
 
 mod kernels;
 
+use std::sync::LazyLock;
+
 use radix::testing::{Tol, compare, run_program, trace_fn};
-use radix::{DType, Literal, Module, Order, PadSpec, Shape, SliceSpec, Tensor};
+use radix::{Attrs, CustomCall, DType, Literal, Module, Order, PadSpec, Shape, SliceSpec, Tensor};
+
+/// `x / (1 + |x|)` in f64 as a Rust kernel that declares its derivative.
+static SOFTSIGN_F64: LazyLock<CustomCall> = LazyLock::new(|| {
+    CustomCall::builder(
+        "radix_test.softsign_f64",
+        1,
+        |s, _| Ok(vec![s[0]]),
+        |k| {
+            let (x, y) = (k.input::<f64>(0)?, k.output::<f64>(0)?);
+            for (y, &x) in y.iter_mut().zip(x) {
+                *y = x / (1.0 + x.abs());
+            }
+            Ok(())
+        },
+    )
+    .fallback(|x, _| vec![x[0] / (x[0].abs() + 1.0)])
+    .derivative(|x, _, g, _| {
+        let d = x[0].abs() + 1.0;
+        vec![g[0] / (d * d)]
+    })
+    .register()
+    .expect("declared")
+});
 
 /// Central differences of `f` at `inputs` (f64), one gradient per input.
 fn finite_differences(inputs: &[Literal], f: &dyn Fn(&[Tensor]) -> Tensor) -> Vec<Vec<f64>> {
@@ -368,6 +393,25 @@ fn for_loops_run_backwards() {
     for (g, w) in got.iter().zip(&want) {
         compare(g.data(), w.data(), Tol::ulps(DType::F64, 64.0)).unwrap();
     }
+}
+
+#[test]
+fn custom_calls_with_a_derivative() {
+    let inputs = [lit(&[2, 3], 39)];
+    check(&inputs, |v| {
+        loss(SOFTSIGN_F64.call(&[v[0] * 2.0], &Attrs::new())[0].tanh())
+    });
+    let program = trace_fn(&inputs, |xs| {
+        radix::grad(
+            |x: &Tensor, _: &()| loss(SOFTSIGN_F64.call(&[*x], &Attrs::new())[0]),
+            &xs[0],
+            &(),
+        )
+    })
+    .unwrap();
+    let want = program.interpret(&inputs);
+    let got = run_program(program, &inputs).unwrap();
+    compare(got[0].data(), want[0].data(), Tol::ulps(DType::F64, 8.0)).unwrap();
 }
 
 #[test]

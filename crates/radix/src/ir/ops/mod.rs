@@ -243,7 +243,7 @@ impl Op {
             Op::Sort { .. } => sort::vjp(self, e, node, out, cts),
             Op::While { .. } | Op::If { .. } | Op::Call { .. } => control::vjp(self, e, node, cts),
             Op::Sharding => Ok(vec![cts[0]]),
-            Op::CustomCall(site) => custom_call::vjp(site, e, node, cts),
+            Op::CustomCall(site) => custom_call::vjp(site, e, node, out, cts),
         }
     }
 
