@@ -34,6 +34,7 @@ pub mod ir;
 mod literal;
 pub mod module;
 pub mod nn;
+pub mod optim;
 mod passes;
 mod platform;
 mod program;
