@@ -16,6 +16,7 @@ use radix::optim::{AdamW, AdamWState, donate};
 use radix::{Buffer, Bufferized, Compiled, DType, Module, Platform, Shape, Tensor};
 
 use crate::sampling::Rng;
+use crate::train::normal;
 use crate::{Error, Result};
 
 /// Pixels per side of a digit image.
@@ -167,16 +168,6 @@ impl Trainer {
     pub fn weights(&self) -> &Bufferized<Mlp> {
         &self.weights
     }
-}
-
-/// Normal samples (Box-Muller) scaled by `std`.
-fn normal(rng: &mut Rng, n: usize, std: f64) -> Vec<f32> {
-    (0..n)
-        .map(|_| {
-            let (u, v) = (rng.next_f64().max(1e-12), rng.next_f64());
-            ((-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos() * std) as f32
-        })
-        .collect()
 }
 
 /// An [`Mlp`] compiled for a fixed batch of images, with its weights on the device.
