@@ -191,6 +191,24 @@ def llamacpp_section(w, runs, g):
       + f" (llama.cpp: {lm.get('completion tokens', '?')} tokens).\n")
 
 
+def train_section(w, g):
+    """Section 6: one training step, radix vs jax.jit(jax.grad) vs PyTorch."""
+    if not g("radix train mnist"):
+        return
+    w("## 6. One training step: loss, gradient, AdamW update\n")
+    w("The MNIST MLP (784-128-10, ReLU, batch 128) and the small llama of `examples/train_lm.rs` "
+      "(2 layers, width 64, 4/2 heads, FFN 192, byte vocabulary, 65 tokens): mean cross-entropy, its "
+      "gradient and an AdamW step, the batch already on the device. radix: `radix::value_and_grad` and "
+      "`radix::optim::AdamW` in one executable, weights and state donated (`radix_models::train::Trainer`). "
+      "JAX: `jax.jit` of `jax.value_and_grad` and the same update, `donate_argnums`. PyTorch: autograd and "
+      "`torch.optim.AdamW`. Per-step milliseconds, lower is better.\n")
+    for model, name in (("mnist", "MNIST MLP, batch 128"), ("lm", "small llama, 65 tokens")):
+        r = g(f"radix train {model}")
+        w(f"**{name}** (ms per step)\n")
+        w(table([("radix", r), ("JAX (`jax.jit(jax.value_and_grad)`)", g(f"jax train {model}")),
+                 ("PyTorch (autograd)", g(f"torch train {model}"))], r, True, True) + "\n")
+
+
 def main(results):
     runs = load(results)
     f = figures(runs)
@@ -411,6 +429,7 @@ def main(results):
             f"{n} {fmt(x.median)} tokens/s" for n, x in zip(["radix", "transformers"], whole)) + ".\n")
 
     llamacpp_section(w, runs, g)
+    train_section(w, g)
 
     narrative.write(w, results, g, os.path.join(HERE, "analysis.md"))
     profiles = sorted(glob.glob(os.path.join(results, "profile-*.txt")))

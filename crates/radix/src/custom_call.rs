@@ -68,6 +68,11 @@ pub type ShapeRule =
 pub type KernelFn = dyn Fn(&Kernel<'_>) -> std::result::Result<(), String> + Send + Sync;
 /// A fallback: the same results computed with ordinary ops.
 pub type FallbackFn = dyn Fn(&[Tensor], &Attrs) -> Vec<Tensor> + Send + Sync;
+/// A derivative: from the operands, the results, one cotangent per result
+/// and the attributes, one cotangent per operand, written with ordinary
+/// ops (see [`CustomCallBuilder::derivative`]).
+pub type DerivativeFn =
+    dyn Fn(&[Tensor], &[Tensor], &[Tensor], &Attrs) -> Vec<Tensor> + Send + Sync;
 
 /// Which implementation of custom calls a compile uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,6 +204,7 @@ struct Decl {
     side_effect: bool,
     aliases: Vec<(usize, usize)>,
     fallback: Option<Box<FallbackFn>>,
+    derivative: Option<Box<DerivativeFn>>,
     /// What makes two declarations of one name the same.
     semantics: Semantics,
     /// The handler registered with plugins (one per declaration, so a
@@ -211,13 +217,13 @@ struct Semantics {
     version: u32,
     side_effect: bool,
     aliases: Vec<(usize, usize)>,
-    types: [TypeId; 3],
+    types: [TypeId; 4],
 }
 
 /// A custom call being declared; [`CustomCallBuilder::register`] ends it.
 pub struct CustomCallBuilder {
     decl: Decl,
-    types: [TypeId; 3],
+    types: [TypeId; 4],
 }
 
 /// Declarations so far, by name.
@@ -236,7 +242,12 @@ impl CustomCall {
         K: Fn(&Kernel<'_>) -> std::result::Result<(), String> + Send + Sync + 'static,
     {
         CustomCallBuilder {
-            types: [TypeId::of::<S>(), TypeId::of::<K>(), TypeId::of::<()>()],
+            types: [
+                TypeId::of::<S>(),
+                TypeId::of::<K>(),
+                TypeId::of::<()>(),
+                TypeId::of::<()>(),
+            ],
             decl: Decl {
                 name: name.to_string(),
                 version,
@@ -245,11 +256,12 @@ impl CustomCall {
                 side_effect: false,
                 aliases: vec![],
                 fallback: None,
+                derivative: None,
                 semantics: Semantics {
                     version,
                     side_effect: false,
                     aliases: vec![],
-                    types: [TypeId::of::<()>(); 3],
+                    types: [TypeId::of::<()>(); 4],
                 },
                 handler: OnceLock::new(),
             },
@@ -296,6 +308,10 @@ impl CustomCall {
 
     pub(crate) fn fallback(&self) -> Option<&FallbackFn> {
         self.inner.fallback.as_deref()
+    }
+
+    pub(crate) fn derivative(&self) -> Option<&DerivativeFn> {
+        self.inner.derivative.as_deref()
     }
 
     /// Runs the kernel on host views (the interpreter and the handler).
@@ -376,9 +392,24 @@ impl CustomCallBuilder {
         self
     }
 
+    /// The call's derivative, which makes it differentiable by
+    /// [`crate::grad`]: `derivative(operands, results, cotangents, attrs)`
+    /// gives one cotangent per operand (shaped as it; the cotangent of an
+    /// integer operand is ignored) from one per result, written with
+    /// ordinary ops. It is traced with each call's operands and attributes,
+    /// and called (`func.call`) where a gradient needs it.
+    pub fn derivative<F>(mut self, derivative: F) -> CustomCallBuilder
+    where
+        F: Fn(&[Tensor], &[Tensor], &[Tensor], &Attrs) -> Vec<Tensor> + Send + Sync + 'static,
+    {
+        self.types[3] = TypeId::of::<F>();
+        self.decl.derivative = Some(Box::new(derivative));
+        self
+    }
+
     /// Ends the declaration. Declaring a name again with the same
     /// semantics (version, side effects, aliases, and the same shape rule,
-    /// kernel and fallback functions) returns the first declaration; with
+    /// kernel, fallback and derivative functions) returns the first declaration; with
     /// other semantics it is an [`Error::CustomCall`]. A name that is not
     /// letters, digits and `_ . $` is one too.
     pub fn register(mut self) -> Result<CustomCall> {

@@ -28,6 +28,18 @@ pub fn while_(
     cond: impl FnOnce(&[Tensor]) -> Tensor,
     body: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
 ) -> Vec<Tensor> {
+    counted_while(init, cond, body, None)
+}
+
+/// [`while_`], knowing the number of iterations when it is `Some` (for
+/// the derivative rule).
+#[track_caller]
+fn counted_while(
+    init: &[Tensor],
+    cond: impl FnOnce(&[Tensor]) -> Tensor,
+    body: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+    trip_count: Option<i64>,
+) -> Vec<Tensor> {
     let shapes: Vec<Shape> = init.iter().map(|t| t.shape()).collect();
     let c = trace_open_block("while condition", &shapes, |s| vec![cond(s)]);
     let b = trace_open_block("while body", &shapes, body);
@@ -55,6 +67,7 @@ pub fn while_(
         n_cond_captures: c.captures.len(),
         cond: Arc::new(c.function),
         body: Arc::new(b.function),
+        trip_count,
     };
     multi(op, &args, &shapes)
 }
@@ -85,7 +98,7 @@ pub fn for_(
     state.extend_from_slice(init);
     state.extend(stacked.iter().map(|&s| Tensor::zeros(s)));
     let k = init.len();
-    let res = while_(
+    let res = counted_while(
         &state,
         |s| s[0].lt(Tensor::scalar(n as f64, DType::I32)),
         |s| {
@@ -101,6 +114,7 @@ pub fn for_(
             }
             res
         },
+        Some(n.max(0)),
     );
     (res[1..=k].to_vec(), res[k + 1..].to_vec())
 }

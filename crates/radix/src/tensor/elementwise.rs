@@ -12,7 +12,7 @@ use crate::{Binary, Compare, DType, Shape, Tensor, Unary};
 
 /// The methods of the unary table's rows.
 macro_rules! unary_methods {
-    ($($v:ident => $method:ident, $mlir:literal, $accepts:expr, $eval:expr, $doc:literal;)*) => {
+    ($($v:ident => $method:ident, $mlir:literal, $accepts:expr, $eval:expr, vjp: $vjp:expr, $doc:literal;)*) => {
         #[allow(clippy::should_implement_trait)]
         impl Tensor {
             $(
@@ -29,7 +29,7 @@ macro_rules! unary_methods {
 /// The methods of the binary table's rows.
 macro_rules! binary_methods {
     ($($v:ident => $method:ident, $mlir:literal, $accepts:expr,
-       commutative: $comm:expr, identity: $id:expr, $eval:expr, $doc:literal;)*) => {
+       commutative: $comm:expr, identity: $id:expr, $eval:expr, vjp: $vjp:expr, $doc:literal;)*) => {
         #[allow(clippy::should_implement_trait)]
         impl Tensor {
             $(

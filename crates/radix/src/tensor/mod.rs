@@ -9,6 +9,7 @@ pub(crate) mod convert;
 pub(crate) mod custom_call;
 pub(crate) mod dot;
 pub(crate) mod elementwise;
+pub(crate) mod grad;
 pub(crate) mod indexing;
 pub(crate) mod reduce;
 pub(crate) mod shape_ops;
@@ -351,6 +352,17 @@ fn report(name: &'static str, message: String, args: &[Tensor]) {
                 line: loc.line(),
                 column: loc.column(),
             });
+        }
+    });
+}
+
+/// Records `error` (found away from the op's call, such as a missing
+/// derivative rule) unless the trace already failed.
+pub(crate) fn report_error(error: TraceError) {
+    BUILDER.with(|b| {
+        let mut b = b.borrow_mut();
+        if b.error.is_none() {
+            b.error = Some(error);
         }
     });
 }

@@ -1,8 +1,9 @@
 //! Element type changes, `stablehlo.convert` (by value) and
 //! `stablehlo.bitcast_convert` (by bits): printing and reference semantics.
 
-use crate::ir::Op;
+use crate::ir::grad::{Cotangents, Emitter};
 use crate::ir::print::OpPrinter;
+use crate::ir::{Node, Op, ValueId};
 use crate::literal::{Literal, encode};
 use crate::{DType, Shape};
 
@@ -61,5 +62,26 @@ pub(crate) fn eval(op: &Op, args: &[&Literal], shape: Shape) -> Literal {
             Literal::from_bytes(shape, &bytes)
         }
         _ => unreachable!(),
+    }
+}
+
+/// The derivative rule: a float-to-float `convert` converts the cotangent
+/// back; from or to an integer or bool there is none (zero). A `bitcast`
+/// reinterprets bits, so a float operand has no derivative through it.
+pub(crate) fn vjp(
+    op: &Op,
+    e: &mut Emitter<'_>,
+    node: &Node,
+    cts: &[Option<ValueId>],
+) -> Cotangents {
+    let g = cts[0].expect("the driver skips nodes without cotangents");
+    let from = e.shape(node.args[0]).dtype();
+    match op {
+        Op::Convert if from.is_float() => Ok(vec![Some(e.convert(g, from))]),
+        Op::Convert => Ok(vec![None]),
+        _ if from.is_float() => Err(e.error(format!(
+            "no derivative through a bitcast of {from}: it reinterprets bits"
+        ))),
+        _ => Ok(vec![None]),
     }
 }

@@ -21,6 +21,10 @@ pub(crate) struct Site {
     pub(crate) attrs: Attrs,
     pub(crate) results: Vec<Shape>,
     pub(crate) fallback: Option<Arc<Function>>,
+    /// When declared, its derivative traced for these operands: a function
+    /// of the operands, the results and their cotangents giving the
+    /// operands' cotangents.
+    pub(crate) derivative: Option<Arc<Function>>,
 }
 
 impl Site {
@@ -35,11 +39,12 @@ impl PartialEq for Site {
             && self.attrs == other.attrs
             && self.results == other.results
             && self.fallback == other.fallback
+            && self.derivative == other.derivative
     }
 }
 
 impl std::fmt::Debug for Site {
-    // What CSE hashes: the fallback follows from the rest.
+    // What CSE hashes: the fallback and derivative follow from the rest.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{:?} {:?} {:?}", self.call, self.attrs, self.results)
     }
@@ -211,4 +216,48 @@ pub(crate) fn replace_by_fallbacks(f: &Function) -> Function {
     out.results = f.results.clone();
     out.reuses = f.reuses.clone();
     out
+}
+
+/// The derivative rule: a call of the derivative the custom call declares
+/// ([`crate::CustomCall`]'s `derivative`), traced for this site; without
+/// one, a trace error.
+pub(crate) fn vjp(
+    site: &Site,
+    e: &mut crate::ir::grad::Emitter<'_>,
+    node: &Node,
+    out: crate::ir::ValueId,
+    cts: &[Option<crate::ir::ValueId>],
+) -> crate::ir::grad::Cotangents {
+    let Some(d) = &site.derivative else {
+        return Err(e.error(format!(
+            "no derivative rule for the custom call {}: declare one with `.derivative(...)`",
+            site.call.name()
+        )));
+    };
+    let mut args = node.args.clone();
+    for (k, &s) in site.results.iter().enumerate() {
+        args.push(e.project(out, k, s));
+    }
+    for (k, ct) in cts.iter().enumerate() {
+        args.push(ct.unwrap_or_else(|| e.zeros(site.results[k])));
+    }
+    let shapes: Vec<Shape> = d.results.iter().map(|&r| d.node(r).shape).collect();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    d.structural_hash().hash(&mut h);
+    let name = format!(
+        "{}_vjp_{:08x}",
+        site.call.name().replace(['.', '$'], "_"),
+        h.finish() as u32
+    );
+    let call = e.emit(
+        Op::Call {
+            name: name.into(),
+            f: d.clone(),
+        },
+        &args,
+        shapes[0],
+    );
+    Ok((0..node.args.len())
+        .map(|k| Some(e.project(call, k, shapes[k])))
+        .collect())
 }

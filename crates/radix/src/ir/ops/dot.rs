@@ -2,7 +2,9 @@
 //! axes of a contraction by tags), printing and reference semantics.
 
 use crate::Shape;
+use crate::ir::grad::{Cotangents, Emitter};
 use crate::ir::print::{OpPrinter, i64_list};
+use crate::ir::{Node, Op, ValueId};
 use crate::literal::{Literal, round_to, strides, unravel};
 use crate::shape::Axes;
 
@@ -167,4 +169,88 @@ pub(crate) fn eval(d: &DotDims, args: &[&Literal], shape: Shape) -> Literal {
         })
         .collect();
     Literal::new(shape, data)
+}
+
+/// The derivative rule: each operand's cotangent is the dot of the result's
+/// cotangent `g` (axes: batch, lhs free, rhs free) with the other operand
+/// over that operand's free axes, transposed back into the operand's
+/// order.
+pub(crate) fn vjp(
+    d: &DotDims,
+    e: &mut Emitter<'_>,
+    node: &Node,
+    cts: &[Option<ValueId>],
+) -> Cotangents {
+    let g = cts[0].expect("the driver skips nodes without cotangents");
+    let (l, r) = (node.args[0], node.args[1]);
+    let (ls, rs) = (e.shape(l), e.shape(r));
+    let lf = free(ls, &d.lhs_batch, &d.lhs_contract);
+    let rf = free(rs, &d.rhs_batch, &d.rhs_contract);
+    let nb = d.lhs_batch.len();
+    let batch: Vec<usize> = (0..nb).collect();
+    let g_lf: Vec<usize> = (nb..nb + lf.len()).collect();
+    let g_rf: Vec<usize> = (nb + lf.len()..nb + lf.len() + rf.len()).collect();
+    let dl = operand_ct(
+        e,
+        g,
+        r,
+        DotDims {
+            lhs_batch: batch.clone(),
+            rhs_batch: d.rhs_batch.clone(),
+            lhs_contract: g_rf,
+            rhs_contract: rf.clone(),
+        },
+        (&d.lhs_batch, &lf, &d.lhs_contract, &d.rhs_contract),
+        ls,
+    );
+    let dr = operand_ct(
+        e,
+        g,
+        l,
+        DotDims {
+            lhs_batch: batch,
+            rhs_batch: d.lhs_batch.clone(),
+            lhs_contract: g_lf,
+            rhs_contract: lf,
+        },
+        (&d.rhs_batch, &rf, &d.rhs_contract, &d.lhs_contract),
+        rs,
+    );
+    Ok(vec![dl?, dr?])
+}
+
+/// The cotangent of one operand of a dot: `dot_general(g, other, dims)`,
+/// whose axes are batch, this operand's free axes, then the other's
+/// contracting axes in ascending order, transposed to `shape`'s order.
+/// `axes` are this operand's batch, free and contracting axes and the
+/// other's contracting axes paired with them.
+fn operand_ct(
+    e: &mut Emitter<'_>,
+    g: ValueId,
+    other: ValueId,
+    dims: DotDims,
+    axes: (&[usize], &[usize], &[usize], &[usize]),
+    shape: Shape,
+) -> Result<Option<ValueId>, crate::ir::grad::GradError> {
+    let (batch, free_axes, contract, paired) = axes;
+    let raw_shape = dot_shape(e.shape(g), e.shape(other), &dims).map_err(|m| e.error(m))?;
+    let raw = e.emit(Op::DotGeneral(dims), &[g, other], raw_shape);
+    let mut sorted = paired.to_vec();
+    sorted.sort();
+    let mut perm = vec![0; shape.rank()];
+    for (k, &a) in batch.iter().enumerate() {
+        perm[a] = k;
+    }
+    for (j, &a) in free_axes.iter().enumerate() {
+        perm[a] = batch.len() + j;
+    }
+    for (&a, p) in contract.iter().zip(paired) {
+        let rank = sorted.iter().position(|s| s == p).expect("paired axis");
+        perm[a] = batch.len() + free_axes.len() + rank;
+    }
+    if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        Ok(Some(raw))
+    } else {
+        Ok(Some(e.transpose(raw, &perm)))
+    }
 }

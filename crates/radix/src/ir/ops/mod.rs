@@ -18,8 +18,9 @@ pub mod sort;
 use std::sync::Arc;
 
 use crate::Shape;
-use crate::ir::Function;
+use crate::ir::grad::{Cotangents, Emitter};
 use crate::ir::print::OpPrinter;
+use crate::ir::{Function, Node, ValueId};
 use crate::literal::Literal;
 
 pub(crate) use elementwise::Elementwise;
@@ -92,11 +93,14 @@ pub(crate) enum Op {
     /// (its users name `%op#i`).
     Project(usize),
     /// `stablehlo.while`: operands are the initial state, then the values
-    /// `cond` captures, then those `body` captures.
+    /// `cond` captures, then those `body` captures. `trip_count` is the
+    /// number of iterations when it is known when traced (`for_`), which
+    /// its derivative rule needs.
     While {
         cond: Arc<Function>,
         body: Arc<Function>,
         n_cond_captures: usize,
+        trip_count: Option<i64>,
     },
     /// `stablehlo.if`: operands are the predicate, then the captures of
     /// `then`, then those of `other`.
@@ -206,6 +210,40 @@ impl Op {
             | Op::Sort { .. } => {
                 unreachable!("{} is evaluated by `eval_multi`", self.name())
             }
+        }
+    }
+
+    /// The derivative rule: the cotangents of `node`'s operands from those
+    /// of its results (`cts`, one per result; `out` is the node's value).
+    /// Each family's rule sits beside its shape rule and semantics.
+    pub(crate) fn vjp(
+        &self,
+        e: &mut Emitter<'_>,
+        node: &Node,
+        out: ValueId,
+        cts: &[Option<ValueId>],
+    ) -> Cotangents {
+        match self {
+            Op::Parameter(_) | Op::Poison | Op::Project(_) => Ok(vec![]),
+            Op::Constant(_) | Op::Iota(_) => Ok(vec![]),
+            Op::Elementwise(x) => x.vjp(e, node, out, cts),
+            Op::Convert | Op::Bitcast => convert::vjp(self, e, node, cts),
+            Op::DotGeneral(d) => dot::vjp(d, e, node, cts),
+            Op::Reshape
+            | Op::Transpose(_)
+            | Op::Broadcast(_)
+            | Op::Slice(_)
+            | Op::Concatenate(_)
+            | Op::Pad(_)
+            | Op::Reverse(_) => shape_ops::vjp(self, e, node, cts),
+            Op::DynamicSlice(_) | Op::DynamicUpdateSlice | Op::Gather(_) | Op::Scatter { .. } => {
+                indexing::vjp(self, e, node, cts)
+            }
+            Op::Reduce { .. } | Op::ReduceWindow { .. } => reduce::vjp(self, e, node, out, cts),
+            Op::Sort { .. } => sort::vjp(self, e, node, out, cts),
+            Op::While { .. } | Op::If { .. } | Op::Call { .. } => control::vjp(self, e, node, cts),
+            Op::Sharding => Ok(vec![cts[0]]),
+            Op::CustomCall(site) => custom_call::vjp(site, e, node, out, cts),
         }
     }
 

@@ -1,0 +1,87 @@
+//! `radix-bench train`: one training step of the MNIST MLP (batch 128) and
+//! of the small llama of `examples/train_lm.rs` (one window of 65 tokens),
+//! each the loss, its gradient (`radix::grad`) and the AdamW update in one
+//! executable with the weights and optimizer state donated. The batch is
+//! uploaded once; `bench/peers/train.py` times the same steps in JAX
+//! (`jax.jit` of `jax.grad` and the update, donated) and PyTorch.
+
+use anyhow::Result;
+use radix::optim::AdamW;
+use radix::{Buffer, DType, Platform, Shape, Tensor};
+use radix_models::llama::{Llama, LlamaConfig};
+use radix_models::mnist::Mlp;
+use radix_models::sampling::Rng;
+use radix_models::train::{Trainer, init_weights};
+use radix_models::transformer::Arch;
+use serde_json::json;
+
+use crate::measure::{Report, time_per_call};
+
+const BATCH: i64 = 128;
+const WINDOW: i64 = 65;
+
+fn mlp_loss(m: &Mlp, batch: &(Tensor, Tensor)) -> Tensor {
+    m.loss(batch.0, batch.1)
+}
+
+fn lm_loss(m: &Llama, ids: &Tensor) -> Tensor {
+    m.next_token_loss(*ids)
+}
+
+pub fn train(samples: usize, steps: usize) -> Result<Report> {
+    let platform = Platform::cpu()?;
+    let opt = AdamW {
+        lr: 1e-3,
+        betas: (0.9, 0.999),
+        eps: 1e-8,
+        weight_decay: 0.01,
+    };
+    let mut rng = Rng::new(0);
+    let mut report = Report::new("train");
+
+    let model = Mlp::new();
+    let images = Shape::tagged(DType::U8, &[("b", BATCH), ("h", 28), ("w", 28)]);
+    let labels = Shape::tagged(DType::I32, &[("b", BATCH)]);
+    let batch = (Tensor::param(images), Tensor::param(labels));
+    let weights = init_weights(&platform, &model, &mut rng)?;
+    let mut trainer = Trainer::new(&platform, &model, weights, &batch, mlp_loss, opt)?;
+    let pixels: Vec<u8> = (0..images.count())
+        .map(|_| (rng.next_u64() % 256) as u8)
+        .collect();
+    let digits: Vec<i32> = (0..BATCH).map(|_| (rng.next_u64() % 10) as i32).collect();
+    let x = Buffer::from_slice(&platform, &pixels, images)?;
+    let y = Buffer::from_slice(&platform, &digits, labels)?;
+    trainer.step((x.clone(), y.clone()))?;
+    let mut values = vec![];
+    for _ in 0..samples {
+        let t = time_per_call(steps, || trainer.step((x.clone(), y.clone())).map(|_| ()))?;
+        values.push(t * 1e3);
+    }
+    report.samples("radix train mnist", "ms", &values);
+
+    let model = Llama::new(&LlamaConfig::new(Arch::Llama, 2, 64, (4, 2), 192, 256));
+    let shape = Shape::tagged(DType::I32, &[("b", 1), ("s", WINDOW)]);
+    let weights = init_weights(&platform, &model, &mut rng)?;
+    let mut trainer = Trainer::new(
+        &platform,
+        &model,
+        weights,
+        &Tensor::param(shape),
+        lm_loss,
+        opt,
+    )?;
+    let ids: Vec<i32> = (0..WINDOW).map(|_| (rng.next_u64() % 256) as i32).collect();
+    let ids = Buffer::from_slice(&platform, &ids, shape)?;
+    trainer.step(ids.clone())?;
+    let mut values = vec![];
+    for _ in 0..samples {
+        let t = time_per_call(steps, || trainer.step(ids.clone()).map(|_| ()))?;
+        values.push(t * 1e3);
+    }
+    report.samples("radix train lm", "ms", &values);
+    report.meta(
+        "models",
+        json!({"mnist_mlp": "784-128-10, batch 128", "small_lm": "llama, 2 layers, d 64, 4/2 heads, ffn 192, vocab 256, 65 tokens"}),
+    );
+    Ok(report)
+}

@@ -1,0 +1,103 @@
+//! Training any model tree: [`Trainer`] compiles one step, the loss of a
+//! batch, its gradient with respect to every weight (`radix::value_and_grad`)
+//! and the AdamW update, as one executable whose weights and optimizer
+//! state are donated, so each step updates them in place. Used by the
+//! small language model of `examples/train_lm.rs`.
+
+use radix::optim::{AdamW, AdamWState, donate};
+use radix::{Buffer, Bufferized, Compiled, Module, Platform, Shape, Tensor};
+
+use crate::Result;
+use crate::sampling::Rng;
+
+/// A step's inputs: the weights, the optimizer state and a batch.
+type StepInputs<M, I> = (M, AdamWState<M>, I);
+/// A step's outputs: the loss before the step, the weights and the state.
+type StepOutputs<M> = (Tensor, M, AdamWState<M>);
+
+/// A model `M` being trained on batches `I` (both trees of tensors).
+pub struct Trainer<M: Module + Clone, I: Module + Clone> {
+    exe: Compiled<(), StepInputs<M, I>, StepOutputs<M>>,
+    weights: Bufferized<M>,
+    state: Bufferized<AdamWState<M>>,
+}
+
+impl<M, I> Trainer<M, I>
+where
+    M: Module + Clone,
+    I: Module + Clone,
+    Bufferized<M>: Clone,
+    Bufferized<AdamWState<M>>: Clone,
+{
+    /// Compiles the step of `loss(model, batch)` with `opt` for `model`'s
+    /// and `batch`'s shapes (trees of [`Tensor::param`]), starting from
+    /// `weights` and a zero optimizer state.
+    pub fn new(
+        platform: &Platform,
+        model: &M,
+        weights: Bufferized<M>,
+        batch: &I,
+        loss: fn(&M, &I) -> Tensor,
+        opt: AdamW,
+    ) -> Result<Trainer<M, I>> {
+        let inputs = (model.clone(), AdamWState::params(model), batch.clone());
+        let exe = radix::compile_fn(platform, &inputs, |(m, s, b): StepInputs<M, I>| {
+            let (value, g) = radix::value_and_grad(loss, &m, &b);
+            let (m2, s2) = opt.update(&m, &g, &s);
+            (value, donate(&m2, &m), donate(&s2, &s))
+        })?;
+        let state = radix::optim::zeros(platform, &AdamWState::params(model))?;
+        Ok(Trainer {
+            exe,
+            weights,
+            state,
+        })
+    }
+
+    /// One step on `batch`; the batch's loss before the step.
+    pub fn step(&mut self, batch: Bufferized<I>) -> Result<f32> {
+        // The call consumes the weights and the state (donated): the
+        // step's results replace them.
+        let inputs = (self.weights.clone(), self.state.clone(), batch);
+        let (loss, weights, state) = self.exe.call_fn(inputs)?;
+        (self.weights, self.state) = (weights, state);
+        Ok(loss.to_vec::<f32>()?[0])
+    }
+
+    /// The weights so far.
+    pub fn weights(&self) -> &Bufferized<M> {
+        &self.weights
+    }
+}
+
+/// Weights for `model` drawn as is usual for a transformer: norms at one,
+/// biases at zero, matrices normal with standard deviation `1 / sqrt(n)`
+/// for `n` inputs (the last axis).
+pub fn init_weights<M: Module>(
+    platform: &Platform,
+    model: &M,
+    rng: &mut Rng,
+) -> Result<Bufferized<M>> {
+    Ok(model.map(&mut String::new(), &mut |path, t| {
+        let s: Shape = t.shape();
+        let values: Vec<f32> = if path.contains("norm") {
+            vec![1.0; s.count()]
+        } else if s.rank() < 2 {
+            vec![0.0; s.count()]
+        } else {
+            let fan_in = s.dims()[s.rank() - 1] as f64;
+            normal(rng, s.count(), 1.0 / fan_in.sqrt())
+        };
+        Buffer::from_slice(platform, &values, s)
+    })?)
+}
+
+/// Normal samples (Box-Muller) scaled by `std`.
+pub(crate) fn normal(rng: &mut Rng, n: usize, std: f64) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            let (u, v) = (rng.next_f64().max(1e-12), rng.next_f64());
+            ((-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos() * std) as f32
+        })
+        .collect()
+}

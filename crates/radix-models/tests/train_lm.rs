@@ -1,0 +1,51 @@
+//! A small llama-style language model trained from scratch on a text file
+//! (the repository's README, bytes as tokens) with `radix::grad` and AdamW
+//! (`radix_models::train::Trainer`, as `examples/train_lm.rs`): its loss
+//! falls below half its starting value.
+
+use radix::optim::AdamW;
+use radix::testing::platform;
+use radix::{Buffer, DType, Shape, Tensor};
+use radix_models::llama::{Llama, LlamaConfig};
+use radix_models::sampling::Rng;
+use radix_models::train::{Trainer, init_weights};
+use radix_models::transformer::Arch;
+
+const WINDOW: i64 = 65;
+
+fn loss(m: &Llama, ids: &Tensor) -> Tensor {
+    m.next_token_loss(*ids)
+}
+
+#[test]
+fn the_loss_falls_below_half() {
+    let text = include_bytes!("../../../README.md");
+    let p = platform();
+    let model = Llama::new(&LlamaConfig::new(Arch::Llama, 2, 64, (4, 2), 192, 256));
+    let mut rng = Rng::new(0);
+    let weights = init_weights(&p, &model, &mut rng).unwrap();
+    let shape = Shape::tagged(DType::I32, &[("b", 1), ("s", WINDOW)]);
+    let opt = AdamW {
+        lr: 3e-3,
+        betas: (0.9, 0.99),
+        eps: 1e-8,
+        weight_decay: 0.01,
+    };
+    let mut trainer = Trainer::new(&p, &model, weights, &Tensor::param(shape), loss, opt).unwrap();
+    let mut losses = vec![];
+    for _ in 0..400 {
+        let at = (rng.next_u64() % (text.len() - WINDOW as usize) as u64) as usize;
+        let ids: Vec<i32> = text[at..][..WINDOW as usize]
+            .iter()
+            .map(|&b| i32::from(b))
+            .collect();
+        let batch = Buffer::from_slice(&p, &ids, shape).unwrap();
+        losses.push(trainer.step(batch).unwrap());
+    }
+    let first = losses[0];
+    let last = losses[losses.len() - 20..].iter().sum::<f32>() / 20.0;
+    eprintln!("loss {first} -> {last} (mean of the last 20 steps)");
+    // A byte model starts near ln 256 = 5.5.
+    assert!((5.0..6.5).contains(&first), "first loss {first}");
+    assert!(last < first / 2.0, "loss {first} -> {last}");
+}
