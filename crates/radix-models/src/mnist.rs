@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use radix::io::{Safetensors, WeightStore};
 use radix::nn::{Linear, load_weights};
-use radix::optim::{AdamW, AdamWState, donate};
+use radix::optim::AdamW;
 use radix::{Buffer, Bufferized, Compiled, DType, Module, Platform, Shape, Tensor};
 
 use crate::sampling::Rng;
@@ -78,45 +78,26 @@ impl Default for Mlp {
     }
 }
 
-/// Trains an [`Mlp`] with `radix::value_and_grad` and [`AdamW`]: one
-/// compiled step computes the loss, its gradient and the update, and
-/// updates the weights and the optimizer state in place (donated).
+/// Trains an [`Mlp`] with `radix::value_and_grad` and [`AdamW`]: the
+/// generic [`crate::train::Trainer`] on batches of u8 images `(b, h, w)`
+/// with their `i32` digits `(b)`, from He-initialized weights.
 pub struct Trainer {
     platform: Platform,
-    exe: Compiled<(), Step, (Tensor, Mlp, AdamWState<Mlp>)>,
-    weights: Bufferized<Mlp>,
-    state: Bufferized<AdamWState<Mlp>>,
+    inner: crate::train::Trainer<Mlp, (Tensor, Tensor)>,
     batch: i64,
 }
-
-/// A training step's inputs: the weights, the optimizer state, and a batch
-/// of u8 images `(b, h, w)` with their `i32` digits `(b)`.
-type Step = (Mlp, AdamWState<Mlp>, Tensor, Tensor);
 
 impl Trainer {
     /// Compiles the step for `batch` images, and starts from He-initialized
     /// weights (normal samples of `rng`) and a zero optimizer state.
     pub fn new(platform: &Platform, opt: AdamW, batch: i64, rng: &mut Rng) -> Result<Trainer> {
         let model = Mlp::new();
-        let labels = Tensor::param(Shape::tagged(DType::I32, &[("b", batch)]));
-        let inputs = (
-            model.clone(),
-            AdamWState::params(&model),
-            Tensor::param(image_shape(batch)),
-            labels,
-        );
-        let exe = radix::compile_fn(platform, &inputs, |(m, s, x, y): Step| {
-            let (loss, g) = radix::value_and_grad(
-                |m: &Mlp, d: &(Tensor, Tensor)| m.loss(d.0, d.1),
-                &m,
-                &(x, y),
-            );
-            let (m2, s2) = opt.update(&m, &g, &s);
-            (loss, donate(&m2, &m), donate(&s2, &s))
-        })?;
+        let images = Tensor::param(image_shape(batch));
+        let labels = Tensor::param(label_shape(batch));
         let weights = model.map(&mut String::new(), &mut |path, t| {
             let s = t.shape();
             let fan_in = s.dims().last().copied().unwrap_or(1) as f64;
+            // He for the ReLU layer, LeCun for the logits.
             let std = if path == "layers.0.weight" {
                 (2.0 / fan_in).sqrt()
             } else {
@@ -129,12 +110,12 @@ impl Trainer {
             };
             Buffer::from_slice(platform, &values, s)
         })?;
-        let state = radix::optim::zeros(platform, &AdamWState::params(&model))?;
+        let loss = |m: &Mlp, (x, y): &(Tensor, Tensor)| m.loss(*x, *y);
+        let inner =
+            crate::train::Trainer::new(platform, &model, weights, &(images, labels), loss, opt)?;
         Ok(Trainer {
             platform: platform.clone(),
-            exe,
-            weights,
-            state,
+            inner,
             batch,
         })
     }
@@ -153,20 +134,13 @@ impl Trainer {
             )));
         }
         let x = Buffer::from_slice(&self.platform, pixels, image_shape(self.batch))?;
-        let label_shape = Shape::tagged(DType::I32, &[("b", self.batch)]);
-        let y = Buffer::from_slice(&self.platform, labels, label_shape)?;
-        // The call consumes the weights and the state (donated): they are
-        // replaced by the step's results.
-        let weights = self.weights.clone();
-        let state = self.state.clone();
-        let (loss, weights, state) = self.exe.call_fn((weights, state, x, y))?;
-        (self.weights, self.state) = (weights, state);
-        Ok(loss.to_vec::<f32>()?[0])
+        let y = Buffer::from_slice(&self.platform, labels, label_shape(self.batch))?;
+        self.inner.step((x, y))
     }
 
     /// The weights so far.
     pub fn weights(&self) -> &Bufferized<Mlp> {
-        &self.weights
+        self.inner.weights()
     }
 }
 
@@ -230,4 +204,8 @@ impl Classifier {
 
 fn image_shape(batch: i64) -> Shape {
     Shape::tagged(DType::U8, &[("b", batch), ("h", SIDE), ("w", SIDE)])
+}
+
+fn label_shape(batch: i64) -> Shape {
+    Shape::tagged(DType::I32, &[("b", batch)])
 }
