@@ -46,7 +46,7 @@ def profile_shares(results, name):
     return {"dsos": dsos, "kernels": kernels}
 
 
-def leads(results, g):
+def leads(results, g, runs):
     """KEY -> the opening sentence of that topic, from this run's figures."""
     out = {}
 
@@ -129,15 +129,33 @@ def leads(results, g):
         out["decode"] = (f"**SmolLM2 decode (goal ≥ 40 tokens/s): {verdict(dec.median >= 40)} "
                          f"({fmt(dec.median)} tokens/s with Q4_1 blocks"
                          + (f", {fmt(f32dec.median)} with `--dtype f32`" if f32dec else "") + ").**")
+    r = (runs.get("serve-radix") or {}).get("meta")
+    if r:
+        peer = (runs.get("serve-llama-server") or {}).get("meta") or {}
+        ok = r.get("failed") == 0 and (r.get("speedup_over_single") or 0) >= 3 \
+            and abs(r.get("rss_growth_mib") or 1e9) <= 50
+        text = (f"**Serving under load (issue 16) in these results: {verdict(ok)}.** `radix serve` failed "
+                f"{r.get('failed')} requests, decoded {fmt(r.get('aggregate_decode_tokens_per_s'))} tokens/s "
+                f"in aggregate against {fmt(r.get('single_decode_tokens_per_s'))} for one stream alone "
+                f"({fmt(r.get('speedup_over_single'))}×, goal ≥ 3×), first tokens at p50 "
+                f"{fmt(r.get('ttft_p50_s'))} s and p99 {fmt(r.get('ttft_p99_s'))} s, and its RSS went from "
+                f"{fmt(r.get('rss_after_100_mib'))} MiB after 100 requests to {fmt(r.get('rss_after_1000_mib'))} "
+                f"after 1,000 (goal: within 50 MiB).")
+        if peer:
+            text += (f" llama-server under the same script: {peer.get('failed')} failed, "
+                     f"{fmt(peer.get('aggregate_decode_tokens_per_s'))} tokens/s in aggregate, "
+                     f"{fmt(peer.get('single_decode_tokens_per_s'))} for one stream, RSS "
+                     f"{fmt(peer.get('rss_after_100_mib'))} → {fmt(peer.get('rss_after_1000_mib'))} MiB.")
+        out["serve"] = text
     return out
 
 
-def write(w, results, g, analysis_path):
+def write(w, results, g, analysis_path, runs):
     """Appends the section: each `<!-- lead: KEY -->` of `analysis_path`
     becomes this run's lead for KEY, or says the run did not measure it."""
     if not os.path.exists(analysis_path):
         return
-    found = leads(results, g)
+    found = leads(results, g, runs)
     with open(analysis_path) as fh:
         text = fh.read()
 

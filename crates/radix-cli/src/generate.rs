@@ -425,11 +425,13 @@ impl Session {
         let mut text = TextStream::default();
         let mut ids_so_far = vec![];
         let runner = self.runner(ids.len() + n_new, ids.len())?;
-        runner.generate_with(ids, n_new, sampler, |next| {
+        let res = runner.generate_with(ids, n_new, sampler, |next| -> Result<bool> {
             ids_so_far.push(next);
             emit(&text.push(&tokenizer, &ids_so_far)?)?;
             Ok(!stops.contains(&next))
-        })
+        })?;
+        emit(&text.finish(&tokenizer, &ids_so_far)?)?;
+        Ok(res)
     }
 }
 
@@ -461,6 +463,19 @@ impl TextStream {
         let piece = full.get(self.printed..).unwrap_or_default().to_string();
         self.printed = full.len();
         Ok(piece)
+    }
+
+    /// The text of `ids`, the last of the sequence, not returned yet: a
+    /// character left incomplete comes out as U+FFFD, as the whole
+    /// sequence decodes.
+    pub fn finish(&mut self, tokenizer: &Tokenizer, ids: &[u32]) -> Result<String> {
+        let full = tokenizer.decode_skipping_special(ids)?;
+        let mut from = self.printed.min(full.len());
+        while !full.is_char_boundary(from) {
+            from += 1;
+        }
+        self.printed = full.len();
+        Ok(full[from..].to_string())
     }
 }
 

@@ -68,7 +68,7 @@ fn health_and_metrics_need_no_key(s: &Server) {
     assert_eq!(h["embed_model"], "minilm");
     assert_eq!(h["context"], 256);
     assert_eq!(h["max_batch"], 1);
-    assert_eq!(h["prefill_buckets"], json!([32, 64, 128, 256]));
+    assert_eq!(h["prefill_buckets"], json!([8, 16, 32, 64, 128, 256]));
     assert_eq!(h["decode_batch_sizes"], json!([1]));
     let m = s.get("/metrics");
     assert_eq!(m.status, 200);
@@ -354,4 +354,92 @@ fn sigterm_finishes_the_running_stream_then_exits_0(s: &mut Server) {
     assert_eq!(finish["choices"][0]["finish_reason"], "length");
     assert_eq!(s.wait_exit(Duration::from_secs(30)), Some(0));
     assert!(std::net::TcpStream::connect(&s.addr).is_err());
+}
+
+/// A tiny model of `radix-models/tests/fixtures/tiny`.
+fn tiny(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../radix-models/tests/fixtures/tiny")
+        .join(name)
+}
+
+/// `radix generate --json` greedily for `n` tokens of `model`: its text
+/// and how many tokens it generated.
+fn generate(model: &str, prompt: &str, n: usize) -> (String, usize) {
+    let out = common::radix()
+        .args(["generate", "--json", "--max-tokens", &n.to_string()])
+        .args(["--model", model, prompt])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let json: Value = serde_json::from_slice(&out).unwrap();
+    let n = json["ids"].as_array().unwrap().len();
+    (json["text"].as_str().unwrap().to_string(), n)
+}
+
+/// Models of other architectures than SmolLM2's (Qwen3; Gemma 3, whose
+/// sliding window of 4 positions is shorter than the sequences), served in
+/// a batch of 4: five greedy completions sent at once, so that they decode
+/// together (the decode steps advanced more sequences than there were
+/// steps), each answer equal to `radix generate`'s for the same file and
+/// prompt.
+#[test]
+fn other_architectures_batched_answer_as_generate_does() {
+    const N: usize = 24;
+    let prompts = [
+        "the quick brown fox",
+        "hello world, how are you",
+        "a b c",
+        "jumps over the lazy dog again and again",
+        "zebra",
+    ];
+    for name in ["qwen3.q4_k_m.gguf", "gemma3.q4_k_m.gguf"] {
+        let path = tiny(name);
+        let model = path.to_str().unwrap();
+        let want: Vec<(String, usize)> = prompts.iter().map(|p| generate(model, p, N)).collect();
+        let s = Server::start(&[
+            "--model",
+            model,
+            "--embed-model",
+            "none",
+            "--max-batch",
+            "4",
+            "--context",
+            "64",
+        ]);
+        assert_eq!(s.get("/health").json()["decode_batch_sizes"], json!([2, 4]));
+        let barrier = std::sync::Barrier::new(prompts.len());
+        let answers: Vec<Value> = std::thread::scope(|scope| {
+            let threads: Vec<_> = prompts
+                .iter()
+                .map(|p| {
+                    let (s, barrier) = (&s, &barrier);
+                    scope.spawn(move || {
+                        let req = json!({
+                            "model": model, "prompt": p, "max_tokens": N, "temperature": 0,
+                        });
+                        barrier.wait();
+                        let a = s.post("/v1/completions", &req.to_string());
+                        assert_eq!(a.status, 200, "{name} {p:?}: {}", a.body);
+                        a.json()
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        for ((p, (text, n)), a) in prompts.iter().zip(&want).zip(&answers) {
+            assert_eq!(a["choices"][0]["text"], *text, "{name} {p:?}");
+            assert_eq!(a["usage"]["completion_tokens"], *n, "{name} {p:?}");
+        }
+        let (steps, rows) = (
+            s.metric("radix_decode_steps_total"),
+            s.metric("radix_decode_rows_total"),
+        );
+        assert!(
+            rows > steps,
+            "{name}: {rows} rows in {steps} steps: no batching"
+        );
+    }
 }

@@ -1,57 +1,76 @@
 //! Continuous batching: every running sequence decodes in one step.
 //!
 //! A [`Batch`] runs up to `slots` sequences beside a [`Generator`] that owns
-//! the weights and prefills prompts. Each sequence keeps the cache its
-//! prefill made (one `(1, capacity, h, hd)` pair per layer): joining the
-//! batch moves no data, and leaving it frees the cache at once. A decode
-//! step takes the running sequences' caches, padded with spare ones up to a
-//! compiled batch size (a bucket), joins them along the batch axis for
-//! attention, writes each row's token at its own position and hands every
-//! row's cache back in the buffer it came in (donated, written in place).
+//! the weights and prefills prompts. It holds one cache per layer with a row
+//! per slot, `(slots, capacity, h, hd)`, and the running sequences occupy
+//! its first rows. A prefilled sequence's cache is copied into the next free
+//! row; a sequence that leaves gets the last row copied over it (as
+//! `Vec::swap_remove` moves elements). A decode step over `n` running rows
+//! runs the executable of the smallest compiled batch size (bucket) `b >= n`
+//! on the whole cache, donated: it scatters each row's key and value at the
+//! row's own position, in place, and attends over the first `b` rows, so a
+//! step moves no cache but what attention reads.
 
 use std::collections::HashMap;
 
 use radix::nn::KvCache;
-use radix::{Buffer, Bufferized, Compiled, DType, Shape, Tensor};
+use radix::{Buffer, Bufferized, Compiled, DType, Platform, Shape, Tensor};
 
 use crate::generate::{Cache, CausalLm, Generator, Step};
 use crate::{Error, Result};
 
-/// One sequence's caches: one pair per layer.
-type Row = Vec<KvCache>;
-/// Token ids `(b, 1)`, each row's position `(b)`, each row's caches.
-type DecodeInputs = (Tensor, Tensor, Vec<Row>);
-/// The decode step of one bucket: logits and each row's caches.
-type Decode<M> = Compiled<M, DecodeInputs, (Tensor, Vec<Row>)>;
+/// Each layer's cache of every slot, or of one sequence.
+type Caches = Vec<KvCache>;
+/// Token ids `(b, 1)`, each row's position `(b)`, the slots' caches.
+type DecodeInputs = (Tensor, Tensor, Caches);
+/// The decode step of one bucket: logits and the slots' caches.
+type Decode<M> = Compiled<M, DecodeInputs, (Tensor, Caches)>;
+/// The slots' caches, one sequence's caches and the slot to copy them into.
+type Put = Compiled<(), (Caches, Caches, Tensor), Caches>;
+/// The slots' caches and the slots to copy from and to.
+type Move = Compiled<(), (Caches, Tensor, Tensor), Caches>;
 
 /// Sequences decoding together.
 pub struct Batch<M: CausalLm> {
+    platform: Platform,
     slots: usize,
     capacity: usize,
     /// Decode batch sizes, ascending; the last is `slots`.
     buckets: Vec<usize>,
     decode: HashMap<usize, Decode<M>>,
-    /// Makes one row's empty caches (spares that pad a step).
-    zeros: Compiled<(), (), Row>,
-    /// Per running row: its caches and how many positions hold tokens.
-    rows: Vec<(Bufferized<Row>, usize)>,
-    /// Caches that pad a step to its bucket; what they hold is never read.
-    spares: Vec<Bufferized<Row>>,
+    put: Put,
+    moves: Move,
+    /// Makes the slots' empty caches.
+    zeros: Compiled<(), (), Caches>,
+    /// The slots' caches; `None` after a failed step took them.
+    caches: Option<Bufferized<Caches>>,
+    /// Per running row: how many positions hold tokens.
+    lens: Vec<usize>,
 }
 
 impl<M: CausalLm> Batch<M> {
     /// Up to `slots` sequences of `generator`'s model with caches of its
     /// capacity; compiles (or loads from the executable cache) the decode
-    /// step of every bucket: powers of two below `slots`, and `slots`.
+    /// step of every bucket: powers of two from 2 below `slots`, and
+    /// `slots`.
     pub fn new(generator: &Generator<M>, slots: usize) -> Result<Batch<M>> {
         if slots == 0 {
             return Err(Error::Input("a batch of 0 slots".into()));
         }
         let (platform, model) = (generator.platform(), generator.model());
         let capacity = generator.capacity();
-        let shapes = model.cache_shapes(capacity);
-        let row: Row = shapes.iter().map(|&s| KvCache::param(s)).collect();
-        let mut buckets: Vec<usize> = std::iter::successors(Some(1), |b| Some(b * 2))
+        let one = model.cache_shapes(capacity);
+        let all: Vec<Shape> = one.iter().map(|&s| with_rows(s, slots)).collect();
+        let params =
+            |shapes: &[Shape]| -> Caches { shapes.iter().map(|&s| KvCache::param(s)).collect() };
+        let index = || Tensor::param(Shape::scalar(DType::I32));
+        // No bucket of 1 row among several slots: XLA's CPU backend turned
+        // its one-row scatter into an update that it fused into the
+        // attention's read of the same row, and so copied every layer's
+        // whole cache each step to keep the original (a step of 16 slots
+        // took 0.9 s); from 2 rows on the scatter is written in place.
+        let first = if slots == 1 { 1 } else { 2 };
+        let mut buckets: Vec<usize> = std::iter::successors(Some(first), |b| Some(b * 2))
             .take_while(|&b| b < slots)
             .collect();
         buckets.push(slots);
@@ -59,20 +78,42 @@ impl<M: CausalLm> Batch<M> {
         for &b in &buckets {
             let ids = Tensor::param(Shape::tagged(DType::I32, &[("b", b as i64), ("s", 1)]));
             let starts = Tensor::param(Shape::tagged(DType::I32, &[("b", b as i64)]));
-            let inputs = (ids, starts, vec![row.clone(); b]);
+            let inputs = (ids, starts, params(&all));
             decode.insert(b, radix::compile(platform, model, &inputs, decode_step)?);
         }
+        let put = radix::compile_fn(
+            platform,
+            &(params(&all), params(&one), index()),
+            |(all, one, to)| {
+                let rows: Vec<KvCache> = one
+                    .iter()
+                    .map(|c| row_of(c, Tensor::scalar(0.0, DType::I32)))
+                    .collect();
+                copy_rows(&all, &rows, to)
+            },
+        )?;
+        let moves = radix::compile_fn(
+            platform,
+            &(params(&all), index(), index()),
+            |(all, from, to)| {
+                let rows: Vec<KvCache> = all.iter().map(|c| row_of(c, from)).collect();
+                copy_rows(&all, &rows, to)
+            },
+        )?;
         let zeros = radix::compile_fn(platform, &(), |()| {
-            shapes.iter().map(|&s| KvCache::zeros(s)).collect::<Row>()
+            all.iter().map(|&s| KvCache::zeros(s)).collect::<Caches>()
         })?;
         Ok(Batch {
+            platform: platform.clone(),
             slots,
             capacity,
             buckets,
             decode,
+            put,
+            moves,
             zeros,
-            rows: vec![],
-            spares: vec![],
+            caches: None,
+            lens: vec![],
         })
     }
 
@@ -83,42 +124,62 @@ impl<M: CausalLm> Batch<M> {
 
     /// How many sequences run.
     pub fn len(&self) -> usize {
-        self.rows.len()
+        self.lens.len()
     }
 
     /// Whether no sequence runs.
     pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
+        self.lens.is_empty()
     }
 
     /// Whether every slot is taken.
     pub fn is_full(&self) -> bool {
-        self.rows.len() == self.slots
+        self.lens.len() == self.slots
     }
 
-    /// Takes a sequence prefilled by [`Generator::prefill`] (its `cache`)
-    /// into the next row: that row's index.
+    /// `i` as a rank-0 `i32` buffer.
+    fn index(&self, i: usize) -> Result<Buffer> {
+        Ok(Buffer::from_slice(
+            &self.platform,
+            &[i as i32],
+            Shape::scalar(DType::I32),
+        )?)
+    }
+
+    /// The slots' caches, made empty if a failed step took them.
+    fn take_caches(&mut self) -> Result<Bufferized<Caches>> {
+        match self.caches.take() {
+            Some(c) => Ok(c),
+            None => Ok(self.zeros.call_fn(())?),
+        }
+    }
+
+    /// Takes a sequence prefilled by [`Generator::prefill`] (its `cache`,
+    /// copied into the next free row): that row's index.
     pub fn insert(&mut self, cache: Cache) -> Result<usize> {
         if self.is_full() {
             return Err(Error::Input(format!("all {} slots are taken", self.slots)));
         }
-        let len = cache.len();
-        self.rows.push((cache.buffers, len));
-        Ok(self.rows.len() - 1)
+        let (row, len) = (self.lens.len(), cache.len());
+        let all = self.take_caches()?;
+        let to = self.index(row)?;
+        self.caches = Some(self.put.call_fn((all, cache.buffers, to))?);
+        self.lens.push(len);
+        Ok(row)
     }
 
     /// Appends `tokens[i]` to row `i`'s sequence, for every running row,
     /// in one step: the logits after each. A failed step ends every
     /// sequence (their caches were given to it).
     pub fn step(&mut self, generator: &Generator<M>, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
-        let n = self.rows.len();
+        let n = self.lens.len();
         if tokens.len() != n || n == 0 {
             return Err(Error::Input(format!(
                 "{} tokens for {n} running sequences",
                 tokens.len()
             )));
         }
-        if let Some(i) = self.rows.iter().position(|r| r.1 >= self.capacity) {
+        if let Some(i) = self.lens.iter().position(|&l| l >= self.capacity) {
             return Err(Error::Input(format!(
                 "the cache of row {i} ({} positions) is full",
                 self.capacity
@@ -130,10 +191,11 @@ impl<M: CausalLm> Batch<M> {
             .copied()
             .find(|&b| b >= n)
             .unwrap_or(self.slots);
-        // Padding rows decode token 0 at position 0 of a spare cache.
+        // Padding rows (free slots) decode token 0 at position 0 of their
+        // row, which no running sequence reads.
         let mut ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
         ids.resize(b, 0);
-        let mut starts: Vec<i32> = self.rows.iter().map(|r| r.1 as i32).collect();
+        let mut starts: Vec<i32> = self.lens.iter().map(|&l| l as i32).collect();
         starts.resize(b, 0);
         let platform = generator.platform();
         let ids = Buffer::from_slice(
@@ -146,64 +208,86 @@ impl<M: CausalLm> Batch<M> {
             &starts,
             Shape::tagged(DType::I32, &[("b", b as i64)]),
         )?;
-        while self.spares.len() < b - n {
-            self.spares.push(self.zeros.call_fn(())?);
-        }
-        let lens: Vec<usize> = self.rows.iter().map(|r| r.1 + 1).collect();
-        let mut caches: Vec<Bufferized<Row>> = self.rows.drain(..).map(|r| r.0).collect();
-        caches.extend(self.spares.drain(..b - n));
-        let (logits, mut caches) =
-            self.decode[&b].call(generator.weights(), (ids, starts, caches))?;
-        self.spares.extend(caches.drain(n..));
-        self.rows = caches.into_iter().zip(lens).collect();
+        let all = self.take_caches()?;
+        let lens = std::mem::take(&mut self.lens);
+        let (logits, all) = self.decode[&b].call(generator.weights(), (ids, starts, all))?;
+        self.caches = Some(all);
+        self.lens = lens.into_iter().map(|l| l + 1).collect();
         let logits = logits.to_vec::<f32>()?;
         let voc = logits.len() / b;
         Ok(logits.chunks(voc).take(n).map(<[f32]>::to_vec).collect())
     }
 
-    /// Ends row `row`'s sequence and frees its cache; the last row moves
+    /// Ends row `row`'s sequence and frees its slot; the last row moves
     /// into its place (as `Vec::swap_remove` moves elements).
     pub fn remove(&mut self, row: usize) -> Result<()> {
-        if row >= self.rows.len() {
-            return Err(Error::Input(format!("no sequence in row {row}")));
+        let last = match self.lens.len().checked_sub(1) {
+            Some(last) if row <= last => last,
+            _ => return Err(Error::Input(format!("no sequence in row {row}"))),
+        };
+        if row != last {
+            let all = self.take_caches()?;
+            let (from, to) = (self.index(last)?, self.index(row)?);
+            self.caches = Some(self.moves.call_fn((all, from, to))?);
         }
-        self.rows.swap_remove(row);
+        self.lens.swap_remove(row);
         Ok(())
     }
 }
 
-/// One decode step over `b` rows: logits `(b, voc)` and each row's caches
-/// with its token written at its position, in the row's own buffers.
-fn decode_step<M: CausalLm>(model: &M, (ids, starts, rows): DecodeInputs) -> (Tensor, Vec<Row>) {
+/// `shape` (a cache's, tagged `(b, k, h, hd)`) with `rows` rows.
+fn with_rows(shape: Shape, rows: usize) -> Shape {
+    let mut dims = shape.dims().to_vec();
+    dims[0] = rows as i64;
+    KvCache::shape(dims[0], dims[1], dims[2], dims[3], shape.dtype())
+}
+
+/// Row `at` (rank-0 `i32`) of `cache`, as a one-row cache.
+fn row_of(cache: &KvCache, at: Tensor) -> KvCache {
+    let zero = Tensor::scalar(0.0, DType::I32);
+    let part = |t: Tensor| {
+        let d = t.shape().dims().to_vec();
+        t.dynamic_slice(&[at, zero, zero, zero], &[1, d[1], d[2], d[3]])
+    };
+    KvCache {
+        k: part(cache.k),
+        v: part(cache.v),
+    }
+}
+
+/// `all` with `rows` (one row per layer) written at row `to`, in `all`'s
+/// buffers (donated).
+fn copy_rows(all: &[KvCache], rows: &[KvCache], to: Tensor) -> Caches {
+    let zero = Tensor::scalar(0.0, DType::I32);
+    let at = [to, zero, zero, zero];
+    all.iter()
+        .zip(rows)
+        .map(|(a, r)| KvCache {
+            k: a.k.dynamic_update_slice(r.k, &at).reuse_buffer(a.k),
+            v: a.v.dynamic_update_slice(r.v, &at).reuse_buffer(a.v),
+        })
+        .collect()
+}
+
+/// One decode step over `b` rows: logits `(b, voc)` and the slots' caches
+/// with each row's token written at its position, in their own buffers.
+fn decode_step<M: CausalLm>(model: &M, (ids, starts, caches): DecodeInputs) -> (Tensor, Caches) {
     let (mut x, pos) = model.embed_rows(ids, starts);
-    let mut written: Vec<Row> = vec![vec![]; rows.len()];
-    for (layer, block) in model.blocks().iter().enumerate() {
-        let join = |part: fn(&KvCache) -> Tensor| {
-            let parts: Vec<Tensor> = rows.iter().map(|r| part(&r[layer])).collect();
-            match parts.as_slice() {
-                [one] => *one,
-                _ => Tensor::concatenate(&parts, "b"),
-            }
-        };
+    let mut written = Vec::with_capacity(caches.len());
+    for (block, cache) in model.blocks().iter().zip(&caches) {
         let step = Step {
-            cache: KvCache {
-                k: join(|c| c.k),
-                v: join(|c| c.v),
-            },
+            cache: *cache,
             start: starts,
         };
-        let (y, cache) = radix::call(
+        let (y, new) = radix::call(
             |(bl, x, pos, step)| M::block(bl, *x, *pos, *step),
             &(block.clone(), x, pos, step),
         );
         x = y;
-        for (i, (row, out)) in rows.iter().zip(&mut written).enumerate() {
-            let (old, i) = (row[layer], i as i64);
-            out.push(KvCache {
-                k: cache.k.slice("b", i..i + 1).reuse_buffer(old.k),
-                v: cache.v.slice("b", i..i + 1).reuse_buffer(old.v),
-            });
-        }
+        written.push(KvCache {
+            k: new.k.reuse_buffer(cache.k),
+            v: new.v.reuse_buffer(cache.v),
+        });
     }
     (model.head(x, Tensor::scalar(0.0, DType::I32)), written)
 }

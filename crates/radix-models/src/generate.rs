@@ -3,7 +3,7 @@
 //!
 //! A [`Generator`] holds a model's weights on a device (uploaded once, shared
 //! by every executable), a prefill executable per prompt-length bucket
-//! (prompts are right-padded to 32, 64, 128, ... so a new length does not
+//! (prompts are right-padded to 8, 16, 32, ... so a new length does not
 //! recompile) and one decode executable, each compiled on first use (or
 //! loaded from the executable cache). Both write keys and values into a
 //! [`KvCache`] of `capacity` positions per layer; decode takes the caches and
@@ -214,9 +214,11 @@ pub fn trace_step<M: CausalLm>(model: &M, len: usize, capacity: usize) -> radix:
     .map(Program::optimize)
 }
 
-/// The prompt-length bucket of `n` tokens: 32, 64, 128, ...
+/// The prompt-length bucket of `n` tokens: 8, 16, 32, ... (a prefill
+/// costs what its bucket's tokens cost: a server's short prompts would
+/// spend most of a bucket of 32 on padding).
 pub fn bucket(n: usize) -> usize {
-    n.max(32).next_power_of_two()
+    n.max(8).next_power_of_two()
 }
 
 /// The key/value cache of one sequence on the device, and how many
@@ -623,7 +625,8 @@ mod tests {
 
     #[test]
     fn buckets() {
-        assert_eq!(bucket(1), 32);
+        assert_eq!(bucket(1), 8);
+        assert_eq!(bucket(9), 16);
         assert_eq!(bucket(33), 64);
         assert_eq!(bucket(128), 128);
     }

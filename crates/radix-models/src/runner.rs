@@ -7,12 +7,13 @@ use radix::Platform;
 use radix::io::{Gguf, WeightStore};
 use radix::nn::MatrixFormat;
 
-use crate::Result;
+use crate::batch::Batch;
 use crate::gemma3::Gemma3;
 use crate::generate::{Cache, Generation, Generator, Plan};
 use crate::llama::Llama;
 use crate::sampling::Sampler;
 use crate::transformer::{Arch, Decoder, DecoderConfig, Layer, hf};
+use crate::{Error, Result};
 
 /// A decoder on a device, ready to generate: one variant per block type
 /// (LLaMA's serves Mistral and Qwen too).
@@ -175,6 +176,15 @@ impl Runner {
         each!(self, g => g.generate_with(prompt, max_tokens, sampler, on_token))
     }
 
+    /// A batch of up to `slots` sequences of this runner's model (see
+    /// [`Batch::new`]): the decode step of each bucket is compiled here.
+    pub fn batch(&self, slots: usize) -> Result<RunnerBatch> {
+        Ok(match self {
+            Runner::Llama(g) => RunnerBatch::Llama(Batch::new(g, slots)?),
+            Runner::Gemma3(g) => RunnerBatch::Gemma3(Batch::new(g, slots)?),
+        })
+    }
+
     /// See [`Generator::generate`].
     pub fn generate(
         &mut self,
@@ -193,5 +203,67 @@ impl Runner {
         sampler: &mut Sampler,
     ) -> Result<Vec<u32>> {
         each!(self, g => g.generate_without_cache(prompt, max_tokens, sampler))
+    }
+}
+
+/// Continuous batching ([`Batch`]) of whatever decoder a [`Runner`] holds,
+/// made by [`Runner::batch`] and stepped with the same runner.
+pub enum RunnerBatch {
+    /// Of a [`Runner::Llama`].
+    Llama(Batch<Llama>),
+    /// Of a [`Runner::Gemma3`].
+    Gemma3(Batch<Gemma3>),
+}
+
+/// `body` with `$b` bound to the batch, whatever its model.
+macro_rules! each_batch {
+    ($batch:expr, $b:ident => $body:expr) => {
+        match $batch {
+            RunnerBatch::Llama($b) => $body,
+            RunnerBatch::Gemma3($b) => $body,
+        }
+    };
+}
+
+impl RunnerBatch {
+    /// See [`Batch::buckets`].
+    pub fn buckets(&self) -> &[usize] {
+        each_batch!(self, b => b.buckets())
+    }
+
+    /// See [`Batch::len`].
+    pub fn len(&self) -> usize {
+        each_batch!(self, b => b.len())
+    }
+
+    /// See [`Batch::is_empty`].
+    pub fn is_empty(&self) -> bool {
+        each_batch!(self, b => b.is_empty())
+    }
+
+    /// See [`Batch::is_full`].
+    pub fn is_full(&self) -> bool {
+        each_batch!(self, b => b.is_full())
+    }
+
+    /// See [`Batch::insert`]: `cache` comes from [`Runner::prefill`].
+    pub fn insert(&mut self, cache: Cache) -> Result<usize> {
+        each_batch!(self, b => b.insert(cache))
+    }
+
+    /// See [`Batch::remove`].
+    pub fn remove(&mut self, row: usize) -> Result<()> {
+        each_batch!(self, b => b.remove(row))
+    }
+
+    /// See [`Batch::step`]; `runner` is the one that made the batch.
+    pub fn step(&mut self, runner: &Runner, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        match (self, runner) {
+            (RunnerBatch::Llama(b), Runner::Llama(g)) => b.step(g, tokens),
+            (RunnerBatch::Gemma3(b), Runner::Gemma3(g)) => b.step(g, tokens),
+            _ => Err(Error::Input(
+                "a batch stepped with the runner of another architecture".into(),
+            )),
+        }
     }
 }

@@ -278,6 +278,14 @@ impl Attention {
         };
         let (k, v) = (k.rename("s", "k"), v.rename("s", "k"));
         let cache = step.cache.write(step.start, k, v);
+        // A batch's cache may hold rows past the step's (free slots after
+        // the running sequences): attend over the step's rows only.
+        let rows = x.dim("b");
+        let (ck, cv) = if cache.k.dim("b") > rows {
+            (cache.k.slice("b", 0..rows), cache.v.slice("b", 0..rows))
+        } else {
+            (cache.k, cache.v)
+        };
         let k_pos = Tensor::iota(Shape::tagged(pos.dtype(), &[("k", cache.k.dim("k"))]), "k");
         let q_pos = pos.rename("s", "q");
         let mask = nn::causal_mask(q_pos, k_pos);
@@ -286,7 +294,7 @@ impl Attention {
             Some(w) => mask.and(nn::causal_mask(k_pos + (w - 1) as f64, q_pos)),
             None => mask,
         };
-        let out = nn::attention(q.rename("s", "q"), cache.k, cache.v, Some(mask));
+        let out = nn::attention(q.rename("s", "q"), ck, cv, Some(mask));
         let out = out.merge_axes(["h", "hd"], "d").rename("q", "s");
         (self.o.forward(out), cache)
     }

@@ -1,14 +1,15 @@
-//! Continuous batching (`radix_models::batch`): a sequence's greedy ids are
-//! the same whether it decodes alone or in a batch of 16 whose members join
-//! at different steps and leave as they finish; alone, they equal the
-//! transformers reference.
+//! Continuous batching (`radix_models::batch`, through
+//! `Runner::batch`): a sequence's greedy ids are the same whether it decodes
+//! alone or in a batch whose members join at different steps and leave as
+//! they finish; alone, they equal the transformers reference. SmolLM2 in a
+//! batch of 16, and the tiny Qwen3 and Gemma 3 models (Gemma's sliding
+//! window of 4 positions shorter than the sequences) in a batch of 4.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use radix::io::Gguf;
 use radix::nn::MatrixFormat;
-use radix_models::batch::Batch;
-use radix_models::llama::{Llama, LlamaRunner};
+use radix_models::runner::{Runner, RunnerBatch};
 use radix_models::sampling::Sampler;
 use radix_text::Tokenizer;
 use serde_json::Value;
@@ -26,8 +27,8 @@ fn n_new(i: usize) -> usize {
 /// `per_step` waiting prompts before each step and removing each sequence
 /// after its [`n_new`] tokens: every sequence's greedy ids, in order.
 fn run(
-    runner: &mut LlamaRunner,
-    batch: &mut Batch<Llama>,
+    runner: &mut Runner,
+    batch: &mut RunnerBatch,
     prompts: &[(usize, Vec<u32>)],
     per_step: usize,
 ) -> Vec<Vec<u32>> {
@@ -79,9 +80,9 @@ fn greedy_ids_alone_equal_batched_with_15_others() {
     let gguf = Gguf::open(&path).expect("open GGUF");
     let tokenizer = Tokenizer::from_gguf(&gguf).expect("tokenizer");
     let platform = radix::testing::platform();
-    let mut runner = Llama::load(&platform, gguf, 64, MatrixFormat::AsStored).expect("load");
-    let mut batch = Batch::new(&runner, 16).expect("batch");
-    assert_eq!(batch.buckets(), [1, 2, 4, 8, 16]);
+    let mut runner = Runner::open(&platform, &path, 64, MatrixFormat::AsStored).expect("load");
+    let mut batch = runner.batch(16).expect("batch");
+    assert_eq!(batch.buckets(), [2, 4, 8, 16]);
 
     let reference = reference();
     let cases = reference["cases"].as_array().expect("cases");
@@ -110,4 +111,62 @@ fn greedy_ids_alone_equal_batched_with_15_others() {
         assert_eq!(a, b, "prompt {i}: alone vs batched");
     }
     assert!(batch.is_empty());
+}
+
+fn tiny(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/tiny")
+        .join(name)
+}
+
+/// The tiny model `name` (Q4_K_M) in a batch of 4, six prompts joining two
+/// at a time: each one's ids equal its ids alone, and the first prompt's
+/// (`expected.json`'s) equal transformers' on the same file.
+fn tiny_alone_equals_batched(name: &str) {
+    let expected: Value = serde_json::from_str(
+        &std::fs::read_to_string(tiny("expected.json")).expect("expected.json"),
+    )
+    .expect("json");
+    let ids = |v: &Value| -> Vec<u32> { serde_json::from_value(v.clone()).expect("ids") };
+    let first = ids(&expected["prompt"]);
+    let want = ids(&expected["models"][name]["q4_k_m"]["greedy"]);
+    let path = tiny(&format!("{name}.q4_k_m.gguf"));
+    let platform = radix::testing::platform();
+    let mut runner =
+        Runner::open(&platform, Path::new(&path), 64, MatrixFormat::AsStored).expect("load");
+    let mut batch = runner.batch(4).expect("batch");
+    assert_eq!(batch.buckets(), [2, 4]);
+    let mut prompts = vec![first];
+    for i in 0..5u32 {
+        prompts.push(
+            (0..3 + 2 * i)
+                .map(|j| (7 + 31 * i + 13 * j) % 260)
+                .collect(),
+        );
+    }
+    let prompts: Vec<(usize, Vec<u32>)> = prompts.into_iter().enumerate().collect();
+    let alone: Vec<Vec<u32>> = prompts
+        .iter()
+        .flat_map(|p| run(&mut runner, &mut batch, std::slice::from_ref(p), 1))
+        .collect();
+    assert_eq!(
+        alone[0],
+        want[..alone[0].len()],
+        "{name}: the first prompt alone"
+    );
+    let batched = run(&mut runner, &mut batch, &prompts, 2);
+    for (i, (a, b)) in alone.iter().zip(&batched).enumerate() {
+        assert_eq!(a, b, "{name}: prompt {i} alone vs batched");
+    }
+    assert!(batch.is_empty());
+}
+
+#[test]
+fn qwen3_alone_equals_batched() {
+    tiny_alone_equals_batched("qwen3");
+}
+
+#[test]
+fn gemma3_alone_equals_batched() {
+    tiny_alone_equals_batched("gemma3");
 }

@@ -205,6 +205,13 @@ fn dumps_hold_the_module_with_locations_and_xla_output() {
     // With a dump, the program is compiled even when cached (so XLA dumps).
     let (origin, _, _) = compile_and_run(program(6.0), &config);
     assert_eq!(origin, Origin::Compiled);
+    // Nor is it stored: an entry would carry the dump options to every
+    // later load.
+    config.dump = None;
+    let (origin, _, _) = compile_and_run(program(6.0), &config);
+    assert_eq!(origin, Origin::Compiled);
+    let (origin, _, _) = compile_and_run(program(6.0), &config);
+    assert_eq!(origin, Origin::Cache);
 
     // The dumped text compiles through the plugin and computes the same.
     let platform = platform();

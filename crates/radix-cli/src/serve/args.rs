@@ -9,7 +9,9 @@ use clap::Args;
 #[derive(Args)]
 pub struct ServeArgs {
     /// The language model: `smollm2` (SmolLM2-135M-Instruct, fetched on
-    /// first use) or a GGUF file. Requests name it by this string.
+    /// first use), a GGUF file or a Hugging Face folder of any architecture
+    /// `radix generate` runs (LLaMA, Mistral, Qwen2, Qwen3, Gemma 3).
+    /// Requests name it by this string.
     #[arg(long, default_value = "smollm2", value_name = "smollm2|PATH")]
     pub model: String,
     /// The embedding model: `minilm` (all-MiniLM-L6-v2), a model folder, or

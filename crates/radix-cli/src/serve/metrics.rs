@@ -1,6 +1,8 @@
 //! The server's counters, written out in Prometheus' text format by
 //! `GET /metrics`: requests by route and status, tokens in and out, time to
-//! the first token and between tokens, queue depth and busy slots.
+//! the first token and between tokens, queue depth and busy slots, and the
+//! batched decode steps with the sequences they ran (their ratio is the mean
+//! batch).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -17,6 +19,10 @@ pub struct Metrics {
     generated_tokens: AtomicU64,
     /// Sequences ended because their client went away.
     cancelled: AtomicU64,
+    /// Batched decode steps run.
+    decode_steps: AtomicU64,
+    /// Sequences those steps advanced, summed over the steps.
+    decode_rows: AtomicU64,
     /// Requests waiting for a slot.
     pub queue_depth: AtomicI64,
     /// Sequences generating.
@@ -46,6 +52,12 @@ impl Metrics {
         } else {
             self.per_token.observe(after.as_secs_f64());
         }
+    }
+
+    /// Counts a decode step that advanced `rows` sequences.
+    pub fn decode_step(&self, rows: usize) {
+        self.decode_steps.fetch_add(1, Ordering::Relaxed);
+        self.decode_rows.fetch_add(rows as u64, Ordering::Relaxed);
     }
 
     /// Counts a sequence cut short by its client leaving.
@@ -90,6 +102,18 @@ impl Metrics {
                 "counter",
                 "Sequences cut short because the client left.",
                 load(&self.cancelled),
+            ),
+            (
+                "radix_decode_steps_total",
+                "counter",
+                "Batched decode steps run.",
+                load(&self.decode_steps),
+            ),
+            (
+                "radix_decode_rows_total",
+                "counter",
+                "Sequences advanced by the decode steps (summed over steps).",
+                load(&self.decode_rows),
             ),
             (
                 "radix_queue_depth",

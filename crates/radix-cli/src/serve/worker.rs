@@ -14,9 +14,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow};
 use radix::Platform;
 use radix::nn::MatrixFormat;
-use radix_models::batch::Batch;
 use radix_models::generate::bucket;
-use radix_models::llama::{Llama, LlamaRunner};
+use radix_models::runner::{Runner, RunnerBatch};
 use radix_models::sampling::Sampler;
 use radix_text::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
@@ -185,27 +184,28 @@ impl Worker {
     }
 }
 
-/// The runner, compiled for every prompt bucket, and a batch of `slots`.
+/// The runner of whatever architecture the model is, compiled for every
+/// prompt bucket, and a batch of `slots`.
 fn load(
     platform: &Platform,
     model: &Model,
     context: usize,
     buckets: &[usize],
     slots: usize,
-) -> Result<(LlamaRunner, Batch<Llama>)> {
-    let mut runner = Llama::open(platform, &model.path, context, MatrixFormat::AsStored)
+) -> Result<(Runner, RunnerBatch)> {
+    let mut runner = Runner::open(platform, &model.path, context, MatrixFormat::AsStored)
         .with_context(|| format!("cannot load {}", model.path.display()))?;
     for &b in buckets {
         runner.compile(b)?;
     }
-    let batch = Batch::new(&runner, slots)?;
+    let batch = runner.batch(slots)?;
     Ok((runner, batch))
 }
 
 /// What the worker thread owns.
 struct State {
-    runner: LlamaRunner,
-    batch: Batch<Llama>,
+    runner: Runner,
+    batch: RunnerBatch,
     tokenizer: Tokenizer,
     stops: Vec<u32>,
     metrics: Arc<Metrics>,
@@ -342,6 +342,7 @@ impl State {
             .filter_map(|s| s.ids.last().copied())
             .collect();
         let logits = self.batch.step(&self.runner, &last)?;
+        self.metrics.decode_step(last.len());
         let mut done = Vec::with_capacity(active.len());
         for (seq, logits) in active.iter_mut().zip(&logits) {
             let next = seq.sampler.pick(logits) as u32;
@@ -358,6 +359,13 @@ impl State {
         seq.last_token = Instant::now();
         seq.ids.push(next);
         let piece = seq.text.push(&self.tokenizer, &seq.ids)?;
+        // The last token's text comes out whole, an incomplete character
+        // included, as `radix generate` prints it.
+        let piece = if self.stops.contains(&next) || seq.ids.len() >= seq.max_tokens {
+            piece + &seq.text.finish(&self.tokenizer, &seq.ids)?
+        } else {
+            piece
+        };
         let (text, found) = seq.stop.push(&piece);
         let finish = if found || self.stops.contains(&next) {
             Some(Finish::Stop)

@@ -114,7 +114,8 @@ impl KvCache {
     /// from position `start` (a rank-0 integer tensor) on
     /// (`stablehlo.dynamic_update_slice`). A `start` tagged `(b)` gives each
     /// row of the batch its own position (sequences of different lengths
-    /// decoding together): one update per row.
+    /// decoding together): one key per row, written into the cache's first
+    /// rows (the cache may hold more, which keep what they hold).
     #[track_caller]
     pub fn write(self, start: Tensor, k: Tensor, v: Tensor) -> KvCache {
         if start.shape().rank() == 1 {
@@ -133,16 +134,22 @@ impl KvCache {
 
     /// [`KvCache::write`] of one position per row: row `i` of `k` and `v`
     /// (one key each) written at position `starts[i]` (`starts` tagged
-    /// `(b)`). A select over the whole cache rather than one update per row:
-    /// XLA's CPU backend copied the cache for each of those.
+    /// `(b)`) of the cache's row `i`. One scatter into the cache seen as
+    /// `(b k, h, hd)`, at `i * capacity + starts[i]`: XLA's CPU backend
+    /// writes it in place, where an update per row copied the whole cache
+    /// for each, and a select over the cache read and wrote all of it.
     #[track_caller]
     fn write_rows(self, starts: Tensor, k: Tensor, v: Tensor) -> KvCache {
-        let shape = self.k.shape();
-        let at = Tensor::iota(shape.with_dtype(starts.dtype()), K)
-            .eq(starts.broadcast(shape.with_dtype(starts.dtype())));
+        const ROWS: &str = "__rows";
+        let (rows, capacity) = (self.k.dim(B), self.k.dim(K));
+        let at = Tensor::iota(starts.shape(), B) * capacity as f64 + starts;
         let write = |cache: Tensor, new: Tensor| {
-            let new = new.squeeze(K).broadcast(cache.shape());
-            at.select(new, cache)
+            let new = new.transpose([B, K, H, HD]).squeeze(K);
+            cache
+                .transpose([B, K, H, HD])
+                .merge_axes([B, K], ROWS)
+                .scatter(ROWS, at, new)
+                .split_axis(ROWS, &[(B, rows.into()), (K, capacity.into())])
         };
         KvCache {
             k: write(self.k, k),

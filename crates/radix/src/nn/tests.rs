@@ -265,3 +265,19 @@ fn kv_cache_write_a_start_per_row() {
         Tol::EXACT,
     );
 }
+
+#[test]
+fn kv_cache_write_a_start_per_row_into_the_first_rows() {
+    let cache = lit(
+        &[("b", 3), ("k", 2), ("h", 1), ("hd", 1)],
+        &[1., 2., 3., 4., 5., 6.],
+    );
+    let new = lit(&[("b", 2), ("k", 1), ("h", 1), ("hd", 1)], &[7., 8.]);
+    let starts = ids(&[("b", 2)], &[1., 0.]);
+    check(
+        &[cache, new, starts],
+        |t| KvCache { k: t[0], v: t[0] }.write(t[2], t[1], t[1]).k,
+        &[1., 7., 8., 4., 5., 6.],
+        Tol::EXACT,
+    );
+}
