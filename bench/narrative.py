@@ -129,6 +129,16 @@ def leads(results, g, runs):
         out["decode"] = (f"**SmolLM2 decode (goal ≥ 40 tokens/s): {verdict(dec.median >= 40)} "
                          f"({fmt(dec.median)} tokens/s with Q4_1 blocks"
                          + (f", {fmt(f32dec.median)} with `--dtype f32`" if f32dec else "") + ").**")
+    steps = [(name, g(f"radix train {m}"), g(f"jax train {m}"), g(f"torch train {m}"))
+             for m, name in (("mnist", "MNIST MLP"), ("lm", "small llama"))]
+    steps = [s for s in steps if s[1] and s[2]]
+    if steps:
+        out["train"] = ("**One training step (issue 17) in these results: "
+                        + verdict(all(r.median <= j.median for _, r, j, _ in steps)) + ".** "
+                        + "; ".join(f"{name}: radix {fmt(r.median)} ms, JAX {fmt(j.median)} ms "
+                                    f"({ratio(r, j)} of JAX's time)"
+                                    + (f", PyTorch {fmt(t.median)} ms" if t else "")
+                                    for name, r, j, t in steps) + ".")
     r = (runs.get("serve-radix") or {}).get("meta")
     if r:
         peer = (runs.get("serve-llama-server") or {}).get("meta") or {}

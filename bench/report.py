@@ -333,6 +333,11 @@ def main(results):
         target("warm `radix generate` wall vs llama-completion (issue 13)",
                f"{fmt(wall.median)} s vs {fmt(peer_wall.median)} s ({wall.median / peer_wall.median:.2f}×)",
                "≤ 1.5×", wall.median <= 1.5 * peer_wall.median)
+    for model, name in (("mnist", "MNIST MLP"), ("lm", "small llama")):
+        mine, jax = g(f"radix train {model}"), g(f"jax train {model}")
+        if mine and jax:
+            target(f"training step, {name}, vs JAX (issue 17)", f"{fmt(mine.median)} vs {fmt(jax.median)} ms "
+                   f"({mine.median / jax.median:.2f}×)", "≤ 1× (radix ≥ JAX)", mine.median <= jax.median)
     before, after = g("before warm wall"), g("per-block warm wall")
     if before and after:
         target("warm `radix generate` wall vs before (issue 11)",
@@ -344,7 +349,7 @@ def main(results):
             target(f"`radix generate` cached start vs compile, {plan} (issue 11)",
                    f"{fmt(warm.median * 1e3)} ms vs {fmt(cold.median * 1e3)} ms ({cold.median / warm.median:.1f}×)",
                    "≥ 10× faster", cold.median >= 10 * warm.median)
-    w("## Targets (issues 7, 11 and 13)\n")
+    w("## Targets (issues 7, 11, 13 and 17)\n")
     w("| target | this run | goal | |\n|---|---|---|---|")
     w("\n".join(rows) + "\n")
 
@@ -470,8 +475,8 @@ def main(results):
             f"{n} {fmt(x.median)} tokens/s" for n, x in zip(["radix", "transformers"], whole)) + ".\n")
 
     llamacpp_section(w, runs, g)
-    train_section(w, g)
     serve_section(w, runs)
+    train_section(w, g)
 
     narrative.write(w, results, g, os.path.join(HERE, "analysis.md"), runs)
     profiles = sorted(glob.glob(os.path.join(results, "profile-*.txt")))
