@@ -83,7 +83,9 @@ pub fn read_npz_at_most(path: &Path, max_array_bytes: u64) -> Result<Vec<(String
     let mut budget = file_len.saturating_mul(DEFLATE_MAX_RATIO);
     let mut res = Vec::new();
     for i in 0..zip.len() {
-        let mut entry = zip.by_index(i)?;
+        let mut entry = zip
+            .by_index(i)
+            .with_context(|| format!("entry {i} of {}", path.display()))?;
         let Some(name) = entry.name().strip_suffix(".npy").map(str::to_string) else {
             continue;
         };
@@ -95,7 +97,8 @@ pub fn read_npz_at_most(path: &Path, max_array_bytes: u64) -> Result<Vec<(String
         let mut bytes = Vec::new();
         (&mut entry)
             .take(limit.saturating_add(1))
-            .read_to_end(&mut bytes)?;
+            .read_to_end(&mut bytes)
+            .with_context(|| format!("array {name} of {}", path.display()))?;
         if bytes.len() as u64 > limit {
             bail!(
                 "array {name} of {} holds more than {limit} bytes{}",
