@@ -483,6 +483,11 @@ fn outside_strings(s: &str) -> impl Iterator<Item = (usize, u8, i64)> + '_ {
 /// The byte length of the bracketed group that opens at `s[0]` (`(`, `[`,
 /// `{` or `<`), skipping string literals and the arrows `->`.
 fn close(s: &str) -> Option<usize> {
+    // Anything else at `s[0]` (a character of several bytes, say) opens no
+    // group, and its end is no place to cut the text.
+    if !s.starts_with(['(', '[', '{', '<']) {
+        return None;
+    }
     let (i, _, depth) = outside_strings(s).find(|&(_, _, depth)| depth <= 0)?;
     (depth == 0).then_some(i + 1)
 }

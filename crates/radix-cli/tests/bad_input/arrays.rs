@@ -139,6 +139,18 @@ fn npz_and_npy() {
     write(d, "object.npy", npy_with("'|O'", "(3, 5)"));
     write(d, "complex256.npy", npy_with("'<c32'", "(3, 5)"));
     write(d, "structured.npy", npy_with("[('a', '<f4')]", "(3, 5)"));
+    // npyz's header parser backtracks: 60 nested brackets took minutes
+    // (found by the npy fuzz target).
+    write(
+        d,
+        "nested.npy",
+        npy_with("'<f4'", &format!("({})", "{".repeat(60))),
+    );
+    write(
+        d,
+        "long_header.npy",
+        npy_with("'<f4'", &format!("(3, 5{})", " ".repeat(20_000))),
+    );
     write(
         d,
         "unclosed.npy",
@@ -246,6 +258,16 @@ fn npz_and_npy() {
             "a structured dtype",
             &["structured.npy"],
             "structured.npy is not a usable .npy file",
+        ),
+        npy(
+            "a header nesting 60 brackets",
+            &["nested.npy"],
+            "nested.npy is not a usable .npy file: its header nests brackets more than 8 deep",
+        ),
+        npy(
+            "a header of 20,000 bytes",
+            &["long_header.npy"],
+            "more than the 10000 numpy reads",
         ),
         npy(
             "an unclosed header",

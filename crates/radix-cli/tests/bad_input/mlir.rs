@@ -96,6 +96,15 @@ fn module_text() {
             &format!("{{\n  sdy.mesh @mesh = {mesh}\n  func.func"),
         )
     };
+    // Cutting the text after `mesh` inside a character of several bytes
+    // panicked (found by the mlir fuzz target).
+    m(
+        "mesh_multibyte.mlir",
+        &module(
+            "mhlo.num_partitions = 2 : i32",
+            "tensor<3x5xf32> {sdy.sharding = #sdy.sharding<mesh\u{e9}[\"x\"=2]>, [{\"x\"}, {}]>}",
+        ),
+    );
     m("mesh_2e40.mlir", &shardy("<[\"x\"=1099511627776]>"));
     m("mesh_negative.mlir", &shardy("<[\"x\"=-2, \"y\"=-1]>"));
     m(
@@ -217,6 +226,11 @@ fn module_text() {
             "a mesh of 2^40 devices",
             "mesh_2e40.mlir",
             "a mesh of [1099511627776] devices: radix runs at most 4096",
+        ),
+        run(
+            "a character of several bytes after `mesh`",
+            "mesh_multibyte.mlir",
+            "unbalanced mesh",
         ),
         run(
             "a mesh of negative sizes",

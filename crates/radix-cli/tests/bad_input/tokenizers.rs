@@ -21,6 +21,9 @@ fn tokenizer_files() {
             "tokenizer.json",
             br#"{"version": "1.0", "model": null}"#,
         ),
+        // The tokenizers crate panicked on a control character in a
+        // decoder's string (found by the tokenizer_json fuzz target).
+        ("tok_control_char", "tokenizer.json", &control_char(&tok)),
         (
             "config_not_json",
             "tokenizer_config.json",
@@ -85,6 +88,11 @@ fn tokenizer_files() {
             "tok_model_null/tokenizer.json",
         ),
         model(
+            "a control character in a decoder's string",
+            "tok_control_char",
+            "tok_control_char/tokenizer.json: tokenizer: not JSON: control character",
+        ),
+        model(
             "a tokenizer_config.json that is not JSON",
             "config_not_json",
             "config_not_json/tokenizer_config.json",
@@ -132,4 +140,13 @@ fn tokenizer_files() {
         ),
     ];
     eprintln!("{} tokenizer cases", check(d, cases));
+}
+
+/// `tokenizer.json` with a raw control character in its decoder's type.
+fn control_char(tok: &[u8]) -> Vec<u8> {
+    crate::patched(
+        tok,
+        b"\"decoder\": {\n    \"type\": \"ByteLevel\"",
+        b"\"decoder\": {\n    \"type\": \"Byte\x01Level\"",
+    )
 }
