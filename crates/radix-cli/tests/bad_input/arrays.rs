@@ -40,7 +40,7 @@ fn zip(entries: &[(&str, &[u8])], deflate: bool) -> Vec<u8> {
 /// the 60 data bytes of a zero `f32[3, 5]` (softmax's argument).
 fn npy_raw(dict: &str) -> Vec<u8> {
     let mut header = dict.to_string();
-    while (10 + header.len() + 1) % 64 != 0 {
+    while !(10 + header.len() + 1).is_multiple_of(64) {
         header.push(' ');
     }
     header.push('\n');

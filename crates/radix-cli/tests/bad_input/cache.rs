@@ -139,7 +139,7 @@ fn damaged_cache_entries() {
         std::fs::write(&e, b"garbage").unwrap();
     }
     for (args, want) in [
-        (&["cache", "list", "--json"][..], format!("\"entries\"")),
+        (&["cache", "list", "--json"][..], "\"entries\"".to_string()),
         (&["cache", "clear", "--json"], format!("\"removed\":{n}")),
     ] {
         eprintln!("case: radix {args:?} on damaged entries");
