@@ -547,6 +547,30 @@ mod tests {
     }
 
     #[test]
+    fn shardy_mesh_sizes_are_checked_before_allocating() {
+        let sharding = r#"#sdy.sharding<@mesh, [{"x"}, {}]>"#;
+        for (mesh, want) in [
+            (
+                r#"<["x"=1099511627776]>"#,
+                "a mesh of [1099511627776] devices",
+            ),
+            (
+                r#"<["x"=4611686018427387905, "y"=4]>"#,
+                "radix runs at most 4096",
+            ),
+            (r#"<["x"=0]>"#, "mesh axis x has size 0"),
+            (r#"<["x"=-2, "y"=-1]>"#, "mesh axis x has size -2"),
+        ] {
+            let module = format!("sdy.mesh @mesh = {mesh} {{x}}");
+            let err = shardy_tiling(sharding, &module, 2, 2).unwrap_err();
+            assert!(format!("{err:#}").contains(want), "{mesh}: {err:#}");
+        }
+        // A character of several bytes where a bracket should open a group.
+        let err = shardy_tiling("#sdy.sharding<mesh\u{e9}[]>", "", 2, 2).unwrap_err();
+        assert!(format!("{err:#}").contains("unbalanced mesh"), "{err:#}");
+    }
+
+    #[test]
     fn shardy_two_axes() {
         let module = r#"sdy.mesh @mesh = <["x"=2, "y"=2]> {x}"#;
         let t = shardy_tiling(r#"#sdy.sharding<@mesh, [{"y"}, {"x"}]>"#, module, 2, 4).unwrap();
