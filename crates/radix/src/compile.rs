@@ -215,7 +215,8 @@ pub fn cache_key(
 /// run first ([`Program::optimize`]; a no-op on an optimized program), then a cache hit
 /// loads the stored executable; a miss, or an entry that fails to load
 /// (logged as a warning, never an error), compiles and stores it. With a
-/// dump configured the program is always compiled, so XLA writes its dumps.
+/// dump configured the program is always compiled, so XLA writes its dumps,
+/// and not stored (it would dump again wherever it is loaded).
 /// On a platform with a mesh the program is partitioned over it (see
 /// [`Program::with_mesh`]; a program made for another mesh is an error);
 /// without one, shardings are ignored.
@@ -268,7 +269,10 @@ pub fn compile_program_with(
         ));
     }
     let exe = client.compile(&text, &config.compile_options())?;
-    if let Some(cache) = &cache {
+    // An executable compiled for a dump carries XLA's dump options (it
+    // dumps and logs again wherever it is loaded), and the key leaves them
+    // out: it is not stored.
+    if let (Some(cache), None) = (&cache, &config.dump) {
         cache::store(cache, key, &exe);
     }
     Ok(Executable::new(
