@@ -65,6 +65,16 @@ fn tokenizer_files() {
         ]),
     );
 
+    // A SentencePiece vocabulary whose scores hold a NaN: sorting merges
+    // by score panicked (found by the tokenizer_gguf fuzz target).
+    write(
+        d,
+        "nan_score.gguf",
+        std::fs::read(crate::repo(
+            "../fuzz/regressions/tokenizer_gguf/nan-score-sort",
+        ))
+        .unwrap(),
+    );
     let model = |name: &'static str, folder: &str, want: &str| generate(name, folder, want);
     let cases = vec![
         model(
@@ -132,6 +142,11 @@ fn tokenizer_files() {
             "a GGUF vocabulary without tokens",
             "no_tokens.gguf",
             "tokenizer.ggml.tokens",
+        ),
+        model(
+            "a NaN among the scores",
+            "nan_score.gguf",
+            "nan_score.gguf: tokenizer: `tokenizer.ggml.scores[",
         ),
         model(
             "GGUF tokens that are a string",
