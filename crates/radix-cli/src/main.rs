@@ -27,6 +27,7 @@ mod npy;
 mod plugin;
 mod run;
 mod serve;
+mod signature;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -104,11 +105,22 @@ fn main() -> ExitCode {
         // The reader closed the pipe: the output ends there.
         Err(err) if closed_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            // One line: the error and its causes, no backtrace.
-            eprintln!("error: {err:#}");
+            // One line: the error and its causes, no backtrace (a cause
+            // that spans lines, as a parser's diagnostic may, is joined).
+            eprintln!("error: {}", one_line(&format!("{err:#}")));
             ExitCode::FAILURE
         }
     }
+}
+
+/// `text`'s non-blank lines, trimmed and joined by ` | `.
+fn one_line(text: &str) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    lines.join(" | ")
 }
 
 /// Whether `err` comes from writing to a pipe whose reader is gone.

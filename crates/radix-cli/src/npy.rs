@@ -83,7 +83,9 @@ pub fn read_npz_at_most(path: &Path, max_array_bytes: u64) -> Result<Vec<(String
     let mut budget = file_len.saturating_mul(DEFLATE_MAX_RATIO);
     let mut res = Vec::new();
     for i in 0..zip.len() {
-        let mut entry = zip.by_index(i)?;
+        let mut entry = zip
+            .by_index(i)
+            .with_context(|| format!("entry {i} of {}", path.display()))?;
         let Some(name) = entry.name().strip_suffix(".npy").map(str::to_string) else {
             continue;
         };
@@ -95,7 +97,8 @@ pub fn read_npz_at_most(path: &Path, max_array_bytes: u64) -> Result<Vec<(String
         let mut bytes = Vec::new();
         (&mut entry)
             .take(limit.saturating_add(1))
-            .read_to_end(&mut bytes)?;
+            .read_to_end(&mut bytes)
+            .with_context(|| format!("array {name} of {}", path.display()))?;
         if bytes.len() as u64 > limit {
             bail!(
                 "array {name} of {} holds more than {limit} bytes{}",
@@ -169,8 +172,54 @@ pub fn npy_bytes(array: &Array) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// The longest `.npy` header read, as numpy's own `max_header_size`.
+const MAX_HEADER_BYTES: usize = 10_000;
+/// The deepest brackets may nest in a header: a structured dtype with
+/// sub-array shapes needs 3. The header parser npyz uses backtracks, and
+/// takes exponential time in the depth (60 `{` in a 260-byte file: minutes).
+const MAX_HEADER_NESTING: usize = 8;
+
+/// Checks what the header parser would choke on: a header longer than
+/// numpy writes, or brackets nested deeper than any dtype needs.
+fn check_header(bytes: &[u8]) -> Result<()> {
+    let (len, at) = match bytes.get(6) {
+        Some(1) => (
+            bytes
+                .get(8..10)
+                .map(|b| usize::from(u16::from_le_bytes([b[0], b[1]]))),
+            10,
+        ),
+        Some(2 | 3) => (
+            bytes
+                .get(8..12)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize),
+            12,
+        ),
+        // npyz names what is wrong with the magic or the version.
+        _ => return Ok(()),
+    };
+    let Some(len) = len else { return Ok(()) };
+    if len > MAX_HEADER_BYTES {
+        bail!("its header is {len} bytes, more than the {MAX_HEADER_BYTES} numpy reads");
+    }
+    let header = &bytes[at.min(bytes.len())..(at + len).min(bytes.len())];
+    let mut depth = 0usize;
+    for &b in header {
+        match b {
+            b'(' | b'[' | b'{' => depth += 1,
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        if depth > MAX_HEADER_NESTING {
+            bail!("its header nests brackets more than {MAX_HEADER_NESTING} deep");
+        }
+    }
+    Ok(())
+}
+
 /// Parses the bytes of a `.npy` file.
 fn parse_npy(bytes: &[u8]) -> Result<Array> {
+    check_header(bytes)?;
     let mut reader = Cursor::new(bytes);
     let header = npyz::NpyHeader::from_reader(&mut reader)?;
     let DType::Plain(descr) = header.dtype() else {
@@ -183,7 +232,10 @@ fn parse_npy(bytes: &[u8]) -> Result<Array> {
     let dims: Vec<i64> = header.shape().iter().map(|&d| d as i64).collect();
     let start = reader.position() as usize;
     let want = radix_pjrt::byte_len(ty, &dims)?;
-    let Some(raw) = bytes.get(start..start + want) else {
+    let Some(raw) = start
+        .checked_add(want)
+        .and_then(|end| bytes.get(start..end))
+    else {
         bail!(
             "{want} data bytes expected, {} present",
             bytes.len() - start

@@ -1,10 +1,11 @@
 //! `radix embed` against the PyTorch/sentence-transformers reference
 //! (`../shared/reference/minilm`, made by `ref_minilm.py`): token ids and
-//! embeddings, the cosine table, and bad input giving one error line.
+//! embeddings and the cosine table. Bad folders are the bad-input suite's
+//! (`tests/bad_input`).
 
 mod common;
 
-use common::{fails_with_one_error, radix, radix_process, reference_dir};
+use common::{radix, reference_dir};
 
 use radix::io::Safetensors;
 use radix::testing::{Tol, assert_all_close};
@@ -94,36 +95,4 @@ cosine similarity
 [1]   0.1086  1.0000
 ";
     assert_eq!(text, want);
-}
-
-/// Runs `radix embed ARGS` and checks that it fails with exactly one error
-/// line, the last on stderr, containing `want`, and no panic.
-fn fails(args: &[&std::ffi::OsStr], want: &str) {
-    fails_with_one_error(radix_process().arg("embed").args(args), want);
-}
-
-#[test]
-fn bad_inputs() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let model = "--model".as_ref();
-    let hi = "hi".as_ref();
-    fails(&[], "no text to embed");
-    fails(
-        &[model, "bert-large".as_ref(), hi],
-        "unknown model \"bert-large\"",
-    );
-    let missing = d.join("missing");
-    fails(
-        &[model, missing.as_ref(), hi],
-        &format!("model folder {} not found", missing.display()),
-    );
-    std::fs::write(d.join("config.json"), "{}").unwrap();
-    fails(
-        &[model, d.as_ref(), hi],
-        "is not a model folder: it has no model.safetensors, tokenizer.json",
-    );
-    std::fs::write(d.join("model.safetensors"), "not weights").unwrap();
-    std::fs::write(d.join("tokenizer.json"), "{}").unwrap();
-    fails(&[model, d.as_ref(), hi], "cannot load the model in");
 }

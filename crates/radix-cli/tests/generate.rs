@@ -1,11 +1,11 @@
 //! `radix generate` against the PyTorch/transformers reference
 //! (`../shared/reference/smollm2`, made by `ref_smollm2.py`): greedy ids of
-//! the reference prompts, streamed text from stdin, and bad input giving one
-//! error line and a failing exit, never a panic.
+//! the reference prompts and streamed text from stdin. Bad flags and model
+//! files are the bad-input suite's (`tests/bad_input`).
 
 mod common;
 
-use common::{fails_with_one_error_on, radix, radix_process, reference_dir};
+use common::{radix, reference_dir};
 
 use serde_json::Value;
 
@@ -92,86 +92,5 @@ fn prompt_from_stdin_streams_text() {
     assert!(
         stderr.starts_with("prefill: 5 tokens, ") && stderr.contains("decode: 3 tokens, "),
         "{stderr}"
-    );
-}
-
-/// Runs `radix generate ARGS` (with `stdin`) and checks that it fails with
-/// exactly one error line, the last on stderr, containing `want`, and no panic.
-fn fails(args: &[&std::ffi::OsStr], stdin: &str, want: &str) {
-    fails_with_one_error_on(radix_process().arg("generate").args(args), stdin, want);
-}
-
-#[test]
-fn bad_inputs() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let model = "--model".as_ref();
-    let hi = "hi".as_ref();
-
-    let missing = d.join("missing.gguf");
-    fails(
-        &[model, missing.as_ref(), hi],
-        "",
-        &format!("model file {} not found", missing.display()),
-    );
-    fails(
-        &[model, "llama-7b".as_ref(), hi],
-        "",
-        "unknown model \"llama-7b\"",
-    );
-    let text = d.join("notes.gguf");
-    std::fs::write(&text, "these are notes, not weights\n").unwrap();
-    fails(&[model, text.as_ref(), hi], "", "as a GGUF model: ");
-    fails(
-        &[model, d.as_ref(), hi],
-        "",
-        "is a folder without config.json, not a Hugging Face model",
-    );
-    // A vocabulary of a kind radix cannot build: the file, the key, the value.
-    let t5 = d.join("t5.gguf");
-    std::fs::write(
-        &t5,
-        radix::testing::gguf_with_strings(&[("tokenizer.ggml.model", "t5")]),
-    )
-    .unwrap();
-    fails(
-        &[model, t5.as_ref(), hi],
-        "",
-        &format!(
-            "{}: tokenizer: `tokenizer.ggml.model` is \"t5\", a kind radix cannot build",
-            t5.display()
-        ),
-    );
-
-    fails(
-        &["--top-p".as_ref(), "2".as_ref(), hi],
-        "",
-        "--top-p must be in (0, 1], got 2",
-    );
-    // Greedy decoding (the default temperature 0) draws nothing: sampling
-    // flags are refused, not ignored.
-    fails(
-        &["--seed".as_ref(), "3".as_ref(), hi],
-        "",
-        "--seed needs sampling: give --temperature above 0",
-    );
-    fails(
-        &["--top-k".as_ref(), "5".as_ref(), hi],
-        "",
-        "--top-k needs sampling",
-    );
-    fails(
-        &["--temperature=-1".as_ref(), hi],
-        "",
-        "--temperature must be",
-    );
-    fails(&[], "", "no prompt");
-
-    // SmolLM2's context is 8192 tokens; each " hello" is one token.
-    let long = "hello".to_string() + &" hello".repeat(9000);
-    fails(
-        &[],
-        &long,
-        "the prompt is 9001 tokens, longer than the model's context of 8192 tokens",
     );
 }

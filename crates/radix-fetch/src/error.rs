@@ -45,6 +45,26 @@ pub enum Error {
         /// Who else could write it.
         reason: String,
     },
+    /// The pinned wheel is for another platform than this machine's.
+    #[error(
+        "cannot fetch {requirement} for this machine, {machine}: the pinned wheel is for {pinned} only"
+    )]
+    NoWheelForPlatform {
+        /// `name==version`.
+        requirement: String,
+        /// This machine, as [`crate::Machine`] writes it (`linux aarch64 (glibc 2.39)`).
+        machine: String,
+        /// The platforms of the pinned wheel's tag.
+        pinned: String,
+    },
+    /// A pinned wheel tag that is not `python-abi-platform`.
+    #[error("wheel tag {tag:?}: {reason}")]
+    Tag {
+        /// The tag as pinned.
+        tag: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The user has no cache folder and `RADIX_CACHE_DIR` is not set.
     #[error("no cache folder: set RADIX_CACHE_DIR (or HOME)")]
     NoCacheDir,

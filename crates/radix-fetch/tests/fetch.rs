@@ -4,11 +4,14 @@
 
 use std::sync::Mutex;
 
-use radix_fetch::{Error, Package, fetch_package, sha256_file, unpack_wheel, verify_sha256};
+use radix_fetch::{
+    Error, Machine, Package, WheelTag, fetch_package, sha256_file, unpack_wheel, verify_sha256,
+};
 
 const SIX: Package = Package {
     name: "six",
     version: "1.16.0",
+    wheel_tag: "py2.py3-none-any",
     wheel_sha256: "8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254",
 };
 
@@ -135,5 +138,129 @@ fn a_pip_folder_in_the_working_directory_is_not_run() {
         let dir = res.unwrap();
         assert!(dir.starts_with(cache) && dir.join("six.py").is_file());
         assert!(!marker.exists(), "the planted pip ran");
+    });
+}
+
+/// A wheel pinned for another platform is refused before pip runs (nothing
+/// is downloaded, nothing written), naming this machine and the platform
+/// the pin is for.
+#[test]
+fn a_wheel_for_another_platform_is_refused_naming_both() {
+    with_cache(|cache| {
+        let pkg = Package {
+            wheel_tag: "py3-none-macosx_11_0_arm64",
+            ..SIX
+        };
+        let err = fetch_package(&pkg).unwrap_err();
+        assert!(matches!(err, Error::NoWheelForPlatform { .. }), "{err}");
+        let msg = err.to_string();
+        let machine = Machine::this().to_string();
+        assert!(
+            msg.contains(&format!("six==1.16.0 for this machine, {machine}"))
+                && msg.contains("the pinned wheel is for macosx_11_0_arm64 only"),
+            "{msg}"
+        );
+        assert_eq!(std::fs::read_dir(cache).unwrap().count(), 0, "{msg}");
+    });
+}
+
+/// Which machines a tag fits: any machine for `any`; an x86-64 Linux wheel
+/// neither on aarch64 nor with a glibc older than the tag's.
+#[test]
+fn wheel_tags_fit_the_machines_they_name() {
+    let linux = |arch, glibc| Machine {
+        os: "linux",
+        arch,
+        glibc,
+    };
+    let x86 = linux("x86_64", Some((2, 35)));
+    let arm = linux("aarch64", Some((2, 39)));
+    let old = linux("x86_64", Some((2, 17)));
+    let musl = linux("x86_64", None);
+    let mac = Machine {
+        os: "macos",
+        arch: "aarch64",
+        glibc: None,
+    };
+    let fits = |tag: &str, m: &Machine| WheelTag::parse(tag).unwrap().fits(m);
+    for m in [&x86, &arm, &old, &musl, &mac] {
+        assert!(fits("py3-none-any", m), "{m}");
+    }
+    let plugin = "py3-none-manylinux_2_27_x86_64";
+    assert!(fits(plugin, &x86));
+    for m in [&arm, &old, &musl, &mac] {
+        assert!(!fits(plugin, m), "{m}");
+    }
+    assert!(fits("cp311-cp311-manylinux2014_x86_64", &old));
+    assert!(fits("py3-none-musllinux_1_2_x86_64", &musl));
+    assert!(!fits("py3-none-musllinux_1_2_x86_64", &x86));
+    assert!(fits("py3-none-macosx_11_0_arm64", &mac));
+    assert!(fits("py3-none-macosx_10_9_universal2", &mac));
+
+    let pkg = Package {
+        wheel_tag: plugin,
+        ..SIX
+    };
+    let err = pkg.check_platform(&arm).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "cannot fetch six==1.16.0 for this machine, linux aarch64 (glibc 2.39): \
+         the pinned wheel is for manylinux_2_27_x86_64 only"
+    );
+    assert!(pkg.check_platform(&x86).is_ok());
+}
+
+/// pip is told the tag's implementation, Python version (only when the
+/// tag names a minor one), ABI and platforms, and takes binary wheels only.
+#[test]
+fn pip_is_told_the_pinned_wheels_tag() {
+    let args = |tag: &str| WheelTag::parse(tag).unwrap().pip_args().join(" ");
+    assert_eq!(
+        args("py3-none-manylinux_2_27_x86_64"),
+        "--only-binary=:all: --implementation py --abi none --platform manylinux_2_27_x86_64"
+    );
+    assert_eq!(
+        args("py2.py3-none-any"),
+        "--only-binary=:all: --implementation py --abi none --platform any"
+    );
+    assert_eq!(
+        args("cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64"),
+        "--only-binary=:all: --implementation cp --python-version 311 --abi cp311 \
+         --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"
+    );
+    for bad in [
+        "py3-none",
+        "py3-none-any-x",
+        "py3--any",
+        "java8-none-any",
+        "py3-none-a b",
+    ] {
+        assert!(
+            matches!(WheelTag::parse(bad), Err(Error::Tag { .. })),
+            "{bad}"
+        );
+    }
+}
+
+/// A wheel pip fetched under another tag than the pinned one is refused
+/// by its name, before its digest is taken: `six` has only a
+/// `py2.py3-none-any` wheel, pinned here as `py3-none-any`.
+#[test]
+fn a_wheel_of_another_tag_is_refused_by_its_name() {
+    with_cache(|cache| {
+        let pkg = Package {
+            wheel_tag: "py3-none-any",
+            ..SIX
+        };
+        let err = fetch_package(&pkg).unwrap_err();
+        assert!(matches!(err, Error::Download { .. }), "{err}");
+        assert!(
+            err.to_string().contains(
+                "pip fetched six-1.16.0-py2.py3-none-any.whl, not the pinned py3-none-any wheel"
+            ),
+            "{err}"
+        );
+        assert!(!pkg.cache_path().unwrap().exists());
+        assert!(pkg.cache_path().unwrap().starts_with(cache));
     });
 }

