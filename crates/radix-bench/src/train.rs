@@ -8,11 +8,10 @@
 use anyhow::Result;
 use radix::optim::AdamW;
 use radix::{Buffer, DType, Platform, Shape, Tensor};
-use radix_models::llama::{Llama, LlamaConfig};
+use radix_models::llama::Llama;
 use radix_models::mnist::Mlp;
 use radix_models::sampling::Rng;
-use radix_models::train::{Trainer, init_weights};
-use radix_models::transformer::Arch;
+use radix_models::train::{Trainer, byte_llama, init_weights};
 use serde_json::json;
 
 use crate::measure::{Report, time_per_call};
@@ -59,7 +58,7 @@ pub fn train(samples: usize, steps: usize) -> Result<Report> {
     }
     report.samples("radix train mnist", "ms", &values);
 
-    let model = Llama::new(&LlamaConfig::new(Arch::Llama, 2, 64, (4, 2), 192, 256));
+    let model = Llama::new(&byte_llama());
     let shape = Shape::tagged(DType::I32, &[("b", 1), ("s", WINDOW)]);
     let weights = init_weights(&platform, &model, &mut rng)?;
     let mut trainer = Trainer::new(

@@ -10,12 +10,10 @@
 
 use std::path::PathBuf;
 
-use radix::optim::AdamW;
 use radix::{Buffer, DType, Platform, Shape, Tensor};
-use radix_models::llama::{Llama, LlamaConfig};
+use radix_models::llama::Llama;
 use radix_models::sampling::Rng;
-use radix_models::train::{Trainer, init_weights};
-use radix_models::transformer::Arch;
+use radix_models::train::{BYTE_LLAMA_ADAMW, Trainer, byte_llama, byte_window, init_weights};
 
 /// Tokens per window: 64 predicted from the ones before them.
 const WINDOW: i64 = 65;
@@ -37,25 +35,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     let platform = Platform::cpu()?;
-    let model = Llama::new(&LlamaConfig::new(Arch::Llama, 2, 64, (4, 2), 192, 256));
+    let model = Llama::new(&byte_llama());
     let mut rng = Rng::new(0);
     let weights = init_weights(&platform, &model, &mut rng)?;
     let shape = Shape::tagged(DType::I32, &[("b", 1), ("s", WINDOW)]);
-    let opt = AdamW {
-        lr: 3e-3,
-        betas: (0.9, 0.99),
-        eps: 1e-8,
-        weight_decay: 0.01,
-    };
-    let mut trainer = Trainer::new(&platform, &model, weights, &Tensor::param(shape), loss, opt)?;
+    let mut trainer = Trainer::new(
+        &platform,
+        &model,
+        weights,
+        &Tensor::param(shape),
+        loss,
+        BYTE_LLAMA_ADAMW,
+    )?;
     let mut first = None;
     let mut last = 0.0;
     for step in 0..steps {
-        let at = (rng.next_u64() % (text.len() - WINDOW as usize) as u64) as usize;
-        let ids: Vec<i32> = text[at..at + WINDOW as usize]
-            .iter()
-            .map(|&b| i32::from(b))
-            .collect();
+        let ids = byte_window(&text, WINDOW as usize, &mut rng);
         last = trainer.step(Buffer::from_slice(&platform, &ids, shape)?)?;
         first.get_or_insert(last);
         println!("step {step}: loss {last:.4}");

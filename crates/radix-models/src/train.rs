@@ -8,7 +8,9 @@ use radix::optim::{AdamW, AdamWState, donate};
 use radix::{Buffer, Bufferized, Compiled, Module, Platform, Shape, Tensor};
 
 use crate::Result;
+use crate::llama::LlamaConfig;
 use crate::sampling::Rng;
+use crate::transformer::Arch;
 
 /// A step's inputs: the weights, the optimizer state and a batch.
 type StepInputs<M, I> = (M, AdamWState<M>, I);
@@ -90,6 +92,28 @@ pub fn init_weights<M: Module>(
         };
         Buffer::from_slice(platform, &values, s)
     })?)
+}
+
+/// The small llama of `examples/train_lm.rs`, its test and `radix-bench
+/// train`: 2 layers of width 64, 4 query and 2 key/value heads, an FFN of
+/// 192, and bytes as tokens (a vocabulary of 256).
+pub fn byte_llama() -> LlamaConfig {
+    LlamaConfig::new(Arch::Llama, 2, 64, (4, 2), 192, 256)
+}
+
+/// The AdamW settings [`byte_llama`] trains with.
+pub const BYTE_LLAMA_ADAMW: AdamW = AdamW {
+    lr: 3e-3,
+    betas: (0.9, 0.99),
+    eps: 1e-8,
+    weight_decay: 0.01,
+};
+
+/// `len` consecutive bytes of `text` from a random place, as token ids;
+/// `text` must be longer than `len`.
+pub fn byte_window(text: &[u8], len: usize, rng: &mut Rng) -> Vec<i32> {
+    let at = (rng.next_u64() % (text.len() - len) as u64) as usize;
+    text[at..at + len].iter().map(|&b| i32::from(b)).collect()
 }
 
 /// Normal samples (Box-Muller) scaled by `std`.

@@ -5,13 +5,11 @@
 //! (`radix_models::train::Trainer`, as `examples/train_lm.rs`): its loss
 //! falls below half its starting value.
 
-use radix::optim::AdamW;
 use radix::testing::platform;
 use radix::{Buffer, DType, Shape, Tensor};
-use radix_models::llama::{Llama, LlamaConfig};
+use radix_models::llama::Llama;
 use radix_models::sampling::Rng;
-use radix_models::train::{Trainer, init_weights};
-use radix_models::transformer::Arch;
+use radix_models::train::{BYTE_LLAMA_ADAMW, Trainer, byte_llama, byte_window, init_weights};
 
 const WINDOW: i64 = 65;
 
@@ -23,24 +21,22 @@ fn loss(m: &Llama, ids: &Tensor) -> Tensor {
 fn the_loss_falls_below_half() {
     let text = include_bytes!("fixtures/train_lm/text.md");
     let p = platform();
-    let model = Llama::new(&LlamaConfig::new(Arch::Llama, 2, 64, (4, 2), 192, 256));
+    let model = Llama::new(&byte_llama());
     let mut rng = Rng::new(0);
     let weights = init_weights(&p, &model, &mut rng).unwrap();
     let shape = Shape::tagged(DType::I32, &[("b", 1), ("s", WINDOW)]);
-    let opt = AdamW {
-        lr: 3e-3,
-        betas: (0.9, 0.99),
-        eps: 1e-8,
-        weight_decay: 0.01,
-    };
-    let mut trainer = Trainer::new(&p, &model, weights, &Tensor::param(shape), loss, opt).unwrap();
+    let mut trainer = Trainer::new(
+        &p,
+        &model,
+        weights,
+        &Tensor::param(shape),
+        loss,
+        BYTE_LLAMA_ADAMW,
+    )
+    .unwrap();
     let mut losses = vec![];
     for _ in 0..400 {
-        let at = (rng.next_u64() % (text.len() - WINDOW as usize) as u64) as usize;
-        let ids: Vec<i32> = text[at..][..WINDOW as usize]
-            .iter()
-            .map(|&b| i32::from(b))
-            .collect();
+        let ids = byte_window(text, WINDOW as usize, &mut rng);
         let batch = Buffer::from_slice(&p, &ids, shape).unwrap();
         losses.push(trainer.step(batch).unwrap());
     }
