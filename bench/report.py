@@ -103,8 +103,7 @@ def start_section(w, runs, g):
     sm = meta(runs, "start-per-block")
     bm = meta(runs, "start-before")
     w("## 3b. `radix generate` from start to the last token: before and after issue 11\n")
-    w(f"Measured {sm.get('date', '?')}, load average {meta(runs, 'machine-end').get('load average at end', '?')} "
-      f"at the end of that run. Whole processes: `{sm.get('command', '?')}`, the release binary of this tree and of commit "
+    w(f"Measured {sm.get('date', '?')}. Whole processes: `{sm.get('command', '?')}`, the release binary of this tree and of commit "
       f"`{bm.get('commit', '?')}` (built by `bench/run` from that commit). *Cold*: an executable cache with no "
       "entries (a fresh `RADIX_CACHE_DIR` whose `packages/` and `hashes/` link to the real one, so nothing is "
       "downloaded); *warm*: the same folder again. *Executables* is the time until every program of the "
@@ -238,7 +237,9 @@ def serve_section(w, runs):
     w("|---|---|---|---|")
     for label, key, _ in rows:
         a, b = r.get(key), l.get(key) if l else None
-        ratio = fmt(a / b) if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else "—"
+        # A ratio of two growths (either may be noise around zero) says nothing.
+        ratio = (fmt(a / b) if key != "rss_growth_mib" and isinstance(a, (int, float))
+                 and isinstance(b, (int, float)) and b else "—")
         w(f"| {label} | {fmt(a)} | {fmt(b)} | {ratio} |")
     w("")
     loads = [(n, m.get("load_average_before"), m.get("load_average_after")) for n, m in

@@ -409,7 +409,10 @@ fn other_architectures_batched_answer_as_generate_does() {
             "--context",
             "64",
         ]);
-        assert_eq!(s.get("/health").json()["decode_batch_sizes"], json!([2, 4]));
+        assert_eq!(
+            s.get("/health").json()["decode_batch_sizes"],
+            json!([1, 2, 4])
+        );
         let barrier = std::sync::Barrier::new(prompts.len());
         let answers: Vec<Value> = std::thread::scope(|scope| {
             let threads: Vec<_> = prompts

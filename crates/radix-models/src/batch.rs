@@ -10,6 +10,12 @@
 //! on the whole cache, donated: it scatters each row's key and value at the
 //! row's own position, in place, and attends over the first `b` rows, so a
 //! step moves no cache but what attention reads.
+//!
+//! A sequence running alone keeps its own cache and decodes through the
+//! [`Generator`], as `radix generate` does: no bucket of 1 row works among
+//! several slots (see [`Batch::new`]), and the smallest, 2, does twice the
+//! work. Its cache moves into row 0 when a second sequence joins, and back
+//! out when one is left.
 
 use std::collections::HashMap;
 
@@ -35,13 +41,18 @@ pub struct Batch<M: CausalLm> {
     platform: Platform,
     slots: usize,
     capacity: usize,
-    /// Decode batch sizes, ascending; the last is `slots`.
+    /// Decode batch sizes, ascending: 1 (a sequence alone, through the
+    /// generator), then the compiled ones; the last is `slots`.
     buckets: Vec<usize>,
     decode: HashMap<usize, Decode<M>>,
     put: Put,
     moves: Move,
     /// Makes the slots' empty caches.
     zeros: Compiled<(), (), Caches>,
+    /// Row `i` of the slots' caches as one sequence's caches.
+    take: Compiled<(), (Caches, Tensor), Caches>,
+    /// The cache of the one sequence running, when it runs alone.
+    alone: Option<Cache>,
     /// The slots' caches; `None` after a failed step took them.
     caches: Option<Bufferized<Caches>>,
     /// Per running row: how many positions hold tokens.
@@ -51,8 +62,9 @@ pub struct Batch<M: CausalLm> {
 impl<M: CausalLm> Batch<M> {
     /// Up to `slots` sequences of `generator`'s model with caches of its
     /// capacity; compiles (or loads from the executable cache) the decode
-    /// step of every bucket: powers of two from 2 below `slots`, and
-    /// `slots`.
+    /// step of every bucket of several rows: powers of two from 2 below
+    /// `slots`, and `slots`. One sequence alone decodes with the
+    /// generator's own step, which [`Generator::compile`] makes.
     pub fn new(generator: &Generator<M>, slots: usize) -> Result<Batch<M>> {
         if slots == 0 {
             return Err(Error::Input("a batch of 0 slots".into()));
@@ -68,14 +80,14 @@ impl<M: CausalLm> Batch<M> {
         // its one-row scatter into an update that it fused into the
         // attention's read of the same row, and so copied every layer's
         // whole cache each step to keep the original (a step of 16 slots
-        // took 0.9 s); from 2 rows on the scatter is written in place.
-        let first = if slots == 1 { 1 } else { 2 };
-        let mut buckets: Vec<usize> = std::iter::successors(Some(first), |b| Some(b * 2))
+        // took 0.9 s); from 2 rows on the scatter is written in place. A
+        // sequence alone runs outside the slots (`alone`).
+        let mut buckets: Vec<usize> = std::iter::successors(Some(1), |b| Some(b * 2))
             .take_while(|&b| b < slots)
             .collect();
         buckets.push(slots);
         let mut decode = HashMap::new();
-        for &b in &buckets {
+        for &b in buckets.iter().filter(|&&b| b > 1) {
             let ids = Tensor::param(Shape::tagged(DType::I32, &[("b", b as i64), ("s", 1)]));
             let starts = Tensor::param(Shape::tagged(DType::I32, &[("b", b as i64)]));
             let inputs = (ids, starts, params(&all));
@@ -103,6 +115,9 @@ impl<M: CausalLm> Batch<M> {
         let zeros = radix::compile_fn(platform, &(), |()| {
             all.iter().map(|&s| KvCache::zeros(s)).collect::<Caches>()
         })?;
+        let take = radix::compile_fn(platform, &(params(&all), index()), |(all, from)| {
+            all.iter().map(|c| row_of(c, from)).collect::<Caches>()
+        })?;
         Ok(Batch {
             platform: platform.clone(),
             slots,
@@ -112,12 +127,15 @@ impl<M: CausalLm> Batch<M> {
             put,
             moves,
             zeros,
+            take,
+            alone: None,
             caches: None,
             lens: vec![],
         })
     }
 
-    /// The compiled decode batch sizes, ascending.
+    /// The decode batch sizes, ascending: 1 (a sequence alone, through the
+    /// generator's step), then those of the compiled batch steps.
     pub fn buckets(&self) -> &[usize] {
         &self.buckets
     }
@@ -155,23 +173,37 @@ impl<M: CausalLm> Batch<M> {
     }
 
     /// Takes a sequence prefilled by [`Generator::prefill`] (its `cache`,
-    /// copied into the next free row): that row's index.
+    /// copied into the next free row, or kept as it is when it runs alone):
+    /// that row's index.
     pub fn insert(&mut self, cache: Cache) -> Result<usize> {
         if self.is_full() {
             return Err(Error::Input(format!("all {} slots are taken", self.slots)));
         }
         let (row, len) = (self.lens.len(), cache.len());
+        if row == 0 {
+            self.alone = Some(cache);
+        } else {
+            if let Some(first) = self.alone.take() {
+                self.put_row(first, 0)?;
+            }
+            self.put_row(cache, row)?;
+        }
+        self.lens.push(len);
+        Ok(row)
+    }
+
+    /// Copies one sequence's `cache` into row `row` of the slots' caches.
+    fn put_row(&mut self, cache: Cache, row: usize) -> Result<()> {
         let all = self.take_caches()?;
         let to = self.index(row)?;
         self.caches = Some(self.put.call_fn((all, cache.buffers, to))?);
-        self.lens.push(len);
-        Ok(row)
+        Ok(())
     }
 
     /// Appends `tokens[i]` to row `i`'s sequence, for every running row,
     /// in one step: the logits after each. A failed step ends every
     /// sequence (their caches were given to it).
-    pub fn step(&mut self, generator: &Generator<M>, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+    pub fn step(&mut self, generator: &mut Generator<M>, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
         let n = self.lens.len();
         if tokens.len() != n || n == 0 {
             return Err(Error::Input(format!(
@@ -184,6 +216,13 @@ impl<M: CausalLm> Batch<M> {
                 "the cache of row {i} ({} positions) is full",
                 self.capacity
             )));
+        }
+        if let Some(mut cache) = self.alone.take() {
+            let lens = std::mem::take(&mut self.lens);
+            let logits = generator.decode(tokens[0], &mut cache)?;
+            self.alone = Some(cache);
+            self.lens = lens.into_iter().map(|l| l + 1).collect();
+            return Ok(vec![logits]);
         }
         let b = self
             .buckets
@@ -210,7 +249,10 @@ impl<M: CausalLm> Batch<M> {
         )?;
         let all = self.take_caches()?;
         let lens = std::mem::take(&mut self.lens);
-        let (logits, all) = self.decode[&b].call(generator.weights(), (ids, starts, all))?;
+        let decode = self.decode.get(&b).ok_or_else(|| {
+            Error::Input(format!("no decode step of {b} rows (one row runs alone)"))
+        })?;
+        let (logits, all) = decode.call(generator.weights(), (ids, starts, all))?;
         self.caches = Some(all);
         self.lens = lens.into_iter().map(|l| l + 1).collect();
         let logits = logits.to_vec::<f32>()?;
@@ -225,12 +267,32 @@ impl<M: CausalLm> Batch<M> {
             Some(last) if row <= last => last,
             _ => return Err(Error::Input(format!("no sequence in row {row}"))),
         };
+        if self.alone.take().is_some() {
+            self.lens.clear();
+            return Ok(());
+        }
         if row != last {
             let all = self.take_caches()?;
             let (from, to) = (self.index(last)?, self.index(row)?);
             self.caches = Some(self.moves.call_fn((all, from, to))?);
         }
         self.lens.swap_remove(row);
+        if let [len] = self.lens[..] {
+            // The one left runs alone again, from its own cache; if that
+            // fails, it ends, as after a failed step.
+            let all = self.take_caches()?;
+            let row = self
+                .index(0)
+                .and_then(|at| Ok(self.take.call_fn((all.clone(), at))?));
+            self.caches = Some(all);
+            match row {
+                Ok(row) => self.alone = Some(Cache::new(row, len)),
+                Err(e) => {
+                    self.lens.clear();
+                    return Err(e);
+                }
+            }
+        }
         Ok(())
     }
 }

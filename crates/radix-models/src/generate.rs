@@ -229,6 +229,11 @@ pub struct Cache {
 }
 
 impl Cache {
+    /// `buffers` holding `len` positions.
+    pub(crate) fn new(buffers: Bufferized<Vec<KvCache>>, len: usize) -> Cache {
+        Cache { buffers, len }
+    }
+
     /// How many positions hold tokens.
     pub fn len(&self) -> usize {
         self.len

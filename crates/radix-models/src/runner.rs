@@ -257,7 +257,7 @@ impl RunnerBatch {
     }
 
     /// See [`Batch::step`]; `runner` is the one that made the batch.
-    pub fn step(&mut self, runner: &Runner, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+    pub fn step(&mut self, runner: &mut Runner, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
         match (self, runner) {
             (RunnerBatch::Llama(b), Runner::Llama(g)) => b.step(g, tokens),
             (RunnerBatch::Gemma3(b), Runner::Gemma3(g)) => b.step(g, tokens),

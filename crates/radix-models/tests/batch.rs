@@ -82,7 +82,7 @@ fn greedy_ids_alone_equal_batched_with_15_others() {
     let platform = radix::testing::platform();
     let mut runner = Runner::open(&platform, &path, 64, MatrixFormat::AsStored).expect("load");
     let mut batch = runner.batch(16).expect("batch");
-    assert_eq!(batch.buckets(), [2, 4, 8, 16]);
+    assert_eq!(batch.buckets(), [1, 2, 4, 8, 16]);
 
     let reference = reference();
     let cases = reference["cases"].as_array().expect("cases");
@@ -135,7 +135,7 @@ fn tiny_alone_equals_batched(name: &str) {
     let mut runner =
         Runner::open(&platform, Path::new(&path), 64, MatrixFormat::AsStored).expect("load");
     let mut batch = runner.batch(4).expect("batch");
-    assert_eq!(batch.buckets(), [2, 4]);
+    assert_eq!(batch.buckets(), [1, 2, 4]);
     let mut prompts = vec![first];
     for i in 0..5u32 {
         prompts.push(

@@ -116,7 +116,18 @@ fn bench_matmul(c: &mut Criterion) {
         parallel: &Serial,
     };
     let (rows, cols) = (1536, 576);
-    for (format, n_tokens) in [(Format::Q4_1, 128), (Format::Q8_0, 128), (Format::Q4_1, 16)] {
+    // 2 to 7 tokens (a batch of decoding sequences) multiply decoded tiles
+    // a token at a time; from 8, the tokens sit in vector lanes.
+    let cases = [
+        (Format::Q4_1, 128),
+        (Format::Q8_0, 128),
+        (Format::Q4_1, 16),
+        (Format::Q4_1, 7),
+        (Format::Q4_1, 4),
+        (Format::Q4_1, 2),
+        (Format::Q4_K, 2),
+    ];
+    for (format, n_tokens) in cases {
         let mut group = c.benchmark_group(format!("matmul {format:?} ({})", Isa::best().name()));
         let weights = random_blocks(format, rows * cols / 32, 7);
         let x: Vec<f32> = (0..n_tokens * cols)

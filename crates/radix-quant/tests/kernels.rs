@@ -265,6 +265,47 @@ impl Parallel for FineGrained {
     }
 }
 
+/// Below a group of lanes (2 to 7 tokens, a batch of decoding sequences), a
+/// token's products are the same bit for bit whichever tokens come with it,
+/// so a sequence decodes the same numbers in any batch of that size.
+#[test]
+fn companions_do_not_change_a_token() {
+    let mut rng = Rng(23);
+    for (format, rows, cols) in [
+        (Format::Q4_1, 37, 256),
+        (Format::Q4_K, 9, 512),
+        (Format::F32, 11, 70),
+    ] {
+        let weights = random_weights(format, rows, cols, Codes::Random, 1.0, &mut rng);
+        let x = random_x(7 * cols, &mut rng);
+        for isa in Isa::available() {
+            let config = Config {
+                isa,
+                parallel: &Serial,
+            };
+            let products = |x: &[f32]| {
+                let n = x.len() / cols;
+                let mut y = vec![f32::NAN; n * rows];
+                matmul_with(&config, format, &weights, rows, cols, n, x, &mut y).expect("shapes");
+                y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            };
+            for n in 2..=7 {
+                let all = products(&x[..n * cols]);
+                for t in 0..n {
+                    let token = &x[t * cols..(t + 1) * cols];
+                    let alone = products(&[token, token].concat());
+                    assert_eq!(
+                        all[t * rows..(t + 1) * rows],
+                        alone[..rows],
+                        "{format:?} ({}): token {t} of {n}",
+                        isa.name()
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// Many threads compute every output with the same code as one thread, so
 /// the results are equal bit for bit, with the rows split into many tasks.
 #[test]

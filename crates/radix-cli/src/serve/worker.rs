@@ -341,7 +341,7 @@ impl State {
             .iter()
             .filter_map(|s| s.ids.last().copied())
             .collect();
-        let logits = self.batch.step(&self.runner, &last)?;
+        let logits = self.batch.step(&mut self.runner, &last)?;
         self.metrics.decode_step(last.len());
         let mut done = Vec::with_capacity(active.len());
         for (seq, logits) in active.iter_mut().zip(&logits) {
