@@ -358,15 +358,15 @@ impl<B: Layer> Decoder<B> {
     }
 
     /// The mean cross-entropy of next-token prediction over token `ids`
-    /// `(b, s)`: position `i`'s logits against token `i + 1` (the loss
-    /// a language model trains on; the caches start empty).
+    /// `(b, s)`, `b` sequences of `s` tokens: position `i`'s logits
+    /// against token `i + 1` of the same row (the loss a language model
+    /// trains on; the caches start empty).
     pub fn next_token_loss(&self, ids: Tensor) -> Tensor {
         let (b, s) = (ids.dim("b"), ids.dim("s"));
         let zero = Tensor::scalar(0.0, DType::I32);
-        let caches: Vec<KvCache> = self
-            .cache_shapes(s as usize)
-            .into_iter()
-            .map(|c| KvCache::zeros(c.with_dtype(DType::F32)))
+        let (kv, hd) = (self.cfg.n_kv_heads, self.cfg.head_dim);
+        let caches: Vec<KvCache> = (0..self.layers.len())
+            .map(|_| KvCache::zeros(KvCache::shape(b, s, kv, hd, DType::F32)))
             .collect();
         let (mut x, pos) = self.embed(ids, zero);
         for (block, cache) in self.layers.iter().zip(caches) {

@@ -47,3 +47,41 @@ fn the_loss_falls_below_half() {
     assert!((5.0..6.5).contains(&first), "first loss {first}");
     assert!(last < first / 2.0, "loss {first} -> {last}");
 }
+
+/// `next_token_loss` of a batch is the mean over its rows, each row a
+/// sequence of its own: the loss of 3 windows together equals the mean of
+/// each window's alone.
+#[test]
+fn a_batch_loss_is_the_mean_of_its_rows() {
+    let text = include_bytes!("fixtures/train_lm/text.md");
+    let p = platform();
+    let model = Llama::new(&byte_llama());
+    let mut rng = Rng::new(1);
+    let weights = init_weights(&p, &model, &mut rng).unwrap();
+    // The loss of the windows in `ids` as one batch.
+    let loss_of = |ids: &[i32]| -> f32 {
+        let rows = (ids.len() as i64) / WINDOW;
+        let shape = Shape::tagged(DType::I32, &[("b", rows), ("s", WINDOW)]);
+        let exe = radix::compile(&p, &model, &Tensor::param(shape), |m, ids| {
+            m.next_token_loss(ids)
+        })
+        .unwrap();
+        let ids = Buffer::from_slice(&p, ids, shape).unwrap();
+        exe.call(&weights, ids).unwrap().to_vec::<f32>().unwrap()[0]
+    };
+    let windows: Vec<Vec<i32>> = (0..3)
+        .map(|_| byte_window(text, WINDOW as usize, &mut rng))
+        .collect();
+    let alone: Vec<f32> = windows.iter().map(|w| loss_of(w)).collect();
+    let together = loss_of(&windows.concat());
+    let mean = alone.iter().sum::<f32>() / 3.0;
+    // Sums over 3 × 64 positions of f32 log-probabilities near 5.5.
+    assert!(
+        (together - mean).abs() <= 1e-5 * mean.abs() + 1e-6,
+        "together {together}, rows alone {alone:?} (mean {mean})"
+    );
+    assert!(
+        alone.iter().any(|&l| (l - mean).abs() > 1e-3),
+        "the windows differ: {alone:?}"
+    );
+}
