@@ -71,11 +71,35 @@ pub struct GenerateArgs {
     /// all dequantized at load to f32 or bf16.
     #[arg(long, value_enum, default_value_t = DtypeArg::Stored)]
     dtype: DtypeArg,
+    /// Multiply quantized matrices by f32 activations (`W·x`) rather than by
+    /// activations quantized to 8 bits as llama.cpp does (`W·x̃`, the default
+    /// for Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 matrices: faster).
+    #[arg(long)]
+    exact: bool,
+}
+
+impl GenerateArgs {
+    /// The form `--dtype` and `--exact` ask for.
+    pub(crate) fn matrices(&self) -> anyhow::Result<MatrixFormat> {
+        matrix_format(self.dtype, self.exact)
+    }
+}
+
+/// The form of the matrices `--dtype` and `--exact` ask for; `--exact`
+/// only means something for matrices kept as stored.
+pub(crate) fn matrix_format(dtype: DtypeArg, exact: bool) -> anyhow::Result<MatrixFormat> {
+    match (dtype, exact) {
+        (DtypeArg::Stored, true) => Ok(MatrixFormat::Exact),
+        (_, false) => Ok(dtype.into()),
+        (_, true) => anyhow::bail!(
+            "--exact is for matrices as stored: --dtype f32 and bf16 products are exact already"
+        ),
+    }
 }
 
 /// `--dtype`.
 #[derive(Clone, Copy, clap::ValueEnum)]
-enum DtypeArg {
+pub(crate) enum DtypeArg {
     /// As the file stores them.
     Stored,
     /// f32.
@@ -135,7 +159,7 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
         (prompt, ids)
     };
     let n_new = model.n_new(ids.len(), args.max_tokens)?;
-    let mut session = Session::new(open_platform(cli)?, model, 32, args);
+    let mut session = Session::new(open_platform(cli)?, model, 32, args)?;
     let res = if args.json {
         session.generate(&ids, n_new, &mut sampler, |_| Ok(()))?
     } else {
@@ -360,17 +384,22 @@ struct Session {
 }
 
 impl Session {
-    fn new(platform: Platform, model: Model, min_capacity: usize, args: &GenerateArgs) -> Session {
-        Session {
+    fn new(
+        platform: Platform,
+        model: Model,
+        min_capacity: usize,
+        args: &GenerateArgs,
+    ) -> anyhow::Result<Session> {
+        Ok(Session {
             platform,
             model,
             min_capacity,
             plan: args.plan.into(),
-            matrices: args.dtype.into(),
+            matrices: args.matrices()?,
             runner: None,
             load_time: Duration::ZERO,
             compile_time: Duration::ZERO,
-        }
+        })
     }
 
     /// A runner whose cache holds at least `positions`, compiled for prompts
@@ -485,7 +514,7 @@ impl TextStream {
 fn chat_loop(cli: &Cli, model: Model, args: &GenerateArgs, mut sampler: Sampler) -> Result<()> {
     // A longer cache than the first turns need, so that later turns reuse it.
     model.say_which_chat_template();
-    let mut session = Session::new(open_platform(cli)?, model, 1024, args);
+    let mut session = Session::new(open_platform(cli)?, model, 1024, args)?;
     let mut history: Vec<ChatMessage> = vec![];
     let mut stdin = std::io::stdin().lock();
     let mut stdout = std::io::stdout();

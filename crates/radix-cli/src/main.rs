@@ -88,7 +88,19 @@ enum Command {
     Serve(serve::ServeArgs),
 }
 
+/// Keeps XLA's informational lines (the CPU plugin logs each create option
+/// it reads, before any logging is configured) off stderr, unless the user
+/// set `TF_CPP_MIN_LOG_LEVEL` themselves. Warnings and errors still show.
+fn quiet_plugin_info() {
+    if std::env::var_os("TF_CPP_MIN_LOG_LEVEL").is_none() {
+        // SAFETY: the first thing `main` does, before any other thread
+        // exists that could read the environment.
+        unsafe { std::env::set_var("TF_CPP_MIN_LOG_LEVEL", "1") };
+    }
+}
+
 fn main() -> ExitCode {
+    quiet_plugin_info();
     let cli = Cli::parse();
     init_logging(cli.verbose);
     let res = match &cli.command {

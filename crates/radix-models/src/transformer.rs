@@ -278,23 +278,11 @@ impl Attention {
         };
         let (k, v) = (k.rename("s", "k"), v.rename("s", "k"));
         let cache = step.cache.write(step.start, k, v);
-        // A batch's cache may hold rows past the step's (free slots after
-        // the running sequences): attend over the step's rows only.
-        let rows = x.dim("b");
-        let (ck, cv) = if cache.k.dim("b") > rows {
-            (cache.k.slice("b", 0..rows), cache.v.slice("b", 0..rows))
-        } else {
-            (cache.k, cache.v)
-        };
-        let k_pos = Tensor::iota(Shape::tagged(pos.dtype(), &[("k", cache.k.dim("k"))]), "k");
+        // Reads the step's rows of the cache (a batch's cache may hold more:
+        // free slots after the running sequences), each query the positions
+        // up to its own (and within the window).
         let q_pos = pos.rename("s", "q");
-        let mask = nn::causal_mask(q_pos, k_pos);
-        let mask = match self.window {
-            // Keys within the last `w` positions: q_pos <= k_pos + w - 1.
-            Some(w) => mask.and(nn::causal_mask(k_pos + (w - 1) as f64, q_pos)),
-            None => mask,
-        };
-        let out = nn::attention(q.rename("s", "q"), ck, cv, Some(mask));
+        let out = nn::cached_attention(q.rename("s", "q"), q_pos, cache, self.window);
         let out = out.merge_axes(["h", "hd"], "d").rename("q", "s");
         (self.o.forward(out), cache)
     }

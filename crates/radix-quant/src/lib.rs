@@ -31,5 +31,7 @@ pub use activations::quantize_q8_0;
 pub use dequantize::dequantize;
 pub use error::Error;
 pub use format::{Format, QK_K};
-pub use kernels::{Config, Isa, matmul, matmul_with, matvec, matvec_q8_with, matvec_with};
-pub use threads::{Parallel, ScopedThreads, Serial};
+pub use kernels::{
+    Config, Isa, matmul, matmul_q8_with, matmul_with, matvec, matvec_q8_with, matvec_with,
+};
+pub use threads::{Parallel, ScopedThreads, Serial, SpinPool};

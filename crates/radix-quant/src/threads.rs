@@ -26,6 +26,13 @@ pub trait Parallel: Sync {
     fn min_task_bytes(&self) -> usize {
         64 * 1024
     }
+
+    /// How many tasks per thread the kernels cut work into: more than one
+    /// pays where tasks are claimed from a counter, so that a thread that
+    /// starts late takes fewer.
+    fn tasks_per_thread(&self) -> usize {
+        1
+    }
 }
 
 /// Everything on the calling thread.
@@ -103,5 +110,250 @@ impl Parallel for ScopedThreads {
             }
             work();
         });
+    }
+}
+
+/// Long-lived workers that wait for the next job by spinning for a short
+/// while before they sleep, as ggml's pool does between the nodes of a
+/// token's graph: a decode step hands a job to the pool every few tens of
+/// microseconds, and waking a sleeping thread (a futex) costs about as long
+/// as decoding a small matrix. Tasks are claimed one at a time from a shared
+/// counter, so a worker that starts late takes fewer.
+///
+/// One job runs at a time; a caller that finds the pool busy (another
+/// thread's job) runs its tasks itself rather than wait. The caller always
+/// works on its own job too.
+pub struct SpinPool {
+    shared: std::sync::Arc<Shared>,
+    workers: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// How long an idle worker spins before it sleeps: longer than the gaps
+/// between the matrix products of one decode step, shorter than anything a
+/// user would notice as a busy core.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(300);
+
+/// What a job's tasks see: the function and the counters of its tasks.
+struct Job<'a> {
+    task: &'a (dyn Fn(usize) + Sync),
+    n_tasks: usize,
+    /// The next task to claim.
+    next: AtomicUsize,
+    /// Tasks finished (or panicked).
+    done: AtomicUsize,
+    panic: std::sync::Mutex<Option<String>>,
+}
+
+impl Job<'_> {
+    /// Claims and runs tasks until none is left.
+    fn work(&self) {
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            if i >= self.n_tasks {
+                return;
+            }
+            let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.task)(i)));
+            if let Err(payload) = res {
+                let msg = panic_message(payload.as_ref());
+                let mut panic = self.panic.lock().unwrap_or_else(|e| e.into_inner());
+                panic.get_or_insert(msg);
+            }
+            self.done.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a task panicked".into())
+}
+
+/// The state the caller and the workers share.
+struct Shared {
+    /// The running job (a `Job` on the caller's stack), or null.
+    job: std::sync::atomic::AtomicPtr<Job<'static>>,
+    /// Bumped for every job, so a worker joins each job once.
+    epoch: AtomicUsize,
+    /// Workers between reading `job` and leaving it: the caller waits for
+    /// none before its job leaves its stack.
+    busy: AtomicUsize,
+    /// Whether a job is being run (one at a time).
+    running: std::sync::atomic::AtomicBool,
+    sleep: std::sync::Mutex<()>,
+    wake: std::sync::Condvar,
+    sleeping: AtomicUsize,
+    stop: std::sync::atomic::AtomicBool,
+}
+
+impl SpinPool {
+    /// A pool of `n_workers` threads besides the callers'.
+    pub fn new(n_workers: usize) -> SpinPool {
+        let shared = std::sync::Arc::new(Shared {
+            job: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
+            epoch: AtomicUsize::new(0),
+            busy: AtomicUsize::new(0),
+            running: std::sync::atomic::AtomicBool::new(false),
+            sleep: std::sync::Mutex::new(()),
+            wake: std::sync::Condvar::new(),
+            sleeping: AtomicUsize::new(0),
+            stop: std::sync::atomic::AtomicBool::new(false),
+        });
+        let workers = (0..n_workers)
+            .map(|i| {
+                let shared = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("radix-kernel-{i}"))
+                    .spawn(move || worker(&shared))
+                    .expect("the OS starts a kernel thread")
+            })
+            .collect();
+        SpinPool { shared, workers }
+    }
+
+    /// One pool for the process, with a worker per core besides the
+    /// caller's, made on first use.
+    pub fn global() -> &'static SpinPool {
+        static POOL: OnceLock<SpinPool> = OnceLock::new();
+        POOL.get_or_init(|| SpinPool::new(ScopedThreads::available().n_threads() - 1))
+    }
+
+    /// [`Parallel::run`], with a panic of a task returned as its message
+    /// (every other task still runs).
+    pub fn try_run(&self, n_tasks: usize, task: &(dyn Fn(usize) + Sync)) -> Result<(), String> {
+        let job = Job {
+            task,
+            n_tasks,
+            next: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            panic: std::sync::Mutex::new(None),
+        };
+        let shared = &*self.shared;
+        let alone = n_tasks <= 1
+            || self.workers.is_empty()
+            || shared
+                .running
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err();
+        if alone {
+            job.work();
+        } else {
+            // The workers see the job only until it is taken back below,
+            // and `busy` tells when the last has let go of it.
+            let ptr = (&job as *const Job<'_>).cast_mut().cast::<Job<'static>>();
+            shared.job.store(ptr, Ordering::SeqCst);
+            shared.epoch.fetch_add(1, Ordering::SeqCst);
+            if shared.sleeping.load(Ordering::SeqCst) > 0 {
+                let _guard = shared.sleep.lock().unwrap_or_else(|e| e.into_inner());
+                shared.wake.notify_all();
+            }
+            job.work();
+            while job.done.load(Ordering::Acquire) < n_tasks {
+                std::hint::spin_loop();
+            }
+            shared.job.store(std::ptr::null_mut(), Ordering::SeqCst);
+            while shared.busy.load(Ordering::SeqCst) > 0 {
+                std::hint::spin_loop();
+            }
+            shared.running.store(false, Ordering::Release);
+        }
+        match job.panic.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            Some(msg) => Err(msg),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A worker: joins each new job, spins for [`SPIN`] after it, then sleeps
+/// until the next.
+fn worker(shared: &Shared) {
+    let mut seen = shared.epoch.load(Ordering::SeqCst);
+    loop {
+        let mut idle_since = std::time::Instant::now();
+        let mut spins = 0u32;
+        loop {
+            if shared.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let epoch = shared.epoch.load(Ordering::SeqCst);
+            if epoch != seen {
+                seen = epoch;
+                break;
+            }
+            spins += 1;
+            if spins % 64 == 0 && idle_since.elapsed() > SPIN {
+                let guard = shared.sleep.lock().unwrap_or_else(|e| e.into_inner());
+                shared.sleeping.fetch_add(1, Ordering::SeqCst);
+                // Checked under the lock the caller takes to wake us, so a
+                // job published in between is not missed.
+                let guard = shared
+                    .wake
+                    .wait_while(guard, |_| {
+                        shared.epoch.load(Ordering::SeqCst) == seen
+                            && !shared.stop.load(Ordering::Relaxed)
+                    })
+                    .unwrap_or_else(|e| e.into_inner());
+                shared.sleeping.fetch_sub(1, Ordering::SeqCst);
+                drop(guard);
+                idle_since = std::time::Instant::now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        shared.busy.fetch_add(1, Ordering::SeqCst);
+        let ptr = shared.job.load(Ordering::SeqCst);
+        if !ptr.is_null() {
+            // SAFETY: the caller keeps its job alive and in `job` until it
+            // has seen `busy` return to zero, and we counted ourselves in
+            // `busy` before reading the pointer.
+            unsafe { &*ptr }.work();
+        }
+        shared.busy.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Parallel for SpinPool {
+    fn n_threads(&self) -> usize {
+        self.workers.len() + 1
+    }
+
+    /// Several tasks per thread: claimed from a counter, they even out a
+    /// thread that starts late or is interrupted.
+    fn tasks_per_thread(&self) -> usize {
+        4
+    }
+
+    /// Handing a task to a spinning worker costs well under a microsecond.
+    fn min_task_bytes(&self) -> usize {
+        16 * 1024
+    }
+
+    fn run(&self, n_tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        if let Err(msg) = self.try_run(n_tasks, task) {
+            panic!("{msg}");
+        }
+    }
+}
+
+impl Drop for SpinPool {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        {
+            let _guard = self.shared.sleep.lock().unwrap_or_else(|e| e.into_inner());
+            self.shared.wake.notify_all();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+impl std::fmt::Debug for SpinPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpinPool")
+            .field("workers", &self.workers.len())
+            .finish()
     }
 }

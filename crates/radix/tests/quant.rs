@@ -7,7 +7,7 @@
 mod blocks;
 
 use blocks::{KINDS, Rng, block, reference};
-use radix::quant::{Format, blocks_shape};
+use radix::quant::{Format, Products, blocks_shape, blocks_shape_with};
 use radix::testing::{Tol, assert_all_close, platform, trace_fn};
 use radix::{Buffer, CacheMode, CompileConfig, CustomCallMode, DType, Literal, Program, Shape};
 
@@ -83,9 +83,36 @@ fn reference_dot(w: &[f32], x: &[f32], cols: usize) -> (Vec<f32>, f64) {
     (y, scale)
 }
 
+/// `x` as the 8-bit activations the integer kernels multiply: each token
+/// quantized to Q8_0 blocks and decoded again.
+fn quantized_activations(x: &[f32], cols: usize) -> Vec<f32> {
+    x.chunks_exact(cols)
+        .flat_map(|x| {
+            let mut q = vec![0u8; Format::Q8_0.row_bytes(cols).expect("whole blocks")];
+            radix_quant::quantize_q8_0(x, &mut q).expect("lengths");
+            let mut x = vec![0f32; cols];
+            radix_quant::dequantize(Format::Q8_0, &q, &mut x).expect("blocks");
+            x
+        })
+        .collect()
+}
+
+/// The formats with integer kernels: their [`Products::Int8`] products
+/// multiply quantized activations.
+const INT8_FORMATS: [Format; 5] = [
+    Format::Q8_0,
+    Format::Q4_0,
+    Format::Q4_1,
+    Format::Q5_0,
+    Format::Q5_1,
+];
+
 /// One token `[d]` and three tokens stored `[d, s]` (the contracted axis
-/// first) times a 5-row matrix, every way the ops run.
-fn check_dot(format: Format, rng: &mut Rng) {
+/// first) times a 5-row matrix, every way the ops run. The kernels compute
+/// `W·x` for [`Products::Exact`], and for [`Products::Int8`] `W·x̃` with the
+/// activations `x̃` quantized to 8 bits where the format has an integer
+/// kernel; the interpreter runs the kernels; the in-graph fallback is `W·x`.
+fn check_dot(format: Format, products: Products, rng: &mut Rng) {
     let (rows, cols) = (5, 2 * format.block_len().max(32));
     let w = matrix(format, rows, cols, rng);
     let x: Vec<f32> = (0..3 * cols).map(|_| rng.unit()).collect();
@@ -93,7 +120,8 @@ fn check_dot(format: Format, rng: &mut Rng) {
     let x_ds: Vec<f32> = (0..cols)
         .flat_map(|c| (0..3).map(|t| x[t * cols + c]).collect::<Vec<_>>())
         .collect();
-    let w_shape = blocks_shape(format, ("out", rows as i64), cols as i64).expect("blocks");
+    let w_shape =
+        blocks_shape_with(format, ("out", rows as i64), cols as i64, products).expect("blocks");
     let inputs = [
         Literal::from_bytes(w_shape, &w),
         f32_literal(&x[..cols], &[("d", cols as i64)]),
@@ -113,40 +141,43 @@ fn check_dot(format: Format, rng: &mut Rng) {
         .collect();
     assert_eq!(shapes, ["{out=5, f32}", "{s=3, out=5, f32}"], "{format:?}");
 
-    let (want, scale) = reference_dot(&reference(format, &w), &x, cols);
-    let tol = Tol::sum(DType::F32, cols, scale);
-    let check = |what: &str, got: &[Vec<f32>]| {
-        assert_all_close(
-            &format!("{format:?} {what}, one token"),
-            &got[0],
-            &want[..rows],
-            tol,
-        );
-        assert_all_close(
-            &format!("{format:?} {what}, three tokens"),
-            &got[1],
-            &want,
-            tol,
-        );
+    let decoded = reference(format, &w);
+    let int8 = products == Products::Int8 && INT8_FORMATS.contains(&format);
+    let x_kernel = if int8 {
+        quantized_activations(&x, cols)
+    } else {
+        x.clone()
+    };
+    let check = |what: &str, got: &[Vec<f32>], x: &[f32]| {
+        let (want, scale) = reference_dot(&decoded, x, cols);
+        let tol = Tol::sum(DType::F32, cols, scale);
+        let what = format!("{format:?} {products:?} {what}");
+        assert_all_close(&format!("{what}, one token"), &got[0], &want[..rows], tol);
+        assert_all_close(&format!("{what}, three tokens"), &got[1], &want, tol);
     };
     let interp: Vec<Vec<f32>> = program
         .interpret(&inputs)
         .iter()
         .map(|l| l.to_vec::<f32>())
         .collect();
-    check("interpreter", &interp);
-    check(
-        "kernels",
-        &run(program.clone(), &inputs, CustomCallMode::Native),
-    );
-    check("fallback", &run(program, &inputs, CustomCallMode::Fallback));
+    check("interpreter", &interp, &x_kernel);
+    let native = run(program.clone(), &inputs, CustomCallMode::Native);
+    check("kernels", &native, &x_kernel);
+    if int8 {
+        // A token's products do not depend on the other tokens of the step.
+        assert_eq!(native[0], native[1][..rows], "{format:?}: token 0 alone and of three");
+    }
+    let fallback = run(program, &inputs, CustomCallMode::Fallback);
+    check("fallback", &fallback, &x);
 }
 
 #[test]
 fn dot_equals_f32_arithmetic_on_the_decoded_weights() {
     let mut rng = Rng(0x5851_F42D_4C95_7F2D);
     for format in Format::ALL {
-        check_dot(format, &mut rng);
+        for products in [Products::Exact, Products::Int8] {
+            check_dot(format, products, &mut rng);
+        }
     }
 }
 

@@ -95,8 +95,8 @@ pub fn matvec_with(
 ) -> Result<(), Error> {
     let row_bytes = check_matvec(format, weights, rows, cols, x, y)?;
     let isa = config.isa;
-    for_rows(config, weights, row_bytes, y, &|row| {
-        dot_row(isa, format, row, x)
+    for_rows(config, weights, row_bytes, 1, y, &|row, y| {
+        y[0] = dot_row(isa, format, row, x);
     });
     Ok(())
 }
@@ -117,15 +117,45 @@ pub fn matvec_q8_with(
     x: &[f32],
     y: &mut [f32],
 ) -> Result<(), Error> {
+    matmul_q8_with(config, format, weights, rows, cols, 1, x, y)
+}
+
+/// [`matvec_q8_with`] of each of `n_tokens` tokens (`x` is `n_tokens ×
+/// cols`, `y` is `n_tokens × rows`, row-major): each row's weights are read
+/// once for all tokens, and every token's products are exactly those
+/// [`matvec_q8_with`] computes for it alone (the same quantized activations
+/// and the same sums), so a sequence gets the same results in a batch.
+/// Meant for a few tokens (a batch of decoding sequences): each product is a
+/// dot, not a tiled matrix product as in [`matmul_with`]. Other formats
+/// compute exactly what [`matmul_with`] does.
+#[allow(clippy::too_many_arguments)] // the matrix, its shape, the tokens: none is optional
+pub fn matmul_q8_with(
+    config: &Config,
+    format: Format,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    n_tokens: usize,
+    x: &[f32],
+    y: &mut [f32],
+) -> Result<(), Error> {
     if !Q8_FORMATS.contains(&format) {
-        return matvec_with(config, format, weights, rows, cols, x, y);
+        return match n_tokens {
+            1 => matvec_with(config, format, weights, rows, cols, x, y),
+            _ => matmul_with(config, format, weights, rows, cols, n_tokens, x, y),
+        };
     }
-    let row_bytes = check_matvec(format, weights, rows, cols, x, y)?;
-    let mut xq = vec![0u8; Format::Q8_0.row_bytes(cols)?];
-    crate::quantize_q8_0(x, &mut xq)?;
+    let row_bytes = check_weights(format, weights, rows, cols)?;
+    check_len("x", x.len(), product("x", n_tokens, cols)?)?;
+    check_len("y", y.len(), product("y", n_tokens, rows)?)?;
+    let block_bytes = Format::Q8_0.row_bytes(cols)?;
+    let mut blocks = vec![0u8; product("x (bytes)", n_tokens, block_bytes)?];
+    for (x, xq) in x.chunks_exact(cols.max(1)).zip(blocks.chunks_exact_mut(block_bytes.max(1))) {
+        crate::quantize_q8_0(x, xq)?;
+    }
     // Per block, the scale as f32 (converted once, not once per row) and the
     // sum of the dequantized activations, which Q4_1's and Q5_1's minimums multiply.
-    let scales: Vec<[f32; 2]> = xq
+    let scales: Vec<[f32; 2]> = blocks
         .chunks_exact(34)
         .map(|b| {
             let d = crate::dequantize::f16_at(b, 0);
@@ -135,18 +165,35 @@ pub fn matvec_q8_with(
             ]
         })
         .collect();
+    let n_blocks = block_bytes / 34;
+    let tokens: Vec<Q8Activations> = (0..n_tokens)
+        .map(|t| Q8Activations {
+            blocks: &blocks[t * block_bytes..][..block_bytes],
+            scales: &scales[t * n_blocks..][..n_blocks],
+        })
+        .collect();
     let isa = config.isa;
-    let xq = Q8Activations {
-        blocks: &xq,
-        scales: &scales,
+    let dot = |row: &[u8], out: &mut [f32]| {
+        for (y, x) in out.iter_mut().zip(&tokens) {
+            *y = dot_row_q8(isa, format, row, x);
+        }
     };
-    for_rows(config, weights, row_bytes, y, &|row| {
-        dot_row_q8(isa, format, row, &xq)
-    });
+    if n_tokens == 1 {
+        for_rows(config, weights, row_bytes, 1, y, &dot);
+        return Ok(());
+    }
+    // By row, then transposed into `y`'s token-major order.
+    let mut by_row = vec![0.0f32; y.len()];
+    for_rows(config, weights, row_bytes, n_tokens, &mut by_row, &dot);
+    for (r, ys) in by_row.chunks_exact(n_tokens).enumerate() {
+        for (t, &v) in ys.iter().enumerate() {
+            y[t * rows + r] = v;
+        }
+    }
     Ok(())
 }
 
-/// The formats `matvec_q8_with` has integer kernels for.
+/// The formats `matmul_q8_with` has integer kernels for.
 const Q8_FORMATS: [Format; 5] = [
     Format::Q8_0,
     Format::Q4_0,
@@ -161,34 +208,65 @@ struct Q8Activations<'a> {
     scales: &'a [[f32; 2]],
 }
 
-/// `y[r] = dot(row r)` over tasks of whole rows; `y` has one element per
-/// row of `weights`.
+/// `dot(row r, y[r * per_row..][..per_row])` over tasks of whole rows: `y`
+/// has `per_row` outputs for each row of `weights`.
 fn for_rows(
     config: &Config,
     weights: &[u8],
     row_bytes: usize,
+    per_row: usize,
     y: &mut [f32],
-    dot: &(dyn Fn(&[u8]) -> f32 + Sync),
+    dot: &(dyn Fn(&[u8], &mut [f32]) + Sync),
 ) {
     if row_bytes == 0 {
         // Rows of no elements: empty dots.
         y.fill(0.0);
         return;
     }
-    if y.is_empty() {
+    if y.is_empty() || per_row == 0 {
         return;
     }
-    let rows_per_task = rows_per_task(config, y.len(), row_bytes, 1);
+    let n_rows = y.len() / per_row;
+    let rows_per_task = rows_per_task(config, n_rows, row_bytes, 1);
     // One lock per task, taken once: the tasks' rows are disjoint.
-    let parts: Vec<Mutex<&mut [f32]>> = y.chunks_mut(rows_per_task).map(Mutex::new).collect();
+    let parts: Vec<Mutex<&mut [f32]>> = y
+        .chunks_mut(rows_per_task * per_row)
+        .map(Mutex::new)
+        .collect();
     config.parallel.run(parts.len(), &|task| {
         let mut part = parts[task].lock().unwrap_or_else(|e| e.into_inner());
         let first = task * rows_per_task;
-        let rows = &weights[first * row_bytes..(first + part.len()) * row_bytes];
-        for (y, row) in part.iter_mut().zip(rows.chunks_exact(row_bytes)) {
-            *y = dot(row);
+        let rows = &weights[first * row_bytes..][..part.len() / per_row * row_bytes];
+        let outs = part.chunks_exact_mut(per_row);
+        for (i, (out, row)) in outs.zip(rows.chunks_exact(row_bytes)).enumerate() {
+            let at = (first + i) * row_bytes + PREFETCH_AHEAD;
+            prefetch(weights.get(at..(at + row_bytes).min(weights.len())));
+            dot(row, out);
         }
     });
+}
+
+/// How far ahead of the row being multiplied [`for_rows`] asks for weights.
+/// A row is a few hundred bytes, and the loads of one row's dot are too few
+/// to keep memory busy: measured on a 2-core Xeon (2.6 GHz, AVX-512), one
+/// SmolLM2 token's matrices took 29.4 ms on one thread without prefetching,
+/// 20.7 ms at 512 bytes ahead, 14.5 ms at 2 KiB and 16 ms at 4 KiB.
+const PREFETCH_AHEAD: usize = 2048;
+
+/// Asks the CPU to bring `bytes` into its caches (a hint: nothing is read,
+/// and nothing happens off x86-64).
+fn prefetch(bytes: Option<&[u8]>) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(bytes) = bytes {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        for line in bytes.chunks(64) {
+            // SAFETY: a prefetch reads nothing and cannot fault; SSE is
+            // part of x86-64.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
 }
 
 /// `y[t] = W·x[t]` for `t` in `0..n_tokens`, with the best instruction set
@@ -288,11 +366,12 @@ pub fn matmul_with(
     Ok(())
 }
 
-/// Rows per task: a multiple of `align`, at most one task per thread, and no
+/// Rows per task: a multiple of `align`, at most the pool's tasks per thread, and no
 /// task smaller than the pool's `min_task_bytes` unless the matrix is.
 fn rows_per_task(config: &Config, rows: usize, row_bytes: usize, align: usize) -> usize {
     let by_size = (rows * row_bytes / config.parallel.min_task_bytes().max(1)).max(1);
-    let n_tasks = config.parallel.n_threads().clamp(1, by_size);
+    let per_thread = config.parallel.tasks_per_thread().max(1);
+    let n_tasks = (config.parallel.n_threads() * per_thread).clamp(1, by_size);
     rows.div_ceil(n_tasks).next_multiple_of(align)
 }
 

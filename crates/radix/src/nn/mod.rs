@@ -12,6 +12,7 @@
 //! `(.., k, h, hd)`.
 
 mod attention;
+mod cached_attention;
 mod embedding;
 mod linear;
 mod mlp;
@@ -41,6 +42,7 @@ pub mod tags {
 }
 
 pub use attention::{KvCache, attention, causal_mask, padding_mask};
+pub use cached_attention::cached_attention;
 pub use embedding::Embedding;
 pub use linear::Linear;
 pub use mlp::{GatedMlp, Mlp};
@@ -48,7 +50,7 @@ pub use norm::{LayerNorm, RmsNorm};
 pub use rope::{RopeLayout, RopeScaling, Rotary};
 
 use crate::io::WeightStore;
-use crate::quant::{Format, blocks_format, blocks_shape};
+use crate::quant::{Format, Products, blocks_format, blocks_shape_with};
 use crate::{Buffer, Bufferized, DType, Module, Platform, Shape, Tensor};
 
 /// Why weights could not be loaded: the file side or the device side.
@@ -73,10 +75,15 @@ pub fn param(axes: &[(&str, i64)]) -> Tensor {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MatrixFormat {
     /// As the file stores them: a block-format matrix (GGUF's Q4_K, ...)
-    /// stays in blocks, read by the quantized kernels; F16 and BF16 stay
-    /// 16-bit; F32 stays f32.
+    /// stays in blocks, read by the quantized kernels with 8-bit activations
+    /// where the format has an integer kernel ([`Products::Int8`], as
+    /// llama.cpp does); F16 and BF16 stay 16-bit; F32 stays f32.
     #[default]
     AsStored,
+    /// As stored, but every product of a blocks matrix exact: `W·x` with the
+    /// activations in f32 ([`Products::Exact`]), for comparisons with
+    /// references that dequantize.
+    Exact,
     /// Every matrix in f32, dequantized at load.
     F32,
     /// Every matrix in BF16, converted at load.
@@ -109,13 +116,20 @@ pub fn set_matrix_formats<M: Module + ?Sized>(
             return;
         }
         let format = match how {
-            MatrixFormat::AsStored => store.format(path).filter(|&f| f != Format::F32),
+            MatrixFormat::AsStored | MatrixFormat::Exact => {
+                store.format(path).filter(|&f| f != Format::F32)
+            }
             MatrixFormat::F32 => None,
             MatrixFormat::BF16 => Some(Format::BF16),
             MatrixFormat::Kernels => store.format(path),
         };
         let rows = (rows_tag.unwrap_or(""), shape.dims()[0]);
-        let blocks = format.and_then(|f| blocks_shape(f, rows, shape.dims()[1]).ok());
+        let products = match how {
+            MatrixFormat::Exact => Products::Exact,
+            _ => Products::Int8,
+        };
+        let blocks =
+            format.and_then(|f| blocks_shape_with(f, rows, shape.dims()[1], products).ok());
         if let Some(blocks) = blocks {
             *t = Tensor::param(blocks);
             changed += 1;

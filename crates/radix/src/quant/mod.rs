@@ -23,6 +23,27 @@ use crate::{DType, Shape};
 /// What a blocks axis's tag starts with; the format's name follows.
 const TAG_PREFIX: &str = "blocks:";
 
+/// What a blocks axis's tag ends with when its products are [`Products::Exact`].
+const EXACT_SUFFIX: &str = ":exact";
+
+/// How the CPU kernels multiply a blocks matrix by f32 activations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Products {
+    /// As llama.cpp decodes: each activation row quantized once to 8-bit
+    /// blocks (Q8_0's scheme), then integer multiply-adds, for the formats
+    /// with an integer kernel (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1; the others are
+    /// [`Products::Exact`]) in steps of up to 16 tokens (a decode step or a
+    /// batch of them; a longer prompt's products are exact, tiled f32
+    /// products being faster there). The result is `W·x̃` for the quantized
+    /// `x̃`: faster, and each activation moves by up to 1/254 of its block's
+    /// largest magnitude.
+    #[default]
+    Int8,
+    /// `W·x` with every weight decoded exactly and products summed in f32,
+    /// equal to "dequantize, then an f32 dot" up to the order of the sums.
+    Exact,
+}
+
 /// The shape of a matrix of `rows` (an axis `(tag, size)`) by `cols`
 /// elements stored as `format` blocks: `u8 [rows, row_bytes]`, the last axis
 /// tagged `blocks:<format>`. `Err` if `cols` is not a whole number of blocks
@@ -35,6 +56,23 @@ const TAG_PREFIX: &str = "blocks:";
 /// assert_eq!(blocks_format(&s), Some((Format::Q4_1, 64)));
 /// ```
 pub fn blocks_shape(format: Format, rows: (&str, i64), cols: i64) -> Result<Shape, String> {
+    blocks_shape_with(format, rows, cols, Products::default())
+}
+
+/// [`blocks_shape`] whose products the kernels compute as `products` says
+/// (the tag records it, so a program, and its cache key, follow it).
+///
+/// ```
+/// use radix::quant::{Format, Products, blocks_products, blocks_shape_with};
+/// let s = blocks_shape_with(Format::Q8_0, ("out", 8), 64, Products::Exact).unwrap();
+/// assert_eq!(blocks_products(&s), Some(Products::Exact));
+/// ```
+pub fn blocks_shape_with(
+    format: Format,
+    rows: (&str, i64),
+    cols: i64,
+    products: Products,
+) -> Result<Shape, String> {
     let (Ok(_), Ok(n_cols)) = (usize::try_from(rows.1), usize::try_from(cols)) else {
         return Err(format!(
             "{} × {cols} {}: sizes must not be negative",
@@ -43,7 +81,11 @@ pub fn blocks_shape(format: Format, rows: (&str, i64), cols: i64) -> Result<Shap
         ));
     };
     let row_bytes = format.row_bytes(n_cols).map_err(|e| e.to_string())?;
-    let tag = format!("{TAG_PREFIX}{}", format.name());
+    let suffix = match products {
+        Products::Int8 => "",
+        Products::Exact => EXACT_SUFFIX,
+    };
+    let tag = format!("{TAG_PREFIX}{}{suffix}", format.name());
     Ok(Shape::tagged(
         DType::U8,
         &[rows, (tag.as_str(), row_bytes as i64)],
@@ -58,7 +100,20 @@ pub fn blocks_format(shape: &Shape) -> Option<(Format, i64)> {
     }
     let last = shape.rank() - 1;
     let name = shape.tag(last)?.as_str().strip_prefix(TAG_PREFIX)?;
+    let name = name.strip_suffix(EXACT_SUFFIX).unwrap_or(name);
     let format = Format::from_name(name)?;
     let cols = format.row_cols(shape.dims()[last] as usize)?;
     Some((format, cols as i64))
+}
+
+/// How the kernels multiply a blocks shape's matrix ([`blocks_shape_with`]),
+/// or `None` for any other shape.
+pub fn blocks_products(shape: &Shape) -> Option<Products> {
+    blocks_format(shape)?;
+    let tag = shape.tag(shape.rank() - 1)?.as_str();
+    Some(if tag.ends_with(EXACT_SUFFIX) {
+        Products::Exact
+    } else {
+        Products::Int8
+    })
 }

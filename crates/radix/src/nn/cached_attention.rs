@@ -1,0 +1,236 @@
+//! Causal attention of new queries over a key/value cache: the custom call
+//! `radix.cached_attention`, whose kernel reads only the cache positions
+//! each query may see (so a decode step costs what the tokens in the cache
+//! cost, not its capacity), and whose fallback is [`attention`] over the
+//! whole cache with a causal (and sliding-window) mask.
+
+use std::sync::LazyLock;
+
+use crate::custom_call::{Attrs, CustomCall, Kernel};
+use crate::nn::tags::{B, H, HD, K, Q};
+use crate::nn::{KvCache, attention, causal_mask};
+use crate::tensor::fail;
+use crate::{DType, Shape, Tensor};
+
+/// `q [b, q, h, hd] f32`, the cache's `k` and `v` `[rows, k, kv, hd] f32`
+/// (`rows >= b`) and the queries' positions `[b, q] i32`: `[b, q, h, hd]`.
+/// Attribute `window`: how many positions a query sees, itself included (0:
+/// all before it).
+static CACHED_ATTENTION: LazyLock<CustomCall> = LazyLock::new(|| {
+    CustomCall::builder("radix.cached_attention", 1, shape_rule, kernel)
+        .fallback(|x, attrs| {
+            let window = attrs.i64("window").unwrap_or(0);
+            vec![masked(x[0], x[1], x[2], x[3], window)]
+        })
+        .register()
+        .expect("radix.cached_attention is declared once")
+});
+
+/// Attention of queries `q` `(b, q, h, hd)` at positions `q_pos` `(b, q)`
+/// over `cache` (keys and values tagged `(b, k, h, hd)`, at least `b` rows):
+/// query at position `p` reads the keys at positions `..= p`, or, with a
+/// `window` of `w`, the last `w` of them. The result has `q`'s shape; the
+/// keys' scores are scaled by `1 / sqrt(hd)`.
+///
+/// On the CPU plugin this is a kernel that reads only those positions;
+/// elsewhere it is [`attention`] over the whole cache with a
+/// [`causal_mask`].
+#[track_caller]
+pub fn cached_attention(q: Tensor, q_pos: Tensor, cache: KvCache, window: Option<i64>) -> Tensor {
+    let (qs, ks, ps) = (q.shape(), cache.k.shape(), q_pos.shape());
+    let tagged = |s: Shape, tags: &[&str]| {
+        s.rank() == tags.len() && tags.iter().all(|&t| s.axis(t).is_some())
+    };
+    if !tagged(qs, &[B, Q, H, HD]) || !tagged(ks, &[B, K, H, HD]) || !tagged(ps, &[B, Q]) {
+        let msg = format!("wants q (b, q, h, hd), a cache (b, k, h, hd) and positions (b, q), got {qs}, {ks} and {ps}");
+        return fail("cached_attention", msg, &[q, cache.k, cache.v, q_pos], qs);
+    }
+    let q = q.transpose([B, Q, H, HD]);
+    let (k, v) = (cache.k.transpose([B, K, H, HD]), cache.v.transpose([B, K, H, HD]));
+    let pos = q_pos.transpose([B, Q]).convert(DType::I32);
+    let attrs = Attrs::new().with("window", window.unwrap_or(0));
+    CACHED_ATTENTION.call(&[q, k, v, pos], &attrs)[0]
+}
+
+/// The fallback: [`attention`] over every cache position, with those a
+/// query may not read masked.
+fn masked(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, window: i64) -> Tensor {
+    let rows = q.dim(B);
+    let (k, v) = if k.dim(B) > rows {
+        (k.slice(B, 0..rows), v.slice(B, 0..rows))
+    } else {
+        (k, v)
+    };
+    let k_pos = Tensor::iota(Shape::tagged(DType::I32, &[(K, k.dim(K))]), K);
+    let mask = causal_mask(q_pos, k_pos);
+    let mask = match window {
+        // Keys within the last `w` positions: q_pos <= k_pos + w - 1.
+        w if w > 0 => mask.and(causal_mask(k_pos + (w - 1) as f64, q_pos)),
+        _ => mask,
+    };
+    attention(q, k, v, Some(mask))
+}
+
+fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
+    let [q, k, v, pos] = s else {
+        return Err(format!("wants q, k, v and positions, got {} operands", s.len()));
+    };
+    let window = attrs.i64("window")?;
+    let f32_4 = |s: &Shape| s.rank() == 4 && s.dtype() == DType::F32;
+    if !f32_4(q) || !f32_4(k) || k.dims() != v.dims() {
+        return Err(format!("wants f32 q, k and v of rank 4, k and v alike, got {q}, {k} and {v}"));
+    }
+    let (qd, kd) = (q.dims(), k.dims());
+    let fits = kd[0] >= qd[0] && kd[3] == qd[3] && kd[2] > 0 && qd[2] % kd[2] == 0;
+    if !fits {
+        return Err(format!(
+            "q {q} does not fit the cache {k}: rows, head width, or heads not a multiple of the cache's"
+        ));
+    }
+    if pos.dtype() != DType::I32 || pos.dims() != &qd[..2] {
+        return Err(format!("wants i32 positions [{}, {}], got {pos}", qd[0], qd[1]));
+    }
+    if window < 0 {
+        return Err(format!("a window of {window} positions"));
+    }
+    Ok(vec![*q])
+}
+
+/// The sizes of one call.
+#[derive(Clone, Copy)]
+struct Dims {
+    rows: usize,
+    n_q: usize,
+    heads: usize,
+    kv_heads: usize,
+    hd: usize,
+    capacity: usize,
+}
+
+fn kernel(k: &Kernel<'_>) -> Result<(), String> {
+    let window = k.attrs().i64("window")?;
+    let (qs, ks) = (
+        k.input_shape(0).ok_or("no q")?,
+        k.input_shape(1).ok_or("no keys")?,
+    );
+    let (qd, kd) = (qs.dims(), ks.dims());
+    let dims = Dims {
+        rows: qd[0] as usize,
+        n_q: qd[1] as usize,
+        heads: qd[2] as usize,
+        kv_heads: kd[2] as usize,
+        hd: qd[3] as usize,
+        capacity: kd[1] as usize,
+    };
+    let (q, keys, values) = (k.input::<f32>(0)?, k.input::<f32>(1)?, k.input::<f32>(2)?);
+    let pos = k.input::<i32>(3)?;
+    let out = k.output::<f32>(0)?;
+    let window = usize::try_from(window).map_err(|e| e.to_string())?;
+    // One task per (row, query): each writes its own `heads * hd` outputs.
+    let per_query = dims.heads * dims.hd;
+    let work = dims.rows * dims.n_q * dims.heads * dims.capacity * dims.hd;
+    let run = |i: usize, out: &mut [f32]| {
+        let row = i / dims.n_q;
+        let seen = visible(pos[i], window, dims.capacity);
+        let q = &q[i * per_query..][..per_query];
+        attend(&dims, row, seen, q, keys, values, out);
+    };
+    // Small steps (a decode token) cost less than a hand-off.
+    if work < 1 << 20 {
+        out.chunks_exact_mut(per_query)
+            .enumerate()
+            .for_each(|(i, o)| run(i, o));
+        return Ok(());
+    }
+    let pool = radix_quant::SpinPool::global();
+    let parts: Vec<std::sync::Mutex<&mut [f32]>> = out
+        .chunks_exact_mut(per_query)
+        .map(std::sync::Mutex::new)
+        .collect();
+    pool.try_run(parts.len(), &|i| {
+        let mut o = parts[i].lock().unwrap_or_else(|e| e.into_inner());
+        run(i, &mut o);
+    })
+}
+
+/// The cache positions a query at `pos` reads: `..= pos`, the last
+/// `window` of them when `window > 0`, within the cache. Empty for a
+/// query before the cache's first position.
+fn visible(pos: i32, window: usize, capacity: usize) -> std::ops::Range<usize> {
+    let Ok(pos) = usize::try_from(pos) else {
+        return 0..0;
+    };
+    let end = pos.saturating_add(1).min(capacity);
+    let start = if window > 0 {
+        (pos + 1).saturating_sub(window)
+    } else {
+        0
+    };
+    start.min(end)..end
+}
+
+/// Every head of one query: `out[h] = softmax(q[h] · k[seen] / sqrt(hd)) · v[seen]`
+/// over the positions `seen` of cache row `row`. A query that sees no
+/// position gets the mean of all values, as the masked fallback does.
+fn attend(
+    d: &Dims,
+    row: usize,
+    seen: std::ops::Range<usize>,
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    out: &mut [f32],
+) {
+    let scale = (1.0 / (d.hd as f64).sqrt()) as f32;
+    let group = d.heads / d.kv_heads;
+    let at = |pos: usize, g: usize| ((row * d.capacity + pos) * d.kv_heads + g) * d.hd;
+    let seen = if seen.is_empty() {
+        0..d.capacity
+    } else {
+        seen
+    };
+    let mut scores = vec![0.0f32; seen.len()];
+    for h in 0..d.heads {
+        let g = h / group;
+        let qh = &q[h * d.hd..][..d.hd];
+        for (s, p) in scores.iter_mut().zip(seen.clone()) {
+            *s = dot(qh, &keys[at(p, g)..][..d.hd]) * scale;
+        }
+        let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
+        let mut sum = 0.0f32;
+        for s in &mut scores {
+            *s = (*s - max).exp();
+            sum += *s;
+        }
+        let oh = &mut out[h * d.hd..][..d.hd];
+        oh.fill(0.0);
+        for (&w, p) in scores.iter().zip(seen.clone()) {
+            axpy(w / sum, &values[at(p, g)..][..d.hd], oh);
+        }
+    }
+}
+
+/// `a · b` in eight lanes (which the compiler keeps in vector registers).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ac
+        .remainder()
+        .iter()
+        .zip(bc.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ac.zip(bc) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `y += w · x`.
+fn axpy(w: f32, x: &[f32], y: &mut [f32]) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y += w * x;
+    }
+}
