@@ -1,7 +1,7 @@
 //! `radix generate` against the PyTorch/transformers reference
-//! (`../shared/reference/smollm2`, made by `ref_smollm2.py`): greedy ids of
-//! the reference prompts and streamed text from stdin. Bad flags and model
-//! files are the bad-input suite's (`tests/bad_input`).
+//! (`radix-models/tests/fixtures/reference/smollm2`, made by its `make.py`):
+//! greedy ids of the reference prompts and streamed text from stdin. Bad
+//! flags and model files are the bad-input suite's (`tests/bad_input`).
 
 mod common;
 

@@ -5,6 +5,8 @@
 //! batch of 16, and the tiny Qwen3 and Gemma 3 models (Gemma's sliding
 //! window of 4 positions shorter than the sequences) in a batch of 4.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use radix::io::Gguf;
@@ -68,12 +70,6 @@ fn run(
     out
 }
 
-fn reference() -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/reference/smollm2/smollm2_reference.json");
-    serde_json::from_str(&std::fs::read_to_string(path).expect("reference")).expect("json")
-}
-
 #[test]
 fn greedy_ids_alone_equal_batched_with_15_others() {
     let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
@@ -84,7 +80,7 @@ fn greedy_ids_alone_equal_batched_with_15_others() {
     let mut batch = runner.batch(16).expect("batch");
     assert_eq!(batch.buckets(), [1, 2, 4, 8, 16]);
 
-    let reference = reference();
+    let reference = common::reference_json("smollm2/smollm2_reference.json");
     let cases = reference["cases"].as_array().expect("cases");
     let mut prompts: Vec<Vec<u32>> = cases
         .iter()

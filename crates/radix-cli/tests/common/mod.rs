@@ -15,12 +15,11 @@ pub fn radix() -> Command {
     cmd
 }
 
-/// `RADIX_TEST_REFERENCE_DIR`, else `shared/reference` beside the repository.
+/// The reference outputs made with PyTorch/transformers, committed in
+/// `radix-models`' fixtures (`tests/fixtures/reference`, with the scripts that
+/// made them).
 pub fn reference_dir() -> PathBuf {
-    match std::env::var_os("RADIX_TEST_REFERENCE_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/reference"),
-    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../radix-models/tests/fixtures/reference")
 }
 
 /// The `radix` binary as a plain process command, set up as [`radix`].
