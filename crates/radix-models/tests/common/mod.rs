@@ -1,9 +1,13 @@
 //! What the real-model tests share: the reference outputs made with
 //! PyTorch/transformers (`tests/fixtures/reference`, with the scripts that
-//! made them and how they were cut down).
+//! made them and how they were cut down), and comparing greedy ids
+//! (`greedy.rs`).
 #![allow(dead_code, reason = "each test binary uses a part of this module")]
 
 use std::path::{Path, PathBuf};
+
+mod greedy;
+pub use greedy::*;
 
 /// The folder of the reference outputs, `tests/fixtures/reference`.
 pub fn reference_dir() -> PathBuf {
