@@ -9,7 +9,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{assert_greedy_eq, top2_margin};
+use common::greedy::{assert_greedy_eq, top2_margin};
 
 use radix::io::Gguf;
 use radix::nn::MatrixFormat;

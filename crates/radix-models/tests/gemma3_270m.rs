@@ -8,7 +8,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{assert_greedy_eq, top2_margin};
+use common::greedy::{assert_greedy_eq, top2_margin};
 
 use radix::nn::MatrixFormat;
 use radix_models::runner::Runner;

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{assert_greedy_eq, top2_margin};
+use common::greedy::{assert_greedy_eq, top2_margin};
 use std::sync::{Mutex, OnceLock};
 
 use radix::io::{Gguf, Safetensors};

@@ -6,8 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-mod greedy;
-pub use greedy::*;
+pub mod greedy;
 
 /// The folder of the reference outputs, `tests/fixtures/reference`.
 pub fn reference_dir() -> PathBuf {
