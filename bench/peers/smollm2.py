@@ -1,6 +1,6 @@
 """SmolLM2-135M-Instruct prefill and decode tokens/s through transformers
 (PyTorch, fp32, dequantized from the same Q4_1 GGUF as radix reads, as
-/work/shared/reference/smollm2/ref_smollm2.py loads it).
+crates/radix-models/tests/fixtures/reference/smollm2/make.py loads it).
 
 Prefill: one forward over the 128-token prompt filling the KV cache, logits
 of the last position only (`logits_to_keep=1`, as radix computes).

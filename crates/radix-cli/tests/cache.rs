@@ -1,11 +1,12 @@
 //! `radix cache {list,clear}` on a cache folder of its own.
 
-use assert_cmd::Command;
+mod common;
+
+use common::{DEADLINE, radix as radix_cmd, wait_within};
 use radix::{CacheKey, ExecutableCache};
 
 fn radix(dir: &std::path::Path, args: &[&str]) -> String {
-    let out = Command::cargo_bin("radix")
-        .unwrap()
+    let out = radix_cmd()
         .env("RADIX_CACHE_DIR", dir)
         .args(args)
         .output()
@@ -59,8 +60,7 @@ fn platform_flags_are_refused() {
         &["--devices", "2"],
         &["--plugin", "x.so"],
     ] {
-        let out = Command::cargo_bin("radix")
-            .unwrap()
+        let out = radix_cmd()
             .env("RADIX_CACHE_DIR", dir.path())
             .args(["cache", "list"])
             .args(flag)
@@ -92,7 +92,7 @@ fn a_closed_pipe_ends_the_output() {
         .unwrap();
     // Closed before the process starts writing.
     drop(child.stdout.take());
-    let out = child.wait_with_output().unwrap();
+    let out = wait_within(child, DEADLINE, "radix cache list");
     assert!(out.status.success(), "{:?}", out.status);
     assert_eq!(String::from_utf8_lossy(&out.stderr), "");
 }

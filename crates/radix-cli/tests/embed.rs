@@ -1,7 +1,7 @@
 //! `radix embed` against the PyTorch/sentence-transformers reference
-//! (`../shared/reference/minilm`, made by `ref_minilm.py`): token ids and
-//! embeddings and the cosine table. Bad folders are the bad-input suite's
-//! (`tests/bad_input`).
+//! (`radix-models/tests/fixtures/reference/minilm`, made by its `make.py`):
+//! token ids and embeddings and the cosine table. Bad folders are the
+//! bad-input suite's (`tests/bad_input`).
 
 mod common;
 

@@ -5,7 +5,11 @@
 //! batch of 16, and the tiny Qwen3 and Gemma 3 models (Gemma's sliding
 //! window of 4 positions shorter than the sequences) in a batch of 4.
 
+mod common;
+
 use std::path::{Path, PathBuf};
+
+use common::greedy::{assert_greedy_eq, top2_margin};
 
 use radix::io::Gguf;
 use radix::nn::MatrixFormat;
@@ -23,16 +27,47 @@ fn n_new(i: usize) -> usize {
     if i % 3 == 2 { N_NEW - 3 } else { N_NEW }
 }
 
+/// A sequence's greedy ids and, for each, its top-2 logit margin.
+#[derive(Clone, Default)]
+struct Picks {
+    ids: Vec<u32>,
+    margins: Vec<f32>,
+}
+
+impl Picks {
+    fn push(&mut self, logits: &[f32]) {
+        self.ids.push(Sampler::greedy().pick(logits) as u32);
+        self.margins.push(top2_margin(logits));
+    }
+}
+
+/// Checks that `got` (batched) picked what `want` (alone) did; a difference
+/// names the smaller of the two margins at its step.
+fn assert_same_picks(what: &str, got: &Picks, want: &Picks) {
+    assert_greedy_eq(what, &got.ids, &want.ids, |k| {
+        got.margins[k].min(want.margins[k])
+    });
+}
+
+/// The smallest top-2 margin over `picks`' steps, to show how near a tie
+/// the comparisons came.
+fn smallest_margin(picks: &[Picks]) -> f32 {
+    picks
+        .iter()
+        .flat_map(|p| p.margins.iter().copied())
+        .fold(f32::INFINITY, f32::min)
+}
+
 /// Runs `prompts` (with their indices) through `batch`, admitting at most
 /// `per_step` waiting prompts before each step and removing each sequence
-/// after its [`n_new`] tokens: every sequence's greedy ids, in order.
+/// after its [`n_new`] tokens: every sequence's greedy picks, in order.
 fn run(
     runner: &mut Runner,
     batch: &mut RunnerBatch,
     prompts: &[(usize, Vec<u32>)],
     per_step: usize,
-) -> Vec<Vec<u32>> {
-    let mut out: Vec<Vec<u32>> = vec![vec![]; prompts.len()];
+) -> Vec<Picks> {
+    let mut out: Vec<Picks> = vec![Picks::default(); prompts.len()];
     // Per row: which prompt it runs.
     let mut rows: Vec<usize> = vec![];
     let mut next = 0;
@@ -43,14 +78,14 @@ fn run(
             let (logits, cache) = runner.prefill(&prompts[next].1).expect("prefill");
             let row = batch.insert(cache).expect("insert");
             assert_eq!(row, rows.len());
-            out[next].push(Sampler::greedy().pick(&logits) as u32);
+            out[next].push(&logits);
             rows.push(next);
             next += 1;
             admitted += 1;
         }
         // Rows done leave (descending, so the moves keep lower indices).
         for row in (0..rows.len()).rev() {
-            if out[rows[row]].len() >= want(rows[row]) {
+            if out[rows[row]].ids.len() >= want(rows[row]) {
                 batch.remove(row).expect("remove");
                 rows.swap_remove(row);
             }
@@ -58,20 +93,14 @@ fn run(
         if rows.is_empty() {
             continue;
         }
-        let tokens: Vec<u32> = rows.iter().map(|&p| *out[p].last().unwrap()).collect();
+        let tokens: Vec<u32> = rows.iter().map(|&p| *out[p].ids.last().unwrap()).collect();
         let logits = batch.step(runner, &tokens).expect("step");
         assert_eq!(logits.len(), rows.len());
         for (&p, l) in rows.iter().zip(&logits) {
-            out[p].push(Sampler::greedy().pick(l) as u32);
+            out[p].push(l);
         }
     }
     out
-}
-
-fn reference() -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/reference/smollm2/smollm2_reference.json");
-    serde_json::from_str(&std::fs::read_to_string(path).expect("reference")).expect("json")
 }
 
 #[test]
@@ -84,7 +113,7 @@ fn greedy_ids_alone_equal_batched_with_15_others() {
     let mut batch = runner.batch(16).expect("batch");
     assert_eq!(batch.buckets(), [1, 2, 4, 8, 16]);
 
-    let reference = reference();
+    let reference = common::reference_json("smollm2/smollm2_reference.json");
     let cases = reference["cases"].as_array().expect("cases");
     let mut prompts: Vec<Vec<u32>> = cases
         .iter()
@@ -96,21 +125,27 @@ fn greedy_ids_alone_equal_batched_with_15_others() {
     }
     let prompts: Vec<(usize, Vec<u32>)> = prompts.into_iter().enumerate().collect();
 
-    let alone: Vec<Vec<u32>> = prompts
+    let alone: Vec<Picks> = prompts
         .iter()
         .flat_map(|p| run(&mut runner, &mut batch, std::slice::from_ref(p), 1))
         .collect();
     for (i, c) in cases.iter().enumerate() {
         let want: Vec<u32> = serde_json::from_value(c["greedy_10_ids"].clone()).expect("ids");
-        let n = alone[i].len();
-        assert_eq!(alone[i], want[..n], "case {i} alone");
+        let n = alone[i].ids.len();
+        assert_greedy_eq(&format!("case {i} alone"), &alone[i].ids, &want[..n], |k| {
+            alone[i].margins[k]
+        });
     }
     // Joining five at a time, while earlier ones decode and leave.
     let batched = run(&mut runner, &mut batch, &prompts, 5);
     for (i, (a, b)) in alone.iter().zip(&batched).enumerate() {
-        assert_eq!(a, b, "prompt {i}: alone vs batched");
+        assert_same_picks(&format!("prompt {i}: batched vs alone"), b, a);
     }
     assert!(batch.is_empty());
+    eprintln!(
+        "smallest top-2 logit margin over the compared steps: {:.3e}",
+        smallest_margin(&alone).min(smallest_margin(&batched))
+    );
 }
 
 fn tiny(name: &str) -> PathBuf {
@@ -145,20 +180,25 @@ fn tiny_alone_equals_batched(name: &str) {
         );
     }
     let prompts: Vec<(usize, Vec<u32>)> = prompts.into_iter().enumerate().collect();
-    let alone: Vec<Vec<u32>> = prompts
+    let alone: Vec<Picks> = prompts
         .iter()
         .flat_map(|p| run(&mut runner, &mut batch, std::slice::from_ref(p), 1))
         .collect();
-    assert_eq!(
-        alone[0],
-        want[..alone[0].len()],
-        "{name}: the first prompt alone"
+    assert_greedy_eq(
+        &format!("{name}: the first prompt alone"),
+        &alone[0].ids,
+        &want[..alone[0].ids.len()],
+        |k| alone[0].margins[k],
     );
     let batched = run(&mut runner, &mut batch, &prompts, 2);
     for (i, (a, b)) in alone.iter().zip(&batched).enumerate() {
-        assert_eq!(a, b, "{name}: prompt {i} alone vs batched");
+        assert_same_picks(&format!("{name}: prompt {i} batched vs alone"), b, a);
     }
     assert!(batch.is_empty());
+    eprintln!(
+        "{name}: smallest top-2 logit margin over the compared steps: {:.3e}",
+        smallest_margin(&alone).min(smallest_margin(&batched))
+    );
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! all-MiniLM-L6-v2 against the PyTorch/sentence-transformers reference
-//! (`../shared/reference/minilm`, made by `ref_minilm.py`).
+//! (`tests/fixtures/reference/minilm`, made by its `make.py`).
 
-use std::path::{Path, PathBuf};
+mod common;
 
 use radix::io::Safetensors;
 use radix::nn::MatrixFormat;
@@ -19,17 +19,9 @@ struct Reference {
     arrays: Safetensors,
 }
 
-fn reference_dir() -> PathBuf {
-    match std::env::var_os("RADIX_TEST_REFERENCE_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/reference"),
-    }
-}
-
 fn reference() -> Reference {
-    let dir = reference_dir().join("minilm");
-    let text = std::fs::read_to_string(dir.join("minilm_reference.json")).unwrap();
-    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let dir = common::reference_dir().join("minilm");
+    let json = common::reference_json("minilm/minilm_reference.json");
     let rows = |key: &str| -> Vec<Vec<u32>> { serde_json::from_value(json[key].clone()).unwrap() };
     Reference {
         sentences: serde_json::from_value(json["sentences"].clone()).unwrap(),

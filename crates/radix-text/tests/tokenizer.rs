@@ -6,6 +6,7 @@
 // The model files and reference outputs, found as the `radix` io tests find them.
 #[path = "../../radix/tests/io_common/mod.rs"]
 mod common;
+mod gemma3_vocab;
 
 use common::{Rng, minilm_dir, reference_dir, reference_json, smollm2_gguf, write};
 use radix::io::Gguf;
@@ -15,9 +16,16 @@ fn smollm2() -> Tokenizer {
     Tokenizer::from_gguf(&Gguf::open(&smollm2_gguf()).unwrap()).unwrap()
 }
 
+/// The tokenizer transformers built from SmolLM2's GGUF file, as it saves it
+/// (`tokenizer.json` with `tokenizer_config.json` and `chat_template.jinja`
+/// beside it), unzipped from the reference fixtures.
 fn oracle() -> Tokenizer {
-    Tokenizer::from_file(&reference_dir().join("smollm2/tokenizer_from_gguf/tokenizer.json"))
-        .unwrap()
+    let zip = reference_dir().join("smollm2/tokenizer_from_gguf.zip");
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["tokenizer_config.json", "chat_template.jinja"] {
+        gemma3_vocab::unzip(&zip, name, dir.path());
+    }
+    Tokenizer::from_file(&gemma3_vocab::unzip(&zip, "tokenizer.json", dir.path())).unwrap()
 }
 
 fn ids(v: &serde_json::Value) -> Vec<u32> {

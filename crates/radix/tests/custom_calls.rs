@@ -430,20 +430,40 @@ fn print_inside_a_loop_prints_each_step_in_order() {
     assert_eq!(interpreted, want);
 }
 
-/// Sleeps 20 ms in each of 8 tasks on up to `workers` threads and counts
-/// the threads that ran them.
+/// Runs 8 tasks on up to `workers` threads and counts the threads that ran
+/// them. No task finishes before `workers` threads have each started one
+/// (a rendezvous, not a sleep), so a pool that hands out the threads runs
+/// on all of them whatever the timing; after [`RENDEZVOUS`] without them the
+/// tasks go on, and the count shows how many came.
 static THREADS_SEEN: Mutex<Vec<usize>> = Mutex::new(Vec::new());
-static SLEEPY: LazyLock<CustomCall> = LazyLock::new(|| {
+const RENDEZVOUS: std::time::Duration = std::time::Duration::from_secs(30);
+static MEET: LazyLock<CustomCall> = LazyLock::new(|| {
     CustomCall::builder(
-        "radix_test.sleepy",
+        "radix_test.rendezvous",
         1,
         |s, _| Ok(vec![s[0]]),
         |k| {
             let workers = k.attrs().i64("workers")? as usize;
             let ids: Mutex<Vec<std::thread::ThreadId>> = Mutex::default();
+            let arrived = std::sync::Condvar::new();
             k.parallel_for(8, workers, &|_| {
-                ids.lock().unwrap().push(std::thread::current().id());
-                std::thread::sleep(std::time::Duration::from_millis(20));
+                let me = std::thread::current().id();
+                let mut seen = ids.lock().unwrap();
+                seen.push(me);
+                arrived.notify_all();
+                let start = std::time::Instant::now();
+                let distinct = |v: &[std::thread::ThreadId]| {
+                    let mut v = v.to_vec();
+                    v.sort_by_key(|id| format!("{id:?}"));
+                    v.dedup();
+                    v.len()
+                };
+                while distinct(&seen) < workers && start.elapsed() < RENDEZVOUS {
+                    seen = arrived
+                        .wait_timeout(seen, RENDEZVOUS.saturating_sub(start.elapsed()))
+                        .unwrap()
+                        .0;
+                }
             })?;
             let mut ids = ids.into_inner().unwrap();
             assert_eq!(ids.len(), 8, "every task ran once");
@@ -465,7 +485,7 @@ fn kernels_split_work_over_the_plugins_threads() {
     let x = Buffer::from_slice(&platform, &[1f32], shape).unwrap();
     for workers in [1i64, 2] {
         let exe = radix::compile_fn(&platform, &Tensor::param(shape), |x| {
-            SLEEPY.call(&[x], &Attrs::new().with("workers", workers))[0]
+            MEET.call(&[x], &Attrs::new().with("workers", workers))[0]
         })
         .unwrap();
         exe.executable().call(&[&x]).unwrap();

@@ -420,7 +420,8 @@ fn smollm2_dequantized_weights_equal_the_reference() {
         if heads > 0 {
             got = unpermute(&got, dims[0] as usize, dims[1] as usize, heads);
         }
-        // The reference holds only the first 64 rows of the embedding.
+        // The reference holds only the first rows of each matrix (for attn_q
+        // and attn_k, their first head).
         got.truncate(want.len());
         // Tolerance: exact. Both sides compute `d * q (+ m)` in f32 from the same bits.
         let max = got

@@ -1,26 +1,92 @@
 //! What the CLI tests share: running the binary (the test build's, or the
-//! release build the bad-input suite runs), the reference folder, and the
-//! check that bad input fails with one clear error line.
+//! release build the bad-input suite runs) and other processes, each within
+//! a deadline, the reference folder, and the check that bad input fails
+//! with one clear error line.
 
 #![allow(dead_code, reason = "each test binary uses a part of this module")]
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
 
-/// The `radix` binary, with backtraces on so that a panic would show.
+/// The most one `radix` command of the tests may take before it counts as
+/// hung and is killed: the slowest, a first `radix generate` compiling
+/// SmolLM2 into an empty cache, takes about a minute on a loaded 2-core
+/// machine.
+pub const DEADLINE: Duration = Duration::from_secs(300);
+
+/// The `radix` binary, with backtraces on so that a panic would show, killed
+/// after [`DEADLINE`] (the assertion then fails on its signal).
 pub fn radix() -> Command {
     let mut cmd = Command::cargo_bin("radix").expect("the radix binary");
-    cmd.env_remove("RUST_LOG").env("RUST_BACKTRACE", "1");
+    cmd.env_remove("RUST_LOG")
+        .env("RUST_BACKTRACE", "1")
+        .timeout(DEADLINE);
     cmd
 }
 
-/// `RADIX_TEST_REFERENCE_DIR`, else `shared/reference` beside the repository.
+/// Runs `cmd` (standard input empty) to the end, its output captured,
+/// failing the test when it takes more than `deadline`: the process is
+/// killed and its output so far shown.
+pub fn output_within(cmd: &mut std::process::Command, deadline: Duration) -> Output {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    wait_within(child, deadline, &format!("{cmd:?}"))
+}
+
+/// Reads `r` to its end on a thread of its own (nothing if it is `None`).
+fn read_all<R: Read + Send + 'static>(r: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut v = Vec::new();
+        if let Some(mut r) = r {
+            // A read error ends the output; the status tells what happened.
+            let _ = r.read_to_end(&mut v);
+        }
+        v
+    })
+}
+
+/// Waits for `child` (`what`), reading its piped standard output and error
+/// (if piped), and fails the test, killing it, when it runs past `deadline`.
+pub fn wait_within(mut child: Child, deadline: Duration, what: &str) -> Output {
+    let out = read_all(child.stdout.take());
+    let err = read_all(child.stderr.take());
+    let start = Instant::now();
+    let (status, timed_out) = loop {
+        if let Some(status) = child.try_wait().expect("wait for a child") {
+            break (status, false);
+        }
+        if start.elapsed() > deadline {
+            child.kill().expect("kill a child");
+            break (child.wait().expect("wait for a child"), true);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let output = Output {
+        status,
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+    };
+    assert!(
+        !timed_out,
+        "{what} still ran after {deadline:?} and was killed; its stderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// The reference outputs made with PyTorch/transformers, committed in
+/// `radix-models`' fixtures (`tests/fixtures/reference`, with the scripts that
+/// made them).
 pub fn reference_dir() -> PathBuf {
-    match std::env::var_os("RADIX_TEST_REFERENCE_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/reference"),
-    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../radix-models/tests/fixtures/reference")
 }
 
 /// The `radix` binary as a plain process command, set up as [`radix`].
@@ -71,16 +137,20 @@ pub fn radix_release() -> std::process::Command {
 /// most radix should read of it, and the bad inputs here are small.
 const BAD_INPUT_MAX_RSS: u64 = 1 << 30;
 
+/// How long one run on bad input may take before it counts as hung: each
+/// ends in well under a second.
+const BAD_INPUT_DEADLINE: Duration = Duration::from_secs(60);
+
 /// Runs `cmd` (with `stdin` on its standard input) to the end: its output
-/// and its peak resident memory in bytes (`wait4`'s `ru_maxrss`).
+/// and its peak resident memory in bytes (`wait4`'s `ru_maxrss`). A run past
+/// [`BAD_INPUT_DEADLINE`] is killed and fails the test.
 #[expect(
     clippy::zombie_processes,
     reason = "the child is waited for by wait4, which also gives its peak memory"
 )]
 pub fn run_measured(cmd: &mut std::process::Command, stdin: &str) -> (std::process::Output, u64) {
-    use std::io::{Read, Write};
+    use std::io::Write;
     use std::os::unix::process::ExitStatusExt;
-    use std::process::Stdio;
     let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -105,15 +175,40 @@ pub fn run_measured(cmd: &mut std::process::Command, stdin: &str) -> (std::proce
     let mut status = 0;
     // SAFETY: an all-zero rusage is a valid value to be overwritten.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `child` is our unwaited child; the pointers are valid.
-    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
-    assert_eq!(pid, child.id() as libc::pid_t, "wait4");
+    let start = Instant::now();
+    let mut timed_out = false;
+    loop {
+        // SAFETY: `child` is our unwaited child; the pointers are valid.
+        let pid = unsafe {
+            libc::wait4(
+                child.id() as libc::pid_t,
+                &mut status,
+                libc::WNOHANG,
+                &mut usage,
+            )
+        };
+        if pid == child.id() as libc::pid_t {
+            break;
+        }
+        assert_eq!(pid, 0, "wait4");
+        if !timed_out && start.elapsed() > BAD_INPUT_DEADLINE {
+            // Not reaped yet, so the pid is still this child's.
+            child.kill().expect("kill a hung child");
+            timed_out = true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
     writer.join().expect("stdin writer");
     let output = std::process::Output {
         status: std::process::ExitStatus::from_raw(status),
         stdout: out.join().expect("stdout reader"),
         stderr: err.join().expect("stderr reader"),
     };
+    assert!(
+        !timed_out,
+        "{cmd:?} still ran after {BAD_INPUT_DEADLINE:?} and was killed; its stderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     (output, usage.ru_maxrss as u64 * 1024)
 }
 

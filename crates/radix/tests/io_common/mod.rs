@@ -43,13 +43,11 @@ pub fn smollm2_gguf() -> PathBuf {
     )
 }
 
-/// The reference outputs made with PyTorch/transformers (`../shared/reference`
-/// next to the repository), or `RADIX_TEST_REFERENCE_DIR`.
+/// The reference outputs made with PyTorch/transformers, committed in
+/// `radix-models`' fixtures (`tests/fixtures/reference`, with the scripts that
+/// made them). Also compiled into `radix-text`'s tests, a sibling folder.
 pub fn reference_dir() -> PathBuf {
-    match std::env::var_os("RADIX_TEST_REFERENCE_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/reference"),
-    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../radix-models/tests/fixtures/reference")
 }
 
 /// A JSON file under [`reference_dir`].

@@ -1,0 +1,48 @@
+//! Comparing greedy ids so that a near tie is told from a bug: the top-2
+//! logit margin at the step where two sequences part. Also compiled into
+//! `radix-cli`'s `generate` test.
+
+/// A top-2 logit margin under this is a near tie: ten times the 1e-3 by
+/// which radix's logits may differ from transformers' (and far more than
+/// two radix runs in other batch shapes differ by), so which of the two ids
+/// wins there may turn on roundoff rather than on a bug.
+pub const NEAR_TIE: f32 = 1e-2;
+
+/// How far the largest logit leads the next largest.
+pub fn top2_margin(logits: &[f32]) -> f32 {
+    let (mut first, mut second) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for &x in logits {
+        if x > first {
+            (first, second) = (x, first);
+        } else if x > second {
+            second = x;
+        }
+    }
+    first - second
+}
+
+/// Checks that greedy ids `got` equal `want`. At the first step where they
+/// differ, `margin(k)` is radix's top-2 logit margin there (of the logits
+/// `got[k]` was picked from), and the failure names it: under [`NEAR_TIE`]
+/// as a near tie, which roundoff may decide, else as a real difference.
+#[track_caller]
+pub fn assert_greedy_eq(what: &str, got: &[u32], want: &[u32], margin: impl FnOnce(usize) -> f32) {
+    let Some(k) = (0..got.len().min(want.len())).find(|&k| got[k] != want[k]) else {
+        assert_eq!(got, want, "{what}: greedy ids of other lengths");
+        return;
+    };
+    let m = margin(k);
+    if m < NEAR_TIE {
+        panic!(
+            "{what}: greedy ids differ at step {k} ({} here, {} expected; equal before) at a \
+             near tie: radix's top two logits there are {m:.2e} apart (under {NEAR_TIE:.0e}), \
+             so roundoff may decide it\n got: {got:?}\nwant: {want:?}",
+            got[k], want[k]
+        );
+    }
+    panic!(
+        "{what}: greedy ids differ at step {k} ({} here, {} expected; equal before), where \
+         radix's top two logits are {m:.2e} apart: no tie\n got: {got:?}\nwant: {want:?}",
+        got[k], want[k]
+    );
+}
