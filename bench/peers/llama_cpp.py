@@ -172,10 +172,31 @@ def variant(gguf, ftype):
     return out
 
 
-def bench(path, name, reps, report):
+def repack_flags(gguf, report):
+    """llama.cpp's flags that turn weight repacking off where it crashes.
+
+    With `GGML_NATIVE=ON` on a CPU with AMX, llama.cpp moves Q4_x/Q8_0
+    matrices into its AMX buffers, and on machines whose AMX state the
+    kernel does not hand out (seen on a 2-core Xeon VM) the first product
+    dies of SIGSEGV. A short llama-bench run tells; where it dies, every
+    tool runs with repacking off (`--repack 0`, `--no-repack`: the plain
+    CPU kernels), and the report says so.
+    """
+    probe = [str(BIN / "llama-bench"), "-m", str(gguf), "-p", "8", "-n", "0", "-t", str(THREADS),
+             "-r", "1", "-o", "json"]
+    p = run_process(probe)
+    if p.returncode >= 0:
+        report.meta["repack"] = "on (llama.cpp's default)"
+        return {"bench": [], "tool": []}
+    say(f"llama-bench died of signal {-p.returncode} with weight repacking: repacking off")
+    report.meta["repack"] = f"off: llama-bench died of signal {-p.returncode} with it (AMX buffers)"
+    return {"bench": ["--repack", "0"], "tool": ["--no-repack"]}
+
+
+def bench(path, name, reps, report, repack):
     """llama-bench's prefill and decode of one file, tokens/s per repetition."""
     cmd = [str(BIN / "llama-bench"), "-m", str(path), "-p", "128", "-n", "128", "-t", str(THREADS),
-           "-r", str(reps), "-o", "json"]
+           "-r", str(reps), "-o", "json", *repack]
     say(shlex.join(["llama-bench", *cmd[1:]]))
     p = run_process(cmd)
     if p.returncode != 0:
@@ -195,10 +216,10 @@ def bench(path, name, reps, report):
 COMPLETED = re.compile(r"eval time = .*/\s*(\d+) runs")
 
 
-def completion(gguf, prompt, max_tokens, warm, report):
+def completion(gguf, prompt, max_tokens, warm, report, repack):
     """Whole `llama-completion` processes: greedy, the prompt as it is (no chat template)."""
     args = ["-m", str(gguf), "-p", prompt, "-n", str(max_tokens), "-t", str(THREADS), "--temp", "0",
-            "-no-cnv"]
+            "-no-cnv", *repack]
     cmd = [str(BIN / "llama-completion"), *args]
     say(shlex.join(["llama-completion", *args]))
     runs = []
@@ -241,9 +262,10 @@ def main():
         report.meta["build_s"] = json.load(f).get("build_s")
     files = {"Q4_1": a.gguf, **{v: variant(a.gguf, v) for v in VARIANTS}}
     report.meta["files"] = {k: {"name": v.name, "bytes": v.stat().st_size} for k, v in files.items()}
+    repack = repack_flags(a.gguf, report)
     for name, path in files.items():
-        bench(path, name, a.reps, report)
-    completion(a.gguf, a.prompt, a.max_tokens, a.warm, report)
+        bench(path, name, a.reps, report, repack["bench"])
+    completion(a.gguf, a.prompt, a.max_tokens, a.warm, report, repack["tool"])
     report.finish()
 
 

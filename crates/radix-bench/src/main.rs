@@ -23,7 +23,6 @@ use radix::nn::MatrixFormat;
 use radix::{Buffer, CacheMode, CompileConfig, DType, Origin, Platform, Shape, Tensor};
 use radix_models::bert::{Embedder, EmbedderConfig};
 use radix_models::generate::Plan;
-use radix_models::llama::Llama;
 use serde_json::json;
 
 use crate::measure::{Report, time_per_call};
@@ -117,7 +116,7 @@ struct Smollm2Args {
     plan: String,
     /// The matrices on the device: as stored (quantized), f32 or bf16
     /// (see `radix::nn::MatrixFormat`).
-    #[arg(long, default_value = "stored", value_parser = ["stored", "f32", "bf16"])]
+    #[arg(long, default_value = "stored", value_parser = ["stored", "exact", "f32", "bf16"])]
     dtype: String,
 }
 
@@ -373,6 +372,7 @@ fn smollm2(label: &str, args: &Smollm2Args) -> Result<Report> {
     let matrices = match args.dtype.as_str() {
         "f32" => MatrixFormat::F32,
         "bf16" => MatrixFormat::BF16,
+        "exact" => MatrixFormat::Exact,
         _ => MatrixFormat::AsStored,
     };
     let (prompt_len, n_decode) = (args.prompt, args.decode);
@@ -386,7 +386,10 @@ fn smollm2(label: &str, args: &Smollm2Args) -> Result<Report> {
         .map(|t| t.dims.iter().product::<i64>() * 4)
         .sum();
     let t = Instant::now();
-    let mut runner = Llama::load(&platform, gguf, prompt_len + n_decode, matrices)?.with_plan(plan);
+    // Any decoder radix runs (SmolLM2 by default; Gemma 3 files too).
+    let mut runner =
+        radix_models::runner::Runner::open(&platform, &args.gguf, prompt_len + n_decode, matrices)?
+            .with_plan(plan);
     let mut report = Report::new("smollm2");
     report.meta("plan", json!(format!("{plan:?}")));
     report.meta("matrices", json!(format!("{matrices:?}")));

@@ -190,6 +190,7 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
             "first_token_s": (session.compile_time + res.prefill).as_secs_f64(),
             // As the flag spells it: `stored`, `f32`, `bf16`.
             "dtype": clap::ValueEnum::to_possible_value(&args.dtype).map(|v| v.get_name().to_string()),
+            "exact": args.exact,
         });
         outln!("{}", serde_json::to_string_pretty(&out)?)?;
     } else {

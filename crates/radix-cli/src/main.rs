@@ -1,4 +1,4 @@
-//! The `radix` command: generate text, embed sentences, serve both over
+//! The `radix` command: generate text, score it, embed sentences, serve both over
 //! HTTP, run StableHLO modules, and show devices and plugins.
 
 /// `println!` that returns the write's `io::Result` instead of panicking:
@@ -24,6 +24,7 @@ mod devices;
 mod embed;
 mod generate;
 mod npy;
+mod perplexity;
 mod plugin;
 mod run;
 mod serve;
@@ -70,6 +71,9 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Embed sentences (all-MiniLM-L6-v2 by default) and compare them.
     Embed(embed::EmbedArgs),
+    /// Score a text file with a language model: its perplexity, as
+    /// llama.cpp's `llama-perplexity` computes it.
+    Perplexity(perplexity::PerplexityArgs),
     /// Show the platform, its plugin, PJRT and StableHLO versions, and devices.
     Devices {
         /// Print one JSON object instead of text.
@@ -106,6 +110,7 @@ fn main() -> ExitCode {
     let res = match &cli.command {
         Command::Generate(args) => generate::run(&cli, args),
         Command::Embed(args) => embed::run(&cli, args),
+        Command::Perplexity(args) => perplexity::run(&cli, args),
         Command::Devices { json } => devices::run(&cli, *json),
         Command::Plugin(cmd) => no_platform_flags(&cli, "plugin").and_then(|()| plugin::run(cmd)),
         Command::Cache(cmd) => no_platform_flags(&cli, "cache").and_then(|()| cache::run(cmd)),

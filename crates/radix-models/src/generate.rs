@@ -70,6 +70,9 @@ pub trait CausalLm: Module + Clone {
 
     /// Logits `(b, voc)` at position `last` (rank-0 `i32`) of `x`.
     fn head(&self, x: Tensor, last: Tensor) -> Tensor;
+
+    /// Logits `(b, s, voc)` at every position of `x` `(b, s, d)`.
+    fn logits_all(&self, x: Tensor) -> Tensor;
 }
 
 /// What a layer needs besides its input: its cache and the first position
@@ -91,6 +94,19 @@ pub fn forward<M: CausalLm>(
     ids: Tensor,
     start: Tensor,
     last: Tensor,
+    caches: Vec<KvCache>,
+) -> (Tensor, Vec<KvCache>) {
+    let (x, caches) = hidden(model, ids, start, caches);
+    (model.head(x, last), caches)
+}
+
+/// The hidden states `(b, s, d)` after the last block (before the final
+/// norm) of token `ids` at positions `start..`, and the caches with the
+/// tokens written: [`forward`] without the head.
+fn hidden<M: CausalLm>(
+    model: &M,
+    ids: Tensor,
+    start: Tensor,
     mut caches: Vec<KvCache>,
 ) -> (Tensor, Vec<KvCache>) {
     let (mut x, pos) = model.embed(ids, start);
@@ -104,7 +120,19 @@ pub fn forward<M: CausalLm>(
             &(block.clone(), x, pos, step),
         );
     }
-    (model.head(x, last), caches)
+    (x, caches)
+}
+
+/// The negative log-likelihood of each next token of `ids` `(b, s)` read
+/// from position 0: `(b, s - 1)`, element `j` being `-log p(ids[j + 1] |
+/// ids[..= j])` (what a perplexity averages).
+fn next_token_nll<M: CausalLm>(model: &M, ids: Tensor) -> Tensor {
+    let s = ids.dim("s");
+    let zero = Tensor::scalar(0.0, DType::I32);
+    let caches = empty_caches(&model.cache_shapes(s as usize));
+    let (x, _) = hidden(model, ids, zero, caches);
+    let logits = model.logits_all(x).slice("s", 0..s - 1);
+    crate::transformer::token_nll(logits, ids.slice("s", 1..s))
 }
 
 /// How a [`Generator`] runs a step (the prefill of a prompt, or one decoded
@@ -290,6 +318,8 @@ pub struct Generator<M: CausalLm> {
     steps: HashMap<usize, StepExe<M>>,
     /// Makes the empty caches a prefill starts from.
     empty: Option<Compiled<(), (), Vec<KvCache>>>,
+    /// By sequence length: the negative log-likelihoods of next tokens.
+    nll: HashMap<usize, Compiled<M, Tensor, Tensor>>,
 }
 
 impl<M: CausalLm> Generator<M> {
@@ -316,6 +346,7 @@ impl<M: CausalLm> Generator<M> {
             plan: Plan::default(),
             steps: HashMap::new(),
             empty: None,
+            nll: HashMap::new(),
         })
     }
 
@@ -522,6 +553,29 @@ impl<M: CausalLm> Generator<M> {
             }
         };
         Ok((logits.to_vec::<f32>()?, caches))
+    }
+
+    /// `-log p(ids[j + 1] | ids[..= j])` for every `j` of `ids` read from
+    /// position 0 (`ids.len() - 1` values), in one step over all of `ids`
+    /// (compiled once per length; `ids` must fit the cache).
+    pub fn next_token_nll(&mut self, ids: &[u32]) -> Result<Vec<f32>> {
+        let n = ids.len();
+        if n < 2 || n > self.capacity {
+            return Err(Error::Input(format!(
+                "{n} tokens: the likelihood of next tokens needs 2 to {} (the cache)",
+                self.capacity
+            )));
+        }
+        if !self.nll.contains_key(&n) {
+            let ids = Tensor::param(Shape::tagged(DType::I32, &[("b", 1), ("s", n as i64)]));
+            let exe = radix::compile(&self.platform, &self.model, &ids, |m, ids| {
+                next_token_nll(m, ids)
+            })?;
+            self.nll.insert(n, exe);
+        }
+        let ids: Vec<i32> = ids.iter().map(|&t| t as i32).collect();
+        let ids = self.ids(&ids)?;
+        Ok(self.nll[&n].call(&self.weights, ids)?.to_vec::<f32>()?)
     }
 
     /// Runs the prompt `ids` from position 0: the last position's logits and

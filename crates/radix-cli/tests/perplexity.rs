@@ -1,0 +1,73 @@
+//! `radix perplexity` against llama.cpp's `llama-perplexity` on the same
+//! file and text (`fixtures/perplexity`, whose README says how the
+//! reference was made), and its refusals of bad flags.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{fails_with_one_error, radix, radix_process};
+use serde_json::Value;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/perplexity")
+        .join(name)
+}
+
+/// `radix perplexity --json` with `args` on the fixture text.
+fn perplexity(args: &[&str]) -> Value {
+    let text = fixture("rivers.txt");
+    let out = radix()
+        .args(["perplexity", "--json", "--ctx", "512", "--file"])
+        .arg(&text)
+        .args(args)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    serde_json::from_slice(&out).expect("one JSON object")
+}
+
+/// Within 1 % of llama-perplexity (whose products differ from radix's: its
+/// activations are quantized to 8 bits in every product, and it sums in
+/// another order), over the same 510 scored tokens.
+#[test]
+fn perplexity_is_llama_perplexitys() {
+    let want: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("llama-perplexity.json")).unwrap())
+            .unwrap();
+    let want = want["perplexity"].as_f64().unwrap();
+    for args in [&[][..], &["--exact"][..]] {
+        let got = perplexity(args);
+        assert_eq!(got["chunks"], 2, "{got}");
+        assert_eq!(got["scored_tokens"], 510, "{got}");
+        let ppl = got["perplexity"].as_f64().unwrap();
+        let off = (ppl / want - 1.0).abs();
+        assert!(
+            off < 0.01,
+            "{args:?}: radix {ppl}, llama-perplexity {want}: {:.2} % apart",
+            100.0 * off
+        );
+    }
+}
+
+#[test]
+fn bad_flags_are_refused() {
+    let text = fixture("rivers.txt");
+    let mut cmd = radix_process();
+    cmd.args(["perplexity", "--ctx", "2", "--file"]).arg(&text);
+    fails_with_one_error(&mut cmd, "--ctx 2 is too short");
+    let mut cmd = radix_process();
+    cmd.args(["perplexity", "--ctx", "4096", "--file"])
+        .arg(&text);
+    fails_with_one_error(&mut cmd, "not one chunk");
+    let mut cmd = radix_process();
+    cmd.args(["perplexity", "--file", "/nonexistent/text.txt"]);
+    fails_with_one_error(&mut cmd, "/nonexistent/text.txt");
+    let mut cmd = radix_process();
+    cmd.args(["perplexity", "--dtype", "f32", "--exact", "--file"])
+        .arg(&text);
+    fails_with_one_error(&mut cmd, "--exact is for matrices as stored");
+}
