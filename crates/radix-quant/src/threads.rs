@@ -283,7 +283,7 @@ fn worker(shared: &Shared) {
                 break;
             }
             spins += 1;
-            if spins % 64 == 0 && idle_since.elapsed() > SPIN {
+            if spins.is_multiple_of(64) && idle_since.elapsed() > SPIN {
                 let guard = shared.sleep.lock().unwrap_or_else(|e| e.into_inner());
                 shared.sleeping.fetch_add(1, Ordering::SeqCst);
                 // Checked under the lock the caller takes to wake us, so a
@@ -355,5 +355,65 @@ impl std::fmt::Debug for SpinPool {
         f.debug_struct("SpinPool")
             .field("workers", &self.workers.len())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every task runs once, job after job, from several callers at once
+    /// (a caller that finds the pool busy runs its own tasks).
+    #[test]
+    fn spin_pool_runs_every_task_once() {
+        let pool = SpinPool::new(3);
+        std::thread::scope(|s| {
+            for caller in 0..3 {
+                let pool = &pool;
+                s.spawn(move || {
+                    for job in 0..200 {
+                        let n = 1 + (job * 7 + caller) % 37;
+                        let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+                        pool.try_run(n, &|i| {
+                            hits[i].fetch_add(1, Ordering::Relaxed);
+                        })
+                        .expect("no task panics");
+                        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+                    }
+                });
+            }
+        });
+    }
+
+    /// A worker that slept past its spin wakes for the next job.
+    #[test]
+    fn spin_pool_wakes_sleeping_workers() {
+        let pool = SpinPool::new(1);
+        for _ in 0..3 {
+            std::thread::sleep(SPIN * 4);
+            let done = AtomicUsize::new(0);
+            pool.try_run(8, &|_| {
+                done.fetch_add(1, Ordering::Relaxed);
+            })
+            .expect("no task panics");
+            assert_eq!(done.load(Ordering::Relaxed), 8);
+        }
+    }
+
+    /// A task's panic comes back as the job's error; the other tasks run,
+    /// and the pool serves the next job.
+    #[test]
+    fn spin_pool_returns_a_panic_as_an_error() {
+        let pool = SpinPool::new(2);
+        let done = AtomicUsize::new(0);
+        let res = pool.try_run(16, &|i| {
+            if i == 5 {
+                panic!("task {i} fails");
+            }
+            done.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(res, Err("task 5 fails".to_string()));
+        assert_eq!(done.load(Ordering::Relaxed), 15);
+        assert_eq!(pool.try_run(4, &|_| {}), Ok(()));
     }
 }
