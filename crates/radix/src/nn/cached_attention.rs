@@ -22,6 +22,16 @@ static CACHED_ATTENTION: LazyLock<CustomCall> = LazyLock::new(|| {
             let window = attrs.i64("window").unwrap_or(0);
             vec![masked(x[0], x[1], x[2], x[3], window)]
         })
+        .derivative(|x, _, g, attrs| {
+            // The fallback's: the kernel computes the same function.
+            let window = attrs.i64("window").unwrap_or(0);
+            let (q, k, v, pos) = (x[0], x[1], x[2], x[3]);
+            let f = |qkv: &(Tensor, Tensor, Tensor), pos: &Tensor| {
+                masked(qkv.0, qkv.1, qkv.2, *pos, window)
+            };
+            let (_, (dq, dk, dv)) = crate::vjp(f, &(q, k, v), &pos, &g[0]);
+            vec![dq, dk, dv, Tensor::zeros(pos.shape())]
+        })
         .register()
         .expect("radix.cached_attention is declared once")
 });
@@ -42,11 +52,16 @@ pub fn cached_attention(q: Tensor, q_pos: Tensor, cache: KvCache, window: Option
         s.rank() == tags.len() && tags.iter().all(|&t| s.axis(t).is_some())
     };
     if !tagged(qs, &[B, Q, H, HD]) || !tagged(ks, &[B, K, H, HD]) || !tagged(ps, &[B, Q]) {
-        let msg = format!("wants q (b, q, h, hd), a cache (b, k, h, hd) and positions (b, q), got {qs}, {ks} and {ps}");
+        let msg = format!(
+            "wants q (b, q, h, hd), a cache (b, k, h, hd) and positions (b, q), got {qs}, {ks} and {ps}"
+        );
         return fail("cached_attention", msg, &[q, cache.k, cache.v, q_pos], qs);
     }
     let q = q.transpose([B, Q, H, HD]);
-    let (k, v) = (cache.k.transpose([B, K, H, HD]), cache.v.transpose([B, K, H, HD]));
+    let (k, v) = (
+        cache.k.transpose([B, K, H, HD]),
+        cache.v.transpose([B, K, H, HD]),
+    );
     let pos = q_pos.transpose([B, Q]).convert(DType::I32);
     let attrs = Attrs::new().with("window", window.unwrap_or(0));
     CACHED_ATTENTION.call(&[q, k, v, pos], &attrs)[0]
@@ -73,12 +88,17 @@ fn masked(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, window: i64) -> Tensor
 
 fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
     let [q, k, v, pos] = s else {
-        return Err(format!("wants q, k, v and positions, got {} operands", s.len()));
+        return Err(format!(
+            "wants q, k, v and positions, got {} operands",
+            s.len()
+        ));
     };
     let window = attrs.i64("window")?;
     let f32_4 = |s: &Shape| s.rank() == 4 && s.dtype() == DType::F32;
     if !f32_4(q) || !f32_4(k) || k.dims() != v.dims() {
-        return Err(format!("wants f32 q, k and v of rank 4, k and v alike, got {q}, {k} and {v}"));
+        return Err(format!(
+            "wants f32 q, k and v of rank 4, k and v alike, got {q}, {k} and {v}"
+        ));
     }
     let (qd, kd) = (q.dims(), k.dims());
     let fits = kd[0] >= qd[0] && kd[3] == qd[3] && kd[2] > 0 && qd[2] % kd[2] == 0;
@@ -88,7 +108,10 @@ fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
         ));
     }
     if pos.dtype() != DType::I32 || pos.dims() != &qd[..2] {
-        return Err(format!("wants i32 positions [{}, {}], got {pos}", qd[0], qd[1]));
+        return Err(format!(
+            "wants i32 positions [{}, {}], got {pos}",
+            qd[0], qd[1]
+        ));
     }
     if window < 0 {
         return Err(format!("a window of {window} positions"));
@@ -184,11 +207,7 @@ fn attend(
     let scale = (1.0 / (d.hd as f64).sqrt()) as f32;
     let group = d.heads / d.kv_heads;
     let at = |pos: usize, g: usize| ((row * d.capacity + pos) * d.kv_heads + g) * d.hd;
-    let seen = if seen.is_empty() {
-        0..d.capacity
-    } else {
-        seen
-    };
+    let seen = if seen.is_empty() { 0..d.capacity } else { seen };
     let mut scores = vec![0.0f32; seen.len()];
     for h in 0..d.heads {
         let g = h / group;
