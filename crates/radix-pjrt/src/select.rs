@@ -85,8 +85,10 @@ pub fn open(options: &OpenOptions<'_>) -> Result<Client> {
 /// without it.
 fn cpu_client(plugin: std::sync::Arc<Plugin>, options: ClientOptions) -> Result<Client> {
     let mut sync = options.clone();
-    sync.extra
-        .push(crate::NamedValue::new("asynchronous", crate::Value::Bool(false)));
+    sync.extra.push(crate::NamedValue::new(
+        "asynchronous",
+        crate::Value::Bool(false),
+    ));
     Client::new(plugin.clone(), &sync).or_else(|e| {
         tracing::info!("the CPU plugin refuses asynchronous = false ({e}): running asynchronously");
         Client::new(plugin, &options)

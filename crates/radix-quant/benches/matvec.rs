@@ -178,7 +178,12 @@ fn bench_token(c: &mut Criterion) {
             matrices.push((Format::Q4_1, rows, cols, w));
         }
     }
-    matrices.push((Format::Q8_0, 49152, 576, random_blocks(Format::Q8_0, 49152 * 18, 99)));
+    matrices.push((
+        Format::Q8_0,
+        49152,
+        576,
+        random_blocks(Format::Q8_0, 49152 * 18, 99),
+    ));
     let bytes: usize = matrices.iter().map(|m| m.3.len()).sum();
     let x: Vec<f32> = (0..1536).map(|i| (i as f32 * 0.37).sin()).collect();
     let mut y = vec![0.0f32; 49152];

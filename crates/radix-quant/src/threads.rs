@@ -283,7 +283,7 @@ fn worker(shared: &Shared) {
                 break;
             }
             spins += 1;
-            if spins % 64 == 0 && idle_since.elapsed() > SPIN {
+            if spins.is_multiple_of(64) && idle_since.elapsed() > SPIN {
                 let guard = shared.sleep.lock().unwrap_or_else(|e| e.into_inner());
                 shared.sleeping.fetch_add(1, Ordering::SeqCst);
                 // Checked under the lock the caller takes to wake us, so a

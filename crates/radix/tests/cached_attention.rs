@@ -54,14 +54,22 @@ fn reference(q: &[f32], k: &[f32], v: &[f32], pos: &[i32], window: usize) -> (Ve
     for row in 0..ROWS {
         for i in 0..N_Q {
             let p = pos[row * N_Q + i] as usize;
-            let first = if window > 0 { (p + 1).saturating_sub(window) } else { 0 };
+            let first = if window > 0 {
+                (p + 1).saturating_sub(window)
+            } else {
+                0
+            };
             for h in 0..HEADS {
                 let g = h / (HEADS / KV);
                 let qh = &q[((row * N_Q + i) * HEADS + h) * HD..][..HD];
                 let scores: Vec<f64> = (first..=p)
                     .map(|j| {
                         let kj = &k[at(row, j, g)..][..HD];
-                        let dot: f64 = qh.iter().zip(kj).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
+                        let dot: f64 = qh
+                            .iter()
+                            .zip(kj)
+                            .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                            .sum();
                         dot / (HD as f64).sqrt()
                     })
                     .collect();
@@ -112,7 +120,9 @@ fn check(window: Option<i64>) {
         f32_literal(&v, &cache_axes),
         Literal::from_bytes(
             Shape::tagged(DType::I32, &[("b", ROWS as i64), ("q", N_Q as i64)]),
-            &pos.iter().flat_map(|p| p.to_le_bytes()).collect::<Vec<u8>>(),
+            &pos.iter()
+                .flat_map(|p| p.to_le_bytes())
+                .collect::<Vec<u8>>(),
         ),
     ];
     let program = trace_fn(&inputs, |t| {

@@ -165,7 +165,11 @@ fn check_dot(format: Format, products: Products, rng: &mut Rng) {
     check("kernels", &native, &x_kernel);
     if int8 {
         // A token's products do not depend on the other tokens of the step.
-        assert_eq!(native[0], native[1][..rows], "{format:?}: token 0 alone and of three");
+        assert_eq!(
+            native[0],
+            native[1][..rows],
+            "{format:?}: token 0 alone and of three"
+        );
     }
     let fallback = run(program, &inputs, CustomCallMode::Fallback);
     check("fallback", &fallback, &x);

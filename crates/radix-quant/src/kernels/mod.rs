@@ -150,7 +150,10 @@ pub fn matmul_q8_with(
     check_len("y", y.len(), product("y", n_tokens, rows)?)?;
     let block_bytes = Format::Q8_0.row_bytes(cols)?;
     let mut blocks = vec![0u8; product("x (bytes)", n_tokens, block_bytes)?];
-    for (x, xq) in x.chunks_exact(cols.max(1)).zip(blocks.chunks_exact_mut(block_bytes.max(1))) {
+    for (x, xq) in x
+        .chunks_exact(cols.max(1))
+        .zip(blocks.chunks_exact_mut(block_bytes.max(1)))
+    {
         crate::quantize_q8_0(x, xq)?;
     }
     // Per block, the scale as f32 (converted once, not once per row) and the
