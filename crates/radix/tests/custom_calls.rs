@@ -433,8 +433,9 @@ fn print_inside_a_loop_prints_each_step_in_order() {
 /// Runs 8 tasks on up to `workers` threads and counts the threads that ran
 /// them. No task finishes before `workers` threads have each started one
 /// (a rendezvous, not a sleep), so a pool that hands out the threads runs
-/// on all of them whatever the timing; after [`RENDEZVOUS`] without them the
-/// tasks go on, and the count shows how many came.
+/// on all of them whatever the timing; [`RENDEZVOUS`] after the call began
+/// the tasks go on without them (all of them: the deadline is the call's,
+/// not each task's), and the count shows how many came.
 static THREADS_SEEN: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 const RENDEZVOUS: std::time::Duration = std::time::Duration::from_secs(30);
 static MEET: LazyLock<CustomCall> = LazyLock::new(|| {
@@ -446,12 +447,12 @@ static MEET: LazyLock<CustomCall> = LazyLock::new(|| {
             let workers = k.attrs().i64("workers")? as usize;
             let ids: Mutex<Vec<std::thread::ThreadId>> = Mutex::default();
             let arrived = std::sync::Condvar::new();
+            let start = std::time::Instant::now();
             k.parallel_for(8, workers, &|_| {
                 let me = std::thread::current().id();
                 let mut seen = ids.lock().unwrap();
                 seen.push(me);
                 arrived.notify_all();
-                let start = std::time::Instant::now();
                 let distinct = |v: &[std::thread::ThreadId]| {
                     let mut v = v.to_vec();
                     v.sort_by_key(|id| format!("{id:?}"));
@@ -490,6 +491,10 @@ fn kernels_split_work_over_the_plugins_threads() {
         .unwrap();
         exe.executable().call(&[&x]).unwrap();
         let seen = THREADS_SEEN.lock().unwrap().pop();
-        assert_eq!(seen, Some(workers as usize), "{workers} workers");
+        assert_eq!(
+            seen,
+            Some(workers as usize),
+            "parallel_for with up to {workers} workers: the 8 tasks ran on this many threads"
+        );
     }
 }

@@ -22,6 +22,16 @@ static CACHED_ATTENTION: LazyLock<CustomCall> = LazyLock::new(|| {
             let window = attrs.i64("window").unwrap_or(0);
             vec![masked(x[0], x[1], x[2], x[3], window)]
         })
+        .derivative(|x, _, g, attrs| {
+            // The fallback's: the kernel computes the same function.
+            let window = attrs.i64("window").unwrap_or(0);
+            let (q, k, v, pos) = (x[0], x[1], x[2], x[3]);
+            let f = |qkv: &(Tensor, Tensor, Tensor), pos: &Tensor| {
+                masked(qkv.0, qkv.1, qkv.2, *pos, window)
+            };
+            let (_, (dq, dk, dv)) = crate::vjp(f, &(q, k, v), &pos, &g[0]);
+            vec![dq, dk, dv, Tensor::zeros(pos.shape())]
+        })
         .register()
         .expect("radix.cached_attention is declared once")
 });

@@ -1,0 +1,159 @@
+"""Tests of the report's provenance on small fake results, no benchmark run.
+
+    bench/.venv/bin/python -m unittest discover -s bench -p 'test_*.py'
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import report  # noqa: E402
+
+RUN = {"run": "2026-12-05 10:00 UTC", "date": "2026-12-05 10:01 UTC", "commit": "0123456789ab",
+       "cpu": "AMD EPYC (family 25, model 1)", "vector extensions": "sse4_2 avx avx2 fma f16c",
+       "kernel": "6.18.44", "load before": "0.20 0.30 0.40", "load after": "1.90 0.80 0.50"}
+
+
+def result(system, samples, stamp):
+    """A result file's content: `samples` maps a series name to its values."""
+    res = {"system": system, "bench": "fake", "meta": {},
+           "samples": {name: {"unit": "us", "values": values} for name, values in samples.items()}}
+    if stamp is not None:
+        res["stamp"] = stamp
+    return res
+
+
+def dispatch(stamp):
+    return {"dispatch-radix": result("radix", {"radix Executable::call + wait": [5, 6, 7, 9],
+                                               "PJRT execute + wait (floor)": [4, 5, 5, 6]}, stamp),
+            "dispatch-jax": result("jax", {"jax.jit call + block_until_ready": [9, 10, 12]}, stamp)}
+
+
+def train(stamp):
+    return {f"train-{system}-1": result(system, {f"{system} train mnist": [1.0, 1.5, 2.0]}, stamp)
+            for system in ("radix", "jax", "torch")}
+
+
+def check(files, profiles=()):
+    """BENCHMARKS.md written from these result files (name -> content) and
+    profiles (names of `profile-NAME.txt` to write)."""
+    with tempfile.TemporaryDirectory() as results:
+        for name, content in files.items():
+            with open(os.path.join(results, f"{name}.json"), "w") as f:
+                json.dump(content, f)
+        for name in profiles:
+            with open(os.path.join(results, f"profile-{name}.txt"), "w") as f:
+                f.write("    50.00%  libc.so.6\n")
+        out = os.path.join(results, "BENCHMARKS.md")
+        report.main(results, out)
+        with open(out) as f:
+            return f.read()
+
+
+def line_after(md, heading):
+    """The first non-empty line after the line starting with `heading`."""
+    lines = md.splitlines()
+    i = next(i for i, line in enumerate(lines) if line.startswith(heading))
+    return next(line for line in lines[i + 1:] if line.strip())
+
+
+class Provenance(unittest.TestCase):
+    def test_one_run_when_every_stamp_agrees(self):
+        other_load = dict(RUN, **{"load before": "0.10 0.1 0.1", "load after": "0.60 0.5 0.5"})
+        md = check({**dispatch(RUN), **train(other_load)})
+        self.assertIn("One run: every section below comes from the same `bench/run` (run 2026-12-05 10:00 UTC, "
+                      "commit `0123456789ab`, AMD EPYC (family 25, model 1), sse4_2 avx avx2 fma f16c, "
+                      "kernel 6.18.44).", md)
+        self.assertNotIn("Not one run", md)
+        self.assertEqual(line_after(md, "## 1. Dispatch"),
+                         "*From run 2026-12-05 10:00 UTC, commit `0123456789ab`, AMD EPYC (family 25, model 1), "
+                         "sse4_2 avx avx2 fma f16c, kernel 6.18.44; load average (1 min) 0.20 before its steps, "
+                         "1.90 after.*")
+        self.assertIn("load average (1 min) 0.10 before its steps, 0.60 after.*", line_after(md, "## 6. One"))
+
+    def test_another_commit_is_another_run(self):
+        md = check({**dispatch(RUN), **train(dict(RUN, commit="fedcba987654"))})
+        self.assertNotIn("One run", md)
+        self.assertIn("**Not one run.** The sections below come from 2 runs", md)
+        self.assertIn("- run 2026-12-05 10:00 UTC, commit `0123456789ab`, AMD EPYC (family 25, model 1), "
+                      "sse4_2 avx avx2 fma f16c, kernel 6.18.44: §1 dispatch\n", md)
+        self.assertIn("commit `fedcba987654`, AMD EPYC (family 25, model 1), sse4_2 avx avx2 fma f16c, "
+                      "kernel 6.18.44: §6 training\n", md)
+        self.assertIn("commit `fedcba987654`", line_after(md, "## 6. One"))
+        self.assertIn("*Not one run: a row may set", line_after(md, "## Targets"))
+
+    def test_another_cpu_or_run_or_diff_is_another_run(self):
+        for change in [{"cpu": "Intel Xeon (family 6, model 143)"}, {"vector extensions": "avx2 avx512f"},
+                       {"run": "2026-12-05 11:00 UTC"}, {"dirty diff sha256": "ab" * 32}]:
+            with self.subTest(change=change):
+                md = check({**dispatch(RUN), **train(dict(RUN, **change))})
+                self.assertIn("**Not one run.**", md)
+        md = check({**dispatch(dict(RUN, **{"dirty diff sha256": "ab" * 32})), **train(dict(RUN))})
+        self.assertIn("commit `0123456789ab` + uncommitted changes (diff sha256 `abababababababab`)",
+                      line_after(md, "## 1. Dispatch"))
+
+    def test_unstamped_results_are_never_one_run(self):
+        md = check(dispatch(None))
+        self.assertIn("**Not one run.** The sections below come from 1 runs", md)
+        self.assertIn("- run ?, unstamped (written before results carried their commit and machine): "
+                      "§1 dispatch", md)
+
+    def test_a_section_from_two_runs_says_so(self):
+        files = dispatch(RUN)
+        files["dispatch-jax"]["stamp"] = dict(RUN, run="2026-12-04 09:00 UTC")
+        line = line_after(check(files), "## 1. Dispatch")
+        self.assertTrue(line.startswith("*Not one run: this section's figures come from 2 runs: (1) run "
+                                        "2026-12-04 09:00 UTC"), line)
+        self.assertIn("(2) run 2026-12-05 10:00 UTC", line)
+
+    def test_a_profile_carries_its_stamp(self):
+        profile = {"system": "perf", "bench": "profile", "samples": {}, "stamp": RUN}
+        md = check({**dispatch(RUN), "profile-trace": profile}, profiles=["trace", "decode"])
+        self.assertIn("One run:", md)
+        self.assertTrue(line_after(md, "**trace**").startswith("*From run 2026-12-05 10:00 UTC"))
+        self.assertEqual(line_after(md, "**decode**"), "*Unstamped: from a run before profiles carried stamps.*")
+
+    def test_a_profile_of_another_run_breaks_one_run(self):
+        profile = {"system": "perf", "bench": "profile", "samples": {}, "stamp": dict(RUN, commit="fedcba987654")}
+        md = check({**dispatch(RUN), "profile-trace": profile}, profiles=["trace"])
+        self.assertIn("kernel 6.18.44: the trace profile\n", md)
+
+
+class Spread(unittest.TestCase):
+    def test_tables_print_min_and_max_beside_the_median(self):
+        md = check(dispatch(RUN))
+        self.assertIn("| system | median | min–max | n | radix / this |", md)
+        self.assertIn("| radix `Executable::call` + wait | 6.50 µs | 5.00–9.00 | 4 | 1 |", md)
+        self.assertIn("| `jax.jit` call + `block_until_ready` | 10.0 µs | 9.00–12.0 | 3 |", md)
+
+
+class Stamp(unittest.TestCase):
+    def stamp(self, env):
+        report_line = '{"system": "x", "bench": "y", "samples": {}}'
+        p = subprocess.run([sys.executable, os.path.join(HERE, "peers", "machine.py"), "stamp", "0.25 0.5 0.75"],
+                           input="a log line\n" + report_line + "\n", capture_output=True, text=True,
+                           env={**os.environ, **env}, check=True)
+        return json.loads(p.stdout)["stamp"]
+
+    def test_the_stamp_names_run_commit_diff_machine_and_load(self):
+        s = self.stamp({"BENCH_RUN": "2026-12-05 10:00 UTC", "BENCH_COMMIT": "0123456789ab",
+                        "BENCH_DIRTY_SHA256": "cd" * 32})
+        self.assertEqual((s["run"], s["commit"], s["dirty diff sha256"], s["load before"]),
+                         ("2026-12-05 10:00 UTC", "0123456789ab", "cd" * 32, "0.25 0.5 0.75"))
+        self.assertEqual(len(s["load after"].split()), 3)
+        for key in ("date", "cpu", "vector extensions", "kernel"):
+            self.assertTrue(s[key], key)
+
+    def test_a_clean_tree_has_no_diff(self):
+        env = {"BENCH_RUN": "r", "BENCH_COMMIT": "c", "BENCH_DIRTY_SHA256": ""}
+        self.assertNotIn("dirty diff sha256", self.stamp(env))
+
+
+if __name__ == "__main__":
+    unittest.main()
