@@ -565,3 +565,41 @@ fn empty_shapes() {
         Err(Error::TooLarge { what: "weights" })
     );
 }
+
+/// A prompt's products with the tokens in vector lanes are the same chain
+/// of multiply-adds whatever the vector width: AVX-512's 16 lanes give
+/// AVX2's results bit for bit (on a CPU with both; the test names the
+/// instruction sets it compared).
+#[test]
+fn lane_widths_give_the_same_bits() {
+    let mut rng = Rng(17);
+    let lanes: Vec<Isa> = Isa::available()
+        .into_iter()
+        .filter(|isa| isa.name() != "scalar")
+        .collect();
+    let names: Vec<&str> = lanes.iter().map(|isa| isa.name()).collect();
+    eprintln!("lane kernels compared: {names:?}");
+    for format in [Format::Q4_1, Format::Q8_0, Format::Q4_K, Format::F32] {
+        let (rows, cols) = (14, 2 * format.block_len().max(32));
+        let weights = random_weights(format, rows, cols, Codes::Random, 1.0, &mut rng);
+        // Two full groups of 16 and a partial one.
+        let n_tokens = 37;
+        let x = random_x(n_tokens * cols, &mut rng);
+        let outputs: Vec<Vec<u32>> = lanes
+            .iter()
+            .map(|&isa| {
+                let config = Config {
+                    isa,
+                    parallel: &Serial,
+                };
+                let mut y = vec![f32::NAN; n_tokens * rows];
+                matmul_with(&config, format, &weights, rows, cols, n_tokens, &x, &mut y)
+                    .expect("shapes");
+                y.iter().map(|v| v.to_bits()).collect()
+            })
+            .collect();
+        for (isa, y) in names.iter().zip(&outputs).skip(1) {
+            assert_eq!(y, &outputs[0], "{format:?}: {isa} vs {}", names[0]);
+        }
+    }
+}

@@ -9,9 +9,7 @@
 //! through `Isa(Kind::Avx2)`, which exists only once `detected()` said yes.
 
 #[cfg(target_arch = "x86_64")]
-pub(super) use imp::{
-    LANE_ROWS, dequantize_row, detected, dot_row, dot_row_q8, dot_tile, dot_tile_lanes,
-};
+pub(super) use imp::{dequantize_row, detected, dot_row, dot_row_q8, dot_tile, dot_tile_lanes};
 
 #[cfg(not(target_arch = "x86_64"))]
 pub(super) use off_x86::{dequantize_row, detected, dot_row, dot_row_q8, dot_tile, dot_tile_lanes};
@@ -20,8 +18,6 @@ pub(super) use off_x86::{dequantize_row, detected, dot_row, dot_row_q8, dot_tile
 mod off_x86 {
     use super::super::{Q8Activations, Tile, TokenLanes};
     use crate::Format;
-
-    pub(in crate::kernels) const LANE_ROWS: usize = 1;
 
     pub(in crate::kernels) fn detected() -> bool {
         false
@@ -752,123 +748,18 @@ mod imp {
         res
     }
 
-    /// Rows and token vectors at once in `dot_tile_lanes`'s inner kernel:
-    /// 6 × 2 accumulators, 2 token vectors and a broadcast weight fit AVX2's
-    /// 16 registers (one more spills an accumulator to the stack, a
-    /// store-to-load chain per step), and each step does 12 multiply-adds
-    /// for 8 loads. `matmul`'s tasks on this path are multiples of it.
-    pub(in crate::kernels) const LANE_ROWS: usize = 6;
-    const LANE_VECTORS: usize = 2;
-
-    pub(in crate::kernels) fn dot_tile_lanes(
-        tile: &Tile,
-        x: &TokenLanes,
-        out: &mut [f32],
-        stride: usize,
-    ) {
-        let cols = tile.cols;
-        let n_rows = tile.rows.len() / cols;
-        let n_groups = x.n_tokens.div_ceil(TokenLanes::LANES);
-        assert!(tile.rows.len() == n_rows * cols && x.cols == cols);
-        assert!(x.data.len() == n_groups * cols * TokenLanes::LANES);
-        assert!(x.n_tokens == 0 || out.len() >= (x.n_tokens - 1) * stride + tile.first + n_rows);
-        let mut g = 0;
-        while g < n_groups {
-            let wide = n_groups - g >= LANE_VECTORS;
-            let mut r = 0;
-            while r < n_rows {
-                let at = Block { cols, r, t: g };
-                let tall = n_rows - r >= LANE_ROWS;
-                // SAFETY: AVX2, FMA and F16C were detected (see `dot_row`);
-                // `lanes` asserts that the rows and groups it reads exist.
-                unsafe {
-                    let w = tile.rows;
-                    match (tall, wide) {
-                        (true, true) => put_lanes(
-                            lanes::<LANE_ROWS, LANE_VECTORS>(w, x, at),
-                            tile,
-                            x,
-                            out,
-                            stride,
-                            at,
-                        ),
-                        (true, false) => {
-                            put_lanes(lanes::<LANE_ROWS, 1>(w, x, at), tile, x, out, stride, at)
-                        }
-                        (false, true) => {
-                            put_lanes(lanes::<1, LANE_VECTORS>(w, x, at), tile, x, out, stride, at)
-                        }
-                        (false, false) => {
-                            put_lanes(lanes::<1, 1>(w, x, at), tile, x, out, stride, at)
-                        }
-                    }
-                }
-                r += if tall { LANE_ROWS } else { 1 };
-            }
-            g += if wide { LANE_VECTORS } else { 1 };
-        }
-    }
-
-    /// Writes `lanes`'s results (row `i`, token `(at.t + v) * 8 + l`) into
-    /// `out`, leaving out the padding past the last token.
-    fn put_lanes<const NR: usize, const NV: usize>(
-        res: [[[f32; 8]; NV]; NR],
-        tile: &Tile,
-        x: &TokenLanes,
-        out: &mut [f32],
-        stride: usize,
-        at: Block,
-    ) {
-        for (i, res) in res.iter().enumerate() {
-            for (v, res) in res.iter().enumerate() {
-                let first = (at.t + v) * TokenLanes::LANES;
-                for (l, &value) in res.iter().enumerate().take(x.n_tokens - first) {
-                    out[(first + l) * stride + tile.first + at.r + i] = value;
-                }
-            }
-        }
-    }
-
-    /// `NR` rows from `at.r` times `NV` groups of 8 tokens from group `at.t`
-    /// (here `Block::t` counts groups, not tokens):
-    /// for each element `k` of the rows, one broadcast weight per row and
-    /// one vector of the tokens' element `k` per group. Every output is the
-    /// chain `c = fma(w[k], x[k], c)` for `k` in order from zero, whatever
-    /// `NR` and `NV`, so the split into tiles and tasks never changes it.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[allow(clippy::needless_range_loop)] // (i, v) index rows, groups and accumulators at once
-    fn lanes<const NR: usize, const NV: usize>(
-        w: &[f32],
-        x: &TokenLanes,
-        at: Block,
-    ) -> [[[f32; 8]; NV]; NR] {
-        let (cols, lanes) = (at.cols, TokenLanes::LANES);
-        assert!((at.r + NR) * cols <= w.len());
-        assert!((at.t + NV) * cols * lanes <= x.data.len());
-        let w = &w[at.r * cols..(at.r + NR) * cols];
-        let x = &x.data[at.t * cols * lanes..(at.t + NV) * cols * lanes];
-        let mut acc = [[_mm256_setzero_ps(); NV]; NR];
-        for k in 0..cols {
-            let mut xv = [_mm256_setzero_ps(); NV];
-            for (v, xv) in xv.iter_mut().enumerate() {
-                // SAFETY: (v * cols + k + 1) * lanes <= NV * cols * lanes = x.len().
-                *xv = unsafe { _mm256_loadu_ps(x.as_ptr().add((v * cols + k) * lanes)) };
-            }
-            for i in 0..NR {
-                // SAFETY: i * cols + k < NR * cols = w.len().
-                let wb = _mm256_set1_ps(unsafe { *w.get_unchecked(i * cols + k) });
-                for v in 0..NV {
-                    acc[i][v] = _mm256_fmadd_ps(wb, xv[v], acc[i][v]);
-                }
-            }
-        }
-        let mut res = [[[0.0f32; 8]; NV]; NR];
-        for i in 0..NR {
-            for v in 0..NV {
-                // SAFETY: `res[i][v]` is 8 writable f32s.
-                unsafe { _mm256_storeu_ps(res[i][v].as_mut_ptr(), acc[i][v]) };
-            }
-        }
-        res
-    }
+    // `dot_tile_lanes` with the tokens in 8-lane AVX2 vectors; 6 × 2
+    // accumulators, 2 token vectors and a broadcast weight fit AVX2's 16
+    // registers (one more spills an accumulator to the stack, a store-to-load
+    // chain per step), and each step does 12 multiply-adds for 8 loads.
+    crate::kernels::lanes::lanes_kernel!(
+        "avx2,fma,f16c",
+        __m256,
+        8,
+        _mm256_setzero_ps,
+        _mm256_loadu_ps,
+        _mm256_set1_ps,
+        _mm256_fmadd_ps,
+        _mm256_storeu_ps
+    );
 }

@@ -3,6 +3,8 @@
 //! only slices whose lengths were checked here.
 
 mod avx2;
+mod avx512;
+mod lanes;
 mod scalar;
 
 use std::sync::Mutex;
@@ -20,6 +22,9 @@ enum Kind {
     Scalar,
     /// AVX2 with FMA and F16C (Haswell, Zen and later).
     Avx2,
+    /// AVX-512F besides AVX2 (Skylake-SP, Zen 4 and later): the AVX2
+    /// kernels, and 16-lane multiply-adds for prompts.
+    Avx512,
 }
 
 impl Isa {
@@ -28,11 +33,7 @@ impl Isa {
 
     /// The fastest instruction set this CPU runs.
     pub fn best() -> Isa {
-        if avx2::detected() {
-            Isa(Kind::Avx2)
-        } else {
-            Isa::SCALAR
-        }
+        *Isa::available().last().expect("scalar is always available")
     }
 
     /// Every instruction set this CPU runs, slowest first; tests run each.
@@ -40,6 +41,9 @@ impl Isa {
         let mut isas = vec![Isa::SCALAR];
         if avx2::detected() {
             isas.push(Isa(Kind::Avx2));
+        }
+        if avx512::detected() {
+            isas.push(Isa(Kind::Avx512));
         }
         isas
     }
@@ -49,6 +53,7 @@ impl Isa {
         match self.0 {
             Kind::Scalar => "scalar",
             Kind::Avx2 => "avx2",
+            Kind::Avx512 => "avx512",
         }
     }
 }
@@ -320,14 +325,15 @@ pub fn matmul_with(
     }
     let isa = config.isa;
     // Transposed once for all tasks: a copy of `x`, small beside the products.
-    let by_lanes = TokenLanes::wanted(isa, n_tokens).then(|| TokenLanes::new(x, cols, n_tokens));
+    let by_lanes =
+        TokenLanes::wanted(isa, n_tokens).then(|| TokenLanes::new(isa, x, cols, n_tokens));
     let (align, tile_rows) = match by_lanes {
         // Every token passes each tile once: a tile of ~96 KiB (in L2) keeps
         // that traffic small for thousands of tokens, where 6 rows at a time
         // would read all of `x` again for every 6 rows.
         Some(_) => {
             let rows = (LANES_TILE_BYTES / (cols * 4)).max(1);
-            (avx2::LANE_ROWS, rows.next_multiple_of(avx2::LANE_ROWS))
+            (lanes::LANE_ROWS, rows.next_multiple_of(lanes::LANE_ROWS))
         }
         None => (TILE_ROWS, TILE_ROWS),
     };
@@ -423,7 +429,7 @@ fn check_len(what: &'static str, got: usize, expected: usize) -> Result<(), Erro
 fn dot_row(isa: Isa, format: Format, row: &[u8], x: &[f32]) -> f32 {
     match isa.0 {
         Kind::Scalar => scalar::dot_row(format, row, x),
-        Kind::Avx2 => avx2::dot_row(format, row, x),
+        Kind::Avx2 | Kind::Avx512 => avx2::dot_row(format, row, x),
     }
 }
 
@@ -432,7 +438,7 @@ fn dot_row(isa: Isa, format: Format, row: &[u8], x: &[f32]) -> f32 {
 fn dot_row_q8(isa: Isa, format: Format, row: &[u8], x: &Q8Activations) -> f32 {
     match isa.0 {
         Kind::Scalar => scalar::dot_row_q8(format, row, x),
-        Kind::Avx2 => avx2::dot_row_q8(format, row, x),
+        Kind::Avx2 | Kind::Avx512 => avx2::dot_row_q8(format, row, x),
     }
 }
 
@@ -440,7 +446,7 @@ fn dot_row_q8(isa: Isa, format: Format, row: &[u8], x: &Q8Activations) -> f32 {
 fn dequantize_row(isa: Isa, format: Format, row: &[u8], out: &mut [f32]) {
     match isa.0 {
         Kind::Scalar => scalar::dequantize_row(format, row, out),
-        Kind::Avx2 => avx2::dequantize_row(format, row, out),
+        Kind::Avx2 | Kind::Avx512 => avx2::dequantize_row(format, row, out),
     }
 }
 
@@ -458,12 +464,12 @@ struct Tile<'a> {
 fn dot_tile(isa: Isa, tile: &Tile, x: &[f32], out: &mut [f32], stride: usize) {
     match isa.0 {
         Kind::Scalar => scalar::dot_tile(tile, x, out, stride),
-        Kind::Avx2 => avx2::dot_tile(tile, x, out, stride),
+        Kind::Avx2 | Kind::Avx512 => avx2::dot_tile(tile, x, out, stride),
     }
 }
 
-/// The tokens of [`matmul`]'s `x` transposed into groups of [`TokenLanes::LANES`]:
-/// `data[(g * cols + k) * LANES + l]` is element `k` of token `g * LANES + l`
+/// The tokens of [`matmul`]'s `x` transposed into groups of `lanes` (a vector of f32):
+/// `data[(g * cols + k) * lanes + l]` is element `k` of token `g * lanes + l`
 /// (zero past the last token). With the tokens along a vector, one weight
 /// broadcast multiplies a whole group: each output is one chain of fused
 /// multiply-adds along the row, as in a BLAS micro-kernel, instead of a dot
@@ -472,20 +478,28 @@ struct TokenLanes {
     data: Vec<f32>,
     cols: usize,
     n_tokens: usize,
+    /// Tokens per group: one vector of f32 of the instruction set.
+    lanes: usize,
 }
 
 impl TokenLanes {
-    /// Tokens per group: one AVX2 vector of f32.
-    const LANES: usize = 8;
-
-    /// Whether `matmul` takes this path: on AVX2, and for enough tokens to
-    /// fill a group (fewer would multiply mostly padding).
-    fn wanted(isa: Isa, n_tokens: usize) -> bool {
-        isa.0 == Kind::Avx2 && n_tokens >= Self::LANES
+    /// Tokens per group on `isa`: one vector of f32 (none for scalar code).
+    fn lanes(isa: Isa) -> Option<usize> {
+        match isa.0 {
+            Kind::Scalar => None,
+            Kind::Avx2 => Some(8),
+            Kind::Avx512 => Some(16),
+        }
     }
 
-    fn new(x: &[f32], cols: usize, n_tokens: usize) -> TokenLanes {
-        let lanes = Self::LANES;
+    /// Whether `matmul` takes this path: with vectors, and for enough
+    /// tokens to fill a group (fewer would multiply mostly padding).
+    fn wanted(isa: Isa, n_tokens: usize) -> bool {
+        TokenLanes::lanes(isa).is_some_and(|lanes| n_tokens >= lanes)
+    }
+
+    fn new(isa: Isa, x: &[f32], cols: usize, n_tokens: usize) -> TokenLanes {
+        let lanes = TokenLanes::lanes(isa).expect("TokenLanes::wanted said yes");
         let mut data = vec![0.0f32; n_tokens.div_ceil(lanes) * cols * lanes];
         for (t, x) in x.chunks_exact(cols).enumerate() {
             let group = &mut data[t / lanes * cols * lanes..][..cols * lanes];
@@ -497,6 +511,7 @@ impl TokenLanes {
             data,
             cols,
             n_tokens,
+            lanes,
         }
     }
 }
@@ -506,5 +521,6 @@ fn dot_tile_lanes(isa: Isa, tile: &Tile, x: &TokenLanes, out: &mut [f32], stride
     match isa.0 {
         Kind::Scalar => unreachable!("TokenLanes::wanted is false for scalar code"),
         Kind::Avx2 => avx2::dot_tile_lanes(tile, x, out, stride),
+        Kind::Avx512 => avx512::dot_tile_lanes(tile, x, out, stride),
     }
 }
