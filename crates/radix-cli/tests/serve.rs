@@ -1,13 +1,23 @@
-//! `radix serve` over plain HTTP: one server (SmolLM2 and MiniLM, an API
-//! key, one slot and a queue of one) driven through every endpoint and every
-//! error status, then stopped with SIGTERM while a stream runs. The checks
-//! run in order in one test: the queue and slot checks need the server to
-//! themselves, and the last one stops it.
+//! `radix serve` (the release build) over plain HTTP: one server (SmolLM2
+//! and MiniLM, an API key, one slot and a queue of one) driven through every
+//! endpoint and every error status, then stopped with SIGTERM while a
+//! stream runs; then servers driven as a hostile client would (numbers at
+//! their limits, faults injected into the generation thread, idle and
+//! half-sent connections, oversized embedding requests), each check with a
+//! deadline, each server answering a normal request afterwards. The checks
+//! of one server run in order in one test: the queue and slot checks need
+//! the server to themselves, and the last one stops it.
+//!
+//! Races are taken out with `RADIX_SERVE_FAULT=hold:N`: a sequence asking
+//! for N tokens is held (no decode step runs) until its client leaves, so
+//! the slots and the queue are full, or sequences gathered into one batch,
+//! for as long as a check needs.
 
 mod common;
 
-use std::io::BufReader;
-use std::time::Duration;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
 
 use common::reference_dir;
 use common::server::{Server, read_events};
@@ -35,20 +45,29 @@ fn bad_request(s: &Server, path: &str, body: &str, param: Option<&str>) {
     assert_eq!(e["param"].as_str(), param, "{body}: {}", a.body);
 }
 
+/// `max_tokens` of the sequence `RADIX_SERVE_FAULT=hold:HELD` holds.
+const HELD: u64 = 199;
+
 #[test]
 fn serve_over_http() {
-    let mut s = Server::start(&[
-        "--api-key",
-        KEY,
-        "--max-batch",
-        "1",
-        "--max-queue",
-        "1",
-        "--context",
-        "256",
-        "--shutdown-timeout",
-        "60",
-    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("key");
+    std::fs::write(&key_file, format!("{KEY}\n")).unwrap();
+    let mut s = Server::spawn(
+        Server::command(&[
+            "--api-key-file",
+            key_file.to_str().unwrap(),
+            "--max-batch",
+            "1",
+            "--max-queue",
+            "1",
+            "--context",
+            "256",
+            "--shutdown-timeout",
+            "60",
+        ])
+        .env("RADIX_SERVE_FAULT", format!("hold:{HELD}")),
+    );
     health_and_metrics_need_no_key(&s);
     v1_needs_the_key(&s);
     chat_whole_and_streamed_agree(&s);
@@ -90,6 +109,8 @@ fn v1_needs_the_key(s: &Server) {
     for headers in [
         vec![],
         vec![("Authorization", "Bearer wrong")],
+        vec![("Authorization", "Bearer sk-tes")],
+        vec![("Authorization", "Bearer sk-test2")],
         vec![("Authorization", KEY)],
     ] {
         let a = s.request("GET", "/v1/models", &headers, "");
@@ -99,6 +120,9 @@ fn v1_needs_the_key(s: &Server) {
     }
     let a = s.request("POST", "/v1/completions", &[], "{}");
     assert_eq!(a.status, 401);
+    // The scheme is case-insensitive (RFC 9110).
+    let a = s.request("GET", "/v1/models", &[("Authorization", "bearer sk-test")], "");
+    assert_eq!(a.status, 200, "{}", a.body);
     let a = s.request("GET", "/v1/models", &[AUTH], "");
     assert_eq!(a.status, 200, "{}", a.body);
     let ids: Vec<Value> = a.json()["data"]
@@ -111,7 +135,7 @@ fn v1_needs_the_key(s: &Server) {
     assert!(
         s.get("/metrics")
             .body
-            .contains("radix_requests_total{route=\"/v1/models\",status=\"401\"} 3")
+            .contains("radix_requests_total{route=\"/v1/models\",status=\"401\"} 5")
     );
 }
 
@@ -305,28 +329,54 @@ fn too_large_a_body_is_413(s: &Server) {
     assert!(a.json()["error"]["message"].is_string());
 }
 
+/// The status of a streamed request's answer (its head comes at once when
+/// queued), and the connection.
+fn stream_status(s: &Server, body: &str) -> (u16, BufReader<TcpStream>) {
+    let mut r = BufReader::new(s.send("POST", "/v1/completions", &[AUTH], body));
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    let status = line.split(' ').nth(1).and_then(|c| c.parse().ok());
+    (status.unwrap_or_else(|| panic!("not an answer: {line:?}")), r)
+}
+
 fn full_queue_is_429_and_a_hang_up_frees_the_slot(s: &Server) {
-    let long = json!({
-        "model": "smollm2", "prompt": "Once upon a time", "max_tokens": 200,
-        "temperature": 0, "stream": true,
-    })
-    .to_string();
-    // The one slot.
-    let mut running = BufReader::new(s.send("POST", "/v1/completions", &[AUTH], &long));
+    let request = |max_tokens: u64| {
+        json!({
+            "model": "smollm2", "prompt": "Once upon a time", "max_tokens": max_tokens,
+            "temperature": 0, "stream": true,
+        })
+        .to_string()
+    };
+    // The one slot, held: no token comes after the first until it leaves.
+    let (status, mut running) = stream_status(s, &request(HELD));
+    assert_eq!(status, 200);
     assert_eq!(read_events(&mut running, 1).len(), 1);
     s.wait_metric("radix_active_slots", 1.0);
     // The one place in the queue.
-    let mut waiting = BufReader::new(s.send("POST", "/v1/completions", &[AUTH], &long));
+    let (status, waiting) = stream_status(s, &request(200));
+    assert_eq!(status, 200);
     s.wait_metric("radix_queue_depth", 1.0);
-    let a = s.request("POST", "/v1/completions", &[AUTH], &long);
+    let a = s.request("POST", "/v1/completions", &[AUTH], &request(200));
     assert_eq!(a.status, 429, "{}", a.body);
     assert_eq!(a.header("retry-after"), Some("1"));
     assert_eq!(a.json()["error"]["type"], "rate_limit_error");
+    // A waiting client that hangs up gives its place back within a second.
+    drop(waiting);
+    let t = Instant::now();
+    let mut waiting = loop {
+        let (status, r) = stream_status(s, &request(200));
+        if status == 200 {
+            break r;
+        }
+        assert_eq!(status, 429);
+        assert!(t.elapsed() < Duration::from_secs(1), "the place stayed taken");
+        std::thread::sleep(Duration::from_millis(20));
+    };
     // Hanging up ends the running sequence: the waiting one gets the slot.
     drop(running);
     assert_eq!(read_events(&mut waiting, 1).len(), 1);
     s.wait_metric("radix_queue_depth", 0.0);
-    assert!(s.metric("radix_cancelled_total") >= 1.0);
+    assert!(s.metric("radix_cancelled_total") >= 2.0);
     drop(waiting);
     s.wait_metric("radix_active_slots", 0.0);
     assert!(
@@ -343,11 +393,7 @@ fn sigterm_finishes_the_running_stream_then_exits_0(s: &mut Server) {
     });
     let mut stream = BufReader::new(s.send("POST", "/v1/completions", &[AUTH], &req.to_string()));
     assert_eq!(read_events(&mut stream, 1).len(), 1);
-    let kill = std::process::Command::new("kill")
-        .args(["-TERM", &s.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    s.terminate();
     let rest = read_events(&mut stream, usize::MAX);
     assert_eq!(rest.last().map(String::as_str), Some("[DONE]"), "{rest:?}");
     let finish: Value = serde_json::from_str(&rest[rest.len() - 2]).unwrap();
@@ -381,13 +427,14 @@ fn generate(model: &str, prompt: &str, n: usize) -> (String, usize) {
 
 /// Models of other architectures than SmolLM2's (Qwen3; Gemma 3, whose
 /// sliding window of 4 positions is shorter than the sequences), served in
-/// a batch of 4: five greedy completions sent at once, so that they decode
-/// together (the decode steps advanced more sequences than there were
-/// steps), each answer equal to `radix generate`'s for the same file and
-/// prompt.
+/// a batch of 4: five greedy completions queued while a held sequence
+/// stops the decode steps, so that they decode together once it leaves
+/// (the decode steps then advance more sequences than there are steps),
+/// each answer equal to `radix generate`'s for the same file and prompt.
 #[test]
 fn other_architectures_batched_answer_as_generate_does() {
     const N: usize = 24;
+    const HOLD: usize = 30;
     let prompts = [
         "the quick brown fox",
         "hello world, how are you",
@@ -399,37 +446,52 @@ fn other_architectures_batched_answer_as_generate_does() {
         let path = tiny(name);
         let model = path.to_str().unwrap();
         let want: Vec<(String, usize)> = prompts.iter().map(|p| generate(model, p, N)).collect();
-        let s = Server::start(&[
-            "--model",
-            model,
-            "--embed-model",
-            "none",
-            "--max-batch",
-            "4",
-            "--context",
-            "64",
-        ]);
+        let s = Server::spawn(
+            Server::command(&[
+                "--model",
+                model,
+                "--embed-model",
+                "none",
+                "--max-batch",
+                "4",
+                "--context",
+                "64",
+            ])
+            .env("RADIX_SERVE_FAULT", format!("hold:{HOLD}")),
+        );
         assert_eq!(
             s.get("/health").json()["decode_batch_sizes"],
             json!([1, 2, 4])
         );
-        let barrier = std::sync::Barrier::new(prompts.len());
+        // Held, it must not end at its first token.
+        assert!(want[4].1 > 1, "{name}: \"zebra\" ends at once");
+        let hold = json!({
+            "model": model, "prompt": "zebra", "max_tokens": HOLD, "temperature": 0,
+            "stream": true,
+        });
+        let mut held = BufReader::new(s.send("POST", "/v1/completions", &[], &hold.to_string()));
+        assert_eq!(read_events(&mut held, 1).len(), 1);
+        s.wait_metric("radix_active_slots", 1.0);
         let answers: Vec<Value> = std::thread::scope(|scope| {
             let threads: Vec<_> = prompts
                 .iter()
                 .map(|p| {
-                    let (s, barrier) = (&s, &barrier);
+                    let s = &s;
                     scope.spawn(move || {
                         let req = json!({
                             "model": model, "prompt": p, "max_tokens": N, "temperature": 0,
                         });
-                        barrier.wait();
                         let a = s.post("/v1/completions", &req.to_string());
                         assert_eq!(a.status, 200, "{name} {p:?}: {}", a.body);
                         a.json()
                     })
                 })
                 .collect();
+            // Three join the held one; two wait. Then the held one leaves.
+            s.wait_metric("radix_active_slots", 4.0);
+            s.wait_metric("radix_queue_depth", 2.0);
+            assert_eq!(s.metric("radix_decode_steps_total"), 0.0);
+            drop(held);
             threads.into_iter().map(|t| t.join().unwrap()).collect()
         });
         for ((p, (text, n)), a) in prompts.iter().zip(&want).zip(&answers) {
@@ -440,9 +502,355 @@ fn other_architectures_batched_answer_as_generate_does() {
             s.metric("radix_decode_steps_total"),
             s.metric("radix_decode_rows_total"),
         );
+        // The first step after the held one left ran at least three rows.
         assert!(
-            rows > steps,
+            rows >= steps + 2.0,
             "{name}: {rows} rows in {steps} steps: no batching"
         );
     }
+}
+
+/// Runs `f` on another thread: its result, or a failure naming `what` if
+/// it takes longer than `limit`.
+fn within<T: Send + 'static>(what: &str, limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("{what} took longer than {limit:?}"))
+}
+
+/// A greedy completion of 8 tokens: its text, after checking it is 200.
+fn normal(s: &Server, path_key: &[(&str, &str)]) -> String {
+    let req = json!({
+        "model": "smollm2", "prompt": "The capital of France is", "max_tokens": 8,
+        "temperature": 0,
+    });
+    let a = s.request("POST", "/v1/completions", path_key, &req.to_string());
+    assert_eq!(a.status, 200, "{}", a.body);
+    a.json()["choices"][0]["text"].as_str().unwrap().to_string()
+}
+
+/// The limits of a JSON integer read as `u64`, and numbers just past them.
+const LIMITS: [&str; 6] = [
+    "18446744073709551615",
+    "18446744073709551616",
+    "-1",
+    "-9223372036854775808",
+    "1e300",
+    "0.5",
+];
+
+/// Every integer field at its type's limits answers 400 naming the field
+/// (or, for `seed` and `top_k`, whose largest value is meaningful, 200);
+/// `max_tokens` = 2^64 - 1 no longer wraps the context check. Then a step
+/// error and a panic injected mid-batch fail only the requests of that
+/// batch, and ten requests afterwards succeed; random bodies answer 400 or
+/// 200, never 500; embeddings are bounded; memory stays within 100 MiB of
+/// its plateau.
+#[test]
+fn no_request_wedges_the_server() {
+    let s = Server::spawn(
+        Server::command(&["--max-batch", "2", "--context", "256"])
+            .env("RADIX_API_KEY", KEY)
+            .env("RADIX_SERVE_FAULT", "step-error:77,panic:78"),
+    );
+    let reference = within("a first request", Duration::from_secs(120), {
+        let addr = s.addr.clone();
+        move || normal(&Server::attach(&addr), &[AUTH])
+    });
+    // The plateau: a few more requests of each kind first.
+    for _ in 0..3 {
+        assert_eq!(normal(&s, &[AUTH]), reference);
+        let e = post(&s, "/v1/embeddings", &json!({"model": "minilm", "input": ["a b", "c"]}));
+        assert_eq!(e.status, 200, "{}", e.body);
+    }
+    let plateau = s.rss();
+    numbers_at_their_limits(&s);
+    assert_eq!(normal(&s, &[AUTH]), reference);
+    for fault in [77, 78] {
+        a_fault_fails_its_batch_only(&s, fault, &reference);
+    }
+    random_bodies_never_fail_the_server(&s);
+    assert_eq!(normal(&s, &[AUTH]), reference);
+    embeddings_are_bounded(&s);
+    let grown = s.rss().saturating_sub(plateau);
+    eprintln!("RSS: plateau {} MiB, grown {} MiB", plateau >> 20, grown >> 20);
+    assert!(grown < 100 << 20, "RSS grew {} MiB past its plateau", grown >> 20);
+    let h = s.get("/health");
+    assert_eq!(h.status, 200, "{}", h.body);
+}
+
+fn numbers_at_their_limits(s: &Server) {
+    let base = json!({"model": "smollm2", "prompt": "hi", "max_tokens": 4, "temperature": 0});
+    let t = Instant::now();
+    for field in ["max_tokens", "max_completion_tokens", "n", "top_k", "seed"] {
+        for limit in LIMITS {
+            let mut body = base.to_string();
+            body.pop();
+            let body = if field == "max_tokens" {
+                body.replace("\"max_tokens\":4", &format!("\"max_tokens\":{limit}"))
+                    + "}"
+            } else {
+                format!("{body},\"{field}\":{limit}}}")
+            };
+            let a = s.request("POST", "/v1/completions", &[AUTH], &body);
+            let meaningful = ["top_k", "seed"].contains(&field) && limit == LIMITS[0];
+            if meaningful {
+                assert_eq!(a.status, 200, "{body}: {}", a.body);
+            } else {
+                assert_eq!(a.status, 400, "{body}: {}", a.body);
+                assert_eq!(a.json()["error"]["param"], field, "{body}: {}", a.body);
+            }
+        }
+    }
+    for limit in LIMITS {
+        let body = format!(r#"{{"model": "minilm", "input": "hi", "dimensions": {limit}}}"#);
+        let a = s.request("POST", "/v1/embeddings", &[AUTH], &body);
+        assert_eq!(a.status, 400, "{body}: {}", a.body);
+        assert_eq!(a.json()["error"]["param"], "dimensions", "{}", a.body);
+    }
+    assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
+}
+
+/// Two streams batched together, the second asking for `fault` tokens,
+/// which fails the step (or panics the thread) at its first step: both
+/// end with an error event, a request queued behind them and the ten after
+/// them succeed.
+fn a_fault_fails_its_batch_only(s: &Server, fault: u64, reference: &str) {
+    let stream = |max_tokens: u64| {
+        let req = json!({
+            "model": "smollm2", "prompt": "Once upon a time", "max_tokens": max_tokens,
+            "temperature": 0, "stream": true,
+        });
+        BufReader::new(s.send("POST", "/v1/completions", &[AUTH], &req.to_string()))
+    };
+    let errors_before = s
+        .get("/metrics")
+        .body
+        .contains("route=\"/v1/completions\",status=\"500\"");
+    let mut first = stream(150);
+    assert_eq!(read_events(&mut first, 1).len(), 1);
+    let mut faulty = stream(fault);
+    let rest: Vec<Vec<String>> = [&mut first, &mut faulty]
+        .into_iter()
+        .map(|r| within_read(r))
+        .collect();
+    for events in &rest {
+        let error = &events[events.len() - 2];
+        assert!(error.contains("\"error\""), "{events:?}");
+        assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    }
+    s.wait_metric("radix_active_slots", 0.0);
+    for _ in 0..10 {
+        assert_eq!(normal(s, &[AUTH]), reference);
+    }
+    assert!(errors_before || s.get("/metrics").body.contains("route=\"/v1/completions\",status=\"500\""));
+    assert_eq!(s.get("/health").status, 200);
+}
+
+/// Every event of a stream, within a minute.
+fn within_read(r: &mut BufReader<TcpStream>) -> Vec<String> {
+    r.get_ref()
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    read_events(r, usize::MAX)
+}
+
+/// 300 bodies built from a fixed seed: fields of both endpoints with values
+/// at the limits of their types and of the wrong types. Each answers 200
+/// or 400 in time; the server answers normally afterwards.
+fn random_bodies_never_fail_the_server(s: &Server) {
+    let fields: [(&str, &[&str]); 9] = [
+        ("max_tokens", &["0", "1", "3", "18446744073709551615", "-1", "1e999", "\"3\"", "[]"]),
+        ("temperature", &["0", "1e308", "-0.0", "1e-320", "\"hot\"", "null"]),
+        ("top_p", &["0", "1", "1e-320", "2", "-1e308"]),
+        ("top_k", &["0", "1", "18446744073709551615", "4294967296"]),
+        ("seed", &["0", "18446744073709551615", "-5"]),
+        ("stop", &["\"\"", "[\"a\",\"b\",\"c\",\"d\",\"e\"]", "[]", "[\"\"]", "7"]),
+        ("n", &["1", "0", "18446744073709551615"]),
+        ("stream", &["false", "0"]),
+        ("presence_penalty", &["0", "1e308", "-1e308"]),
+    ];
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |n: usize| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % n as u64) as usize
+    };
+    let t = Instant::now();
+    for i in 0..300 {
+        let mut parts = vec![
+            "\"model\":\"smollm2\"".to_string(),
+            if i % 2 == 0 {
+                "\"prompt\":\"hi\"".to_string()
+            } else {
+                "\"prompt\":[\"a\",\"b\"]".to_string()
+            },
+        ];
+        let mut has_max = false;
+        for (name, values) in fields {
+            if next(3) == 0 || name == "max_tokens" {
+                parts.push(format!("\"{name}\":{}", values[next(values.len())]));
+                has_max |= name == "max_tokens";
+            }
+        }
+        assert!(has_max);
+        let body = format!("{{{}}}", parts.join(","));
+        let a = s.request("POST", "/v1/completions", &[AUTH], &body);
+        assert!([200, 400].contains(&a.status), "{body}: {} {}", a.status, a.body);
+    }
+    assert!(t.elapsed() < Duration::from_secs(120), "{:?}", t.elapsed());
+}
+
+fn embeddings_are_bounded(s: &Server) {
+    // 80,000 empty strings (320 KB): refused before any work.
+    let body = json!({"model": "minilm", "input": vec![""; 80_000]}).to_string();
+    let t = Instant::now();
+    let a = s.request("POST", "/v1/embeddings", &[AUTH], &body);
+    assert_eq!(a.status, 400, "{}", a.body);
+    assert_eq!(a.json()["error"]["param"], "input");
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    // A text longer than the model reads is refused, or truncated if asked.
+    let long = "word ".repeat(400);
+    let a = post(s, "/v1/embeddings", &json!({"model": "minilm", "input": ["hi", long]}));
+    assert_eq!(a.status, 400, "{}", a.body);
+    assert_eq!(a.json()["error"]["param"], "input[1]", "{}", a.body);
+    let a = post(
+        s,
+        "/v1/embeddings",
+        &json!({"model": "minilm", "input": ["hi", long], "truncate": true}),
+    );
+    assert_eq!(a.status, 200, "{}", a.body);
+    let a = a.json();
+    assert_eq!(a["usage"]["prompt_tokens"], 3 + 256);
+    assert_eq!(a["data"][1]["embedding"].as_array().unwrap().len(), 384);
+    // 2,048 inputs are taken; a client that hangs up has its work stopped.
+    let body = json!({"model": "minilm", "input": vec!["a sentence of a few words"; 2048]});
+    let mut c = s.send("POST", "/v1/embeddings", &[AUTH], &body.to_string());
+    std::thread::sleep(Duration::from_millis(200));
+    c.shutdown(std::net::Shutdown::Both).unwrap();
+    drop(c);
+    let t = Instant::now();
+    let a = post(s, "/v1/embeddings", &json!({"model": "minilm", "input": "hi"}));
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
+}
+
+/// A stuck generation thread turns `/health` to 503 and requests time out
+/// (`--request-timeout`); a dead one turns it to 503 and requests are
+/// refused at once.
+#[test]
+fn a_stuck_or_dead_worker_shows_in_health() {
+    for (fault, stuck) in [("hang:33", true), ("exit:33", false)] {
+        let s = Server::spawn(
+            Server::command(&[
+                "--embed-model",
+                "none",
+                "--context",
+                "64",
+                "--health-timeout",
+                "1",
+                "--request-timeout",
+                "3",
+            ])
+            .env("RADIX_SERVE_FAULT", fault),
+        );
+        assert_eq!(s.get("/health").status, 200);
+        let req = json!({"model": "smollm2", "prompt": "hi", "max_tokens": 33, "temperature": 0});
+        let t = Instant::now();
+        let a = s.post("/v1/completions", &req.to_string());
+        if stuck {
+            assert_eq!(a.status, 504, "{}", a.body);
+            assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        } else {
+            assert_eq!(a.status, 500, "{}", a.body);
+        }
+        let t = Instant::now();
+        loop {
+            let h = s.get("/health");
+            if h.status == 503 {
+                eprintln!("{fault}: {}", h.body);
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(5), "{fault}: {}", h.body);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if !stuck {
+            let req = json!({"model": "smollm2", "prompt": "hi", "max_tokens": 2});
+            let a = s.post("/v1/completions", &req.to_string());
+            assert_eq!(a.status, 503, "{}", a.body);
+        }
+    }
+}
+
+/// Sets the open-file limit (soft and hard) of the child to `n`.
+fn limit_open_files(cmd: &mut std::process::Command, n: u64) {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: setrlimit is async-signal-safe; the closure touches nothing
+    // else.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: n,
+                rlim_max: n,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Under a 256-descriptor limit, 300 idle connections leave the server
+/// reachable (the cap and the read timeout); a connection that sent half
+/// its headers does not hold a SIGTERM exit past 5 s; a declared body of
+/// 10 GB is 413 at once.
+#[test]
+fn sockets_cannot_wedge_the_server() {
+    let mut cmd = Server::command(&[
+        "--embed-model",
+        "none",
+        "--context",
+        "64",
+        "--read-timeout",
+        "2",
+        "--shutdown-timeout",
+        "60",
+    ]);
+    limit_open_files(&mut cmd, 256);
+    let mut s = Server::spawn(&mut cmd);
+    let idle: Vec<TcpStream> = (0..300)
+        .map(|_| TcpStream::connect(&s.addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    let addr = s.addr.clone();
+    let h = within("a request behind 300 idle sockets", Duration::from_secs(5), move || {
+        Server::attach(&addr).get("/health")
+    });
+    assert_eq!(h.status, 200, "{}", h.body);
+    eprintln!("answered behind 300 idle sockets in {:?}", t.elapsed());
+    drop(idle);
+
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    c.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000000\r\n\r\n")
+        .unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut head = [0; 12];
+    c.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 413");
+    drop(c);
+
+    let mut half = TcpStream::connect(&s.addr).unwrap();
+    half.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    s.terminate();
+    assert_eq!(s.wait_exit(Duration::from_secs(5)), Some(0));
+    eprintln!("exited {:?} after SIGTERM with a half-sent request open", t.elapsed());
+    drop(half);
 }
