@@ -121,7 +121,12 @@ fn v1_needs_the_key(s: &Server) {
     let a = s.request("POST", "/v1/completions", &[], "{}");
     assert_eq!(a.status, 401);
     // The scheme is case-insensitive (RFC 9110).
-    let a = s.request("GET", "/v1/models", &[("Authorization", "bearer sk-test")], "");
+    let a = s.request(
+        "GET",
+        "/v1/models",
+        &[("Authorization", "bearer sk-test")],
+        "",
+    );
     assert_eq!(a.status, 200, "{}", a.body);
     let a = s.request("GET", "/v1/models", &[AUTH], "");
     assert_eq!(a.status, 200, "{}", a.body);
@@ -336,7 +341,10 @@ fn stream_status(s: &Server, body: &str) -> (u16, BufReader<TcpStream>) {
     let mut line = String::new();
     r.read_line(&mut line).unwrap();
     let status = line.split(' ').nth(1).and_then(|c| c.parse().ok());
-    (status.unwrap_or_else(|| panic!("not an answer: {line:?}")), r)
+    (
+        status.unwrap_or_else(|| panic!("not an answer: {line:?}")),
+        r,
+    )
 }
 
 fn full_queue_is_429_and_a_hang_up_frees_the_slot(s: &Server) {
@@ -369,7 +377,10 @@ fn full_queue_is_429_and_a_hang_up_frees_the_slot(s: &Server) {
             break r;
         }
         assert_eq!(status, 429);
-        assert!(t.elapsed() < Duration::from_secs(1), "the place stayed taken");
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "the place stayed taken"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     // Hanging up ends the running sequence: the waiting one gets the slot.
@@ -512,7 +523,11 @@ fn other_architectures_batched_answer_as_generate_does() {
 
 /// Runs `f` on another thread: its result, or a failure naming `what` if
 /// it takes longer than `limit`.
-fn within<T: Send + 'static>(what: &str, limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+fn within<T: Send + 'static>(
+    what: &str,
+    limit: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(f());
@@ -563,7 +578,11 @@ fn no_request_wedges_the_server() {
     // The plateau: a few more requests of each kind first.
     for _ in 0..3 {
         assert_eq!(normal(&s, &[AUTH]), reference);
-        let e = post(&s, "/v1/embeddings", &json!({"model": "minilm", "input": ["a b", "c"]}));
+        let e = post(
+            &s,
+            "/v1/embeddings",
+            &json!({"model": "minilm", "input": ["a b", "c"]}),
+        );
         assert_eq!(e.status, 200, "{}", e.body);
     }
     let plateau = s.rss();
@@ -576,8 +595,16 @@ fn no_request_wedges_the_server() {
     assert_eq!(normal(&s, &[AUTH]), reference);
     embeddings_are_bounded(&s);
     let grown = s.rss().saturating_sub(plateau);
-    eprintln!("RSS: plateau {} MiB, grown {} MiB", plateau >> 20, grown >> 20);
-    assert!(grown < 100 << 20, "RSS grew {} MiB past its plateau", grown >> 20);
+    eprintln!(
+        "RSS: plateau {} MiB, grown {} MiB",
+        plateau >> 20,
+        grown >> 20
+    );
+    assert!(
+        grown < 100 << 20,
+        "RSS grew {} MiB past its plateau",
+        grown >> 20
+    );
     let h = s.get("/health");
     assert_eq!(h.status, 200, "{}", h.body);
 }
@@ -590,8 +617,7 @@ fn numbers_at_their_limits(s: &Server) {
             let mut body = base.to_string();
             body.pop();
             let body = if field == "max_tokens" {
-                body.replace("\"max_tokens\":4", &format!("\"max_tokens\":{limit}"))
-                    + "}"
+                body.replace("\"max_tokens\":4", &format!("\"max_tokens\":{limit}")) + "}"
             } else {
                 format!("{body},\"{field}\":{limit}}}")
             };
@@ -646,7 +672,12 @@ fn a_fault_fails_its_batch_only(s: &Server, fault: u64, reference: &str) {
     for _ in 0..10 {
         assert_eq!(normal(s, &[AUTH]), reference);
     }
-    assert!(errors_before || s.get("/metrics").body.contains("route=\"/v1/completions\",status=\"500\""));
+    assert!(
+        errors_before
+            || s.get("/metrics")
+                .body
+                .contains("route=\"/v1/completions\",status=\"500\"")
+    );
     assert_eq!(s.get("/health").status, 200);
 }
 
@@ -663,12 +694,36 @@ fn within_read(r: &mut BufReader<TcpStream>) -> Vec<String> {
 /// or 400 in time; the server answers normally afterwards.
 fn random_bodies_never_fail_the_server(s: &Server) {
     let fields: [(&str, &[&str]); 9] = [
-        ("max_tokens", &["0", "1", "3", "18446744073709551615", "-1", "1e999", "\"3\"", "[]"]),
-        ("temperature", &["0", "1e308", "-0.0", "1e-320", "\"hot\"", "null"]),
+        (
+            "max_tokens",
+            &[
+                "0",
+                "1",
+                "3",
+                "18446744073709551615",
+                "-1",
+                "1e999",
+                "\"3\"",
+                "[]",
+            ],
+        ),
+        (
+            "temperature",
+            &["0", "1e308", "-0.0", "1e-320", "\"hot\"", "null"],
+        ),
         ("top_p", &["0", "1", "1e-320", "2", "-1e308"]),
         ("top_k", &["0", "1", "18446744073709551615", "4294967296"]),
         ("seed", &["0", "18446744073709551615", "-5"]),
-        ("stop", &["\"\"", "[\"a\",\"b\",\"c\",\"d\",\"e\"]", "[]", "[\"\"]", "7"]),
+        (
+            "stop",
+            &[
+                "\"\"",
+                "[\"a\",\"b\",\"c\",\"d\",\"e\"]",
+                "[]",
+                "[\"\"]",
+                "7",
+            ],
+        ),
         ("n", &["1", "0", "18446744073709551615"]),
         ("stream", &["false", "0"]),
         ("presence_penalty", &["0", "1e308", "-1e308"]),
@@ -700,7 +755,12 @@ fn random_bodies_never_fail_the_server(s: &Server) {
         assert!(has_max);
         let body = format!("{{{}}}", parts.join(","));
         let a = s.request("POST", "/v1/completions", &[AUTH], &body);
-        assert!([200, 400].contains(&a.status), "{body}: {} {}", a.status, a.body);
+        assert!(
+            [200, 400].contains(&a.status),
+            "{body}: {} {}",
+            a.status,
+            a.body
+        );
     }
     assert!(t.elapsed() < Duration::from_secs(120), "{:?}", t.elapsed());
 }
@@ -715,7 +775,11 @@ fn embeddings_are_bounded(s: &Server) {
     assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
     // A text longer than the model reads is refused, or truncated if asked.
     let long = "word ".repeat(400);
-    let a = post(s, "/v1/embeddings", &json!({"model": "minilm", "input": ["hi", long]}));
+    let a = post(
+        s,
+        "/v1/embeddings",
+        &json!({"model": "minilm", "input": ["hi", long]}),
+    );
     assert_eq!(a.status, 400, "{}", a.body);
     assert_eq!(a.json()["error"]["param"], "input[1]", "{}", a.body);
     let a = post(
@@ -734,7 +798,11 @@ fn embeddings_are_bounded(s: &Server) {
     c.shutdown(std::net::Shutdown::Both).unwrap();
     drop(c);
     let t = Instant::now();
-    let a = post(s, "/v1/embeddings", &json!({"model": "minilm", "input": "hi"}));
+    let a = post(
+        s,
+        "/v1/embeddings",
+        &json!({"model": "minilm", "input": "hi"}),
+    );
     assert_eq!(a.status, 200, "{}", a.body);
     assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
 }
@@ -829,9 +897,11 @@ fn sockets_cannot_wedge_the_server() {
     std::thread::sleep(Duration::from_millis(200));
     let t = Instant::now();
     let addr = s.addr.clone();
-    let h = within("a request behind 300 idle sockets", Duration::from_secs(5), move || {
-        Server::attach(&addr).get("/health")
-    });
+    let h = within(
+        "a request behind 300 idle sockets",
+        Duration::from_secs(5),
+        move || Server::attach(&addr).get("/health"),
+    );
     assert_eq!(h.status, 200, "{}", h.body);
     eprintln!("answered behind 300 idle sockets in {:?}", t.elapsed());
     drop(idle);
@@ -846,11 +916,15 @@ fn sockets_cannot_wedge_the_server() {
     drop(c);
 
     let mut half = TcpStream::connect(&s.addr).unwrap();
-    half.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n").unwrap();
+    half.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
     std::thread::sleep(Duration::from_millis(200));
     let t = Instant::now();
     s.terminate();
     assert_eq!(s.wait_exit(Duration::from_secs(5)), Some(0));
-    eprintln!("exited {:?} after SIGTERM with a half-sent request open", t.elapsed());
+    eprintln!(
+        "exited {:?} after SIGTERM with a half-sent request open",
+        t.elapsed()
+    );
     drop(half);
 }

@@ -120,7 +120,9 @@ impl ServeArgs {
             );
             return Ok(Some(key.to_string()));
         }
-        Ok(std::env::var("RADIX_API_KEY").ok().filter(|k| !k.is_empty()))
+        Ok(std::env::var("RADIX_API_KEY")
+            .ok()
+            .filter(|k| !k.is_empty()))
     }
 
     /// `--shutdown-timeout` as a duration.

@@ -32,8 +32,8 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use conn::{ConnConfig, InFlight};
 pub use args::ServeArgs;
+use conn::{ConnConfig, InFlight};
 
 use crate::Cli;
 use crate::embed::model_dir;

@@ -12,9 +12,9 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use base64::Engine as _;
 use futures_util::StreamExt as _;
 use radix_models::sampling::Sampler;
-use base64::Engine as _;
 use radix_text::{ChatMessage, Tokenizer};
 use serde::Serialize;
 use serde_json::json;
@@ -145,8 +145,11 @@ async fn read_body(State(s): Shared, req: Request, next: Next) -> Response {
         let mut bytes = Vec::new();
         while let Some(chunk) = chunks.next().await {
             let chunk = chunk.map_err(|e| {
-                ApiError::new(StatusCode::BAD_REQUEST, format!("cannot read the body: {e}"))
-                    .into_response()
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("cannot read the body: {e}"),
+                )
+                .into_response()
             })?;
             if bytes.len() + chunk.len() > BODY_LIMIT {
                 return Err(too_large());
@@ -374,7 +377,10 @@ fn check(s: &AppState, req: &CompletionRequest, kind: Kind) -> Result<Checked, A
         match asked {
             None => {}
             Some(0) => {
-                return Err(ApiError::invalid(name, format!("{name} must be at least 1")));
+                return Err(ApiError::invalid(
+                    name,
+                    format!("{name} must be at least 1"),
+                ));
             }
             // Compared without adding: no client number can overflow.
             Some(m) if m > room as u64 => {

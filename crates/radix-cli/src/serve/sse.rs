@@ -248,9 +248,7 @@ pub fn stream(
                     }
                     Ok(None) => {
                         end.ended(500);
-                        pending.extend(failed(ApiError::internal(
-                            "the generation thread stopped",
-                        )));
+                        pending.extend(failed(ApiError::internal("the generation thread stopped")));
                     }
                     Err(_) => {
                         end.ended(504);

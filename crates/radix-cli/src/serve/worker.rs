@@ -208,7 +208,9 @@ impl Worker {
     pub fn stop(&self) {
         self.abort.store(true, Ordering::Relaxed);
         for job in self.queue.close() {
-            let _ = job.events.send(Event::Failed("the server is shutting down".into()));
+            let _ = job
+                .events
+                .send(Event::Failed("the server is shutting down".into()));
         }
         let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(t) = thread {

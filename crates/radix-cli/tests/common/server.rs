@@ -131,7 +131,6 @@ impl Server {
         }
         None
     }
-
 }
 
 impl Client {
