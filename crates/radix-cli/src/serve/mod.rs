@@ -106,7 +106,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     let res = runtime.block_on(serve(state.clone(), args, conns));
-    state.worker.stop();
+    state.worker.stop(Duration::from_secs(5));
     // Connections still open past the deadline are dropped.
     runtime.shutdown_timeout(Duration::from_secs(1));
     res

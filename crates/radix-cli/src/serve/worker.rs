@@ -204,8 +204,9 @@ impl Worker {
     }
 
     /// Ends every sequence still running and waiting (their clients get an
-    /// error) and waits for the thread.
-    pub fn stop(&self) {
+    /// error) and waits for the thread, up to `limit` (a thread stuck in a
+    /// step is left to end with the process).
+    pub fn stop(&self, limit: Duration) {
         self.abort.store(true, Ordering::Relaxed);
         for job in self.queue.close() {
             let _ = job
@@ -213,8 +214,17 @@ impl Worker {
                 .send(Event::Failed("the server is shutting down".into()));
         }
         let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(t) = thread {
-            let _ = t.join();
+        let Some(thread) = thread else {
+            return;
+        };
+        let t = Instant::now();
+        while !thread.is_finished() && t.elapsed() < limit {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if thread.is_finished() {
+            let _ = thread.join();
+        } else {
+            eprintln!("radix serve: the generation thread is stuck; exiting without it");
         }
     }
 }
@@ -467,7 +477,7 @@ impl State {
         if !self.batch.is_empty() {
             tracing::error!("{why}: rebuilding the batch");
             if let Err(e) = self.rebuild() {
-                // The next turn panics on the stale batch and retries.
+                // The next insert into the stale batch fails and empties it.
                 tracing::error!("cannot rebuild the batch: {e:#}");
             }
         }
