@@ -20,7 +20,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::reference_dir;
-use common::server::{Server, read_events};
+use common::server::{Client, Server, read_events};
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-test";
@@ -537,7 +537,7 @@ fn within<T: Send + 'static>(
 }
 
 /// A greedy completion of 8 tokens: its text, after checking it is 200.
-fn normal(s: &Server, path_key: &[(&str, &str)]) -> String {
+fn normal(s: &Client, path_key: &[(&str, &str)]) -> String {
     let req = json!({
         "model": "smollm2", "prompt": "The capital of France is", "max_tokens": 8,
         "temperature": 0,
@@ -652,16 +652,13 @@ fn a_fault_fails_its_batch_only(s: &Server, fault: u64, reference: &str) {
         });
         BufReader::new(s.send("POST", "/v1/completions", &[AUTH], &req.to_string()))
     };
-    let errors_before = s
-        .get("/metrics")
-        .body
-        .contains("route=\"/v1/completions\",status=\"500\"");
-    let mut first = stream(150);
+    let failed = requests(s, "/v1/completions", 500);
+    let mut first = stream(240);
     assert_eq!(read_events(&mut first, 1).len(), 1);
     let mut faulty = stream(fault);
     let rest: Vec<Vec<String>> = [&mut first, &mut faulty]
         .into_iter()
-        .map(|r| within_read(r))
+        .map(within_read)
         .collect();
     for events in &rest {
         let error = &events[events.len() - 2];
@@ -679,6 +676,16 @@ fn a_fault_fails_its_batch_only(s: &Server, fault: u64, reference: &str) {
                 .contains("route=\"/v1/completions\",status=\"500\"")
     );
     assert_eq!(s.get("/health").status, 200);
+}
+
+/// The count of answers of `status` on `route` in `/metrics`.
+fn requests(s: &Client, route: &str, status: u16) -> f64 {
+    let line = format!("radix_requests_total{{route=\"{route}\",status=\"{status}\"}} ");
+    s.get("/metrics")
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix(line.as_str()))
+        .map_or(0.0, |n| n.parse().unwrap())
 }
 
 /// Every event of a stream, within a minute.
