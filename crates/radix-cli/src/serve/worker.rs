@@ -166,6 +166,8 @@ impl Worker {
             .recv()
             .context("the generation thread ended while loading")?
             .map_err(|e| anyhow!(e))?;
+        // Loading took long; the thread's first turn is yet to come.
+        heartbeat.beat();
         Ok(Worker {
             queue,
             abort,
