@@ -148,6 +148,31 @@ impl Client {
         parse_answer(&raw)
     }
 
+    /// Sends a request's head declaring a body of `len` bytes, and no body:
+    /// the answer the server gives without reading one.
+    pub fn request_without_body(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        len: u64,
+    ) -> Answer {
+        let mut s = TcpStream::connect(&self.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n",
+            self.addr
+        );
+        for (n, v) in headers {
+            head.push_str(&format!("{n}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        s.write_all(head.as_bytes()).unwrap();
+        let mut raw = vec![];
+        s.read_to_end(&mut raw).unwrap();
+        parse_answer(&raw)
+    }
+
     /// `POST path` of JSON `body`.
     pub fn post(&self, path: &str, body: &str) -> Answer {
         self.request("POST", path, &[], body)
