@@ -106,7 +106,7 @@ pub fn raise_open_files() -> Option<u64> {
             lim = raised;
         }
     }
-    Some(lim.rlim_cur as u64)
+    Some(lim.rlim_cur)
 }
 
 /// The requests being answered.

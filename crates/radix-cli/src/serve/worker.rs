@@ -441,13 +441,12 @@ impl State {
                 break;
             };
             let events = job.events.clone();
-            let started = self.start(job);
-            if let Err(e) = &started {
-                let _ = events.send(Event::Failed(format!("{e:#}")));
-            }
-            match started {
+            match self.start(job) {
                 Ok(Some(seq)) => active.push(seq),
-                Ok(None) | Err(_) => {}
+                Ok(None) => {}
+                Err(e) => {
+                    let _ = events.send(Event::Failed(format!("{e:#}")));
+                }
             }
             self.reconcile(active, "a sequence could not join the batch");
             self.metrics
