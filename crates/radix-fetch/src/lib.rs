@@ -34,6 +34,7 @@ mod trust;
 
 use std::fs::{self, File};
 use std::io::{self, Read};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -237,8 +238,11 @@ fn download_and_unpack(package: &Package, tag: &WheelTag, work: &Path, dest: &Pa
 }
 
 /// Unpacks the wheel (a zip archive) `wheel` into the folder `into`, with a
-/// progress bar on stderr. Entries keep their Unix permission bits (at most
-/// `0o755`); an entry whose path would leave `into` is an [`Error::Wheel`].
+/// progress bar on stderr. Folders are created 0700 and files 0600 (so
+/// whatever the umask, no folder is writable by others and the cache's
+/// trust check passes), then files take their Unix permission bits (at
+/// most `0o755`); an entry whose path would leave `into` is an
+/// [`Error::Wheel`].
 pub fn unpack_wheel(wheel: &Path, into: &Path) -> Result<()> {
     let bad = |reason: String| Error::Wheel {
         path: wheel.to_path_buf(),
@@ -246,6 +250,14 @@ pub fn unpack_wheel(wheel: &Path, into: &Path) -> Result<()> {
     };
     let file = File::open(wheel).map_err(|e| Error::io(wheel, e))?;
     let mut zip = zip::ZipArchive::new(file).map_err(|e| bad(e.to_string()))?;
+    let folder = |dir: &Path| {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| Error::io(dir, e))
+    };
+    folder(into)?;
     let total: u64 = (0..zip.len())
         .filter_map(|i| zip.by_index(i).ok().map(|f| f.size()))
         .sum();
@@ -260,20 +272,63 @@ pub fn unpack_wheel(wheel: &Path, into: &Path) -> Result<()> {
         };
         let out = into.join(rel);
         if entry.is_dir() {
-            fs::create_dir_all(&out).map_err(|e| Error::io(&out, e))?;
+            folder(&out)?;
             continue;
         }
         if let Some(parent) = out.parent() {
-            fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+            folder(parent)?;
         }
-        let mut f = File::create(&out).map_err(|e| Error::io(&out, e))?;
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&out)
+            .map_err(|e| Error::io(&out, e))?;
         io::copy(&mut bar.wrap_read(&mut entry), &mut f).map_err(|e| Error::io(&out, e))?;
-        #[cfg(unix)]
-        if let Some(mode) = entry.unix_mode() {
-            use std::os::unix::fs::PermissionsExt;
-            let _ = fs::set_permissions(&out, fs::Permissions::from_mode(mode & 0o755));
-        }
+        let mode = entry.unix_mode().unwrap_or(0o644) & 0o755;
+        fs::set_permissions(&out, fs::Permissions::from_mode(mode))
+            .map_err(|e| Error::io(&out, e))?;
     }
     bar.finish_and_clear();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    /// Under umask 002 (Debian's default for users with a private group),
+    /// an unpacked wheel's folders and files are still not writable by the
+    /// group, so the cache's trust check accepts them on every later run.
+    #[test]
+    fn unpacked_folders_are_private_whatever_the_umask() {
+        let dir = tempfile::tempdir().unwrap();
+        let wheel = dir.path().join("a.whl");
+        let mut zip = zip::ZipWriter::new(File::create(&wheel).unwrap());
+        let opts = zip::write::SimpleFileOptions::default().unix_permissions(0o775);
+        zip.add_directory("pkg/", opts).unwrap();
+        zip.start_file("pkg/lib/plugin.so", opts).unwrap();
+        zip.write_all(b"code").unwrap();
+        zip.start_file("pkg/data.txt", opts.unix_permissions(0o666))
+            .unwrap();
+        zip.write_all(b"data").unwrap();
+        zip.finish().unwrap();
+        let into = dir.path().join("unpacked");
+        // SAFETY: umask has no preconditions; the old mask is put back.
+        let old = unsafe { libc::umask(0o002) };
+        let res = unpack_wheel(&wheel, &into);
+        // SAFETY: as above.
+        unsafe { libc::umask(old) };
+        res.unwrap();
+        for d in ["", "pkg", "pkg/lib"] {
+            check_private(&into.join(d)).unwrap();
+        }
+        let mode = |f: &str| fs::metadata(into.join(f)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode("pkg/lib/plugin.so"), 0o755);
+        assert_eq!(mode("pkg/data.txt"), 0o644);
+    }
 }

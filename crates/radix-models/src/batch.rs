@@ -16,6 +16,12 @@
 //! several slots (see [`Batch::new`]), and the smallest, 2, does twice the
 //! work. Its cache moves into row 0 when a second sequence joins, and back
 //! out when one is left.
+//!
+//! *Invariant:* an error from [`Batch::insert`], [`Batch::step`] or
+//! [`Batch::remove`] ends every sequence: the batch is empty after it (a
+//! failed call may have given the caches to an executable), so the caller
+//! fails all the sequences it ran and the next insert starts afresh. No
+//! row is ever left without its caller knowing it.
 
 use std::collections::HashMap;
 
@@ -174,8 +180,22 @@ impl<M: CausalLm> Batch<M> {
 
     /// Takes a sequence prefilled by [`Generator::prefill`] (its `cache`,
     /// copied into the next free row, or kept as it is when it runs alone):
-    /// that row's index.
+    /// that row's index. An error empties the batch.
     pub fn insert(&mut self, cache: Cache) -> Result<usize> {
+        let res = self.try_insert(cache);
+        self.clear_on_error(res)
+    }
+
+    /// Empties the batch if `res` is an error (see the module's invariant).
+    fn clear_on_error<T>(&mut self, res: Result<T>) -> Result<T> {
+        if res.is_err() {
+            self.lens.clear();
+            self.alone = None;
+        }
+        res
+    }
+
+    fn try_insert(&mut self, cache: Cache) -> Result<usize> {
         if self.is_full() {
             return Err(Error::Input(format!("all {} slots are taken", self.slots)));
         }
@@ -202,8 +222,13 @@ impl<M: CausalLm> Batch<M> {
 
     /// Appends `tokens[i]` to row `i`'s sequence, for every running row,
     /// in one step: the logits after each. A failed step ends every
-    /// sequence (their caches were given to it).
+    /// sequence (their caches were given to it): the batch is empty.
     pub fn step(&mut self, generator: &mut Generator<M>, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        let res = self.try_step(generator, tokens);
+        self.clear_on_error(res)
+    }
+
+    fn try_step(&mut self, generator: &mut Generator<M>, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
         let n = self.lens.len();
         if tokens.len() != n || n == 0 {
             return Err(Error::Input(format!(
@@ -261,8 +286,14 @@ impl<M: CausalLm> Batch<M> {
     }
 
     /// Ends row `row`'s sequence and frees its slot; the last row moves
-    /// into its place (as `Vec::swap_remove` moves elements).
+    /// into its place (as `Vec::swap_remove` moves elements). An error
+    /// empties the batch.
     pub fn remove(&mut self, row: usize) -> Result<()> {
+        let res = self.try_remove(row);
+        self.clear_on_error(res)
+    }
+
+    fn try_remove(&mut self, row: usize) -> Result<()> {
         let last = match self.lens.len().checked_sub(1) {
             Some(last) if row <= last => last,
             _ => return Err(Error::Input(format!("no sequence in row {row}"))),
@@ -285,13 +316,7 @@ impl<M: CausalLm> Batch<M> {
                 .index(0)
                 .and_then(|at| Ok(self.take.call_fn((all.clone(), at))?));
             self.caches = Some(all);
-            match row {
-                Ok(row) => self.alone = Some(Cache::new(row, len)),
-                Err(e) => {
-                    self.lens.clear();
-                    return Err(e);
-                }
-            }
+            self.alone = Some(Cache::new(row?, len));
         }
         Ok(())
     }

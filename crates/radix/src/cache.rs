@@ -395,7 +395,16 @@ pub(crate) fn load(
             return None;
         }
     }
-    let marked = std::fs::write(&marker, std::process::id().to_string()).is_ok();
+    // Written whole, then renamed into place: a reader never sees an empty
+    // marker, which it would take for a crashed load of a good entry.
+    let pid = std::process::id();
+    let staged = cache.dir.join(format!(".{key}.loading.{pid}.tmp"));
+    let marked = std::fs::write(&staged, pid.to_string())
+        .and_then(|()| std::fs::rename(&staged, &marker))
+        .is_ok();
+    if !marked {
+        let _ = std::fs::remove_file(&staged);
+    }
     let loaded = client.deserialize_and_load(&bytes);
     if marked {
         let _ = std::fs::remove_file(&marker);

@@ -123,6 +123,9 @@ pub struct EmbeddingRequest {
     pub encoding_format: Option<String>,
     /// Not supported: only the model's own.
     pub dimensions: Option<u64>,
+    /// Whether a text longer than the model reads is cut to its length
+    /// (default: refused, 400), as Text Embeddings Inference and vLLM say it.
+    pub truncate: Option<bool>,
     /// The caller's end user (ignored).
     #[expect(dead_code, reason = "accepted as OpenAI does, and ignored")]
     pub user: Option<String>,

@@ -1,8 +1,9 @@
 //! The options of `radix serve`, checked before anything is loaded.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Result, ensure};
+use anyhow::{Context, Result, ensure};
 use clap::Args;
 
 /// The options of `radix serve`.
@@ -36,14 +37,44 @@ pub struct ServeArgs {
     /// the model's own context.
     #[arg(long, default_value_t = 1024, value_name = "N")]
     pub context: usize,
-    /// Requests to `/v1/...` must carry `Authorization: Bearer KEY`.
-    #[arg(long, value_name = "KEY")]
+    /// Multiply quantized matrices by f32 activations (`W·x`) rather than by
+    /// activations quantized to 8 bits as llama.cpp does (see `radix
+    /// generate --exact`).
+    #[arg(long)]
+    pub exact: bool,
+    /// Requests to `/v1/...` must carry `Authorization: Bearer KEY`. A key
+    /// on the command line is visible to every user of the machine: prefer
+    /// `--api-key-file` or the `RADIX_API_KEY` environment variable.
+    #[arg(long, value_name = "KEY", conflicts_with = "api_key_file")]
     pub api_key: Option<String>,
+    /// Reads the API key from the first line of this file.
+    #[arg(long, value_name = "PATH")]
+    pub api_key_file: Option<PathBuf>,
     /// After SIGTERM or Ctrl-C, how long running requests may take to finish
     /// before they are cut and the server exits.
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     pub shutdown_timeout: f64,
+    /// The longest a request may take, from its arrival to its last token
+    /// (a whole answer past it is 504; a stream ends with an error).
+    #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
+    pub request_timeout: f64,
+    /// How long a client may take to send a request's headers or its body,
+    /// and how long an idle connection is kept open.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    pub read_timeout: f64,
+    /// `/health` answers 503 when the generation thread has not finished a
+    /// turn of its loop (one decode step, and the prefills before it) for
+    /// this long.
+    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+    pub health_timeout: f64,
+    /// Connections served at once; more wait to be accepted. Lowered to
+    /// what the open-file limit leaves.
+    #[arg(long, default_value_t = 1024, value_name = "N")]
+    pub max_connections: usize,
 }
+
+/// The longest any timeout may be: a day.
+const LONGEST: f64 = 86_400.0;
 
 impl ServeArgs {
     /// Refuses values that cannot work, naming the flag.
@@ -60,15 +91,62 @@ impl ServeArgs {
             "--api-key must not be empty"
         );
         ensure!(
-            self.shutdown_timeout.is_finite() && self.shutdown_timeout >= 0.0,
-            "--shutdown-timeout must be 0 or more seconds, got {}",
-            self.shutdown_timeout
+            self.max_connections >= 1,
+            "--max-connections must be at least 1"
         );
+        for (flag, secs, least) in [
+            ("--shutdown-timeout", self.shutdown_timeout, 0.0),
+            ("--request-timeout", self.request_timeout, 0.001),
+            ("--read-timeout", self.read_timeout, 0.001),
+            ("--health-timeout", self.health_timeout, 0.001),
+        ] {
+            ensure!(
+                (least..=LONGEST).contains(&secs),
+                "{flag} must be from {least} to {LONGEST} seconds, got {secs}"
+            );
+        }
         Ok(())
+    }
+
+    /// The API key: `--api-key`, the first line of `--api-key-file`, or
+    /// `RADIX_API_KEY` (none if unset or empty).
+    pub fn api_key(&self) -> Result<Option<String>> {
+        if let Some(key) = &self.api_key {
+            return Ok(Some(key.clone()));
+        }
+        if let Some(path) = &self.api_key_file {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read --api-key-file {}", path.display()))?;
+            let key = text.lines().next().unwrap_or("").trim();
+            ensure!(
+                !key.is_empty(),
+                "--api-key-file {} holds no key on its first line",
+                path.display()
+            );
+            return Ok(Some(key.to_string()));
+        }
+        Ok(std::env::var("RADIX_API_KEY")
+            .ok()
+            .filter(|k| !k.is_empty()))
     }
 
     /// `--shutdown-timeout` as a duration.
     pub fn shutdown_timeout(&self) -> Duration {
         Duration::from_secs_f64(self.shutdown_timeout)
+    }
+
+    /// `--request-timeout` as a duration.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.request_timeout)
+    }
+
+    /// `--read-timeout` as a duration.
+    pub fn read_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.read_timeout)
+    }
+
+    /// `--health-timeout` as a duration.
+    pub fn health_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.health_timeout)
     }
 }

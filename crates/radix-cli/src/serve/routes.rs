@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::{Body as AxumBody, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{StatusCode, header};
@@ -13,16 +13,20 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use base64::Engine as _;
+use futures_util::StreamExt as _;
 use radix_models::sampling::Sampler;
 use radix_text::{ChatMessage, Tokenizer};
+use serde::Serialize;
 use serde_json::json;
+use subtle::ConstantTimeEq as _;
 
 use super::api::{CompletionRequest, EmbeddingRequest, Prompt, Stop, parse};
-use super::embeddings::Embeddings;
+use super::conn::InFlight;
+use super::embeddings::{self as embed, EmbedError, Embeddings};
 use super::error::{ApiError, axum_json};
 use super::metrics::Metrics;
-use super::sse::{self, Kind, Reply};
-use super::worker::{Event, Job, Refused, Worker};
+use super::sse::{self, Kind, Reply, StreamEnd};
+use super::worker::{Event, Health, Job, Refused, Worker};
 
 /// The largest request body read; a larger one answers 413.
 pub const BODY_LIMIT: usize = 1 << 20;
@@ -51,6 +55,15 @@ pub struct AppState {
     pub api_key: Option<String>,
     /// Numbers the answers' ids.
     pub next_id: AtomicU64,
+    /// The longest a request may take.
+    pub request_timeout: Duration,
+    /// The longest a client may take to send a body.
+    pub read_timeout: Duration,
+    /// How long the generation thread may go without finishing a turn
+    /// before `/health` says so.
+    pub health_timeout: Duration,
+    /// The requests being answered.
+    pub in_flight: InFlight,
 }
 
 type Shared = State<Arc<AppState>>;
@@ -71,6 +84,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(state.clone(), read_body))
         .layer(middleware::from_fn_with_state(state.clone(), count))
         .with_state(state)
 }
@@ -85,16 +99,81 @@ const ROUTES: [&str; 6] = [
     "/metrics",
 ];
 
-async fn count(State(s): Shared, req: Request, next: Next) -> Response {
-    let path = req.uri().path();
-    let route = ROUTES
+/// The route `path` is counted as.
+pub fn route_name(path: &str) -> &'static str {
+    ROUTES
         .iter()
         .find(|r| **r == path)
         .copied()
-        .unwrap_or("other");
+        .unwrap_or("other")
+}
+
+/// Counts the answer by route and status (a stream counts itself when it
+/// ends: [`StreamEnd`]) and the request as in flight while it runs.
+async fn count(State(s): Shared, req: Request, next: Next) -> Response {
+    let _in_flight = s.in_flight.enter();
+    let route = route_name(req.uri().path());
     let res = next.run(req).await;
-    s.metrics.request(route, res.status().as_u16());
+    if res.extensions().get::<StreamEnd>().is_none() {
+        s.metrics.request(route, res.status().as_u16());
+    }
     res
+}
+
+/// Reads the body before any route sees it: 413 at once for a declared
+/// length over [`BODY_LIMIT`] (or a body that grows past it), 408 for a
+/// body that does not arrive within `--read-timeout`.
+async fn read_body(State(s): Shared, req: Request, next: Next) -> Response {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body is larger than {BODY_LIMIT} bytes"),
+        )
+        .into_response()
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > BODY_LIMIT as u64) {
+        return too_large();
+    }
+    let (parts, body) = req.into_parts();
+    let mut chunks = body.into_data_stream();
+    let read = async {
+        let mut bytes = Vec::new();
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|e| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("cannot read the body: {e}"),
+                )
+                .into_response()
+            })?;
+            if bytes.len() + chunk.len() > BODY_LIMIT {
+                return Err(too_large());
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
+    };
+    let bytes = match tokio::time::timeout(s.read_timeout, read).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(res)) => return res,
+        Err(_) => {
+            return ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the body did not arrive within --read-timeout ({:?})",
+                    s.read_timeout
+                ),
+            )
+            .into_response();
+        }
+    };
+    next.run(Request::from_parts(parts, AxumBody::from(bytes)))
+        .await
 }
 
 async fn authorize(State(s): Shared, req: Request, next: Next) -> Response {
@@ -102,13 +181,20 @@ async fn authorize(State(s): Shared, req: Request, next: Next) -> Response {
         let given = req
             .headers()
             .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if given != Some(key.as_str()) {
+            .and_then(|v| bearer_token(v.as_bytes()));
+        let matches = given.is_some_and(|g| bool::from(g.ct_eq(key.as_bytes())));
+        if !matches {
             return ApiError::unauthorized().into_response();
         }
     }
     next.run(req).await
+}
+
+/// The token of an `Authorization: Bearer <token>` value (the scheme in
+/// any case, as RFC 9110 says).
+fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, token) = value.split_at_checked(7)?;
+    (scheme.eq_ignore_ascii_case(b"bearer ")).then(|| token.trim_ascii())
 }
 
 async fn not_found(req: Request) -> ApiError {
@@ -118,7 +204,30 @@ async fn not_found(req: Request) -> ApiError {
     )
 }
 
+/// 200 and the server's settings while the generation thread (and the
+/// embedding thread, if any) can take requests, else 503 saying why.
 async fn health(State(s): Shared) -> Response {
+    let problem = match s.worker.health(s.health_timeout) {
+        Health::Ok => None,
+        Health::Stuck(age) => Some(format!(
+            "the generation thread has not finished a step for {:.1} s",
+            age.as_secs_f64()
+        )),
+        Health::Gone => Some("the generation thread has stopped".to_string()),
+    };
+    let problem = problem.or_else(|| {
+        s.embeddings
+            .as_ref()
+            .filter(|e| !e.is_running())
+            .map(|_| "the embedding thread has stopped".to_string())
+    });
+    if let Some(problem) = problem {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum_json(&json!({"status": "unavailable", "reason": problem})),
+        )
+            .into_response();
+    }
     axum_json(&json!({
         "status": "ok",
         "model": s.model,
@@ -148,20 +257,99 @@ async fn models(State(s): Shared) -> Response {
 }
 
 async fn chat(State(s): Shared, body: Body) -> Result<Response, ApiError> {
-    complete(&s, parse(body)?, Kind::Chat).await
+    complete(s, parse(body)?, Kind::Chat).await
 }
 
 async fn completions(State(s): Shared, body: Body) -> Result<Response, ApiError> {
-    complete(&s, parse(body)?, Kind::Text).await
+    complete(s, parse(body)?, Kind::Text).await
 }
 
-/// Checks a completion request, queues it and answers.
-async fn complete(s: &AppState, req: CompletionRequest, kind: Kind) -> Result<Response, ApiError> {
+/// A completion request once checked: what the worker needs and how to
+/// answer.
+struct Checked {
+    prompt: Vec<u32>,
+    max_tokens: usize,
+    sampler: Sampler,
+    stop: Vec<String>,
+    stream: bool,
+    include_usage: bool,
+}
+
+/// Checks a completion request (templating and tokenizing on a blocking
+/// thread, not the server's), queues it and answers.
+async fn complete(
+    s: Arc<AppState>,
+    req: CompletionRequest,
+    kind: Kind,
+) -> Result<Response, ApiError> {
     let arrived = Instant::now();
+    let deadline = tokio::time::Instant::from_std(arrived) + s.request_timeout;
+    let checked = {
+        let s = s.clone();
+        tokio::task::spawn_blocking(move || check(&s, &req, kind))
+            .await
+            .map_err(|e| ApiError::internal(format!("the request's check failed: {e}")))??
+    };
+    let (events, rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
+    let reply = Reply {
+        id: format!(
+            "{}-{}",
+            if kind == Kind::Chat {
+                "chatcmpl"
+            } else {
+                "cmpl"
+            },
+            s.next_id.fetch_add(1, Ordering::Relaxed)
+        ),
+        model: s.model.clone(),
+        created: unix_now(),
+        kind,
+        prompt_tokens: checked.prompt.len(),
+        include_usage: checked.include_usage,
+    };
+    let job = Job {
+        prompt: checked.prompt,
+        max_tokens: checked.max_tokens,
+        sampler: checked.sampler,
+        stop: checked.stop,
+        events,
+        arrived,
+    };
+    s.worker
+        .submit(job)
+        .map_err(|r| refused(r, s.max_batch, s.max_queue))?;
+    if checked.stream {
+        let end = StreamEnd::new(
+            s.metrics.clone(),
+            kind.route(),
+            s.in_flight.enter(),
+            s.request_timeout,
+        );
+        Ok(sse::stream(reply, rx, deadline, end))
+    } else {
+        match tokio::time::timeout_at(deadline, sse::collect(reply, rx)).await {
+            Ok(res) => res,
+            Err(_) => Err(timed_out(s.request_timeout)),
+        }
+    }
+}
+
+/// 504 for a request past `--request-timeout`.
+pub fn timed_out(limit: Duration) -> ApiError {
+    ApiError::new(
+        StatusCode::GATEWAY_TIMEOUT,
+        format!("the request took longer than --request-timeout ({limit:?})"),
+    )
+}
+
+/// Everything a completion request is checked for, in order: its model,
+/// its prompt (templated and tokenized), then its numbers, each at its
+/// type's limits.
+fn check(s: &AppState, req: &CompletionRequest, kind: Kind) -> Result<Checked, ApiError> {
     if req.model != s.model {
         return Err(unknown_model(&req.model, &s.model));
     }
-    let (text, field) = prompt_text(&s.tokenizer, &req, kind)?;
+    let (text, field) = prompt_text(&s.tokenizer, req, kind)?;
     let prompt = s
         .tokenizer
         .encode(&text)
@@ -169,7 +357,8 @@ async fn complete(s: &AppState, req: CompletionRequest, kind: Kind) -> Result<Re
     if prompt.is_empty() {
         return Err(ApiError::invalid(field, "the prompt is empty"));
     }
-    if prompt.len() >= s.context {
+    // Positions left for the reply (at least one).
+    let Some(room) = s.context.checked_sub(prompt.len()).filter(|&r| r > 0) else {
         return Err(ApiError::invalid(
             field,
             format!(
@@ -178,35 +367,44 @@ async fn complete(s: &AppState, req: CompletionRequest, kind: Kind) -> Result<Re
                 s.context
             ),
         ));
-    }
-    let max_tokens = match req.max_tokens.or(req.max_completion_tokens) {
-        Some(0) => {
-            return Err(ApiError::invalid(
-                "max_tokens",
-                "max_tokens must be at least 1",
-            ));
-        }
-        Some(m) if prompt.len() as u64 + m > s.context as u64 => {
-            return Err(ApiError::invalid(
-                "max_tokens",
-                format!(
-                    "the prompt ({} tokens) and max_tokens ({m}) exceed the context of {} tokens",
-                    prompt.len(),
-                    s.context
-                ),
-            ));
-        }
-        Some(m) => m as usize,
-        None => s.context - prompt.len(),
     };
-    let sampler = sampler(&req)?;
-    let stop = match req.stop {
+    // Each limit given is checked; `max_tokens` wins if both are.
+    let mut max_tokens = None;
+    for (name, asked) in [
+        ("max_completion_tokens", req.max_completion_tokens),
+        ("max_tokens", req.max_tokens),
+    ] {
+        match asked {
+            None => {}
+            Some(0) => {
+                return Err(ApiError::invalid(
+                    name,
+                    format!("{name} must be at least 1"),
+                ));
+            }
+            // Compared without adding: no client number can overflow.
+            Some(m) if m > room as u64 => {
+                return Err(ApiError::invalid(
+                    name,
+                    format!(
+                        "the prompt ({} tokens) and {name} ({m}) exceed the context of {} tokens",
+                        prompt.len(),
+                        s.context
+                    ),
+                ));
+            }
+            Some(m) => max_tokens = Some(m as usize),
+        }
+    }
+    let max_tokens = max_tokens.unwrap_or(room);
+    let sampler = sampler(req)?;
+    let stop = match &req.stop {
         None => vec![],
-        Some(Stop::One(s)) => vec![s],
+        Some(Stop::One(s)) => vec![s.clone()],
         Some(Stop::Many(v)) if v.len() > 4 => {
             return Err(ApiError::invalid("stop", "at most 4 stop sequences"));
         }
-        Some(Stop::Many(v)) => v,
+        Some(Stop::Many(v)) => v.clone(),
     };
     if req.n.is_some_and(|n| n != 1) {
         return Err(ApiError::invalid("n", "only n = 1 is supported"));
@@ -230,39 +428,14 @@ async fn complete(s: &AppState, req: CompletionRequest, kind: Kind) -> Result<Re
             "stream_options needs stream: true",
         ));
     }
-    let (events, rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
-    let reply = Reply {
-        id: format!(
-            "{}-{}",
-            if kind == Kind::Chat {
-                "chatcmpl"
-            } else {
-                "cmpl"
-            },
-            s.next_id.fetch_add(1, Ordering::Relaxed)
-        ),
-        model: s.model.clone(),
-        created: unix_now(),
-        kind,
-        prompt_tokens: prompt.len(),
-        include_usage: include_usage.unwrap_or(false),
-    };
-    let job = Job {
+    Ok(Checked {
         prompt,
         max_tokens,
         sampler,
         stop,
-        events,
-        arrived,
-    };
-    s.worker
-        .submit(job)
-        .map_err(|r| refused(r, s.max_batch, s.max_queue))?;
-    if stream {
-        Ok(sse::stream(reply, rx))
-    } else {
-        sse::collect(reply, rx).await
-    }
+        stream,
+        include_usage: include_usage.unwrap_or(false),
+    })
 }
 
 /// The prompt's text and the field it came from.
@@ -352,11 +525,14 @@ fn sampler(req: &CompletionRequest) -> Result<Sampler, ApiError> {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
     });
-    Sampler::sample(t, req.top_k.map(|k| k as usize), req.top_p, seed)
+    // A top_k past the vocabulary keeps every token, as does usize::MAX.
+    let top_k = req.top_k.map(|k| usize::try_from(k).unwrap_or(usize::MAX));
+    Sampler::sample(t, top_k, req.top_p, seed)
         .map_err(|e| ApiError::invalid("temperature", e.to_string()))
 }
 
 async fn embeddings(State(s): Shared, body: Body) -> Result<Response, ApiError> {
+    let deadline = tokio::time::Instant::now() + s.request_timeout;
     let req: EmbeddingRequest = parse(body)?;
     let (Some(name), Some(embedder)) = (&s.embed_model, &s.embeddings) else {
         return Err(ApiError::invalid(
@@ -377,45 +553,114 @@ async fn embeddings(State(s): Shared, body: Body) -> Result<Response, ApiError> 
             ));
         }
     };
-    if req.dimensions.is_some_and(|d| d as usize != embedder.dim) {
+    if req.dimensions.is_some_and(|d| d != embedder.dim as u64) {
         return Err(ApiError::invalid(
             "dimensions",
             format!("the model's embeddings have {} dimensions", embedder.dim),
         ));
     }
-    let texts = match req.input {
-        Prompt::Text(t) => vec![t],
+    let (texts, listed) = match req.input {
+        Prompt::Text(t) => (vec![t], false),
         Prompt::Texts(v) if v.is_empty() => {
             return Err(ApiError::invalid("input", "input must not be empty"));
         }
-        Prompt::Texts(v) => v,
+        Prompt::Texts(v) if v.len() > embed::MAX_INPUTS => {
+            return Err(ApiError::invalid(
+                "input",
+                format!(
+                    "{} inputs: at most {} per request",
+                    v.len(),
+                    embed::MAX_INPUTS
+                ),
+            ));
+        }
+        Prompt::Texts(v) => (v, true),
     };
     let rx = embedder
-        .submit(texts)
+        .submit(texts, req.truncate.unwrap_or(false))
         .map_err(|r| refused(r, 1, s.max_queue))?;
-    let (vectors, n_tokens) = rx
+    let answer = tokio::time::timeout_at(deadline, rx)
         .await
-        .map_err(|_| ApiError::internal("the embedding thread stopped"))?
-        .map_err(ApiError::internal)?;
-    let data: Vec<_> = vectors
+        .map_err(|_| timed_out(s.request_timeout))?
+        .map_err(|_| ApiError::internal("the embedding thread stopped"))?;
+    let (vectors, n_tokens) = answer.map_err(|e| match e {
+        EmbedError::TooLong { index, tokens } => ApiError::invalid(
+            &if listed {
+                format!("input[{index}]")
+            } else {
+                "input".to_string()
+            },
+            format!(
+                "the text is {tokens} tokens, more than the {} the model reads: \
+                 shorten it, or send \"truncate\": true to embed its first {0}",
+                embedder.max_len
+            ),
+        ),
+        EmbedError::TooManyTokens => ApiError::invalid(
+            "input",
+            format!(
+                "the inputs hold more than {} tokens: send fewer per request",
+                embed::MAX_TOKENS
+            ),
+        ),
+        EmbedError::Failed(e) => ApiError::internal(e),
+    })?;
+    let data: Vec<EmbeddingItem> = vectors
         .iter()
         .enumerate()
-        .map(|(i, v)| {
-            let embedding = if base64 {
+        .map(|(index, v)| EmbeddingItem {
+            object: "embedding",
+            index,
+            embedding: if base64 {
                 let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-                json!(base64::engine::general_purpose::STANDARD.encode(bytes))
+                EmbeddingValue::Base64(base64::engine::general_purpose::STANDARD.encode(bytes))
             } else {
-                json!(v)
-            };
-            json!({"object": "embedding", "index": i, "embedding": embedding})
+                EmbeddingValue::Floats(v)
+            },
         })
         .collect();
-    Ok(axum_json(&json!({
-        "object": "list",
-        "data": data,
-        "model": name,
-        "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
-    })))
+    let list = EmbeddingList {
+        object: "list",
+        data,
+        model: name,
+        usage: Usage {
+            prompt_tokens: n_tokens,
+            total_tokens: n_tokens,
+        },
+    };
+    let body = serde_json::to_vec(&list)
+        .map_err(|e| ApiError::internal(format!("cannot write the answer: {e}")))?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// The answer of `/v1/embeddings`, written straight from the vectors.
+#[derive(Serialize)]
+struct EmbeddingList<'a> {
+    object: &'static str,
+    data: Vec<EmbeddingItem<'a>>,
+    model: &'a str,
+    usage: Usage,
+}
+
+#[derive(Serialize)]
+struct EmbeddingItem<'a> {
+    object: &'static str,
+    index: usize,
+    embedding: EmbeddingValue<'a>,
+}
+
+/// Floats, or their little-endian bytes in base64.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum EmbeddingValue<'a> {
+    Floats(&'a [f32]),
+    Base64(String),
+}
+
+#[derive(Serialize)]
+struct Usage {
+    prompt_tokens: usize,
+    total_tokens: usize,
 }
 
 /// 400 for a model this server does not have.
@@ -432,9 +677,10 @@ fn refused(r: Refused, slots: usize, queue: usize) -> ApiError {
         Refused::Busy => ApiError::busy(format!(
             "the server is busy: {slots} requests running and {queue} waiting; retry later"
         )),
-        Refused::Stopped => {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the server is stopping")
-        }
+        Refused::Stopped => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the model's thread has stopped: the server is stopping, or /health says why",
+        ),
     }
 }
 

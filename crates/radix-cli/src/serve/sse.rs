@@ -6,14 +6,20 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::time::Instant;
 
+use super::conn::InFlightGuard;
 use super::error::{ApiError, axum_json};
+use super::metrics::Metrics;
+use super::routes::timed_out;
 use super::worker::Event;
 
 /// Which endpoint answers.
@@ -23,6 +29,63 @@ pub enum Kind {
     Chat,
     /// `/v1/completions`.
     Text,
+}
+
+impl Kind {
+    /// The endpoint's path.
+    pub fn route(self) -> &'static str {
+        match self {
+            Kind::Chat => "/v1/chat/completions",
+            Kind::Text => "/v1/completions",
+        }
+    }
+}
+
+/// Counts a streamed answer when it ends, by how it ended: 200 when it
+/// finished, 500 when generation failed, 504 past `--request-timeout`, 499
+/// when the client left first (nginx's code). Until then the request counts
+/// as in flight. Also marks the response, so that the route counter leaves
+/// it to this.
+#[derive(Clone)]
+pub struct StreamEnd(Arc<StreamEndInner>);
+
+struct StreamEndInner {
+    metrics: Arc<Metrics>,
+    route: &'static str,
+    status: std::sync::atomic::AtomicU16,
+    timeout: Duration,
+    _in_flight: InFlightGuard,
+}
+
+impl StreamEnd {
+    /// The end of a stream on `route`, in flight until dropped.
+    pub fn new(
+        metrics: Arc<Metrics>,
+        route: &'static str,
+        in_flight: InFlightGuard,
+        timeout: Duration,
+    ) -> StreamEnd {
+        StreamEnd(Arc::new(StreamEndInner {
+            metrics,
+            route,
+            status: 499.into(),
+            timeout,
+            _in_flight: in_flight,
+        }))
+    }
+
+    fn ended(&self, status: u16) {
+        self.0
+            .status
+            .store(status, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for StreamEndInner {
+    fn drop(&mut self) {
+        let status = self.status.load(std::sync::atomic::Ordering::Relaxed);
+        self.metrics.request(self.route, status);
+    }
 }
 
 /// What every chunk of one answer repeats.
@@ -132,34 +195,45 @@ pub async fn collect(
     }
 }
 
-/// Streams the reply as server-sent events.
-pub fn stream(reply: Reply, events: UnboundedReceiver<Event>) -> Response {
+/// Streams the reply as server-sent events until its end or `deadline`.
+pub fn stream(
+    reply: Reply,
+    events: UnboundedReceiver<Event>,
+    deadline: Instant,
+    end: StreamEnd,
+) -> Response {
     let mut pending = VecDeque::new();
     if reply.kind == Kind::Chat {
         pending.push_back(reply.chunk(None, None).to_string());
     }
-    let state = (reply, events, pending, false);
+    let state = (reply, events, pending, false, end.clone());
     let chunks = stream::unfold(
         state,
-        |(reply, mut events, mut pending, mut done)| async move {
+        move |(reply, mut events, mut pending, mut done, end)| async move {
             loop {
                 if let Some(data) = pending.pop_front() {
                     let event = SseEvent::default().data(data);
-                    return Some((Ok::<_, Infallible>(event), (reply, events, pending, done)));
+                    return Some((
+                        Ok::<_, Infallible>(event),
+                        (reply, events, pending, done, end),
+                    ));
                 }
                 if done {
                     return None;
                 }
                 done = true;
-                match events.recv().await {
-                    Some(Event::Text(t)) => {
+                let next = tokio::time::timeout_at(deadline, events.recv()).await;
+                let failed = |e: ApiError| [e.body().to_string(), "[DONE]".into()];
+                match next {
+                    Ok(Some(Event::Text(t))) => {
                         pending.push_back(reply.chunk(Some(&t), None).to_string());
                         done = false;
                     }
-                    Some(Event::Done {
+                    Ok(Some(Event::Done {
                         finish,
                         completion_tokens,
-                    }) => {
+                    })) => {
+                        end.ended(200);
                         pending.push_back(reply.chunk(None, Some(finish.as_str())).to_string());
                         if reply.include_usage {
                             let mut usage = reply.envelope(true, json!([]));
@@ -168,20 +242,25 @@ pub fn stream(reply: Reply, events: UnboundedReceiver<Event>) -> Response {
                         }
                         pending.push_back("[DONE]".into());
                     }
-                    Some(Event::Failed(e)) => {
-                        pending.push_back(ApiError::internal(e).body().to_string());
-                        pending.push_back("[DONE]".into());
+                    Ok(Some(Event::Failed(e))) => {
+                        end.ended(500);
+                        pending.extend(failed(ApiError::internal(e)));
                     }
-                    None => pending.push_back(
-                        ApiError::internal("the generation thread stopped")
-                            .body()
-                            .to_string(),
-                    ),
+                    Ok(None) => {
+                        end.ended(500);
+                        pending.extend(failed(ApiError::internal("the generation thread stopped")));
+                    }
+                    Err(_) => {
+                        end.ended(504);
+                        pending.extend(failed(timed_out(end.0.timeout)));
+                    }
                 }
             }
         },
     );
-    Sse::new(chunks)
+    let mut res = Sse::new(chunks)
         .keep_alive(KeepAlive::default())
-        .into_response()
+        .into_response();
+    res.extensions_mut().insert(end);
+    res
 }

@@ -5,13 +5,14 @@
 //! one token in one batched decode step. A finished sequence, or one whose
 //! client is gone, leaves its slot at once.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::any::Any;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use radix::Platform;
 use radix::nn::MatrixFormat;
 use radix_models::generate::bucket;
@@ -21,6 +22,8 @@ use radix_text::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::metrics::Metrics;
+pub use super::queue::Refused;
+use super::queue::{Queue, Waiting};
 use super::stop::StopText;
 use crate::generate::{Model, TextStream};
 
@@ -75,20 +78,13 @@ impl Finish {
     }
 }
 
-/// Why a job was not queued.
-pub enum Refused {
-    /// The queue is full.
-    Busy,
-    /// The worker has stopped.
-    Stopped,
-}
-
 /// What the server needs of the worker.
 pub struct Worker {
-    queue: SyncSender<Job>,
+    queue: Arc<Queue<Job>>,
     abort: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<()>>>,
     metrics: Arc<Metrics>,
+    heartbeat: Arc<Heartbeat>,
     /// The prompt lengths compiled ahead.
     pub prefill_buckets: Vec<usize>,
     /// The decode batch sizes compiled ahead.
@@ -103,6 +99,18 @@ pub struct WorkerConfig {
     pub max_batch: usize,
     /// Requests waiting at most.
     pub max_queue: usize,
+    /// The form of the model's matrices.
+    pub matrices: MatrixFormat,
+}
+
+/// Whether the worker thread can take requests.
+pub enum Health {
+    /// It finished a turn of its loop within the deadline.
+    Ok,
+    /// It has not finished a turn for this long.
+    Stuck(Duration),
+    /// Its thread has ended.
+    Gone,
 }
 
 impl Worker {
@@ -115,19 +123,26 @@ impl Worker {
         cfg: WorkerConfig,
         metrics: Arc<Metrics>,
     ) -> Result<Worker> {
-        let (queue, jobs) = mpsc::sync_channel(cfg.max_queue);
+        let faults = Fault::from_env()?;
+        let queue = Arc::new(Queue::new(cfg.max_queue));
         let (ready_tx, ready) = mpsc::channel();
         let abort = Arc::new(AtomicBool::new(false));
+        let heartbeat = Arc::new(Heartbeat::new());
         let prefill_buckets: Vec<usize> = std::iter::successors(Some(bucket(1)), |b| Some(b * 2))
             .take_while(|&b| b <= cfg.context)
             .collect();
         let thread = {
-            let (abort, metrics, buckets) =
-                (abort.clone(), metrics.clone(), prefill_buckets.clone());
+            let (abort, metrics, buckets, queue, heartbeat) = (
+                abort.clone(),
+                metrics.clone(),
+                prefill_buckets.clone(),
+                queue.clone(),
+                heartbeat.clone(),
+            );
             std::thread::Builder::new()
                 .name("radix-generate".into())
                 .spawn(move || {
-                    let loaded = load(&platform, &model, cfg.context, &buckets, cfg.max_batch);
+                    let loaded = load(&platform, &model, &cfg, &buckets);
                     let (runner, batch) = match loaded {
                         Ok(loaded) => loaded,
                         Err(e) => return drop(ready_tx.send(Err(format!("{e:#}")))),
@@ -136,12 +151,16 @@ impl Worker {
                     let mut state = State {
                         runner,
                         batch,
+                        slots: cfg.max_batch,
+                        context: cfg.context,
                         tokenizer: model.tokenizer,
                         stops: model.stops,
                         metrics,
                         abort,
+                        heartbeat,
+                        faults,
                     };
-                    state.run(&jobs);
+                    state.run(&queue);
                 })
                 .context("cannot start the generation thread")?
         };
@@ -149,11 +168,14 @@ impl Worker {
             .recv()
             .context("the generation thread ended while loading")?
             .map_err(|e| anyhow!(e))?;
+        // Loading took long; the thread's first turn is yet to come.
+        heartbeat.beat();
         Ok(Worker {
             queue,
             abort,
             thread: Mutex::new(Some(thread)),
             metrics,
+            heartbeat,
             prefill_buckets,
             decode_buckets,
         })
@@ -161,26 +183,156 @@ impl Worker {
 
     /// Queues `job`, or says why not.
     pub fn submit(&self, job: Job) -> Result<(), Refused> {
-        // Counted before it is sent, so the worker's decrement never comes
-        // first.
-        self.metrics.queue_depth.fetch_add(1, Ordering::Relaxed);
-        self.queue.try_send(job).map_err(|e| {
-            self.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
-            match e {
-                TrySendError::Full(_) => Refused::Busy,
-                TrySendError::Disconnected(_) => Refused::Stopped,
-            }
-        })
+        let res = self.queue.push(job);
+        self.count_queue();
+        res.map(drop)
+    }
+
+    /// Brings the queue's gauge and the count of abandoned jobs up to date.
+    fn count_queue(&self) {
+        count_queue(&self.queue, &self.metrics);
+    }
+
+    /// Whether the thread has finished a turn of its loop in the last
+    /// `deadline` (an idle one turns every [`IDLE_TURN`]).
+    pub fn health(&self, deadline: Duration) -> Health {
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner());
+        if thread.as_ref().is_none_or(JoinHandle::is_finished) {
+            return Health::Gone;
+        }
+        self.count_queue();
+        match self.heartbeat.age() {
+            age if age > deadline => Health::Stuck(age),
+            _ => Health::Ok,
+        }
     }
 
     /// Ends every sequence still running and waiting (their clients get an
-    /// error) and waits for the thread.
-    pub fn stop(&self) {
+    /// error) and waits for the thread, up to `limit` (a thread stuck in a
+    /// step is left to end with the process).
+    pub fn stop(&self, limit: Duration) {
         self.abort.store(true, Ordering::Relaxed);
-        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(t) = thread {
-            let _ = t.join();
+        for job in self.queue.close() {
+            let _ = job
+                .events
+                .send(Event::Failed("the server is shutting down".into()));
         }
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let Some(thread) = thread else {
+            return;
+        };
+        let t = Instant::now();
+        while !thread.is_finished() && t.elapsed() < limit {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if thread.is_finished() {
+            let _ = thread.join();
+        } else {
+            eprintln!("radix serve: the generation thread is stuck; exiting without it");
+        }
+    }
+}
+
+/// How long an idle worker waits for a job before it turns again (and so
+/// how often it beats when idle).
+pub const IDLE_TURN: Duration = Duration::from_millis(100);
+
+/// Sets the queue gauge of `metrics` and counts the jobs dropped because
+/// their clients left.
+fn count_queue(queue: &Queue<Job>, metrics: &Metrics) {
+    metrics
+        .queue_depth
+        .store(queue.len() as i64, Ordering::Relaxed);
+    for _ in 0..queue.take_abandoned() {
+        metrics.cancelled();
+    }
+}
+
+impl Waiting for Job {
+    fn abandoned(&self) -> bool {
+        self.events.is_closed()
+    }
+}
+
+/// When the worker last finished a turn of its loop.
+struct Heartbeat {
+    origin: Instant,
+    /// Milliseconds from `origin` to the last beat.
+    last: AtomicU64,
+}
+
+impl Heartbeat {
+    fn new() -> Heartbeat {
+        Heartbeat {
+            origin: Instant::now(),
+            last: AtomicU64::new(0),
+        }
+    }
+
+    fn beat(&self) {
+        let now = self.origin.elapsed().as_millis() as u64;
+        self.last.store(now, Ordering::Relaxed);
+    }
+
+    fn age(&self) -> Duration {
+        let last = Duration::from_millis(self.last.load(Ordering::Relaxed));
+        self.origin.elapsed().saturating_sub(last)
+    }
+}
+
+/// A fault the worker injects for the server's tests, from
+/// `RADIX_SERVE_FAULT=<kind>:<max_tokens>[,...]`: at the first decode step
+/// that runs a sequence asking for exactly `max_tokens` tokens,
+/// `step-error` fails the step (as a device error would, through the
+/// batch's own error path), `panic` panics, `hang` stops the thread's loop
+/// until the server stops, and `exit` ends the thread; `hold` runs no
+/// decode step while such a sequence runs, until its client leaves
+/// (requests are still admitted), so that a test can fill the slots and
+/// the queue, or gather sequences into one batch, without a race. Unset,
+/// nothing is injected.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Fault {
+    kind: FaultKind,
+    max_tokens: usize,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum FaultKind {
+    StepError,
+    Panic,
+    Hang,
+    Exit,
+    Hold,
+}
+
+impl Fault {
+    /// The faults `RADIX_SERVE_FAULT` asks for.
+    fn from_env() -> Result<Vec<Fault>> {
+        let Some(v) = std::env::var_os("RADIX_SERVE_FAULT") else {
+            return Ok(vec![]);
+        };
+        let v = v.to_string_lossy();
+        v.split(',')
+            .map(|one| {
+                let (kind, n) = one.split_once(':')?;
+                let kind = match kind {
+                    "step-error" => FaultKind::StepError,
+                    "panic" => FaultKind::Panic,
+                    "hang" => FaultKind::Hang,
+                    "exit" => FaultKind::Exit,
+                    "hold" => FaultKind::Hold,
+                    _ => return None,
+                };
+                let max_tokens = n.parse().ok()?;
+                Some(Fault { kind, max_tokens })
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                anyhow!(
+                    "RADIX_SERVE_FAULT={v:?}: expected step-error|panic|hang|exit|hold:<max_tokens>, \
+                     comma-separated"
+                )
+            })
     }
 }
 
@@ -189,11 +341,11 @@ impl Worker {
 fn load(
     platform: &Platform,
     model: &Model,
-    context: usize,
+    cfg: &WorkerConfig,
     buckets: &[usize],
-    slots: usize,
 ) -> Result<(Runner, RunnerBatch)> {
-    let mut runner = Runner::open(platform, &model.path, context, MatrixFormat::AsStored)
+    let (context, slots) = (cfg.context, cfg.max_batch);
+    let mut runner = Runner::open(platform, &model.path, context, cfg.matrices)
         .with_context(|| format!("cannot load {}", model.path.display()))?;
     for &b in buckets {
         runner.compile(b)?;
@@ -206,10 +358,14 @@ fn load(
 struct State {
     runner: Runner,
     batch: RunnerBatch,
+    slots: usize,
+    context: usize,
     tokenizer: Tokenizer,
     stops: Vec<u32>,
     metrics: Arc<Metrics>,
     abort: Arc<AtomicBool>,
+    heartbeat: Arc<Heartbeat>,
+    faults: Vec<Fault>,
 }
 
 /// A running sequence (its slot is its index among the running ones) and
@@ -224,78 +380,150 @@ struct Seq {
     last_token: Instant,
 }
 
+/// How a turn of the loop ended, when the loop must end.
+enum Exit {
+    /// The server is stopping.
+    Stopped,
+    /// An injected `exit` fault.
+    Fault,
+}
+
 impl State {
-    /// Serves jobs until the server stops.
-    fn run(&mut self, jobs: &Receiver<Job>) {
-        // Row `i` of the batch runs `active[i]`.
+    /// Serves jobs until the server stops. Row `i` of the batch runs
+    /// `active[i]`: every turn ends with as many rows as sequences (a batch
+    /// error empties the batch, and the sequences it ran are failed); a
+    /// panic fails the running sequences and rebuilds the batch.
+    fn run(&mut self, queue: &Queue<Job>) {
         let mut active: Vec<Seq> = vec![];
+        let why = self.serve(queue, &mut active);
+        fail(&mut active, why);
+        for job in queue.close() {
+            let _ = job.events.send(Event::Failed(why.into()));
+        }
+        self.metrics.active_slots.store(0, Ordering::Relaxed);
+        count_queue(queue, &self.metrics);
+    }
+
+    /// Turns until the loop must end: why it ended.
+    fn serve(&mut self, queue: &Queue<Job>, active: &mut Vec<Seq>) -> &'static str {
         loop {
-            if self.abort.load(Ordering::Relaxed) {
-                for seq in active {
-                    let _ = seq
-                        .events
-                        .send(Event::Failed("the server is shutting down".into()));
-                }
-                while let Ok(job) = jobs.try_recv() {
-                    let _ = job
-                        .events
-                        .send(Event::Failed("the server is shutting down".into()));
-                }
-                self.metrics.active_slots.store(0, Ordering::Relaxed);
-                return;
-            }
-            while !self.batch.is_full() {
-                let job = if active.is_empty() {
-                    match jobs.recv_timeout(Duration::from_millis(100)) {
-                        Ok(job) => job,
-                        Err(RecvTimeoutError::Timeout) => break,
-                        Err(RecvTimeoutError::Disconnected) => return,
-                    }
-                } else {
-                    match jobs.try_recv() {
-                        Ok(job) => job,
-                        Err(_) => break,
-                    }
-                };
-                self.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
-                if job.events.is_closed() {
-                    self.metrics.cancelled();
-                    continue;
-                }
-                let events = job.events.clone();
-                match self.start(job) {
-                    Ok(Some(seq)) => active.push(seq),
-                    Ok(None) => {}
-                    Err(e) => {
-                        let _ = events.send(Event::Failed(format!("{e:#}")));
-                    }
-                }
-                self.metrics
-                    .active_slots
-                    .store(active.len() as i64, Ordering::Relaxed);
-            }
-            // Clients gone leave before the step.
-            let gone: Vec<bool> = active.iter().map(|s| s.events.is_closed()).collect();
-            self.leave(&mut active, &gone, true);
-            if !active.is_empty() {
-                match self.step(&mut active) {
-                    Ok(done) => self.leave(&mut active, &done, false),
-                    // The step had every sequence's cache: all of them end.
-                    Err(e) => {
-                        for seq in active.drain(..) {
-                            let _ = seq.events.send(Event::Failed(format!("{e:#}")));
-                        }
+            self.heartbeat.beat();
+            let turn = catch_unwind(AssertUnwindSafe(|| self.turn(active, queue)));
+            match turn {
+                Ok(Ok(())) => {}
+                Ok(Err(Exit::Stopped)) => return "the server is shutting down",
+                Ok(Err(Exit::Fault)) => return "the generation thread ended (injected fault)",
+                Err(panic) => {
+                    let msg = panic_message(&*panic);
+                    tracing::error!("the generation thread panicked: {msg}");
+                    fail(active, &format!("the generation thread failed: {msg}"));
+                    if let Err(e) = self.rebuild() {
+                        tracing::error!("cannot rebuild the batch after a panic: {e:#}");
+                        return "the generation thread failed and could not recover";
                     }
                 }
             }
+            count_queue(queue, &self.metrics);
             self.metrics
                 .active_slots
                 .store(active.len() as i64, Ordering::Relaxed);
         }
     }
 
+    /// One turn: admits waiting jobs into free slots (blocking for one when
+    /// nothing runs), frees the slots of clients gone, then decodes one
+    /// token of every running sequence.
+    fn turn(&mut self, active: &mut Vec<Seq>, queue: &Queue<Job>) -> Result<(), Exit> {
+        if self.abort.load(Ordering::Relaxed) {
+            return Err(Exit::Stopped);
+        }
+        while active.len() < self.slots {
+            let wait = active.is_empty().then_some(IDLE_TURN);
+            let Some(job) = queue.pop(wait) else {
+                break;
+            };
+            let events = job.events.clone();
+            match self.start(job) {
+                Ok(Some(seq)) => active.push(seq),
+                Ok(None) => {}
+                Err(e) => {
+                    let _ = events.send(Event::Failed(format!("{e:#}")));
+                }
+            }
+            self.reconcile(active, "a sequence could not join the batch");
+            self.metrics
+                .active_slots
+                .store(active.len() as i64, Ordering::Relaxed);
+        }
+        // Clients gone leave before the step.
+        let gone: Vec<bool> = active.iter().map(|s| s.events.is_closed()).collect();
+        self.leave(active, &gone, true);
+        if !active.is_empty() && self.inject(active)? {
+            match self.step(active) {
+                Ok(done) => self.leave(active, &done, false),
+                // The step had every sequence's cache: the batch is empty.
+                Err(e) => fail(active, &format!("{e:#}")),
+            }
+        }
+        self.reconcile(active, "the batch lost its rows");
+        Ok(())
+    }
+
+    /// Fails every running sequence if the batch no longer holds exactly
+    /// their rows (after a batch error it holds none), rebuilding the batch
+    /// if rows are left that no sequence owns.
+    fn reconcile(&mut self, active: &mut Vec<Seq>, why: &str) {
+        if self.batch.len() == active.len() {
+            return;
+        }
+        fail(active, why);
+        if !self.batch.is_empty() {
+            tracing::error!("{why}: rebuilding the batch");
+            if let Err(e) = self.rebuild() {
+                // The next insert into the stale batch fails and empties it.
+                tracing::error!("cannot rebuild the batch: {e:#}");
+            }
+        }
+    }
+
+    /// A new, empty batch (its executables come from the cache).
+    fn rebuild(&mut self) -> Result<()> {
+        self.batch = self.runner.batch(self.slots)?;
+        Ok(())
+    }
+
+    /// The kind of the fault of `RADIX_SERVE_FAULT` that a running
+    /// sequence asks for, if one does.
+    fn fault(&self, active: &[Seq]) -> Option<FaultKind> {
+        self.faults
+            .iter()
+            .find(|f| active.iter().any(|s| s.max_tokens == f.max_tokens))
+            .map(|f| f.kind)
+    }
+
+    /// Injects the fault a running sequence asks for: whether the step
+    /// runs.
+    fn inject(&mut self, active: &[Seq]) -> Result<bool, Exit> {
+        match self.fault(active) {
+            Some(FaultKind::Panic) => panic!("injected panic"),
+            Some(FaultKind::Exit) => Err(Exit::Fault),
+            Some(FaultKind::Hang) => {
+                while !self.abort.load(Ordering::Relaxed) {
+                    std::thread::sleep(IDLE_TURN);
+                }
+                Err(Exit::Stopped)
+            }
+            Some(FaultKind::Hold) => {
+                std::thread::sleep(IDLE_TURN);
+                Ok(false)
+            }
+            Some(FaultKind::StepError) | None => Ok(true),
+        }
+    }
+
     /// Frees the slots of the sequences marked in `which` (`cancelled`: their
-    /// clients left).
+    /// clients left). A failed removal empties the batch; the next
+    /// [`State::reconcile`] fails the rest.
     fn leave(&mut self, active: &mut Vec<Seq>, which: &[bool], cancelled: bool) {
         // Last first: a removal moves the last row into the freed one.
         for row in (0..active.len()).rev() {
@@ -305,6 +533,9 @@ impl State {
                 }
                 if let Err(e) = self.batch.remove(row) {
                     tracing::error!("cannot free slot {row}: {e}");
+                    active.swap_remove(row);
+                    fail(active, &format!("a slot could not be freed: {e}"));
+                    return;
                 }
                 active.swap_remove(row);
             }
@@ -312,9 +543,18 @@ impl State {
     }
 
     /// Prefills `job`, takes a slot and picks its first token: the
-    /// sequence, unless it ended there.
+    /// sequence, unless it ended there. On an error no row of the batch is
+    /// left to it (the error may have emptied the batch).
     fn start(&mut self, mut job: Job) -> Result<Option<Seq>> {
         self.metrics.prompt(job.prompt.len());
+        let room = self.context.saturating_sub(job.prompt.len());
+        if room == 0 {
+            bail!(
+                "the prompt of {} tokens fills the context of {}",
+                job.prompt.len(),
+                self.context
+            );
+        }
         let (logits, cache) = self.runner.prefill(&job.prompt)?;
         let row = self.batch.insert(cache)?;
         let next = job.sampler.pick(&logits) as u32;
@@ -323,30 +563,46 @@ impl State {
             text: TextStream::default(),
             stop: StopText::new(std::mem::take(&mut job.stop)),
             sampler: job.sampler,
-            max_tokens: job.max_tokens,
+            // The routes checked it; the cache is the worker's to protect.
+            max_tokens: job.max_tokens.min(room),
             events: job.events,
             last_token: job.arrived,
         };
-        if self.push(&mut seq, next)? {
-            return Ok(Some(seq));
+        match self.push(&mut seq, next) {
+            Ok(true) => Ok(Some(seq)),
+            Ok(false) => {
+                self.batch.remove(row)?;
+                Ok(None)
+            }
+            Err(e) => {
+                self.batch.remove(row)?;
+                Err(e)
+            }
         }
-        self.batch.remove(row)?;
-        Ok(None)
     }
 
     /// Decodes one more token of every running sequence in one step: which
-    /// of them ended.
+    /// of them ended (a sequence whose text cannot be made is failed and
+    /// ends).
     fn step(&mut self, active: &mut [Seq]) -> Result<Vec<bool>> {
-        let last: Vec<u32> = active
+        let mut last: Vec<u32> = active
             .iter()
             .filter_map(|s| s.ids.last().copied())
             .collect();
+        if self.fault(active) == Some(FaultKind::StepError) {
+            // One token too few: the batch refuses the step and empties.
+            last.pop();
+        }
         let logits = self.batch.step(&mut self.runner, &last)?;
         self.metrics.decode_step(last.len());
         let mut done = Vec::with_capacity(active.len());
         for (seq, logits) in active.iter_mut().zip(&logits) {
             let next = seq.sampler.pick(logits) as u32;
-            done.push(!self.push(seq, next)?);
+            let goes_on = self.push(seq, next).unwrap_or_else(|e| {
+                let _ = seq.events.send(Event::Failed(format!("{e:#}")));
+                false
+            });
+            done.push(!goes_on);
         }
         Ok(done)
     }
@@ -393,4 +649,20 @@ impl State {
         }
         Ok(true)
     }
+}
+
+/// Sends `why` to every sequence of `active` and forgets them.
+fn fail(active: &mut Vec<Seq>, why: &str) {
+    for seq in active.drain(..) {
+        let _ = seq.events.send(Event::Failed(why.to_string()));
+    }
+}
+
+/// The text of a panic's payload.
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
 }

@@ -1,17 +1,32 @@
-//! A `radix serve` process on a free loopback port, and a plain HTTP/1.1
-//! client over `TcpStream` (so that tests can send malformed bodies, read
-//! server-sent events as they come and hang up mid-stream).
+//! A `radix serve` process (the release build) on a free loopback port, and
+//! a plain HTTP/1.1 client over `TcpStream` (so that tests can send
+//! malformed bodies, read server-sent events as they come and hang up
+//! mid-stream).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// A running server, killed when dropped.
+/// A running server, killed when dropped; its [`Client`] is at hand
+/// through `Deref`.
 pub struct Server {
     child: Child,
+    client: Client,
+}
+
+/// Requests to a server.
+pub struct Client {
     /// `127.0.0.1:PORT`.
     pub addr: String,
+}
+
+impl std::ops::Deref for Server {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.client
+    }
 }
 
 /// An answer: status, headers (names lowercase) and body.
@@ -40,11 +55,20 @@ impl Answer {
 impl Server {
     /// Starts `radix serve --port 0 ARGS` and waits until it listens.
     pub fn start(args: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_radix"))
-            .args(["serve", "--port", "0"])
-            .args(args)
-            .env_remove("RUST_LOG")
-            .env("RUST_BACKTRACE", "1")
+        Server::spawn(&mut Server::command(args))
+    }
+
+    /// The command of `radix serve --port 0 ARGS` (release build), to add
+    /// to before [`Server::spawn`].
+    pub fn command(args: &[&str]) -> Command {
+        let mut cmd = super::radix_release();
+        cmd.args(["serve", "--port", "0"]).args(args);
+        cmd
+    }
+
+    /// Starts `cmd` (from [`Server::command`]) and waits until it listens.
+    pub fn spawn(cmd: &mut Command) -> Server {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .spawn()
             .expect("start radix serve");
@@ -56,12 +80,44 @@ impl Server {
             .strip_prefix("radix serve: listening on http://")
             .unwrap_or_else(|| panic!("radix serve did not start: {line:?}"))
             .to_string();
-        Server { child, addr }
+        Server {
+            child,
+            client: Client { addr },
+        }
+    }
+
+    /// A handle on the server at `addr` for another thread (it kills
+    /// nothing when dropped).
+    pub fn attach(addr: &str) -> Client {
+        Client {
+            addr: addr.to_string(),
+        }
     }
 
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        let kill = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+    }
+
+    /// The resident memory of the process, in bytes.
+    pub fn rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().strip_suffix(" kB"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(|kb| kb << 10)
+            .expect("VmRSS in /proc/PID/status")
     }
 
     /// Waits up to `limit` for the process to exit: its exit code.
@@ -75,7 +131,9 @@ impl Server {
         }
         None
     }
+}
 
+impl Client {
     /// Sends a request and reads the whole answer.
     pub fn request(
         &self,
@@ -85,6 +143,31 @@ impl Server {
         body: &str,
     ) -> Answer {
         let mut s = self.send(method, path, headers, body);
+        let mut raw = vec![];
+        s.read_to_end(&mut raw).unwrap();
+        parse_answer(&raw)
+    }
+
+    /// Sends a request's head declaring a body of `len` bytes, and no body:
+    /// the answer the server gives without reading one.
+    pub fn request_without_body(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        len: u64,
+    ) -> Answer {
+        let mut s = TcpStream::connect(&self.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n",
+            self.addr
+        );
+        for (n, v) in headers {
+            head.push_str(&format!("{n}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        s.write_all(head.as_bytes()).unwrap();
         let mut raw = vec![];
         s.read_to_end(&mut raw).unwrap();
         parse_answer(&raw)

@@ -51,7 +51,8 @@ struct Entry {
 
 impl Safetensors {
     /// Opens `path`: a `*.safetensors` file, or a `*.safetensors.index.json` whose
-    /// `weight_map` names shards in the same directory.
+    /// `weight_map` names shards in the same directory (a name with a folder,
+    /// `..` or a root in it is an error).
     pub fn open(path: &Path) -> Result<Self> {
         let is_index = path
             .file_name()
@@ -79,6 +80,20 @@ impl Safetensors {
                 let file = file
                     .as_str()
                     .ok_or_else(|| bad(path, format!("`weight_map[{name}]` is not a string")))?;
+                // A shard is a file beside the index: no folder, no `..`,
+                // no absolute path, so an index cannot map another file.
+                let mut parts = Path::new(file).components();
+                if !matches!(
+                    (parts.next(), parts.next()),
+                    (Some(std::path::Component::Normal(_)), None)
+                ) {
+                    return Err(bad(
+                        path,
+                        format!(
+                            "`weight_map[{name}]` is {file:?}, not a file name in the index's folder"
+                        ),
+                    ));
+                }
                 files.insert(file);
             }
             for file in files {
