@@ -86,8 +86,9 @@ pub struct PluginSpec {
     /// The plugin's path inside the wheel, which is also its path below an
     /// installed Python package folder (`site-packages`).
     pub file: &'static str,
-    /// Other installed layouts worth looking for (e.g. the other CUDA major version).
-    pub also_installed_as: &'static [&'static str],
+    /// The sha256 of that file in the pinned wheel: a plugin found in an
+    /// installed Python package is loaded only if it has this one.
+    pub file_sha256: &'static str,
 }
 
 /// The pinned plugins, one per target.
@@ -101,7 +102,7 @@ pub const PLUGINS: [PluginSpec; 4] = [
             wheel_sha256: "1319390d948b39f69f7dade496b7c385149d9ca6097a6b62114da113216d9ad1",
         },
         file: "lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so",
-        also_installed_as: &["fastatomstruct_xla_cpu/libpjrt_cpu.so"],
+        file_sha256: "ad1309ac822b1b24d51b7f9947c7c9fa9ef5d67f390584cbc3d1fa2428fed9c2",
     },
     PluginSpec {
         target: Target::Cuda,
@@ -112,7 +113,7 @@ pub const PLUGINS: [PluginSpec; 4] = [
             wheel_sha256: "5899bb6177eda86ea532afb9a26794f2bdd04966f6a01f9028266b16c2b6cf90",
         },
         file: "jax_plugins/xla_cuda13/xla_cuda_plugin.so",
-        also_installed_as: &["jax_plugins/xla_cuda12/xla_cuda_plugin.so"],
+        file_sha256: "b6de513893c09af2c77e71afcef46d9706f8c259337cdef4cd5cae2353886f75",
     },
     PluginSpec {
         target: Target::Rocm,
@@ -123,7 +124,7 @@ pub const PLUGINS: [PluginSpec; 4] = [
             wheel_sha256: "4551d0714523355f2946ca1958c3f584e95661e467a641d36b726f718a1c7934",
         },
         file: "jax_plugins/xla_rocm7/xla_rocm_plugin.so",
-        also_installed_as: &[],
+        file_sha256: "6e7239347f37f1a5a17c2a2d9301411f9f17e30e0707a717f4717556fa402511",
     },
     PluginSpec {
         target: Target::Tpu,
@@ -134,7 +135,7 @@ pub const PLUGINS: [PluginSpec; 4] = [
             wheel_sha256: "ba67ddbfdbac61c8da1fafc26cd51b93e9fe4d298016e2882eb986b1718cba34",
         },
         file: "libtpu/libtpu.so",
-        also_installed_as: &[],
+        file_sha256: "ad0b2a3bc5d4de96f653b3701aaed8769a691776ca0e14c791dcdca785d43e42",
     },
 ];
 
@@ -162,7 +163,9 @@ pub enum Source {
 /// The plugin file for `target`, fetching it if it is nowhere on this machine.
 ///
 /// Look-up order: `explicit`, `RADIX_PJRT_PLUGIN`, the radix cache, installed
-/// Python packages, and last a fetch of the pinned wheel.
+/// Python packages (only a file with the pinned sha256), and last a fetch of
+/// the pinned wheel. An explicit or `RADIX_PJRT_PLUGIN` path is the user's
+/// choice and is not checked against the pin.
 pub fn locate(target: Target, explicit: Option<&Path>) -> Result<PathBuf> {
     match find(target, explicit)? {
         Some((path, _)) => Ok(path),
@@ -208,15 +211,44 @@ pub fn find(target: Target, explicit: Option<&Path>) -> Result<Option<(PathBuf, 
         }
         return Ok(Some((cached, Source::Cache)));
     }
-    for dir in python_paths() {
-        for file in std::iter::once(&spec.file).chain(spec.also_installed_as) {
-            let path = dir.join(file);
-            if path.is_file() {
-                return Ok(Some((path, Source::Python)));
-            }
+    Ok(
+        in_python_packages(spec, python_paths(), crate::file_hash::sha256)
+            .map(|path| (path, Source::Python)),
+    )
+}
+
+/// The first of `spec`'s plugin files below the Python package folders
+/// `dirs` whose sha256 (by `sha256`) is the pinned one. A Python package
+/// folder is anyone's to install into, so a plugin there that is not the
+/// pinned build (another version, or a changed file) is skipped, logged,
+/// and the search goes on.
+fn in_python_packages(
+    spec: &PluginSpec,
+    dirs: &[PathBuf],
+    sha256: impl Fn(&Path) -> Result<String>,
+) -> Option<PathBuf> {
+    for dir in dirs {
+        let path = dir.join(spec.file);
+        if !path.is_file() {
+            continue;
+        }
+        match sha256(&path) {
+            Ok(got) if got == spec.file_sha256 => return Some(path),
+            Ok(got) => tracing::info!(
+                "skipping the {} plugin {}: its sha256 is {got}, the pinned one {}",
+                spec.target,
+                path.display(),
+                spec.file_sha256
+            ),
+            Err(e) => tracing::info!(
+                "skipping the {} plugin {}: {e}; the pinned one has sha256 {}",
+                spec.target,
+                path.display(),
+                spec.file_sha256
+            ),
         }
     }
-    Ok(None)
+    None
 }
 
 /// Fetches the pinned plugin of `target` into the cache (if it is not there
@@ -304,6 +336,59 @@ mod tests {
             assert_eq!(spec(t).target, t);
         }
         assert_eq!(Target::from_name("gpu"), None);
+    }
+
+    #[test]
+    fn python_package_plugins_load_only_when_pinned() {
+        use sha2::Digest;
+        let hash = |path: &Path| -> Result<String> {
+            let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+            Ok(hex::encode(sha2::Sha256::digest(bytes)))
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let site = |name: &str, bytes: &[u8]| {
+            let dir = tmp.path().join(name);
+            let file = dir.join(spec(Target::Cpu).file);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(&file, bytes).unwrap();
+            (dir, file)
+        };
+        let (other, _) = site("other-site-packages", b"another build");
+        let (pinned, pinned_file) = site("site-packages", b"the pinned build");
+        let empty = tmp.path().join("empty");
+        let mut cpu = *spec(Target::Cpu);
+        cpu.file_sha256 = Box::leak(hash(&pinned_file).unwrap().into_boxed_str());
+        // The unpinned build comes first on the path: skipped.
+        let dirs = [empty.clone(), other.clone(), pinned.clone()];
+        assert_eq!(in_python_packages(&cpu, &dirs, hash), Some(pinned_file));
+        // Only unpinned builds: none, so the caller fetches.
+        assert_eq!(in_python_packages(&cpu, &[empty, other], hash), None);
+        // The real pin is no fake file's hash.
+        assert_eq!(in_python_packages(spec(Target::Cpu), &dirs, hash), None);
+    }
+
+    /// A fetched plugin (sha256-checked wheel) has its file's pin.
+    #[test]
+    fn fetched_plugins_have_their_pins() {
+        for p in PLUGINS {
+            let Ok(folder) = p.package.cache_path() else {
+                continue;
+            };
+            let file = folder.join(p.file);
+            if file.is_file() {
+                let got = crate::file_hash::sha256(&file).unwrap();
+                assert_eq!(got, p.file_sha256, "{}", file.display());
+            }
+        }
+    }
+
+    #[test]
+    fn pins_are_sha256_hex() {
+        for p in PLUGINS {
+            for pin in [p.file_sha256, p.package.wheel_sha256] {
+                assert!(pin.len() == 64 && pin.bytes().all(|b| b.is_ascii_hexdigit()));
+            }
+        }
     }
 
     #[test]

@@ -13,6 +13,13 @@
 //! into place, so a reader sees a whole entry or none, and two processes
 //! storing the same key at once both succeed (the last rename wins; both
 //! files are equally good).
+//!
+//! The folder has a size budget ([`ExecutableCache::max_bytes`]: 2 GiB, or
+//! `RADIX_CACHE_MAX_BYTES`; 0 is unlimited). After each store the least
+//! recently used entries (oldest modification time; a load touches its
+//! entry) are deleted until the entries fit, never the one just written and
+//! never a temporary file another process is writing. Two processes evicting
+//! at once are safe: an entry already gone is simply not counted.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -41,7 +48,15 @@ pub enum Origin {
 #[derive(Debug, Clone)]
 pub struct ExecutableCache {
     dir: PathBuf,
+    max_bytes: u64,
 }
+
+/// The default size budget of an [`ExecutableCache`]: 2 GiB.
+pub const DEFAULT_MAX_BYTES: u64 = 2 << 30;
+
+/// The variable that sets an [`ExecutableCache`]'s size budget in bytes
+/// (0: unlimited).
+pub const MAX_BYTES_VAR: &str = "RADIX_CACHE_MAX_BYTES";
 
 /// One entry of an [`ExecutableCache`].
 #[derive(Debug, Clone)]
@@ -52,7 +67,7 @@ pub struct CacheEntry {
     pub path: PathBuf,
     /// The file's size in bytes.
     pub size: u64,
-    /// When it was last written.
+    /// When it was last written or loaded.
     pub modified: Option<SystemTime>,
 }
 
@@ -190,11 +205,26 @@ impl std::fmt::Display for CacheKey {
 }
 
 impl ExecutableCache {
-    /// The cache in `dir` (created when the first entry is stored).
+    /// The cache in `dir` (created when the first entry is stored), with
+    /// the size budget of `RADIX_CACHE_MAX_BYTES`, else
+    /// [`DEFAULT_MAX_BYTES`].
     pub fn new(dir: &Path) -> ExecutableCache {
+        let max_bytes = max_bytes_from(std::env::var(MAX_BYTES_VAR).ok().as_deref());
         ExecutableCache {
             dir: dir.to_path_buf(),
+            max_bytes,
         }
+    }
+
+    /// The same cache with a size budget of `max_bytes` (0: unlimited).
+    pub fn with_max_bytes(mut self, max_bytes: u64) -> ExecutableCache {
+        self.max_bytes = max_bytes;
+        self
+    }
+
+    /// The size budget of the entries in bytes; 0 is unlimited.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
     }
 
     /// The default folder: `executables/` in the radix cache folder
@@ -232,8 +262,16 @@ impl ExecutableCache {
             return Ok(None);
         }
         untrusted_as_io(radix_pjrt::provision::check_private(&self.dir))?;
-        match std::fs::read(self.path(key)) {
-            Ok(bytes) => Ok(Some(decode(&self.secret()?, key, bytes))),
+        let path = self.path(key);
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                let entry = decode(&self.secret()?, key, bytes);
+                if entry.is_ok() {
+                    // Recently used: the last to be evicted.
+                    touch(&path);
+                }
+                Ok(Some(entry))
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
@@ -258,7 +296,53 @@ impl ExecutableCache {
         if res.is_err() {
             let _ = std::fs::remove_file(&tmp);
         }
-        res.map(|()| path)
+        res?;
+        if let Err(e) = self.evict(Some(&path)) {
+            tracing::warn!(
+                "cannot keep the executable cache {} within {} bytes: {e}",
+                self.dir.display(),
+                self.max_bytes
+            );
+        }
+        Ok(path)
+    }
+
+    /// Deletes the least recently used entries (oldest modification time
+    /// first) until the entries' sizes add up to at most
+    /// [`ExecutableCache::max_bytes`], never `keep`; returns those deleted.
+    /// Only `<key>.pjrt` files count and go: temporary files, markers and
+    /// the secret are left alone. An entry another process deleted
+    /// meanwhile is not counted.
+    pub fn evict(&self, keep: Option<&Path>) -> std::io::Result<Vec<CacheEntry>> {
+        if self.max_bytes == 0 {
+            return Ok(vec![]);
+        }
+        let mut entries = self.list()?;
+        let mut total: u64 = entries.iter().map(|e| e.size).sum();
+        if total <= self.max_bytes {
+            return Ok(vec![]);
+        }
+        entries.sort_by_key(|e| (e.modified, e.key.0));
+        let mut evicted = vec![];
+        for entry in entries {
+            if total <= self.max_bytes {
+                break;
+            }
+            if keep == Some(entry.path.as_path()) {
+                continue;
+            }
+            match std::fs::remove_file(&entry.path) {
+                Ok(()) => {
+                    tracing::debug!("evicted {} from the executable cache", entry.path.display());
+                    total -= entry.size;
+                    evicted.push(entry);
+                }
+                // Another process evicted it first.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => total -= entry.size,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(evicted)
     }
 
     /// The folder's secret key for the entries' codes: 32 random bytes in
@@ -313,7 +397,13 @@ impl ExecutableCache {
             let Some(key) = entry_key(&path) else {
                 continue;
             };
-            let meta = item.metadata()?;
+            let meta = match item.metadata() {
+                Ok(meta) => meta,
+                // Removed since the folder was read (another process's
+                // eviction or clear).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
             res.push(CacheEntry {
                 key,
                 path,
@@ -477,6 +567,33 @@ pub(crate) fn store(cache: &ExecutableCache, key: CacheKey, exe: &LoadedExecutab
     }
 }
 
+/// The size budget that `RADIX_CACHE_MAX_BYTES`'s `value` sets: a number
+/// of bytes (0: unlimited); unset, [`DEFAULT_MAX_BYTES`]; not a number, the
+/// default and a warning.
+fn max_bytes_from(value: Option<&str>) -> u64 {
+    let Some(value) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+        return DEFAULT_MAX_BYTES;
+    };
+    value.parse().unwrap_or_else(|_| {
+        tracing::warn!(
+            "{MAX_BYTES_VAR}={value:?} is not a number of bytes; using {DEFAULT_MAX_BYTES}"
+        );
+        DEFAULT_MAX_BYTES
+    })
+}
+
+/// Sets `path`'s modification time to now (the entry was used); a failure
+/// only makes it an earlier candidate for eviction.
+fn touch(path: &Path) {
+    let res = std::fs::File::options()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_modified(SystemTime::now()));
+    if let Err(e) = res {
+        tracing::debug!("cannot touch {}: {e}", path.display());
+    }
+}
+
 /// The key in an entry's file name `<16 hex digits>.pjrt`.
 fn entry_key(path: &Path) -> Option<CacheKey> {
     if path.extension()? != EXTENSION {
@@ -618,6 +735,16 @@ mod tests {
         assert!(cache.list().unwrap().is_empty());
         assert!(dir.path().join("notes.txt").exists());
         assert!(!dir.path().join(".x.tmp").exists());
+    }
+
+    #[test]
+    fn the_budget_comes_from_the_variable() {
+        assert_eq!(max_bytes_from(None), DEFAULT_MAX_BYTES);
+        assert_eq!(max_bytes_from(Some("")), DEFAULT_MAX_BYTES);
+        assert_eq!(max_bytes_from(Some("0")), 0);
+        assert_eq!(max_bytes_from(Some(" 1048576 ")), 1 << 20);
+        assert_eq!(max_bytes_from(Some("2G")), DEFAULT_MAX_BYTES);
+        assert_eq!(max_bytes_from(Some("-1")), DEFAULT_MAX_BYTES);
     }
 
     #[test]

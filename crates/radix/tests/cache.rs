@@ -50,14 +50,14 @@ fn second_compile_loads_from_the_cache() {
     let cache = ExecutableCache::new(dir.path());
     let path = cache.path(key);
     let written = std::fs::metadata(&path).unwrap().modified().unwrap();
+    let bytes = std::fs::read(&path).unwrap();
     let (origin, key2, second) = compile_and_run(program(1.0), &config);
     assert_eq!((origin, key2), (Origin::Cache, key));
     assert_eq!(first, second);
-    // Loading does not rewrite the entry.
-    assert_eq!(
-        std::fs::metadata(&path).unwrap().modified().unwrap(),
-        written
-    );
+    // Loading does not rewrite the entry, only touches it (recently used:
+    // the last to be evicted).
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+    assert!(std::fs::metadata(&path).unwrap().modified().unwrap() >= written);
     // Another program, another entry.
     let (origin, key3, _) = compile_and_run(program(2.0), &config);
     assert_eq!(origin, Origin::Compiled);
@@ -427,4 +427,54 @@ fn the_device_kind_changes_the_key() {
     assert_eq!(key(&["cpu"]), key(&["cpu"]));
     assert_ne!(key(&["NVIDIA H200"]), key(&["NVIDIA H100 80GB HBM3"]));
     assert_ne!(key(&["cpu"]), key(&["NVIDIA H200"]));
+}
+
+/// Over its size budget, a store deletes the least recently used entries
+/// (a load counts as a use) until the folder fits; the entry just stored
+/// stays even when it alone is over, and temporary files are left alone.
+#[test]
+fn the_least_recently_used_entries_go_over_the_budget() {
+    use std::time::{Duration, SystemTime};
+    let dir = tempfile::tempdir().unwrap();
+    let unlimited = ExecutableCache::new(dir.path()).with_max_bytes(0);
+    let key = |i: usize| CacheKey::from_parts(&format!("module {i}"), b"", "sha", (0, 1), "host");
+    let payload = vec![7u8; 1000];
+    // Five entries, each a minute older than the next.
+    let now = SystemTime::now();
+    for i in 0..5 {
+        let path = unlimited.store(key(i), &payload).unwrap();
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        file.set_modified(now - Duration::from_secs(60 * (10 - i as u64)))
+            .unwrap();
+    }
+    // Another process's entry being written: neither counted nor deleted.
+    let writing = dir.path().join(format!(".{}.99999.0.tmp", key(9)));
+    std::fs::write(&writing, vec![0u8; 100_000]).unwrap();
+    // Entry 1, the second oldest, is used: now the newest.
+    assert!(matches!(unlimited.load(key(1)), Ok(Some(Ok(_)))));
+    let size = unlimited.list().unwrap()[0].size;
+    assert_eq!(unlimited.evict(None).unwrap().len(), 0, "0 is unlimited");
+
+    // Room for three entries: storing a sixth removes the three least
+    // recently used, 0, 2 and 3.
+    let cache = unlimited.clone().with_max_bytes(3 * size + size / 2);
+    cache.store(key(5), &payload).unwrap();
+    let mut left: Vec<CacheKey> = cache.list().unwrap().iter().map(|e| e.key).collect();
+    left.sort_by_key(|k| k.value());
+    let mut want = vec![key(1), key(4), key(5)];
+    want.sort_by_key(|k| k.value());
+    assert_eq!(left, want);
+    assert!(writing.exists());
+    assert!(dir.path().join(".secret").exists());
+
+    // A budget smaller than one entry keeps only the one just stored.
+    let tiny = unlimited.with_max_bytes(1);
+    let newest = tiny.store(key(6), &payload).unwrap();
+    let left: Vec<_> = tiny.list().unwrap().into_iter().map(|e| e.path).collect();
+    assert_eq!(left, [newest]);
+    assert!(matches!(tiny.load(key(6)), Ok(Some(Ok(_)))));
+    // Evicting again (as a second process would) finds nothing to do
+    // but the entry it must not keep.
+    assert_eq!(tiny.evict(None).unwrap().len(), 1);
+    assert!(tiny.evict(None).unwrap().is_empty());
 }
