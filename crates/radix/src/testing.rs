@@ -4,7 +4,10 @@
 use std::sync::OnceLock;
 
 use crate::compile::{self, compile_program};
-use crate::{Buffer, DType, Literal, Module, Platform, Program, Result, Tensor};
+use crate::{
+    Buffer, CacheMode, CompileConfig, CustomCallMode, DType, Executable, Literal, Module, Platform,
+    Program, Result, Tensor,
+};
 
 /// The shared CPU platform of this process.
 ///
@@ -34,10 +37,31 @@ pub fn run<O: Module>(inputs: &[Literal], f: impl FnOnce(&[Tensor]) -> O) -> Res
 /// Compiles `program` on the CPU and calls it on `inputs`.
 pub fn run_program(program: Program, inputs: &[Literal]) -> Result<Vec<Literal>> {
     let platform = platform();
-    let exe = compile_program(&platform, program)?;
+    call(&compile_program(&platform, program)?, &platform, inputs)
+}
+
+/// [`run_program`] with custom calls compiled as `mode` (their kernels, or
+/// their fallbacks), uncached, so that both ways run in one process.
+pub fn run_program_with(
+    program: Program,
+    inputs: &[Literal],
+    mode: CustomCallMode,
+) -> Result<Vec<Literal>> {
+    let platform = platform();
+    let mut config = CompileConfig::new(&platform);
+    config.cache = CacheMode::Disabled;
+    config.custom_calls = mode;
+    call(
+        &compile::compile_program_with(&platform, program, &config)?,
+        &platform,
+        inputs,
+    )
+}
+
+fn call(exe: &Executable, platform: &Platform, inputs: &[Literal]) -> Result<Vec<Literal>> {
     let bufs = inputs
         .iter()
-        .map(|l| Buffer::from_literal(&platform, l))
+        .map(|l| Buffer::from_literal(platform, l))
         .collect::<Result<Vec<_>>>()?;
     let refs: Vec<&Buffer> = bufs.iter().collect();
     exe.call(&refs)?.iter().map(Buffer::to_literal).collect()

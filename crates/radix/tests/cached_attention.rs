@@ -7,8 +7,8 @@ mod blocks;
 
 use blocks::Rng;
 use radix::nn::{KvCache, cached_attention};
-use radix::testing::{Tol, assert_all_close, platform, trace_fn};
-use radix::{Buffer, CacheMode, CompileConfig, CustomCallMode, DType, Literal, Program, Shape};
+use radix::testing::{Tol, assert_all_close, run_program_with, trace_fn};
+use radix::{CustomCallMode, DType, Literal, Program, Shape};
 
 /// The sizes: 2 rows of 3 queries, 4 query heads over 2 key/value heads of
 /// width 16, a cache of 3 rows and 10 positions.
@@ -22,20 +22,7 @@ const CAPACITY: usize = 10;
 
 /// `program` on `inputs` compiled with custom calls run as `mode`.
 fn run(program: Program, inputs: &[Literal], mode: CustomCallMode) -> Vec<f32> {
-    let platform = platform();
-    let mut config = CompileConfig::new(&platform);
-    config.cache = CacheMode::Disabled;
-    config.custom_calls = mode;
-    let exe = radix::compile_program_with(&platform, program, &config).expect("compile");
-    let bufs: Vec<Buffer> = inputs
-        .iter()
-        .map(|l| Buffer::from_literal(&platform, l).expect("upload"))
-        .collect();
-    let refs: Vec<&Buffer> = bufs.iter().collect();
-    exe.call(&refs).expect("run")[0]
-        .to_literal()
-        .expect("download")
-        .to_vec::<f32>()
+    run_program_with(program, inputs, mode).expect("compile and run")[0].to_vec::<f32>()
 }
 
 fn f32_literal(values: &[f32], axes: &[(&str, i64)]) -> Literal {

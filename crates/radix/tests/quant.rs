@@ -8,25 +8,15 @@ mod blocks;
 
 use blocks::{KINDS, Rng, block, reference};
 use radix::quant::{Format, Products, blocks_shape, blocks_shape_with};
-use radix::testing::{Tol, assert_all_close, platform, trace_fn};
-use radix::{Buffer, CacheMode, CompileConfig, CustomCallMode, DType, Literal, Program, Shape};
+use radix::testing::{Tol, assert_all_close, run_program_with, trace_fn};
+use radix::{CustomCallMode, DType, Literal, Program, Shape};
 
 /// `program` on `inputs` compiled with custom calls run as `mode`.
 fn run(program: Program, inputs: &[Literal], mode: CustomCallMode) -> Vec<Vec<f32>> {
-    let platform = platform();
-    let mut config = CompileConfig::new(&platform);
-    config.cache = CacheMode::Disabled;
-    config.custom_calls = mode;
-    let exe = radix::compile_program_with(&platform, program, &config).expect("compile");
-    let bufs: Vec<Buffer> = inputs
+    run_program_with(program, inputs, mode)
+        .expect("compile and run")
         .iter()
-        .map(|l| Buffer::from_literal(&platform, l).expect("upload"))
-        .collect();
-    let refs: Vec<&Buffer> = bufs.iter().collect();
-    exe.call(&refs)
-        .expect("run")
-        .into_iter()
-        .map(|b| b.to_literal().expect("download").to_vec::<f32>())
+        .map(|l| l.to_vec::<f32>())
         .collect()
 }
 

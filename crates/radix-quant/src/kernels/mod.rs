@@ -150,9 +150,7 @@ pub fn matmul_q8_with(
             _ => matmul_with(config, format, weights, rows, cols, n_tokens, x, y),
         };
     }
-    let row_bytes = check_weights(format, weights, rows, cols)?;
-    check_len("x", x.len(), product("x", n_tokens, cols)?)?;
-    check_len("y", y.len(), product("y", n_tokens, rows)?)?;
+    let row_bytes = check_matmul(format, weights, (rows, cols, n_tokens), x, y)?;
     let block_bytes = Format::Q8_0.row_bytes(cols)?;
     let mut blocks = vec![0u8; product("x (bytes)", n_tokens, block_bytes)?];
     for (x, xq) in x
@@ -312,9 +310,7 @@ pub fn matmul_with(
     x: &[f32],
     y: &mut [f32],
 ) -> Result<(), Error> {
-    let row_bytes = check_weights(format, weights, rows, cols)?;
-    check_len("x", x.len(), product("x", n_tokens, cols)?)?;
-    check_len("y", y.len(), product("y", n_tokens, rows)?)?;
+    let row_bytes = check_matmul(format, weights, (rows, cols, n_tokens), x, y)?;
     if cols == 0 {
         // Empty dots.
         y.fill(0.0);
@@ -396,6 +392,21 @@ fn check_matvec(
     let row_bytes = check_weights(format, weights, rows, cols)?;
     check_len("x", x.len(), cols)?;
     check_len("y", y.len(), rows)?;
+    Ok(row_bytes)
+}
+
+/// The checks of a matmul's lengths (`shape` is rows, cols and tokens);
+/// the bytes of a weight row.
+fn check_matmul(
+    format: Format,
+    weights: &[u8],
+    (rows, cols, n_tokens): (usize, usize, usize),
+    x: &[f32],
+    y: &[f32],
+) -> Result<usize, Error> {
+    let row_bytes = check_weights(format, weights, rows, cols)?;
+    check_len("x", x.len(), product("x", n_tokens, cols)?)?;
+    check_len("y", y.len(), product("y", n_tokens, rows)?)?;
     Ok(row_bytes)
 }
 
