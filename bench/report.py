@@ -146,9 +146,10 @@ def llamacpp_section(w, runs, g):
       f"`ninja` wheels of `bench/.venv` into `bench/.cache` (`{lm.get('cmake flags', '?')}`; "
       f"{fmt(lm.get('build_s'))} s here). Files: {sizes}; the Q4_1 file is the one radix reads, the other two "
       "are made from it by `llama-quantize --allow-requantize`. radix keeps the Q4_1 (and the one Q8_0) "
-      "matrices in blocks and its kernels decode each weight to f32 exactly (no 8-bit activations, unlike "
-      "llama.cpp), so its llama.cpp row in bytes read is Q4_1; its `--dtype f32` rows (§5) are the F32 "
-      "comparison.\n")
+      "matrices in blocks; its decode steps multiply them by activations quantized to 8 bits, as "
+      "llama.cpp does, and its prompts by f32 activations in tiles (`MatrixFormat::AsStored`), so its "
+      "llama.cpp row in bytes read is Q4_1; its `--dtype f32` rows (§5) are the F32 comparison. "
+      f"llama.cpp's weight repacking: {lm.get('repack', 'on (its default)')}.\n")
     w(f"Prefill and decode: `{lm.get('llama-bench command', '?')}`, tokens/s per repetition; its prefill "
       "(pp128) is one batch of 128 prompt tokens into an empty cache, as radix's; its decode (tg128) "
       "generates 128 tokens from an empty context, where radix's steps follow the 128-token prompt "
