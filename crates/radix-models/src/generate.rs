@@ -102,8 +102,8 @@ pub fn forward<M: CausalLm>(
 
 /// The hidden states `(b, s, d)` after the last block (before the final
 /// norm) of token `ids` at positions `start..`, and the caches with the
-/// tokens written: [`forward`] without the head.
-fn hidden<M: CausalLm>(
+/// tokens written: [`forward`] without the head, the one layer loop.
+pub(crate) fn hidden<M: CausalLm>(
     model: &M,
     ids: Tensor,
     start: Tensor,

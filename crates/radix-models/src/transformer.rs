@@ -356,14 +356,7 @@ impl<B: Layer> Decoder<B> {
         let caches: Vec<KvCache> = (0..self.layers.len())
             .map(|_| KvCache::zeros(KvCache::shape(b, s, kv, hd, DType::F32)))
             .collect();
-        let (mut x, pos) = self.embed(ids, zero);
-        for (block, cache) in self.layers.iter().zip(caches) {
-            let step = Step { cache, start: zero };
-            (x, _) = radix::call(
-                |(b, x, pos, step): &(B, Tensor, Tensor, Step)| b.forward(*x, *pos, *step),
-                &(block.clone(), x, pos, step),
-            );
-        }
+        let (x, _) = crate::generate::hidden(self, ids, zero, caches);
         let logits = self.logits(x).slice("s", 0..s - 1);
         token_nll(logits, ids.slice("s", 1..s)).sum(["b", "s"]) / (b * (s - 1)) as f64
     }

@@ -27,7 +27,6 @@ mod sse;
 mod stop;
 mod worker;
 
-use radix::nn::MatrixFormat;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -38,7 +37,7 @@ use conn::{ConnConfig, InFlight};
 
 use crate::Cli;
 use crate::embed::model_dir;
-use crate::generate::{Model, open_platform, spinner};
+use crate::generate::{DtypeArg, Model, matrix_format, open_platform, spinner};
 use embeddings::Embeddings;
 use metrics::Metrics;
 use routes::AppState;
@@ -78,11 +77,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
         context: args.context,
         max_batch: args.max_batch,
         max_queue: args.max_queue,
-        matrices: if args.exact {
-            MatrixFormat::Exact
-        } else {
-            MatrixFormat::AsStored
-        },
+        matrices: matrix_format(DtypeArg::Stored, args.exact)?,
     };
     let worker = Worker::start(platform.clone(), model, cfg, metrics.clone())?;
     let embeddings = embed_dir

@@ -122,7 +122,6 @@ fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
 /// The sizes of one call.
 #[derive(Clone, Copy)]
 struct Dims {
-    rows: usize,
     n_q: usize,
     heads: usize,
     kv_heads: usize,
@@ -138,7 +137,6 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
     );
     let (qd, kd) = (qs.dims(), ks.dims());
     let dims = Dims {
-        rows: qd[0] as usize,
         n_q: qd[1] as usize,
         heads: qd[2] as usize,
         kv_heads: kd[2] as usize,
@@ -161,15 +159,8 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
         let q = &q[i * chunk..][..chunk];
         attend_best(&dims, &at, q, keys, values, out);
     };
-    // Multiply-adds of the call: small steps (a decode token of a small
-    // model) cost less than handing tasks to the pool.
-    let work = dims.rows * dims.n_q * dims.heads * dims.capacity * dims.hd;
-    if work < 1 << 18 {
-        out.chunks_exact_mut(chunk)
-            .enumerate()
-            .for_each(|(i, o)| run(i, o));
-        return Ok(());
-    }
+    // A single query (a decode token) runs on the calling thread:
+    // `try_run` hands out only jobs of several tasks.
     let parts: Vec<std::sync::Mutex<&mut [f32]>> = out
         .chunks_exact_mut(chunk)
         .map(std::sync::Mutex::new)

@@ -1,8 +1,9 @@
 //! `x · Wᵀ` with `W` in blocks: the custom call `radix.quant_dot`, whose
-//! kernel is radix-quant's `matvec` (one token: each weight byte read once)
-//! or `matmul` (several: a tile of rows decoded once for every token) on
-//! the plugin's intra-op threads, and whose fallback decodes `W` in the
-//! graph and contracts it with `dot_general`.
+//! kernel is radix-quant's `matvec` (one token: each weight byte read once),
+//! `matmul` (several: a tile of rows decoded once for every token) or, for
+//! [`Products::Int8`], `matmul_q8_with`, on radix-quant's spinning
+//! `SpinPool`, and whose fallback decodes `W` in the graph and contracts it
+//! with `dot_general`.
 
 use std::sync::LazyLock;
 
@@ -64,13 +65,10 @@ pub fn dot(x: Tensor, w: Tensor, axis: &str) -> Tensor {
     perm.push(at);
     let n = rest.count() as i64;
     let x2 = x.transpose(perm.as_slice()).reshape(&[n, cols]);
-    let products = match blocks_products(&ws) {
-        Some(Products::Exact) => "exact",
-        _ => "int8",
-    };
+    let products = blocks_products(&ws).unwrap_or_default();
     let attrs = Attrs::new()
         .with("format", format.name())
-        .with("products", products);
+        .with("products", products.name());
     let y2 = QUANT_DOT.call(&[x2, w], &attrs)[0];
     let rows_tag = ws.tag(0).map_or("", |t| t.as_str());
     let out = rest
@@ -143,12 +141,10 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
         isa: Isa::best(),
         parallel: radix_quant::SpinPool::global(),
     };
-    let int8 = match k.attrs().str("products")? {
-        "int8" => true,
-        "exact" => false,
-        other => return Err(format!("no products {other:?} (int8 or exact)")),
-    };
-    let res = if int8 && n <= INT8_MAX_TOKENS {
+    let products = k.attrs().str("products")?;
+    let products = Products::from_name(products)
+        .ok_or_else(|| format!("no products {products:?} (int8 or exact)"))?;
+    let res = if products == Products::Int8 && n <= INT8_MAX_TOKENS {
         radix_quant::matmul_q8_with(&config, format, w, rows, cols, n, x, y)
     } else if n == 1 {
         radix_quant::matvec_with(&config, format, w, rows, cols, x, y)

@@ -44,6 +44,24 @@ pub enum Products {
     Exact,
 }
 
+impl Products {
+    /// The name a program spells it with (the `products` attribute of
+    /// `radix.quant_dot`): `int8` or `exact`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Products::Int8 => "int8",
+            Products::Exact => "exact",
+        }
+    }
+
+    /// The products named `name` ([`Products::name`]).
+    pub fn from_name(name: &str) -> Option<Products> {
+        [Products::Int8, Products::Exact]
+            .into_iter()
+            .find(|p| p.name() == name)
+    }
+}
+
 /// The shape of a matrix of `rows` (an axis `(tag, size)`) by `cols`
 /// elements stored as `format` blocks: `u8 [rows, row_bytes]`, the last axis
 /// tagged `blocks:<format>`. `Err` if `cols` is not a whole number of blocks
