@@ -13,8 +13,9 @@
 //! - `quant/2 threads`: `matvec` with two scoped threads.
 //!
 //! The `matmul` group times a prefill of 128 tokens through one 1536×576
-//! matrix, `matmul` against 128 `matvec` calls (throughput in
-//! multiply-adds per second).
+//! matrix, `matmul` (exact f32 tiles) and `matmul q8` (8-bit activations,
+//! integer tiles where the CPU has AVX-512 VNNI) against 128 `matvec` calls
+//! (throughput in multiply-adds per second).
 //!
 //! The `token` group times every matrix product of one SmolLM2 decode
 //! token (30 layers of Q4_1 projections and the Q8_0 tied head, 96 MB: more
@@ -26,8 +27,8 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use radix_quant::{
-    Config, Format, Isa, Parallel, ScopedThreads, Serial, SpinPool, dequantize, matmul_with,
-    matvec_q8_with, matvec_with,
+    Config, DOT_MAX_TOKENS, Format, Isa, Parallel, ScopedThreads, Serial, SpinPool, dequantize,
+    matmul_q8_with, matmul_with, matvec_q8_with, matvec_with,
 };
 
 const SHAPES: [(usize, usize); 4] = [(576, 576), (1536, 576), (576, 1536), (49152, 576)];
@@ -126,6 +127,8 @@ fn bench_matmul(c: &mut Criterion) {
     let cases = [
         (Format::Q4_1, 128),
         (Format::Q8_0, 128),
+        (Format::Q4_K, 128),
+        (Format::Q6_K, 128),
         (Format::Q4_1, 16),
         (Format::Q4_1, 7),
         (Format::Q4_1, 4),
@@ -147,6 +150,14 @@ fn bench_matmul(c: &mut Criterion) {
                     .expect("shapes")
             })
         });
+        if n_tokens > DOT_MAX_TOKENS {
+            group.bench_function(BenchmarkId::new("matmul q8", &shape), |b| {
+                b.iter(|| {
+                    matmul_q8_with(&serial, format, &weights, rows, cols, n_tokens, &x, &mut y)
+                        .expect("shapes")
+                })
+            });
+        }
         group.bench_function(BenchmarkId::new("matvec per token", &shape), |b| {
             b.iter(|| {
                 for (x, y) in x.chunks_exact(cols).zip(y.chunks_exact_mut(rows)) {

@@ -18,11 +18,11 @@
 //! Instruction sets are detected at run time ([`Isa`]): AVX2 with FMA and
 //! F16C on x86-64, portable scalar code everywhere; `tests/dequantize.rs`
 //! checks every detected instruction set bit for bit against the `gguf`
-//! package. There is no AVX-512 (or VNNI) path yet: on the 2-core Xeon with
-//! AVX-512 these were measured on, one decode token's matrices with two
-//! threads run at the machine's memory bandwidth with AVX2 already (9 ms for
-//! 96 MB, `benches/matvec.rs`'s `token` group), so wider integer products
-//! would pay only where compute, not memory, bounds the kernel (prefill).
+//! package. AVX-512 pays only where compute, not memory, bounds a kernel: a
+//! prompt's products (16 tokens a vector, and with VNNI integer products of
+//! 8-bit activations). A decode token's matrices with two threads run at the
+//! memory bandwidth with AVX2 already (measured on a 2-core Xeon with
+//! AVX-512: 9 ms for 96 MB, `benches/matvec.rs`'s `token` group).
 
 mod activations;
 mod dequantize;
@@ -36,6 +36,7 @@ pub use dequantize::dequantize;
 pub use error::Error;
 pub use format::{Format, QK_K};
 pub use kernels::{
-    Config, Isa, matmul, matmul_q8_with, matmul_with, matvec, matvec_q8_with, matvec_with,
+    Config, DOT_MAX_TOKENS, Isa, matmul, matmul_q8_with, matmul_with, matvec, matvec_q8_with,
+    matvec_with,
 };
 pub use threads::{Parallel, ScopedThreads, Serial, SpinPool};

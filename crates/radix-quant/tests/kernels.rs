@@ -7,114 +7,14 @@
 //! of `n` terms: `abs = 2·eps·n·max|w·x|`, `rel = 4·eps`. Nothing is compared
 //! with numbers another CPU made.
 
+mod common;
+
+use common::{Codes, FineGrained, Rng, random_weights, random_x, reference};
 use proptest::prelude::*;
 use radix_quant::{
     Config, Error, Format, Isa, Parallel, ScopedThreads, Serial, dequantize, matmul_with,
     matvec_q8_with, matvec_with, quantize_q8_0,
 };
-
-/// Deterministic bytes from a seed (xorshift64*), so a failing proptest case
-/// is reproduced by its seed alone.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform in [-1, 1).
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-}
-
-/// What the code bytes of a random block hold.
-#[derive(Debug, Clone, Copy)]
-enum Codes {
-    Random,
-    /// Every code bit set: the largest codes (and K-quant sub-scales).
-    AllOnes,
-    /// Every code bit clear.
-    AllZeros,
-}
-
-/// Byte offsets of the f16 scale fields of a block (GGUF layouts).
-fn f16_fields(format: Format) -> &'static [usize] {
-    match format {
-        Format::Q8_0 | Format::Q4_0 | Format::Q5_0 => &[0],
-        Format::Q4_1 | Format::Q5_1 | Format::Q4_K | Format::Q5_K => &[0, 2],
-        Format::Q6_K => &[208],
-        Format::F32 | Format::F16 | Format::BF16 => &[],
-    }
-}
-
-/// `rows × cols` random weights in `format`: code bytes as `codes` says,
-/// scales small random f16 (`scale = 0.0` makes them all zero).
-fn random_weights(
-    format: Format,
-    rows: usize,
-    cols: usize,
-    codes: Codes,
-    scale: f32,
-    rng: &mut Rng,
-) -> Vec<u8> {
-    let n_blocks = rows * cols / format.block_len();
-    let mut bytes = Vec::with_capacity(n_blocks * format.block_bytes());
-    for _ in 0..n_blocks {
-        let mut block: Vec<u8> = match format {
-            // Trivial formats: random finite values, not random bits.
-            Format::F32 => (scale * rng.unit()).to_le_bytes().to_vec(),
-            Format::F16 => half::f16::from_f32(scale * rng.unit())
-                .to_le_bytes()
-                .to_vec(),
-            Format::BF16 => half::bf16::from_f32(scale * rng.unit())
-                .to_le_bytes()
-                .to_vec(),
-            _ => (0..format.block_bytes())
-                .map(|_| match codes {
-                    Codes::Random => rng.next() as u8,
-                    Codes::AllOnes => 0xFF,
-                    Codes::AllZeros => 0,
-                })
-                .collect(),
-        };
-        for &at in f16_fields(format) {
-            let d = half::f16::from_f32(scale * 0.05 * rng.unit());
-            block[at..at + 2].copy_from_slice(&d.to_le_bytes());
-        }
-        bytes.extend_from_slice(&block);
-    }
-    bytes
-}
-
-fn random_x(n: usize, rng: &mut Rng) -> Vec<f32> {
-    (0..n).map(|_| rng.unit()).collect()
-}
-
-/// `y[t] = W·x[t]` in f64 from the reference dequantization, and per output
-/// the largest |w·x| term (for the tolerance).
-fn reference(
-    format: Format,
-    weights: &[u8],
-    rows: usize,
-    cols: usize,
-    x: &[f32],
-) -> (Vec<f64>, Vec<f64>) {
-    let mut w = vec![0.0f32; rows * cols];
-    dequantize(format, weights, &mut w).expect("whole blocks");
-    let (mut y, mut max_term) = (Vec::new(), Vec::new());
-    for x in x.chunks_exact(cols) {
-        for w in w.chunks_exact(cols) {
-            let terms = w.iter().zip(x).map(|(&w, &x)| f64::from(w) * f64::from(x));
-            y.push(terms.clone().sum());
-            max_term.push(terms.map(f64::abs).fold(0.0, f64::max));
-        }
-    }
-    (y, max_term)
-}
 
 /// Runs `matvec` on every token of `x` and `matmul` on all of them, on every
 /// instruction set this CPU runs, and compares each with the reference.
@@ -243,25 +143,6 @@ fn odd_lengths_and_one_row() {
             let x = random_x(5 * cols, &mut rng);
             check(format, &weights, rows, cols, &x, &Serial);
         }
-    }
-}
-
-/// Scoped threads that split work finely (tasks of 1 KiB of weights), as a
-/// caller's pool may: the kernels must give the same results however rows
-/// are split.
-struct FineGrained(ScopedThreads);
-
-impl Parallel for FineGrained {
-    fn n_threads(&self) -> usize {
-        self.0.n_threads()
-    }
-
-    fn run(&self, n_tasks: usize, task: &(dyn Fn(usize) + Sync)) {
-        self.0.run(n_tasks, task)
-    }
-
-    fn min_task_bytes(&self) -> usize {
-        1024
     }
 }
 

@@ -5,6 +5,7 @@
 mod avx2;
 mod avx512;
 mod lanes;
+mod prompt_q8;
 mod scalar;
 
 use std::sync::Mutex;
@@ -22,9 +23,12 @@ enum Kind {
     Scalar,
     /// AVX2 with FMA and F16C (Haswell, Zen and later).
     Avx2,
-    /// AVX-512F besides AVX2 (Skylake-SP, Zen 4 and later): the AVX2
+    /// AVX-512F besides AVX2 (Skylake-SP and later): the AVX2
     /// kernels, and 16-lane multiply-adds for prompts.
     Avx512,
+    /// [`Kind::Avx512`] with VNNI's byte products (Ice Lake, Zen 4 and
+    /// later): a prompt's 8-bit products as integer multiply-adds.
+    Avx512Vnni,
 }
 
 impl Isa {
@@ -45,16 +49,30 @@ impl Isa {
         if avx512::detected() {
             isas.push(Isa(Kind::Avx512));
         }
+        if avx512::vnni_detected() {
+            isas.push(Isa(Kind::Avx512Vnni));
+        }
         isas
     }
 
-    /// A short name for reports: `scalar`, `avx2`.
+    /// A short name for reports: `scalar`, `avx2`, `avx512`, `avx512-vnni`.
     pub fn name(self) -> &'static str {
         match self.0 {
             Kind::Scalar => "scalar",
             Kind::Avx2 => "avx2",
             Kind::Avx512 => "avx512",
+            Kind::Avx512Vnni => "avx512-vnni",
         }
+    }
+
+    /// Whether [`matmul_q8_with`] multiplies a prompt (more than
+    /// [`DOT_MAX_TOKENS`] tokens) with 8-bit activations on this instruction
+    /// set: with VNNI, and in the scalar reference. AVX2 and AVX-512 without
+    /// VNNI have no byte product that cannot saturate for every format, and
+    /// their f32 tiles are faster than emulating one, so they compute a
+    /// prompt's exact products instead.
+    pub fn integer_prompts(self) -> bool {
+        matches!(self.0, Kind::Scalar | Kind::Avx512Vnni)
     }
 }
 
@@ -125,14 +143,18 @@ pub fn matvec_q8_with(
     matmul_q8_with(config, format, weights, rows, cols, 1, x, y)
 }
 
-/// [`matvec_q8_with`] of each of `n_tokens` tokens (`x` is `n_tokens ×
-/// cols`, `y` is `n_tokens × rows`, row-major): each row's weights are read
-/// once for all tokens, and every token's products are exactly those
-/// [`matvec_q8_with`] computes for it alone (the same quantized activations
-/// and the same sums), so a sequence gets the same results in a batch.
-/// Meant for a few tokens (a batch of decoding sequences): each product is a
-/// dot, not a tiled matrix product as in [`matmul_with`]. Other formats
-/// compute exactly what [`matmul_with`] does.
+/// `y[t] = W·x̃[t]` for `t` in `0..n_tokens`, each token quantized to 8-bit
+/// blocks first (`x` is `n_tokens × cols`, `y` is `n_tokens × rows`,
+/// row-major). Up to [`DOT_MAX_TOKENS`] tokens (a decode step, a batch of
+/// decoding sequences), each row's weights are read once for all tokens and
+/// every token's products are exactly those [`matvec_q8_with`] computes for
+/// it alone (the same quantized activations and the same sums), so a
+/// sequence gets the same results in a batch. More tokens (a prompt) are a
+/// tiled integer matrix product (`prompt_q8.rs`) where
+/// [`Isa::integer_prompts`] says so, the same `W·x̃` summed in another
+/// order, and otherwise [`matmul_with`]'s exact products. Formats without
+/// integer kernels (F32, F16, BF16) compute exactly what [`matmul_with`]
+/// does.
 #[allow(clippy::too_many_arguments)] // the matrix, its shape, the tokens: none is optional
 pub fn matmul_q8_with(
     config: &Config,
@@ -144,6 +166,14 @@ pub fn matmul_q8_with(
     x: &[f32],
     y: &mut [f32],
 ) -> Result<(), Error> {
+    if n_tokens > DOT_MAX_TOKENS {
+        return match prompt_q8::Codes::of(format).filter(|_| config.isa.integer_prompts()) {
+            Some(codes) => {
+                matmul_q8_tiled(config, (format, codes), weights, rows, cols, n_tokens, x, y)
+            }
+            None => matmul_with(config, format, weights, rows, cols, n_tokens, x, y),
+        };
+    }
     if !Q8_FORMATS.contains(&format) {
         return match n_tokens {
             1 => matvec_with(config, format, weights, rows, cols, x, y),
@@ -197,6 +227,94 @@ pub fn matmul_q8_with(
         }
     }
     Ok(())
+}
+
+/// The most tokens whose 8-bit products [`matmul_q8_with`] computes as a dot
+/// per token and row, each token's exactly as alone: a decode step and a
+/// batch of decoding sequences. Longer steps (a prompt) are tiled products,
+/// which decode a tile of weights once for every token and so run faster.
+pub const DOT_MAX_TOKENS: usize = 16;
+
+/// [`matmul_q8_with`] of a prompt as a tiled integer product: activations
+/// quantized once, each tile of weight rows decoded to codes once and
+/// multiplied by every token.
+#[allow(clippy::too_many_arguments)] // the matrix, its shape, the tokens: none is optional
+fn matmul_q8_tiled(
+    config: &Config,
+    (format, codes): (Format, prompt_q8::Codes),
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    n_tokens: usize,
+    x: &[f32],
+    y: &mut [f32],
+) -> Result<(), Error> {
+    let row_bytes = check_matmul(format, weights, (rows, cols, n_tokens), x, y)?;
+    if cols == 0 {
+        y.fill(0.0);
+        return Ok(());
+    }
+    let acts = match config.isa.0 {
+        Kind::Avx512Vnni => avx512::act_lanes(x, cols, n_tokens)?,
+        _ => prompt_q8::ActLanes::new(x, cols, n_tokens)?,
+    };
+    let isa = config.isa;
+    let align = prompt_q8::TILE_ROWS;
+    for_row_tasks(
+        config,
+        (rows, row_bytes, align),
+        n_tokens,
+        y,
+        &|first, n_rows, out| {
+            let mut tile = prompt_q8::CodeTile::new(cols, codes);
+            for tile_first in (0..n_rows).step_by(align) {
+                let tile_rows = align.min(n_rows - tile_first);
+                let bytes = &weights[(first + tile_first) * row_bytes..][..tile_rows * row_bytes];
+                let at = (n_rows, tile_first, tile_rows);
+                match isa.0 {
+                    Kind::Avx512Vnni => {
+                        avx512::fill_tile(&mut tile, format, bytes, row_bytes);
+                        avx512::tile_products(&tile, &acts, out, at);
+                    }
+                    _ => {
+                        tile.fill(format, bytes, row_bytes);
+                        prompt_q8::tile_products(&tile, &acts, out, at);
+                    }
+                }
+            }
+        },
+    );
+    Ok(())
+}
+
+/// Splits `rows` (each `row_bytes` of weights) into tasks of a multiple of
+/// `align` rows and runs `task(first, n_rows, out)` for each on the pool:
+/// `out` is the task's results, token-major (`n_tokens × n_rows`), copied
+/// into `y` (`n_tokens × rows`) under its lock at the end, a copy tiny next
+/// to the products.
+fn for_row_tasks(
+    config: &Config,
+    (rows, row_bytes, align): (usize, usize, usize),
+    n_tokens: usize,
+    y: &mut [f32],
+    task: &(dyn Fn(usize, usize, &mut [f32]) + Sync),
+) {
+    if rows == 0 || n_tokens == 0 {
+        return;
+    }
+    let rows_per_task = rows_per_task(config, rows, row_bytes, align);
+    let n_tasks = rows.div_ceil(rows_per_task);
+    let y = Mutex::new(y);
+    config.parallel.run(n_tasks, &|i| {
+        let first = i * rows_per_task;
+        let n_rows = rows_per_task.min(rows - first);
+        let mut out = vec![0.0f32; n_tokens * n_rows];
+        task(first, n_rows, &mut out);
+        let mut y = y.lock().unwrap_or_else(|e| e.into_inner());
+        for t in 0..n_tokens {
+            y[t * rows + first..][..n_rows].copy_from_slice(&out[t * n_rows..][..n_rows]);
+        }
+    });
 }
 
 /// The formats `matmul_q8_with` has integer kernels for.
@@ -333,41 +451,35 @@ pub fn matmul_with(
         }
         None => (TILE_ROWS, TILE_ROWS),
     };
-    let rows_per_task = rows_per_task(config, rows, row_bytes, align);
-    let n_tasks = rows.div_ceil(rows_per_task);
-    let y = Mutex::new(y);
-    config.parallel.run(n_tasks, &|task| {
-        let first = task * rows_per_task;
-        let n_rows = rows_per_task.min(rows - first);
-        // The task's results, token-major, copied into `y` under its lock at
-        // the end: the copy is tiny next to the products.
-        let mut out = vec![0.0f32; n_tokens * n_rows];
-        let mut tile = vec![0.0f32; tile_rows * cols];
-        for tile_first in (0..n_rows).step_by(tile_rows) {
-            let tile_rows = tile_rows.min(n_rows - tile_first);
-            let bytes = &weights[(first + tile_first) * row_bytes..][..tile_rows * row_bytes];
-            let tile = &mut tile[..tile_rows * cols];
-            for (row, out) in bytes
-                .chunks_exact(row_bytes)
-                .zip(tile.chunks_exact_mut(cols))
-            {
-                dequantize_row(isa, format, row, out);
+    for_row_tasks(
+        config,
+        (rows, row_bytes, align),
+        n_tokens,
+        y,
+        &|first, n_rows, out| {
+            let mut tile = vec![0.0f32; tile_rows * cols];
+            for tile_first in (0..n_rows).step_by(tile_rows) {
+                let tile_rows = tile_rows.min(n_rows - tile_first);
+                let bytes = &weights[(first + tile_first) * row_bytes..][..tile_rows * row_bytes];
+                let tile = &mut tile[..tile_rows * cols];
+                for (row, out) in bytes
+                    .chunks_exact(row_bytes)
+                    .zip(tile.chunks_exact_mut(cols))
+                {
+                    dequantize_row(isa, format, row, out);
+                }
+                let tile = Tile {
+                    rows: tile,
+                    cols,
+                    first: tile_first,
+                };
+                match &by_lanes {
+                    Some(lanes) => dot_tile_lanes(isa, &tile, lanes, out, n_rows),
+                    None => dot_tile(isa, &tile, x, out, n_rows),
+                }
             }
-            let tile = Tile {
-                rows: tile,
-                cols,
-                first: tile_first,
-            };
-            match &by_lanes {
-                Some(lanes) => dot_tile_lanes(isa, &tile, lanes, &mut out, n_rows),
-                None => dot_tile(isa, &tile, x, &mut out, n_rows),
-            }
-        }
-        let mut y = y.lock().unwrap_or_else(|e| e.into_inner());
-        for t in 0..n_tokens {
-            y[t * rows + first..][..n_rows].copy_from_slice(&out[t * n_rows..][..n_rows]);
-        }
-    });
+        },
+    );
     Ok(())
 }
 
@@ -440,7 +552,7 @@ fn check_len(what: &'static str, got: usize, expected: usize) -> Result<(), Erro
 fn dot_row(isa: Isa, format: Format, row: &[u8], x: &[f32]) -> f32 {
     match isa.0 {
         Kind::Scalar => scalar::dot_row(format, row, x),
-        Kind::Avx2 | Kind::Avx512 => avx2::dot_row(format, row, x),
+        Kind::Avx2 | Kind::Avx512 | Kind::Avx512Vnni => avx2::dot_row(format, row, x),
     }
 }
 
@@ -449,7 +561,7 @@ fn dot_row(isa: Isa, format: Format, row: &[u8], x: &[f32]) -> f32 {
 fn dot_row_q8(isa: Isa, format: Format, row: &[u8], x: &Q8Activations) -> f32 {
     match isa.0 {
         Kind::Scalar => scalar::dot_row_q8(format, row, x),
-        Kind::Avx2 | Kind::Avx512 => avx2::dot_row_q8(format, row, x),
+        Kind::Avx2 | Kind::Avx512 | Kind::Avx512Vnni => avx2::dot_row_q8(format, row, x),
     }
 }
 
@@ -457,7 +569,7 @@ fn dot_row_q8(isa: Isa, format: Format, row: &[u8], x: &Q8Activations) -> f32 {
 fn dequantize_row(isa: Isa, format: Format, row: &[u8], out: &mut [f32]) {
     match isa.0 {
         Kind::Scalar => scalar::dequantize_row(format, row, out),
-        Kind::Avx2 | Kind::Avx512 => avx2::dequantize_row(format, row, out),
+        Kind::Avx2 | Kind::Avx512 | Kind::Avx512Vnni => avx2::dequantize_row(format, row, out),
     }
 }
 
@@ -475,7 +587,7 @@ struct Tile<'a> {
 fn dot_tile(isa: Isa, tile: &Tile, x: &[f32], out: &mut [f32], stride: usize) {
     match isa.0 {
         Kind::Scalar => scalar::dot_tile(tile, x, out, stride),
-        Kind::Avx2 | Kind::Avx512 => avx2::dot_tile(tile, x, out, stride),
+        Kind::Avx2 | Kind::Avx512 | Kind::Avx512Vnni => avx2::dot_tile(tile, x, out, stride),
     }
 }
 
@@ -499,7 +611,7 @@ impl TokenLanes {
         match isa.0 {
             Kind::Scalar => None,
             Kind::Avx2 => Some(8),
-            Kind::Avx512 => Some(16),
+            Kind::Avx512 | Kind::Avx512Vnni => Some(16),
         }
     }
 
@@ -532,6 +644,6 @@ fn dot_tile_lanes(isa: Isa, tile: &Tile, x: &TokenLanes, out: &mut [f32], stride
     match isa.0 {
         Kind::Scalar => unreachable!("TokenLanes::wanted is false for scalar code"),
         Kind::Avx2 => avx2::dot_tile_lanes(tile, x, out, stride),
-        Kind::Avx512 => avx512::dot_tile_lanes(tile, x, out, stride),
+        Kind::Avx512 | Kind::Avx512Vnni => avx512::dot_tile_lanes(tile, x, out, stride),
     }
 }

@@ -85,13 +85,6 @@ pub fn dot(x: Tensor, w: Tensor, axis: &str) -> Tensor {
     }
 }
 
-/// The most tokens whose products [`Products::Int8`] computes with 8-bit
-/// activations: a decode step and a batch of decoding sequences (each
-/// sequence's products then equal its products alone). Longer steps (a
-/// prompt) are tiled f32 products, which decode a tile of weights once for
-/// every token and so run faster than a dot per token and row.
-const INT8_MAX_TOKENS: usize = 16;
-
 /// `[n, cols] f32` and `[rows, row_bytes] u8` in `format` give `[n, rows] f32`.
 fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
     let format = format_attr(attrs)?;
@@ -144,7 +137,9 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
     let products = k.attrs().str("products")?;
     let products = Products::from_name(products)
         .ok_or_else(|| format!("no products {products:?} (int8 or exact)"))?;
-    let res = if products == Products::Int8 && n <= INT8_MAX_TOKENS {
+    // Int8: a decode step's (or a batch's) dots, or a prompt's tiled integer
+    // products where the CPU has them (`radix_quant::DOT_MAX_TOKENS`).
+    let res = if products == Products::Int8 {
         radix_quant::matmul_q8_with(&config, format, w, rows, cols, n, x, y)
     } else if n == 1 {
         radix_quant::matvec_with(&config, format, w, rows, cols, x, y)

@@ -29,14 +29,16 @@ const EXACT_SUFFIX: &str = ":exact";
 /// How the CPU kernels multiply a blocks matrix by f32 activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Products {
-    /// As llama.cpp decodes: each activation row quantized once to 8-bit
-    /// blocks (Q8_0's scheme), then integer multiply-adds, for the formats
-    /// with an integer kernel (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1; the others are
-    /// [`Products::Exact`]) in steps of up to 16 tokens (a decode step or a
-    /// batch of them; a longer prompt's products are exact, tiled f32
-    /// products being faster there). The result is `W·x̃` for the quantized
-    /// `x̃`: faster, and each activation moves by up to 1/254 of its block's
-    /// largest magnitude.
+    /// As llama.cpp computes them: each activation row quantized once to
+    /// 8-bit blocks (Q8_0's scheme), then integer multiply-adds. A decode
+    /// step or a batch of them (up to `radix_quant::DOT_MAX_TOKENS` tokens)
+    /// takes a dot per row for Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 (the other
+    /// formats are [`Products::Exact`] there); a longer prompt takes tiled
+    /// integer products for every quantized format where the CPU has
+    /// AVX-512 VNNI (and exact tiled f32 products where it does not, those
+    /// being faster than integer ones without VNNI). The result is `W·x̃`
+    /// for the quantized `x̃`: faster, and each activation moves by up to
+    /// 1/254 of its block's largest magnitude.
     #[default]
     Int8,
     /// `W·x` with every weight decoded exactly and products summed in f32,
