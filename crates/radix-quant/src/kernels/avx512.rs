@@ -8,17 +8,17 @@
 
 #[cfg(target_arch = "x86_64")]
 pub(super) use imp::{
-    act_lanes, detected, dot_tile_lanes, fill_tile, tile_products, vnni_detected,
+    detected, dot_tile_lanes, fill_tile, pack_group, tile_products, vnni_detected,
 };
 
 #[cfg(not(target_arch = "x86_64"))]
 pub(super) use off_x86::{
-    act_lanes, detected, dot_tile_lanes, fill_tile, tile_products, vnni_detected,
+    detected, dot_tile_lanes, fill_tile, pack_group, tile_products, vnni_detected,
 };
 
 #[cfg(not(target_arch = "x86_64"))]
 mod off_x86 {
-    use super::super::prompt_q8::{ActLanes, CodeTile};
+    use super::super::prompt_q8::{ActLanes, CodeTile, Group};
     use super::super::{Tile, TokenLanes};
 
     pub(in crate::kernels) fn detected() -> bool {
@@ -41,11 +41,7 @@ mod off_x86 {
     pub(in crate::kernels) fn fill_tile(_: &mut CodeTile, _: crate::Format, _: &[u8], _: usize) {
         unreachable!("AVX-512 is never detected off x86-64")
     }
-    pub(in crate::kernels) fn act_lanes(
-        _: &[f32],
-        _: usize,
-        _: usize,
-    ) -> Result<ActLanes, crate::Error> {
+    pub(in crate::kernels) fn pack_group(_: &mut Group, _: &[f32]) {
         unreachable!("AVX-512 is never detected off x86-64")
     }
 }
@@ -54,9 +50,9 @@ mod off_x86 {
 mod imp {
     use std::arch::x86_64::*;
 
-    use super::super::prompt_q8::{ActLanes, CodeTile, LANES, TILE_ROWS};
+    use super::super::prompt_q8::{ActLanes, CodeTile, Group, LANES, TILE_ROWS};
     use super::super::{Tile, TokenLanes};
-    use crate::{Error, Format};
+    use crate::Format;
 
     /// AVX-512F, and the AVX2 set the other kernels of this `Isa` use.
     pub(in crate::kernels) fn detected() -> bool {
@@ -86,18 +82,69 @@ mod imp {
         unsafe { fill(tile, format, rows, row_bytes) }
     }
 
-    /// `ActLanes::new` compiled for AVX-512, as [`fill_tile`].
-    pub(in crate::kernels) fn act_lanes(
-        x: &[f32],
-        cols: usize,
-        n_tokens: usize,
-    ) -> Result<ActLanes, Error> {
-        #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
-        fn lanes(x: &[f32], cols: usize, n_tokens: usize) -> Result<ActLanes, Error> {
-            ActLanes::new(x, cols, n_tokens)
+    /// `Group::pack` with AVX-512 and F16C, a block of 32 activations at a
+    /// time: the same maximum, scale (rounded to f16 as `half` rounds, to
+    /// nearest even), quotients, rounding (halves away from zero) and sums,
+    /// so the same codes and scales bit for bit.
+    pub(in crate::kernels) fn pack_group(group: &mut Group, x: &[f32]) {
+        let cols = group.cols();
+        assert!(cols.is_multiple_of(32) && x.len().is_multiple_of(cols.max(1)));
+        assert!(x.len() / cols.max(1) <= LANES);
+        let (xu, dx, sx) = group.parts();
+        assert!(xu.len() == cols * LANES && dx.len() == cols / 32 * LANES && sx.len() == dx.len());
+        // SAFETY: reached only through `Isa(Kind::Avx512Vnni)`, made only
+        // when `vnni_detected()` found AVX-512 F and BW (F16C comes with
+        // the AVX2 set `detected()` requires); the asserts bound the stores.
+        unsafe { pack(xu, dx, sx, x, cols) }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+    fn pack(xu: &mut [u8], dx: &mut [f32], sx: &mut [f32], x: &[f32], cols: usize) {
+        for (lane, x) in x.chunks_exact(cols).enumerate() {
+            for (b, x) in x.chunks_exact(32).enumerate() {
+                // SAFETY: `x` is 32 floats; the stores below are within the
+                // lengths `pack_group` checked.
+                unsafe {
+                    let lo = _mm512_loadu_ps(x.as_ptr());
+                    let hi = _mm512_loadu_ps(x.as_ptr().add(16));
+                    let amax =
+                        _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
+                    let d = amax / 127.0;
+                    let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+                    let half = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(d));
+                    let d = _mm_cvtss_f32(_mm_cvtph_ps(half));
+                    let idv = _mm512_set1_ps(id);
+                    let (ql, qh) = (round(_mm512_mul_ps(lo, idv)), round(_mm512_mul_ps(hi, idv)));
+                    let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(ql, qh));
+                    *dx.get_unchecked_mut(b * LANES + lane) = d;
+                    *sx.get_unchecked_mut(b * LANES + lane) = d * sum as f32;
+                    // Codes as bytes (truncated, as `as i8`), plus 128.
+                    let flip = _mm_set1_epi8(-128);
+                    let bytes = [
+                        _mm_xor_si128(_mm512_cvtepi32_epi8(ql), flip),
+                        _mm_xor_si128(_mm512_cvtepi32_epi8(qh), flip),
+                    ];
+                    let fours: [u32; 8] = std::mem::transmute(bytes);
+                    for (i, four) in fours.into_iter().enumerate() {
+                        let at = (32 * b + 4 * i) * LANES + lane * 4;
+                        xu.as_mut_ptr().add(at).cast::<u32>().write_unaligned(four);
+                    }
+                }
+            }
         }
-        // SAFETY: as in `fill_tile`.
-        unsafe { lanes(x, cols, n_tokens) }
+    }
+
+    /// `round_half_away` of each lane, as i32: truncated, then one up or
+    /// down where the exact remainder reaches a half.
+    #[target_feature(enable = "avx512f")]
+    fn round(v: __m512) -> __m512i {
+        let t = _mm512_cvttps_epi32(v);
+        let r = _mm512_sub_ps(v, _mm512_cvtepi32_ps(t));
+        let one = _mm512_set1_epi32(1);
+        let up = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(r, _mm512_set1_ps(0.5));
+        let down = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(r, _mm512_set1_ps(-0.5));
+        let t = _mm512_mask_add_epi32(t, up, t, one);
+        _mm512_mask_sub_epi32(t, down, t, one)
     }
 
     /// `prompt_q8::tile_products` with 16 tokens per vector.
@@ -108,7 +155,7 @@ mod imp {
         (stride, first, n_rows): (usize, usize, usize),
     ) {
         let (cols, sub) = (tile.cols, tile.codes.sub);
-        assert!(n_rows <= TILE_ROWS && x.cols == cols && cols % 32 == 0);
+        assert!(n_rows <= TILE_ROWS && x.cols == cols && cols.is_multiple_of(32));
         assert!(tile.q.len() == TILE_ROWS * cols && tile.d.len() == TILE_ROWS * (cols / sub));
         assert!(tile.m.len() == tile.d.len() && tile.corr.len() == tile.d.len());
         assert!(x.xu.len() == x.n_groups() * cols * LANES);

@@ -28,8 +28,8 @@
 //! activation codes are stored plus 128 and each sub-block's integer sum
 //! starts at `-128·Σq` (exact) to take that back.
 
+use crate::Format;
 use crate::dequantize::{f16_at, five_bits, k_nibble, k_scale_min, q6_code};
-use crate::{Error, Format};
 
 /// Rows of a weight tile, all multiplied at once by the inner kernel.
 pub(super) const TILE_ROWS: usize = 8;
@@ -74,44 +74,77 @@ pub(super) struct ActLanes {
 }
 
 impl ActLanes {
-    /// `x` (`n_tokens × cols`, `cols` a multiple of 32) quantized as
-    /// [`crate::quantize_q8_0`] does and laid out in groups. Inlined into
-    /// each instruction set's caller, to be vectorized for it.
-    #[inline(always)]
-    pub(super) fn new(x: &[f32], cols: usize, n_tokens: usize) -> Result<ActLanes, Error> {
+    /// Room for `n_tokens` tokens of `cols` (a multiple of 32), every code
+    /// zero; [`Group::pack`] fills each group.
+    pub(super) fn zeros(cols: usize, n_tokens: usize) -> ActLanes {
         let n_groups = n_tokens.div_ceil(LANES);
         let n_blocks = cols / 32;
-        let mut acts = ActLanes {
+        ActLanes {
             xu: vec![128; n_groups * cols * LANES],
             dx: vec![0.0; n_groups * n_blocks * LANES],
             sx: vec![0.0; n_groups * n_blocks * LANES],
             cols,
             n_tokens,
-        };
-        let mut blocks = vec![0u8; Format::Q8_0.row_bytes(cols)?];
-        for (t, x) in x.chunks_exact(cols).enumerate() {
+        }
+    }
+
+    /// Each group's share, to fill apart (and in parallel).
+    pub(super) fn groups_mut(&mut self) -> impl Iterator<Item = Group<'_>> {
+        let (cols, n_blocks) = (self.cols, self.cols / 32);
+        self.xu
+            .chunks_mut(cols * LANES)
+            .zip(self.dx.chunks_mut(n_blocks * LANES))
+            .zip(self.sx.chunks_mut(n_blocks * LANES))
+            .map(move |((xu, dx), sx)| Group { xu, dx, sx, cols })
+    }
+
+    pub(super) fn n_groups(&self) -> usize {
+        self.n_tokens.div_ceil(LANES)
+    }
+}
+
+/// One group of [`LANES`] tokens of an [`ActLanes`].
+pub(super) struct Group<'a> {
+    xu: &'a mut [u8],
+    dx: &'a mut [f32],
+    sx: &'a mut [f32],
+    cols: usize,
+}
+
+impl Group<'_> {
+    pub(super) fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The codes plus 128, the scales and the scaled sums, as [`ActLanes`]
+    /// lays them out for one group.
+    pub(super) fn parts(&mut self) -> (&mut [u8], &mut [f32], &mut [f32]) {
+        (self.xu, self.dx, self.sx)
+    }
+
+    /// `x` (at most [`LANES`] tokens of `cols`) quantized as
+    /// [`crate::quantize_q8_0`] does, into the group's lanes. Inlined into
+    /// each instruction set's caller, to be vectorized for it.
+    #[inline(always)]
+    pub(super) fn pack(&mut self, x: &[f32]) {
+        let cols = self.cols;
+        let mut blocks = vec![0u8; cols / 32 * 34];
+        for (lane, x) in x.chunks_exact(cols).enumerate() {
             crate::activations::quantize_blocks(x, &mut blocks);
-            let (g, lane) = (t / LANES, t % LANES);
             for (b, block) in blocks.chunks_exact(34).enumerate() {
                 let d = f16_at(block, 0);
-                let at = (g * n_blocks + b) * LANES + lane;
                 let codes = &block[2..];
-                acts.dx[at] = d;
-                acts.sx[at] = d * codes.iter().map(|&q| i32::from(q as i8)).sum::<i32>() as f32;
+                self.dx[b * LANES + lane] = d;
+                self.sx[b * LANES + lane] =
+                    d * codes.iter().map(|&q| i32::from(q as i8)).sum::<i32>() as f32;
                 for (i, four) in codes.chunks_exact(4).enumerate() {
-                    let k = 32 * b + 4 * i;
-                    let at = (g * cols + k) * LANES + lane * 4;
-                    for (u, &q) in acts.xu[at..at + 4].iter_mut().zip(four) {
+                    let at = (32 * b + 4 * i) * LANES + lane * 4;
+                    for (u, &q) in self.xu[at..at + 4].iter_mut().zip(four) {
                         *u = q ^ 0x80; // the i8 code plus 128, as u8
                     }
                 }
             }
         }
-        Ok(acts)
-    }
-
-    pub(super) fn n_groups(&self) -> usize {
-        self.n_tokens.div_ceil(LANES)
     }
 }
 
