@@ -29,7 +29,7 @@
 //! starts at `-128·Σq` (exact) to take that back.
 
 use crate::Format;
-use crate::dequantize::{f16_at, five_bits, k_nibble, k_scale_min, q6_code};
+use crate::dequantize::{f16_at, five_bits, k_scale_min};
 
 /// Rows of a weight tile, all multiplied at once by the inner kernel.
 pub(super) const TILE_ROWS: usize = 8;
@@ -240,18 +240,15 @@ fn decode_row(format: Format, row: &[u8], q: &mut [i8], d: &mut [f32], m: &mut [
         }),
         Format::Q4_K => each_block(format, row, q, d, m, |b, q, d, m| {
             k_scales(b, d, m);
-            for (s, q) in q.chunks_exact_mut(32).enumerate() {
-                for (l, q) in q.iter_mut().enumerate() {
-                    *q = k_nibble(&b[16..144], s, l) as i8;
-                }
-            }
+            k_nibbles(&b[16..144], q);
         }),
         Format::Q5_K => each_block(format, row, q, d, m, |b, q, d, m| {
             k_scales(b, d, m);
-            let (qh, qs) = (&b[16..48], &b[48..176]);
+            k_nibbles(&b[48..176], q);
+            let qh = &b[16..48];
             for (s, q) in q.chunks_exact_mut(32).enumerate() {
-                for (l, q) in q.iter_mut().enumerate() {
-                    *q = (k_nibble(qs, s, l) | ((qh[l] >> s) & 1) << 4) as i8;
+                for (q, &h) in q.iter_mut().zip(qh) {
+                    *q |= (((h >> s) & 1) << 4) as i8;
                 }
             }
         }),
@@ -261,8 +258,15 @@ fn decode_row(format: Format, row: &[u8], q: &mut [i8], d: &mut [f32], m: &mut [
             for ((d, m), &sc) in d.iter_mut().zip(m.iter_mut()).zip(scales) {
                 (*d, *m) = (dd * f32::from(sc as i8), 0.0);
             }
-            for (e, q) in q.iter_mut().enumerate() {
-                *q = q6_code(ql, qh, e) as i8 - 32;
+            // `q6_code` a quarter of a half (32 codes) at a time, so each
+            // loop is one shift and mask across 32 bytes.
+            for (e, q) in q.chunks_exact_mut(32).enumerate() {
+                let (h, c) = (e / 4, e % 4);
+                let low = &ql[64 * h + 32 * (c % 2)..][..32];
+                for ((q, &lo), &hi) in q.iter_mut().zip(low).zip(&qh[32 * h..32 * h + 32]) {
+                    let code = (lo >> (4 * (c / 2))) & 0xF | ((hi >> (2 * c)) & 3) << 4;
+                    *q = code as i8 - 32;
+                }
             }
         }),
         Format::F32 | Format::F16 | Format::BF16 => {
@@ -311,6 +315,20 @@ fn five_bit_codes(b: &[u8], q: &mut [i8], zero: i8) {
     let qh = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
     for (j, q) in q.iter_mut().enumerate() {
         *q = five_bits(&b[4..20], qh, j) as i8 - zero;
+    }
+}
+
+/// The low 4 bits of a Q4_K or Q5_K super-block's 256 codes (`k_nibble`
+/// of every element): each 32 bytes hold a sub-block in their low nibbles
+/// and the next in their high ones.
+#[inline(always)]
+fn k_nibbles(qs: &[u8], q: &mut [i8]) {
+    for (qs, q) in qs.chunks_exact(32).zip(q.chunks_exact_mut(64)) {
+        let (lo, hi) = q.split_at_mut(32);
+        for ((lo, hi), &c) in lo.iter_mut().zip(hi).zip(qs) {
+            *lo = (c & 0xF) as i8;
+            *hi = (c >> 4) as i8;
+        }
     }
 }
 
