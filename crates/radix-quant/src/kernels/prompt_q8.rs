@@ -29,7 +29,7 @@
 //! starts at `-128·Σq` (exact) to take that back.
 
 use crate::Format;
-use crate::dequantize::{f16_at, five_bits, k_scale_min};
+use crate::dequantize::{f16_at, k_scale_min};
 
 /// Rows of a weight tile, all multiplied at once by the inner kernel.
 pub(super) const TILE_ROWS: usize = 8;
@@ -309,14 +309,38 @@ fn nibbles(qs: &[u8], q: &mut [i8], zero: i8) {
     }
 }
 
-/// A 5-bit block's codes (`qh`'s 4 bytes, then 16 of nibbles) minus `zero`.
+/// A 5-bit block's codes (`qh`'s 4 bytes, then 16 of nibbles) minus `zero`:
+/// the nibbles as in [`nibbles`], and bit 4 of eight codes at a time from
+/// one byte of `qh` through [`SPREAD`], instead of a shift per code.
 #[inline(always)]
 fn five_bit_codes(b: &[u8], q: &mut [i8], zero: i8) {
-    let qh = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-    for (j, q) in q.iter_mut().enumerate() {
-        *q = five_bits(&b[4..20], qh, j) as i8 - zero;
+    let mut codes = [0i8; 32];
+    nibbles(&b[4..20], &mut codes, 0);
+    for (eight, &h) in codes.chunks_exact_mut(8).zip(&b[..4]) {
+        for (c, bit) in eight.iter_mut().zip(SPREAD[usize::from(h)].to_le_bytes()) {
+            *c |= bit as i8;
+        }
+    }
+    for (q, c) in q.iter_mut().zip(codes) {
+        *q = c - zero;
     }
 }
+
+/// For each byte `h`, eight bytes whose byte `i` is bit `i` of `h` moved to
+/// bit 4: the fifth bits of eight consecutive codes of a Q5_0/Q5_1 block.
+const SPREAD: [u64; 256] = {
+    let mut table = [0u64; 256];
+    let mut h = 0;
+    while h < 256 {
+        let mut i = 0;
+        while i < 8 {
+            table[h] |= (((h >> i) & 1) as u64) << (8 * i + 4);
+            i += 1;
+        }
+        h += 1;
+    }
+    table
+};
 
 /// The low 4 bits of a Q4_K or Q5_K super-block's 256 codes (`k_nibble`
 /// of every element): each 32 bytes hold a sub-block in their low nibbles
