@@ -57,8 +57,9 @@ impl Vocabulary {
             trie,
             tokenizer: tokenizer.clone(),
         });
-        let mut factory = ParserFactory::new_simple(&env)
-            .map_err(|e| Error::Input(format!("cannot prepare the vocabulary for grammars: {e}")))?;
+        let mut factory = ParserFactory::new_simple(&env).map_err(|e| {
+            Error::Input(format!("cannot prepare the vocabulary for grammars: {e}"))
+        })?;
         factory.quiet();
         Ok(Vocabulary {
             factory: Arc::new(factory),
@@ -84,9 +85,9 @@ impl Vocabulary {
     /// what is wrong with it if it does not compile.
     pub fn constraint(&self, grammar: &Grammar) -> Result<Constraint> {
         let top = match grammar {
-            Grammar::JsonObject => TopLevelGrammar::from_json_schema(compact(
-                serde_json::json!({"type": "object"}),
-            )),
+            Grammar::JsonObject => {
+                TopLevelGrammar::from_json_schema(compact(serde_json::json!({"type": "object"})))
+            }
             Grammar::JsonSchema(schema) => {
                 if !schema.is_object() && !schema.is_boolean() {
                     return Err(Error::Input(
@@ -136,11 +137,20 @@ fn compact(mut schema: Value) -> Value {
     schema
 }
 
-/// A grammar following one generated sequence.
+/// A grammar following one generated sequence. A clone follows its own.
 pub struct Constraint {
     matcher: Matcher,
     /// The grammar allows nothing more (not even an end token).
     done: bool,
+}
+
+impl Clone for Constraint {
+    fn clone(&self) -> Self {
+        Constraint {
+            matcher: self.matcher.deep_clone(),
+            done: self.done,
+        }
+    }
 }
 
 impl Constraint {
@@ -291,8 +301,7 @@ fn byte_token(name: &str) -> Option<u8> {
 /// GPT-2's byte-level alphabet, character to byte: printable bytes stand
 /// for themselves, the others for characters from U+0100 on.
 fn byte_level_chars() -> HashMap<char, u8> {
-    let printable =
-        |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+    let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
     let mut next = 0x100u32;
     (0..=255u8)
         .map(|b| {

@@ -126,7 +126,9 @@ fn body_to_lark(body: &str) -> Result<String, String> {
                     .split(',')
                     .all(|p| p.trim().chars().all(|c| c.is_ascii_digit()));
                 if !ok || inner.trim().is_empty() {
-                    return Err(format!("a repetition `{{{inner}}}` is not `{{m}}`, `{{m,}}` or `{{m,n}}`"));
+                    return Err(format!(
+                        "a repetition `{{{inner}}}` is not `{{m}}`, `{{m,}}` or `{{m,n}}`"
+                    ));
                 }
                 out.push(format!("{{{}}}", inner.replace(' ', "")));
                 i += end + 1;
@@ -177,8 +179,13 @@ fn read_quoted(chars: &[char], from: usize, close: char) -> Result<(String, usiz
 /// The character of the escape whose letter is at `i`, and the index after.
 fn read_escape(chars: &[char], i: usize) -> Result<(char, usize), String> {
     let hex = |len: usize| -> Result<(char, usize), String> {
-        let digits: String = chars.get(i + 1..i + 1 + len).ok_or("a short escape")?.iter().collect();
-        let code = u32::from_str_radix(&digits, 16).map_err(|_| format!("a bad escape \\{digits}"))?;
+        let digits: String = chars
+            .get(i + 1..i + 1 + len)
+            .ok_or("a short escape")?
+            .iter()
+            .collect();
+        let code =
+            u32::from_str_radix(&digits, 16).map_err(|_| format!("a bad escape \\{digits}"))?;
         let c = char::from_u32(code).ok_or(format!("no character U+{code:X}"))?;
         Ok((c, i + 1 + len))
     };

@@ -149,13 +149,18 @@ impl Picker {
             repetition,
         } = self.penalties;
         if repetition != 1.0 {
-            let seen = self
-                .prompt
-                .iter()
-                .chain(self.counts.keys().filter(|t| self.prompt.binary_search(t).is_err()));
+            let seen = self.prompt.iter().chain(
+                self.counts
+                    .keys()
+                    .filter(|t| self.prompt.binary_search(t).is_err()),
+            );
             for &id in seen {
                 if let Some(l) = logits.get_mut(id as usize) {
-                    *l = if *l > 0.0 { *l / repetition } else { *l * repetition };
+                    *l = if *l > 0.0 {
+                        *l / repetition
+                    } else {
+                        *l * repetition
+                    };
                 }
             }
         }
@@ -214,17 +219,25 @@ mod tests {
         let mut p = greedy().with_penalties(pen, &[2]);
         assert_eq!(p.pick(&[-0.15, -0.3, -0.1]), Some(0));
         assert!(
-            Penalties { repetition: 0.0, ..pen }
-                .checked()
-                .unwrap_err()
-                .to_string()
-                .contains("repetition_penalty")
+            Penalties {
+                repetition: 0.0,
+                ..pen
+            }
+            .checked()
+            .unwrap_err()
+            .to_string()
+            .contains("repetition_penalty")
         );
         let bad = Penalties {
             presence: 2.5,
             ..Penalties::default()
         };
-        assert!(bad.checked().unwrap_err().to_string().contains("presence_penalty"));
+        assert!(
+            bad.checked()
+                .unwrap_err()
+                .to_string()
+                .contains("presence_penalty")
+        );
     }
 
     #[test]

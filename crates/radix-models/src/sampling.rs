@@ -187,8 +187,17 @@ impl Sampler {
 /// most likely first (the lower id first on ties). NaN logits count as
 /// impossible.
 pub fn logprobs(logits: &[f32], chosen: usize, k: usize) -> (f32, Vec<(usize, f32)>) {
-    let key = |x: f32| if x.is_nan() { f64::NEG_INFINITY } else { f64::from(x) };
-    let max = logits.iter().map(|&x| key(x)).fold(f64::NEG_INFINITY, f64::max);
+    let key = |x: f32| {
+        if x.is_nan() {
+            f64::NEG_INFINITY
+        } else {
+            f64::from(x)
+        }
+    };
+    let max = logits
+        .iter()
+        .map(|&x| key(x))
+        .fold(f64::NEG_INFINITY, f64::max);
     let sum: f64 = logits.iter().map(|&x| (key(x) - max).exp()).sum();
     let norm = max + sum.ln();
     let lp = |i: usize| (key(logits[i]) - norm) as f32;

@@ -38,15 +38,74 @@ pub struct CompletionRequest {
     pub stream: Option<bool>,
     /// `{"include_usage": true}` adds a last chunk with the counts.
     pub stream_options: Option<StreamOptions>,
-    /// Choices per request: only 1.
+    /// Choices per request (each its own sequence; with a seed, choice
+    /// `i` draws with seed + `i`).
     pub n: Option<u64>,
-    /// Not implemented: only 0.
+    /// Lowers once the logit of every token the reply holds, in [-2, 2].
     pub presence_penalty: Option<f64>,
-    /// Not implemented: only 0.
+    /// Lowers a token's logit once per time the reply holds it, in [-2, 2].
     pub frequency_penalty: Option<f64>,
+    /// Divides the positive logits (multiplies the negative ones) of the
+    /// tokens of the prompt and the reply (vLLM, llama.cpp); 1 is none.
+    pub repetition_penalty: Option<f64>,
+    /// Keep only tokens at least this fraction as likely as the most
+    /// likely one (llama.cpp, vLLM).
+    pub min_p: Option<f64>,
+    /// Token id (as a string) to a bias in [-100, 100] added to its logit.
+    pub logit_bias: Option<std::collections::HashMap<String, f64>>,
+    /// Chat: `true` for the log-probability of each token; completions: how
+    /// many most likely tokens to list with each (0 to 20).
+    pub logprobs: Option<Logprobs>,
+    /// Chat: how many most likely tokens to list with each (0 to 20).
+    pub top_logprobs: Option<u64>,
+    /// `{"type": "text" | "json_object" | "json_schema", "json_schema":
+    /// {"name", "schema", "strict"}}`: the reply follows it.
+    pub response_format: Option<ResponseFormat>,
+    /// llama.cpp's `json_schema`: a JSON schema the reply follows.
+    pub json_schema: Option<serde_json::Value>,
+    /// llama.cpp's `grammar`: a GBNF grammar (or llguidance's Lark) the
+    /// reply follows.
+    pub grammar: Option<String>,
     /// The caller's end user (ignored).
     #[expect(dead_code, reason = "accepted as OpenAI does, and ignored")]
     pub user: Option<String>,
+}
+
+/// `logprobs`: a flag (chat) or a count (completions).
+#[derive(Deserialize, Clone, Copy)]
+#[serde(untagged)]
+pub enum Logprobs {
+    /// Chat's form.
+    Flag(bool),
+    /// Completions' form: how many most likely tokens to list.
+    Count(u64),
+}
+
+/// `response_format`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResponseFormat {
+    /// `text`, `json_object` or `json_schema`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The schema, for `json_schema`.
+    pub json_schema: Option<JsonSchemaFormat>,
+}
+
+/// `response_format.json_schema`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonSchemaFormat {
+    /// The schema's name.
+    #[expect(dead_code, reason = "accepted as OpenAI does; names nothing here")]
+    pub name: Option<String>,
+    /// What the schema is for.
+    #[expect(dead_code, reason = "accepted as OpenAI does; the model is not told")]
+    pub description: Option<String>,
+    /// The JSON schema.
+    pub schema: Option<serde_json::Value>,
+    /// Whether to follow the schema exactly: it always is.
+    pub strict: Option<bool>,
 }
 
 /// One chat message.
@@ -178,6 +237,7 @@ pub fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result
         let msg = inner.to_string();
         let msg = match msg.strip_prefix("data did not match any variant of untagged enum ") {
             Some("Content") => "expected a string or a list of text parts",
+            Some("Logprobs") => "expected true/false or a count",
             Some(_) => "expected a string or a list of strings",
             None => msg.split(" at line ").next().unwrap_or(&msg),
         };
