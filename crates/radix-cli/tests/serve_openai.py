@@ -109,6 +109,40 @@ out["n3"] = [
     for _ in range(2)
 ]
 
+# Tool calling: a required call comes back as tool_calls, and a second
+# turn with the tool's result completes.
+weather = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 20}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+turn = [{"role": "user", "content": "What is the weather in Paris?"}]
+r = client.chat.completions.create(
+    model="smollm2", messages=turn, max_tokens=60, temperature=0,
+    tools=[weather], tool_choice="required",
+)
+m = r.choices[0].message
+out["tool_call"] = {
+    "finish_reason": r.choices[0].finish_reason,
+    "calls": [
+        {"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
+        for c in (m.tool_calls or [])
+    ],
+}
+if m.tool_calls:
+    turn.append(m.model_dump(exclude_none=True))
+    turn.append({"role": "tool", "tool_call_id": m.tool_calls[0].id, "content": '{"sky": "sunny", "c": 18}'})
+    r = client.chat.completions.create(model="smollm2", messages=turn, max_tokens=20, temperature=0, tools=[weather])
+    out["tool_call"]["second_turn"] = {"content": r.choices[0].message.content, "finish_reason": r.choices[0].finish_reason}
+
 errors = {}
 try:
     client.chat.completions.create(**{**chat, "model": "gpt-4"})

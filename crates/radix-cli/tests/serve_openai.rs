@@ -221,6 +221,16 @@ fn the_openai_client_gets_what_radix_generate_and_embed_give() {
         }
     }
 
+    // A required tool call comes back as tool_calls, and the second turn
+    // with its result completes.
+    let call = &got["tool_call"];
+    assert_eq!(call["finish_reason"], "tool_calls", "{call}");
+    assert_eq!(call["calls"][0]["name"], "get_weather", "{call}");
+    let args: Value =
+        serde_json::from_str(call["calls"][0]["arguments"].as_str().unwrap()).unwrap();
+    assert!(args["city"].is_string(), "{args}");
+    assert!(call["second_turn"]["content"].is_string(), "{call}");
+
     // n = 3 with a seed: the same three choices twice, not all one.
     let n3 = got["n3"].as_array().unwrap();
     assert_eq!(n3[0], n3[1]);

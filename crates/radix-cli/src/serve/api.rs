@@ -66,6 +66,14 @@ pub struct CompletionRequest {
     /// llama.cpp's `grammar`: a GBNF grammar (or llguidance's Lark) the
     /// reply follows.
     pub grammar: Option<String>,
+    /// Functions the model may call (`{"type": "function", "function":
+    /// {"name", "description", "parameters"}}`), passed to its template.
+    pub tools: Option<Vec<serde_json::Value>>,
+    /// `none`, `auto`, `required` or `{"type": "function", "function":
+    /// {"name"}}`.
+    pub tool_choice: Option<serde_json::Value>,
+    /// Whether a reply may call several tools (default true).
+    pub parallel_tool_calls: Option<bool>,
     /// The caller's end user (ignored).
     #[expect(dead_code, reason = "accepted as OpenAI does, and ignored")]
     pub user: Option<String>,
@@ -112,10 +120,14 @@ pub struct JsonSchemaFormat {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Message {
-    /// `system`, `user` or `assistant`.
+    /// `system`, `user`, `assistant` or `tool`.
     pub role: String,
-    /// The text.
-    pub content: Content,
+    /// The text (none for an assistant's message of tool calls).
+    pub content: Option<Content>,
+    /// An assistant's calls of tools.
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    /// Which call a `tool` message answers.
+    pub tool_call_id: Option<String>,
     /// The speaker's name (ignored).
     #[expect(dead_code, reason = "accepted as OpenAI does, and ignored")]
     pub name: Option<String>,
@@ -191,11 +203,12 @@ pub struct EmbeddingRequest {
 }
 
 impl Message {
-    /// The text of the content, its parts joined.
+    /// The text of the content, its parts joined (empty when there is none).
     pub fn text(&self, i: usize) -> Result<String, ApiError> {
         match &self.content {
-            Content::Text(t) => Ok(t.clone()),
-            Content::Parts(parts) => parts
+            None => Ok(String::new()),
+            Some(Content::Text(t)) => Ok(t.clone()),
+            Some(Content::Parts(parts)) => parts
                 .iter()
                 .enumerate()
                 .map(|(j, p)| match p.kind.as_str() {

@@ -8,12 +8,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use radix_models::constraint::{Constraint, Grammar};
 use radix_models::pick::{Penalties, Picker};
 use radix_models::sampling::Sampler;
-use radix_text::{ChatMessage, Tokenizer};
+use radix_text::Tokenizer;
+use serde_json::{Value, json};
 
 use super::api::{CompletionRequest, Logprobs, Prompt, Stop};
 use super::error::ApiError;
 use super::routes::{AppState, unknown_model};
 use super::sse::Kind;
+use super::tools::{Format, Tools, calls_for_template};
 
 /// The most choices one request may ask for.
 pub const MAX_CHOICES: u64 = 16;
@@ -39,6 +41,8 @@ pub struct Checked {
     /// How many most likely tokens to list with each token's
     /// log-probability, when they are asked for.
     pub logprobs: Option<usize>,
+    /// The tools the model may call, and how its calls are read.
+    pub tools: Option<Tools>,
 }
 
 /// Everything a completion request is checked for, in order: its model,
@@ -49,7 +53,17 @@ pub fn check(s: &AppState, req: &CompletionRequest, kind: Kind) -> Result<Checke
     if req.model != s.model {
         return Err(unknown_model(&req.model, &s.model));
     }
-    let (text, field) = prompt_text(&s.tokenizer, req, kind)?;
+    let format = Format::of_template(s.tokenizer.chat_template().map(|t| t.source()));
+    let tools = Tools::check(
+        req.tools.as_ref(),
+        req.tool_choice.as_ref(),
+        req.parallel_tool_calls,
+        format,
+    )?;
+    if tools.is_some() && kind == Kind::Text {
+        return Err(ApiError::invalid("tools", "tools are for chat completions"));
+    }
+    let (text, field) = prompt_text(&s.tokenizer, req, kind, tools.as_ref())?;
     let prompt = s
         .tokenizer
         .encode(&text)
@@ -126,7 +140,7 @@ pub fn check(s: &AppState, req: &CompletionRequest, kind: Kind) -> Result<Checke
     }
     let penalties = penalties(req)?;
     let bias = logit_bias(req, s.tokenizer.vocab_size())?;
-    let constraint = constraint(s, req)?;
+    let constraint = constraint(s, req, tools.as_ref())?;
     let seed = req.seed.unwrap_or_else(|| {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -148,6 +162,7 @@ pub fn check(s: &AppState, req: &CompletionRequest, kind: Kind) -> Result<Checke
         stream,
         include_usage: include_usage.unwrap_or(false),
         logprobs,
+        tools,
     })
 }
 
@@ -264,8 +279,15 @@ fn logit_bias(req: &CompletionRequest, n_vocab: usize) -> Result<Vec<(u32, f32)>
 
 /// The grammar the reply must follow, compiled: from `response_format`,
 /// `json_schema` or `grammar` (at most one of them).
-fn constraint(s: &AppState, req: &CompletionRequest) -> Result<Option<Constraint>, ApiError> {
+fn constraint(
+    s: &AppState,
+    req: &CompletionRequest,
+    tools: Option<&Tools>,
+) -> Result<Option<Constraint>, ApiError> {
     let mut asked: Vec<(&str, Grammar)> = vec![];
+    if let Some(g) = tools.and_then(Tools::grammar) {
+        asked.push(("tool_choice", g));
+    }
     if let Some(f) = &req.response_format {
         match f.kind.as_str() {
             "text" => {}
@@ -329,6 +351,7 @@ fn prompt_text(
     tokenizer: &Tokenizer,
     req: &CompletionRequest,
     kind: Kind,
+    tools: Option<&Tools>,
 ) -> Result<(String, &'static str), ApiError> {
     match kind {
         Kind::Chat => {
@@ -342,7 +365,7 @@ fn prompt_text(
                 .messages
                 .as_ref()
                 .ok_or_else(|| ApiError::invalid("messages", "missing field `messages`"))?;
-            let text = chat_prompt(tokenizer, messages)?;
+            let text = chat_prompt(tokenizer, messages, tools)?;
             Ok((text, "messages"))
         }
         Kind::Text => {
@@ -364,27 +387,49 @@ fn prompt_text(
     }
 }
 
-/// `messages` formatted with the model's chat template, ending with the
-/// prompt of the assistant's reply; 400 naming the message at fault.
+/// `messages` formatted with the model's chat template (with `tools`, if
+/// any), ending with the prompt of the assistant's reply; 400 naming the
+/// message at fault.
 pub fn chat_prompt(
     tokenizer: &Tokenizer,
     messages: &[super::api::Message],
+    tools: Option<&Tools>,
 ) -> Result<String, ApiError> {
     if messages.is_empty() {
         return Err(ApiError::invalid("messages", "messages must not be empty"));
     }
     let mut chat = Vec::with_capacity(messages.len());
     for (i, m) in messages.iter().enumerate() {
-        if !["system", "user", "assistant"].contains(&m.role.as_str()) {
+        if !["system", "user", "assistant", "tool"].contains(&m.role.as_str()) {
             return Err(ApiError::invalid(
                 &format!("messages[{i}].role"),
-                format!("unknown role {:?}: system, user or assistant", m.role),
+                format!("unknown role {:?}: system, user, assistant or tool", m.role),
             ));
         }
-        chat.push(ChatMessage::new(&m.role, &m.text(i)?));
+        let calls = m.tool_calls.as_deref().filter(|c| !c.is_empty());
+        if m.content.is_none() && (m.role != "assistant" || calls.is_none()) {
+            return Err(ApiError::invalid(
+                &format!("messages[{i}].content"),
+                "missing field `content` (only an assistant's tool calls go without)",
+            ));
+        }
+        if calls.is_some() && m.role != "assistant" {
+            return Err(ApiError::invalid(
+                &format!("messages[{i}].tool_calls"),
+                "only an assistant's message has tool_calls",
+            ));
+        }
+        let mut msg = json!({"role": m.role, "content": m.text(i)?});
+        if let Some(calls) = calls {
+            msg["tool_calls"] = Value::Array(calls_for_template(calls));
+        }
+        if let Some(id) = &m.tool_call_id {
+            msg["tool_call_id"] = json!(id);
+        }
+        chat.push(msg);
     }
     tokenizer
-        .chat_prompt(&chat)
+        .chat_prompt_json(&chat, tools.map(|t| &t.list))
         .map_err(|e| ApiError::invalid("messages", format!("{e:#}")))
 }
 

@@ -27,6 +27,7 @@ mod routes;
 mod sse;
 mod stop;
 mod tokens;
+mod tools;
 mod worker;
 
 use std::sync::Arc;

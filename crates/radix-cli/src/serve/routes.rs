@@ -27,8 +27,8 @@ use super::embeddings::{self as embed, EmbedError, Embeddings};
 use super::error::{ApiError, axum_json};
 use super::metrics::Metrics;
 use super::sse::{self, Kind, Reply, StreamEnd};
-use super::tokens;
 use super::worker::{Event, Events, Health, Job, Refused, Worker};
+use super::{tokens, tools};
 
 /// The largest request body read; a larger one answers 413.
 pub const BODY_LIMIT: usize = 1 << 20;
@@ -310,6 +310,7 @@ async fn complete(
         choices: checked.pickers.len(),
         logprobs: checked.logprobs.is_some(),
         vocab: s.vocab.clone(),
+        tools: checked.tools.filter(|t| t.choice != tools::Choice::None),
     };
     // One sequence per choice; if one cannot be queued the request fails
     // and those queued leave as their client is gone.

@@ -20,6 +20,7 @@ use super::conn::InFlightGuard;
 use super::error::{ApiError, axum_json};
 use super::metrics::Metrics;
 use super::routes::timed_out;
+use super::tools::Tools;
 use super::worker::{Event, Finish, TokenLogprob};
 use radix_models::constraint::Vocabulary;
 
@@ -29,6 +30,9 @@ struct Progress {
     left: usize,
     tokens: usize,
     offsets: Vec<usize>,
+    /// With tools, each choice's text, held until it ends to be read for
+    /// calls.
+    held: Vec<String>,
 }
 
 /// Which endpoint answers.
@@ -117,6 +121,8 @@ pub struct Reply {
     pub logprobs: bool,
     /// The vocabulary, for the tokens' text.
     pub vocab: Vocabulary,
+    /// The tools the model may call: its text is read for calls.
+    pub tools: Option<Tools>,
 }
 
 impl Reply {
@@ -229,21 +235,38 @@ impl Reply {
         self.envelope(true, json!([choice]))
     }
 
+    /// The text of choice `index` as content and tool calls (none when the
+    /// request has no tools).
+    fn calls(&self, index: usize, text: &str) -> (Option<String>, Vec<Value>) {
+        match &self.tools {
+            Some(t) => t.parse(text, &format!("{}_{index}", self.id)),
+            None => (Some(text.to_string()), vec![]),
+        }
+    }
+
     /// The whole answer: every choice, and the tokens of all.
     fn whole(&self, choices: &[Choice]) -> Value {
         let list: Vec<Value> = choices
             .iter()
             .enumerate()
             .map(|(index, c)| {
-                let finish = c.finish.map(Finish::as_str);
+                let mut finish = c.finish.map(Finish::as_str);
                 let logprobs = self.logprobs(&c.logprobs, &mut 0);
                 match self.kind {
-                    Kind::Chat => json!({
-                        "index": index,
-                        "message": {"role": "assistant", "content": c.text},
-                        "logprobs": logprobs,
-                        "finish_reason": finish,
-                    }),
+                    Kind::Chat => {
+                        let (content, calls) = self.calls(index, &c.text);
+                        let mut message = json!({"role": "assistant", "content": content});
+                        if !calls.is_empty() {
+                            message["tool_calls"] = Value::Array(calls);
+                            finish = Some("tool_calls");
+                        }
+                        json!({
+                            "index": index,
+                            "message": message,
+                            "logprobs": logprobs,
+                            "finish_reason": finish,
+                        })
+                    }
                     Kind::Text => {
                         json!({"index": index, "text": c.text, "logprobs": logprobs, "finish_reason": finish})
                     }
@@ -313,6 +336,7 @@ pub fn stream(
         left: reply.choices,
         tokens: 0,
         offsets: vec![0; reply.choices],
+        held: vec![String::new(); reply.choices],
     };
     let state = (reply, events, pending, false, end.clone(), progress);
     let chunks = stream::unfold(
@@ -333,6 +357,10 @@ pub fn stream(
                 let next = tokio::time::timeout_at(deadline, events.recv()).await;
                 let failed = |e: ApiError| [e.body().to_string(), "[DONE]".into()];
                 match next {
+                    Ok(Some((i, Event::Text(t, _)))) if reply.tools.is_some() => {
+                        progress.held[i].push_str(&t);
+                        done = false;
+                    }
                     Ok(Some((i, Event::Text(t, lps)))) => {
                         let lps = reply.logprobs(&lps, &mut progress.offsets[i]);
                         pending.push_back(reply.chunk(i, Some(&t), lps, None).to_string());
@@ -345,11 +373,32 @@ pub fn stream(
                             completion_tokens,
                         },
                     ))) => {
-                        pending.push_back(
-                            reply
-                                .chunk(i, None, Value::Null, Some(finish.as_str()))
-                                .to_string(),
-                        );
+                        let mut finish = finish.as_str();
+                        if reply.tools.is_some() {
+                            let held = std::mem::take(&mut progress.held[i]);
+                            let (content, calls) = reply.calls(i, &held);
+                            if let Some(text) = content.filter(|t| !t.is_empty()) {
+                                pending.push_back(
+                                    reply.chunk(i, Some(&text), Value::Null, None).to_string(),
+                                );
+                            }
+                            if !calls.is_empty() {
+                                finish = "tool_calls";
+                                let calls: Vec<Value> = calls
+                                    .into_iter()
+                                    .enumerate()
+                                    .map(|(k, mut c)| {
+                                        c["index"] = json!(k);
+                                        c
+                                    })
+                                    .collect();
+                                let mut chunk = reply.chunk(i, Some(""), Value::Null, None);
+                                chunk["choices"][0]["delta"] = json!({ "tool_calls": calls });
+                                pending.push_back(chunk.to_string());
+                            }
+                        }
+                        pending
+                            .push_back(reply.chunk(i, None, Value::Null, Some(finish)).to_string());
                         progress.tokens += completion_tokens;
                         progress.left -= 1;
                         if progress.left > 0 {

@@ -112,8 +112,9 @@ pub async fn detokenize(State(s): Shared, body: Body) -> Result<Response, ApiErr
 pub async fn apply_template(State(s): Shared, body: Body) -> Result<Response, ApiError> {
     let req: TemplateRequest = parse(body)?;
     let s2 = s.clone();
-    let prompt = tokio::task::spawn_blocking(move || chat_prompt(&s2.tokenizer, &req.messages))
-        .await
-        .map_err(|e| ApiError::internal(format!("templating failed: {e}")))??;
+    let prompt =
+        tokio::task::spawn_blocking(move || chat_prompt(&s2.tokenizer, &req.messages, None))
+            .await
+            .map_err(|e| ApiError::internal(format!("templating failed: {e}")))??;
     Ok(axum_json(&json!({ "prompt": prompt })))
 }
