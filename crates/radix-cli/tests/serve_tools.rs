@@ -19,7 +19,7 @@ const CHAT: &str = "/v1/chat/completions";
 
 /// A short Hermes-style template (the tiny model's context is 256
 /// positions, and its vocabulary spells most text byte by byte).
-const TEMPLATE: &str = r#"{%- if tools %}<tools>{{ tools | tojson }}</tools>
+const TEMPLATE: &str = r#"{%- if tools %}<tools>{% for t in tools %}{{ t.function.name }}{{ t.function.parameters.properties | list }} {% endfor %}</tools>
 {% endif %}
 {%- for m in messages %}
 {%- if m.role == "assistant" and m.tool_calls %}A:{% for c in m.tool_calls %}<tool_call>{"name":"{{ c.function.name }}","arguments":{{ c.function.arguments | tojson }}}</tool_call>{% endfor %}
