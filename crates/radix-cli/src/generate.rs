@@ -18,7 +18,9 @@ use indicatif::ProgressBar;
 use radix::Platform;
 use radix::io::Gguf;
 use radix::nn::MatrixFormat;
+use radix_models::constraint::{Grammar, Vocabulary};
 use radix_models::generate::{Generation, Plan};
+use radix_models::pick::Picker;
 use radix_models::runner::Runner;
 use radix_models::sampling::Sampler;
 use radix_models::transformer::Arch;
@@ -76,6 +78,18 @@ pub struct GenerateArgs {
     /// for Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 matrices: faster).
     #[arg(long)]
     exact: bool,
+    /// The reply is JSON valid against the JSON schema in this file
+    /// (enforced while sampling).
+    #[arg(long, value_name = "FILE", conflicts_with = "grammar")]
+    json_schema: Option<PathBuf>,
+    /// The reply follows the grammar in this file: GBNF (`root ::= ...`,
+    /// as llama.cpp reads it) or llguidance's Lark (`start: ...`).
+    #[arg(long, value_name = "FILE")]
+    grammar: Option<PathBuf>,
+    /// With `--json`: add the model's logits before each generated token
+    /// (one row of the vocabulary's size per token).
+    #[arg(long, requires = "json")]
+    logits: bool,
 }
 
 impl GenerateArgs {
@@ -138,11 +152,26 @@ impl From<PlanArg> for Plan {
 
 /// Runs `radix generate`.
 pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
-    let mut sampler = sampler(args)?;
+    let sampler = sampler(args)?;
+    let grammar = grammar(args)?;
     let model = Model::open(&args.model)?;
+    let constraint = grammar
+        .map(|(flag, g)| -> Result<_> {
+            let stops = &model.stops;
+            let vocab = Vocabulary::new(&model.tokenizer, model.tokenizer.vocab_size(), stops)?;
+            vocab
+                .constraint(&g)
+                .with_context(|| format!("{flag} does not compile"))
+        })
+        .transpose()?;
+    let mut picker = Picker::new(sampler.clone()).with_constraint(constraint);
     let prompt = match &args.prompt {
         Some(p) => p.clone(),
         None if std::io::stdin().is_terminal() => {
+            ensure!(
+                args.json_schema.is_none() && args.grammar.is_none(),
+                "--json-schema and --grammar need a prompt (not the chat loop)"
+            );
             return chat_loop(cli, model, args, sampler);
         }
         None => read_stdin()?,
@@ -160,11 +189,12 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
     };
     let n_new = model.n_new(ids.len(), args.max_tokens)?;
     let mut session = Session::new(open_platform(cli)?, model, 32, args)?;
+    let mut logits = args.logits.then(Vec::new);
     let res = if args.json {
-        session.generate(&ids, n_new, &mut sampler, |_| Ok(()))?
+        session.generate(&ids, n_new, &mut picker, logits.as_mut(), |_| Ok(()))?
     } else {
         let mut stdout = std::io::stdout().lock();
-        let res = session.generate(&ids, n_new, &mut sampler, |piece| {
+        let res = session.generate(&ids, n_new, &mut picker, None, |piece| {
             stdout.write_all(piece.as_bytes())?;
             Ok(stdout.flush()?)
         })?;
@@ -173,7 +203,7 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
     };
     let tokenizer = &session.model.tokenizer;
     if args.json {
-        let out = json!({
+        let mut out = json!({
             "model": args.model,
             "prompt": text,
             "prompt_ids": ids,
@@ -192,11 +222,34 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
             "dtype": clap::ValueEnum::to_possible_value(&args.dtype).map(|v| v.get_name().to_string()),
             "exact": args.exact,
         });
+        if let Some(logits) = logits {
+            out["logits"] = json!(logits);
+        }
         outln!("{}", serde_json::to_string_pretty(&out)?)?;
     } else {
         eprintln!("{}", summary(&res, ids.len()));
     }
     Ok(())
+}
+
+/// The grammar `--json-schema` or `--grammar` asks for, read from its
+/// file, and the flag.
+fn grammar(args: &GenerateArgs) -> Result<Option<(&'static str, Grammar)>> {
+    let read = |flag: &str, path: &PathBuf| {
+        std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {flag} {}", path.display()))
+    };
+    if let Some(path) = &args.json_schema {
+        let text = read("--json-schema", path)?;
+        let schema = serde_json::from_str(&text)
+            .with_context(|| format!("--json-schema {} is not JSON", path.display()))?;
+        return Ok(Some(("--json-schema", Grammar::JsonSchema(schema))));
+    }
+    if let Some(path) = &args.grammar {
+        let text = read("--grammar", path)?;
+        return Ok(Some(("--grammar", Grammar::Grammar(text))));
+    }
+    Ok(None)
 }
 
 /// The sampler the options ask for, after checking them.
@@ -438,13 +491,15 @@ impl Session {
         Ok(runner)
     }
 
-    /// Generates up to `n_new` tokens after `ids`, calling `emit` with each
-    /// new piece of text, and stops after a stop token.
+    /// Generates up to `n_new` tokens after `ids` with `picker`, calling
+    /// `emit` with each new piece of text (and keeping each step's logits in
+    /// `logits`, if given), and stops after a stop token.
     fn generate(
         &mut self,
         ids: &[u32],
         n_new: usize,
-        sampler: &mut Sampler,
+        picker: &mut Picker,
+        mut logits: Option<&mut Vec<Vec<f32>>>,
         mut emit: impl FnMut(&str) -> Result<()>,
     ) -> Result<Generation> {
         if n_new == 0 {
@@ -455,7 +510,13 @@ impl Session {
         let mut text = TextStream::default();
         let mut ids_so_far = vec![];
         let runner = self.runner(ids.len() + n_new, ids.len())?;
-        let res = runner.generate_with(ids, n_new, sampler, |next| -> Result<bool> {
+        let pick = |l: &[f32]| {
+            if let Some(rows) = logits.as_mut() {
+                rows.push(l.to_vec());
+            }
+            picker.pick(l)
+        };
+        let res = runner.generate_with(ids, n_new, pick, |next| -> Result<bool> {
             ids_so_far.push(next);
             emit(&text.push(&tokenizer, &ids_so_far)?)?;
             Ok(!stops.contains(&next))
@@ -512,7 +573,8 @@ impl TextStream {
 /// Chats on the terminal: each line is a user message; the reply streams
 /// back. The history is formatted with the chat template each turn, oldest
 /// exchanges dropped when it outgrows the context.
-fn chat_loop(cli: &Cli, model: Model, args: &GenerateArgs, mut sampler: Sampler) -> Result<()> {
+fn chat_loop(cli: &Cli, model: Model, args: &GenerateArgs, sampler: Sampler) -> Result<()> {
+    let mut picker = Picker::new(sampler);
     // A longer cache than the first turns need, so that later turns reuse it.
     model.say_which_chat_template();
     let mut session = Session::new(open_platform(cli)?, model, 1024, args)?;
@@ -536,7 +598,7 @@ fn chat_loop(cli: &Cli, model: Model, args: &GenerateArgs, mut sampler: Sampler)
             history.drain(..2.min(history.len() - 1));
         };
         let n_new = session.model.n_new(ids.len(), args.max_tokens)?;
-        let res = session.generate(&ids, n_new, &mut sampler, |piece| {
+        let res = session.generate(&ids, n_new, &mut picker, None, |piece| {
             stdout.write_all(piece.as_bytes())?;
             Ok(stdout.flush()?)
         })?;

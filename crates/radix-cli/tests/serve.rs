@@ -306,7 +306,7 @@ fn bad_requests_name_the_field(s: &Server) {
     bad_request(
         s,
         text,
-        r#"{"model": "smollm2", "prompt": "hi", "n": 2}"#,
+        r#"{"model": "smollm2", "prompt": "hi", "n": 17}"#,
         Some("n"),
     );
     let long = json!({"model": "smollm2", "prompt": "word ".repeat(300), "max_tokens": 1});

@@ -140,7 +140,14 @@ fn the_openai_client_gets_what_radix_generate_and_embed_give() {
     drop(server);
 
     let greedy = ["--json", "--max-tokens", "10", "--temperature", "0"];
-    let chat = radix_json(&[&["generate", "--chat"], &greedy[..], &["What is 2+2?"]].concat());
+    let chat = radix_json(
+        &[
+            &["generate", "--chat", "--logits"],
+            &greedy[..],
+            &["What is 2+2?"],
+        ]
+        .concat(),
+    );
     let completion =
         radix_json(&[&["generate"], &greedy[..], &["The capital of France is"]].concat());
     let embed = radix_json(&[&["embed", "--json"], &TEXTS[..]].concat());
@@ -169,4 +176,65 @@ fn the_openai_client_gets_what_radix_generate_and_embed_give() {
     assert_eq!(got["errors"]["unknown_model"]["status"], 400);
     assert_eq!(got["errors"]["unknown_model"]["param"], "model");
     assert_eq!(got["errors"]["wrong_key"]["status"], 401);
+    assert_eq!(got["errors"]["bad_grammar"]["status"], 400);
+    assert_eq!(got["errors"]["bad_grammar"]["param"], "grammar");
+
+    // Every reply under the schema parses and validates, and ended by
+    // itself.
+    let schema = &got["json_schema"]["schema"];
+    let validator = jsonschema::validator_for(schema).unwrap();
+    let texts = got["json_schema"]["texts"].as_array().unwrap();
+    assert_eq!(texts.len(), 5);
+    for text in texts {
+        let text = text.as_str().unwrap();
+        let value: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+        assert!(validator.is_valid(&value), "{text} against {schema}");
+    }
+    for f in got["json_schema"]["finishes"].as_array().unwrap() {
+        assert_eq!(f, "stop");
+    }
+
+    // Log-probabilities: the log-softmax of `radix generate`'s logits.
+    let entries = got["logprobs"].as_array().unwrap();
+    let rows = chat["logits"].as_array().unwrap();
+    assert_eq!(entries.len(), rows.len());
+    for ((entry, row), id) in entries
+        .iter()
+        .zip(rows)
+        .zip(chat["ids"].as_array().unwrap())
+    {
+        let row: Vec<f64> = row
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let z = max + row.iter().map(|x| (x - max).exp()).sum::<f64>().ln();
+        let want = row[id.as_u64().unwrap() as usize] - z;
+        let lp = entry["logprob"].as_f64().unwrap();
+        assert!((lp - want).abs() < 2e-3, "{lp} vs {want}");
+        let mut sorted: Vec<f64> = row.iter().map(|x| x - z).collect();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        for (t, w) in entry["top"].as_array().unwrap().iter().zip(&sorted) {
+            assert!((t.as_f64().unwrap() - w).abs() < 2e-3, "{entry}");
+        }
+    }
+
+    // A required tool call comes back as tool_calls, and the second turn
+    // with its result completes.
+    let call = &got["tool_call"];
+    assert_eq!(call["finish_reason"], "tool_calls", "{call}");
+    assert_eq!(call["calls"][0]["name"], "get_weather", "{call}");
+    let args: Value =
+        serde_json::from_str(call["calls"][0]["arguments"].as_str().unwrap()).unwrap();
+    assert!(args["city"].is_string(), "{args}");
+    assert!(call["second_turn"]["content"].is_string(), "{call}");
+
+    // n = 3 with a seed: the same three choices twice, not all one.
+    let n3 = got["n3"].as_array().unwrap();
+    assert_eq!(n3[0], n3[1]);
+    let three = n3[0].as_array().unwrap();
+    assert_eq!(three.len(), 3);
+    assert!(three[0] != three[1] || three[1] != three[2], "{three:?}");
 }

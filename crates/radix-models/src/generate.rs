@@ -611,14 +611,16 @@ impl<M: CausalLm> Generator<M> {
     }
 
     /// Generates up to `max_tokens` after `prompt` with the KV cache,
-    /// stopping after a stop token or when `on_token` returns
-    /// `false`; `on_token` sees each new token as it is picked, and its
-    /// errors (of the caller's own type) end the generation as they are.
+    /// stopping after a stop token, when `pick` (which sees each step's
+    /// logits and chooses the next token) returns `None`, or when
+    /// `on_token` returns `false`; `on_token` sees each new token as it is
+    /// picked, and its errors (of the caller's own type) end the generation
+    /// as they are.
     pub fn generate_with<E: From<Error>>(
         &mut self,
         prompt: &[u32],
         max_tokens: usize,
-        sampler: &mut Sampler,
+        mut pick: impl FnMut(&[f32]) -> Option<u32>,
         mut on_token: impl FnMut(u32) -> Result<bool, E>,
     ) -> Result<Generation, E> {
         let mut res = Generation::default();
@@ -629,8 +631,7 @@ impl<M: CausalLm> Generator<M> {
         let (mut logits, mut cache) = self.prefill(prompt)?;
         res.prefill = t.elapsed();
         let t = Instant::now();
-        loop {
-            let next = sampler.pick(&logits) as u32;
+        while let Some(next) = pick(&logits) {
             res.ids.push(next);
             let go_on = on_token(next)?;
             if !go_on || res.ids.len() == max_tokens || self.stops.contains(&next) {
@@ -650,8 +651,9 @@ impl<M: CausalLm> Generator<M> {
         max_tokens: usize,
         sampler: &mut Sampler,
     ) -> Result<Vec<u32>> {
+        let pick = |logits: &[f32]| Some(sampler.pick(logits) as u32);
         Ok(self
-            .generate_with(prompt, max_tokens, sampler, |_| Ok::<_, Error>(true))?
+            .generate_with(prompt, max_tokens, pick, |_| Ok::<_, Error>(true))?
             .ids)
     }
 

@@ -5,13 +5,16 @@
 
 pub mod batch;
 pub mod bert;
+pub mod constraint;
 mod error;
+mod gbnf;
 pub mod gemma3;
 pub mod generate;
 pub mod llama;
 pub mod mistral;
 pub mod mnist;
 pub mod packages;
+pub mod pick;
 pub mod qwen2;
 pub mod qwen3;
 pub mod runner;

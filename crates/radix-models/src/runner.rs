@@ -65,6 +65,25 @@ impl Load<'_> {
     }
 }
 
+/// The configuration of the decoder at `path` (a GGUF file or a Hugging
+/// Face folder), read without loading its weights.
+pub fn config_of(path: &Path) -> Result<DecoderConfig> {
+    if path.is_dir() {
+        let weights = hf::open_weights(path)?;
+        DecoderConfig::from_hf(path, &weights)
+    } else {
+        DecoderConfig::from_gguf(&Gguf::open(path)?)
+    }
+}
+
+impl DecoderConfig {
+    /// The bytes one sequence's key/value cache takes per position (every
+    /// layer's keys and values, f32).
+    pub fn cache_bytes_per_position(&self) -> usize {
+        self.n_layers * 2 * (self.n_kv_heads * self.head_dim) as usize * 4
+    }
+}
+
 impl Runner {
     /// Opens the model at `path` (a GGUF file, or a Hugging Face folder with
     /// `config.json` and safetensors weights) and loads it on `platform`,
@@ -175,10 +194,10 @@ impl Runner {
         &mut self,
         prompt: &[u32],
         max_tokens: usize,
-        sampler: &mut Sampler,
+        mut pick: impl FnMut(&[f32]) -> Option<u32>,
         on_token: impl FnMut(u32) -> Result<bool, E>,
     ) -> Result<Generation, E> {
-        each!(self, g => g.generate_with(prompt, max_tokens, sampler, on_token))
+        each!(self, g => g.generate_with(prompt, max_tokens, &mut pick, on_token))
     }
 
     /// A batch of up to `slots` sequences of this runner's model (see

@@ -50,6 +50,9 @@ pub enum Sampler {
         top_k: Option<usize>,
         /// Keep the most likely candidates up to this total probability.
         top_p: Option<f64>,
+        /// Keep only candidates at least this fraction as likely as the
+        /// most likely one.
+        min_p: Option<f64>,
         /// The generator.
         rng: Rng,
     },
@@ -87,7 +90,33 @@ impl Sampler {
             temperature,
             top_k,
             top_p,
+            min_p: None,
             rng: Rng::new(seed),
+        })
+    }
+
+    /// The same sampler keeping only the tokens at least `min_p` (in
+    /// `[0, 1]`) as likely as the most likely one (after the temperature),
+    /// as llama.cpp and vLLM's `min_p` do; greedy decoding is unchanged.
+    pub fn with_min_p(self, min_p: Option<f64>) -> Result<Self> {
+        if let Some(p) = min_p.filter(|p| !(0.0..=1.0).contains(p)) {
+            return Err(Error::Input(format!("min_p must be in [0, 1], got {p}")));
+        }
+        Ok(match self {
+            Sampler::Sample {
+                temperature,
+                top_k,
+                top_p,
+                rng,
+                ..
+            } => Sampler::Sample {
+                temperature,
+                top_k,
+                top_p,
+                min_p: min_p.filter(|&p| p > 0.0),
+                rng,
+            },
+            greedy => greedy,
         })
     }
 
@@ -101,6 +130,7 @@ impl Sampler {
                 temperature,
                 top_k,
                 top_p,
+                min_p,
                 rng,
             } => {
                 let key = |i: usize| f64::from(logits[i]).max(f64::NEG_INFINITY);
@@ -119,6 +149,13 @@ impl Sampler {
                     .collect();
                 let total: f64 = probs.iter().sum();
                 probs.iter_mut().for_each(|p| *p /= total);
+                if let Some(m) = min_p {
+                    // Sorted: the most likely is first.
+                    let floor = probs[0] * *m;
+                    let keep = probs.iter().take_while(|&&q| q >= floor).count().max(1);
+                    probs.truncate(keep);
+                    idx.truncate(keep);
+                }
                 if let Some(p) = top_p {
                     let mut acc = 0.0;
                     let keep = probs
@@ -143,6 +180,37 @@ impl Sampler {
             }
         }
     }
+}
+
+/// The log-probability (log-softmax, in f64 then rounded) of token
+/// `chosen` under `logits`, and the `k` most likely tokens with theirs,
+/// most likely first (the lower id first on ties). NaN logits count as
+/// impossible.
+pub fn logprobs(logits: &[f32], chosen: usize, k: usize) -> (f32, Vec<(usize, f32)>) {
+    let key = |x: f32| {
+        if x.is_nan() {
+            f64::NEG_INFINITY
+        } else {
+            f64::from(x)
+        }
+    };
+    let max = logits
+        .iter()
+        .map(|&x| key(x))
+        .fold(f64::NEG_INFINITY, f64::max);
+    let sum: f64 = logits.iter().map(|&x| (key(x) - max).exp()).sum();
+    let norm = max + sum.ln();
+    let lp = |i: usize| (key(logits[i]) - norm) as f32;
+    let mut top: Vec<usize> = (0..logits.len()).collect();
+    let k = k.min(logits.len());
+    if k > 0 && k < top.len() {
+        top.select_nth_unstable_by(k - 1, |&a, &b| {
+            key(logits[b]).total_cmp(&key(logits[a])).then(a.cmp(&b))
+        });
+    }
+    top.truncate(k);
+    top.sort_by(|&a, &b| key(logits[b]).total_cmp(&key(logits[a])).then(a.cmp(&b)));
+    (lp(chosen), top.into_iter().map(|i| (i, lp(i))).collect())
 }
 
 /// The index of the largest value (the first on ties); NaNs lose to every
@@ -199,6 +267,35 @@ mod tests {
         for _ in 0..10 {
             assert_eq!(s.pick(&[0.5, 2.0, 1.9]), 1);
         }
+    }
+
+    #[test]
+    fn logprobs_are_the_log_softmax() {
+        let logits = [1.0f32, 3.0, 2.0, f32::NAN];
+        let (lp, top) = logprobs(&logits, 2, 2);
+        let z = (1f64.exp() + 3f64.exp() + 2f64.exp()).ln();
+        assert!((f64::from(lp) - (2.0 - z)).abs() < 1e-6);
+        assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), [1, 2]);
+        assert!((f64::from(top[0].1) - (3.0 - z)).abs() < 1e-6);
+        assert_eq!(logprobs(&logits, 3, 0).0, f32::NEG_INFINITY);
+    }
+
+    #[test]
+    fn min_p_drops_the_unlikely() {
+        // Probabilities ~ [0.665, 0.245, 0.090]: min_p 0.2 keeps two
+        // (0.090 < 0.2 * 0.665), min_p 0.1 all three.
+        let logits = [2.0, 1.0, 0.0];
+        let picks = |m| {
+            let mut s = Sampler::sample(1.0, None, None, 1)
+                .unwrap()
+                .with_min_p(Some(m))
+                .unwrap();
+            (0..300).map(|_| s.pick(&logits)).collect::<Vec<_>>()
+        };
+        assert!(!picks(0.2).contains(&2));
+        assert!(picks(0.1).contains(&2));
+        let err = Sampler::greedy().with_min_p(Some(1.5)).unwrap_err();
+        assert!(err.to_string().contains("min_p"), "{err}");
     }
 
     #[test]

@@ -128,10 +128,6 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, String> {
-        let env = environment().map_err(|e| format!("chat template: {e}"))?;
-        let template = env
-            .template_from_str(&self.source)
-            .map_err(|e| format!("chat template does not parse: {e}"))?;
         let messages: Vec<Value> = messages
             .iter()
             .map(|m| {
@@ -141,11 +137,40 @@ impl ChatTemplate {
                 ])
             })
             .collect();
+        self.render_values(Value::from(messages), None, add_generation_prompt)
+    }
+
+    /// `messages` as OpenAI sends them (JSON objects: `role`, `content`,
+    /// and `tool_calls` or `tool_call_id` where they are given) and the
+    /// `tools` (OpenAI's list of functions) rendered, as transformers'
+    /// `apply_chat_template(messages, tools=...)` renders them: a template
+    /// that reads neither ignores them.
+    pub fn render_json(
+        &self,
+        messages: &[serde_json::Value],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String, String> {
+        let messages = Value::from(messages.iter().map(from_json).collect::<Vec<_>>());
+        self.render_values(messages, tools.map(from_json), add_generation_prompt)
+    }
+
+    fn render_values(
+        &self,
+        messages: Value,
+        tools: Option<Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String, String> {
+        let env = environment().map_err(|e| format!("chat template: {e}"))?;
+        let template = env
+            .template_from_str(&self.source)
+            .map_err(|e| format!("chat template does not parse: {e}"))?;
         let ctx = map([
-            ("messages", Value::from(messages)),
+            ("messages", messages),
             ("add_generation_prompt", Value::from(add_generation_prompt)),
             ("bos_token", Value::from(self.bos_token.as_str())),
             ("eos_token", Value::from(self.eos_token.as_str())),
+            ("tools", tools.unwrap_or(Value::from(()))),
         ]);
         template.render(ctx).map_err(|e| match e.kind() {
             ErrorKind::InvalidOperation if e.detail().is_some() => {
@@ -153,6 +178,24 @@ impl ChatTemplate {
             }
             _ => format!("chat template: {e}"),
         })
+    }
+}
+
+/// A JSON value as a Jinja value (objects keep their keys' order where
+/// the Jinja map does).
+fn from_json(v: &serde_json::Value) -> Value {
+    use serde_json::Value as J;
+    match v {
+        J::Null => Value::from(()),
+        J::Bool(b) => Value::from(*b),
+        J::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Value::from(i),
+            (None, Some(u)) => Value::from(u),
+            _ => Value::from(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        J::String(s) => Value::from(s.as_str()),
+        J::Array(a) => Value::from(a.iter().map(from_json).collect::<Vec<_>>()),
+        J::Object(o) => Value::from_pairs(o.iter().map(|(k, v)| (k.as_str(), from_json(v)))),
     }
 }
 

@@ -213,6 +213,26 @@ impl Tokenizer {
         self.chat_impl(messages, true)
     }
 
+    /// [`Tokenizer::chat_prompt`] of messages as OpenAI sends them (JSON
+    /// objects, which may carry `tool_calls` and `tool_call_id`) with the
+    /// `tools` the model may call passed to the template (see
+    /// [`ChatTemplate::render_json`]).
+    pub fn chat_prompt_json(
+        &self,
+        messages: &[serde_json::Value],
+        tools: Option<&serde_json::Value>,
+    ) -> Result<String> {
+        let Some(template) = &self.chat else {
+            return Err(self.err("the model has no chat template".into()));
+        };
+        if messages.is_empty() {
+            return Err(self.err("cannot apply the chat template to an empty chat".into()));
+        }
+        template
+            .render_json(messages, tools, true)
+            .map_err(|reason| self.err(reason))
+    }
+
     /// The ids of [`Tokenizer::chat_prompt`], as transformers'
     /// `apply_chat_template(tokenize=True)` gives them: the template writes
     /// the special tokens it wants (Gemma's `<bos>`), so none are added.

@@ -38,25 +38,96 @@ pub struct CompletionRequest {
     pub stream: Option<bool>,
     /// `{"include_usage": true}` adds a last chunk with the counts.
     pub stream_options: Option<StreamOptions>,
-    /// Choices per request: only 1.
+    /// Choices per request (each its own sequence; with a seed, choice
+    /// `i` draws with seed + `i`).
     pub n: Option<u64>,
-    /// Not implemented: only 0.
+    /// Lowers once the logit of every token the reply holds, in [-2, 2].
     pub presence_penalty: Option<f64>,
-    /// Not implemented: only 0.
+    /// Lowers a token's logit once per time the reply holds it, in [-2, 2].
     pub frequency_penalty: Option<f64>,
+    /// Divides the positive logits (multiplies the negative ones) of the
+    /// tokens of the prompt and the reply (vLLM, llama.cpp); 1 is none.
+    pub repetition_penalty: Option<f64>,
+    /// Keep only tokens at least this fraction as likely as the most
+    /// likely one (llama.cpp, vLLM).
+    pub min_p: Option<f64>,
+    /// Token id (as a string) to a bias in [-100, 100] added to its logit.
+    pub logit_bias: Option<std::collections::HashMap<String, f64>>,
+    /// Chat: `true` for the log-probability of each token; completions: how
+    /// many most likely tokens to list with each (0 to 20).
+    pub logprobs: Option<Logprobs>,
+    /// Chat: how many most likely tokens to list with each (0 to 20).
+    pub top_logprobs: Option<u64>,
+    /// `{"type": "text" | "json_object" | "json_schema", "json_schema":
+    /// {"name", "schema", "strict"}}`: the reply follows it.
+    pub response_format: Option<ResponseFormat>,
+    /// llama.cpp's `json_schema`: a JSON schema the reply follows.
+    pub json_schema: Option<serde_json::Value>,
+    /// llama.cpp's `grammar`: a GBNF grammar (or llguidance's Lark) the
+    /// reply follows.
+    pub grammar: Option<String>,
+    /// Functions the model may call (`{"type": "function", "function":
+    /// {"name", "description", "parameters"}}`), passed to its template.
+    pub tools: Option<Vec<serde_json::Value>>,
+    /// `none`, `auto`, `required` or `{"type": "function", "function":
+    /// {"name"}}`.
+    pub tool_choice: Option<serde_json::Value>,
+    /// Whether a reply may call several tools (default true).
+    pub parallel_tool_calls: Option<bool>,
     /// The caller's end user (ignored).
     #[expect(dead_code, reason = "accepted as OpenAI does, and ignored")]
     pub user: Option<String>,
+}
+
+/// `logprobs`: a flag (chat) or a count (completions).
+#[derive(Deserialize, Clone, Copy)]
+#[serde(untagged)]
+pub enum Logprobs {
+    /// Chat's form.
+    Flag(bool),
+    /// Completions' form: how many most likely tokens to list.
+    Count(u64),
+}
+
+/// `response_format`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResponseFormat {
+    /// `text`, `json_object` or `json_schema`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The schema, for `json_schema`.
+    pub json_schema: Option<JsonSchemaFormat>,
+}
+
+/// `response_format.json_schema`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonSchemaFormat {
+    /// The schema's name.
+    #[expect(dead_code, reason = "accepted as OpenAI does; names nothing here")]
+    pub name: Option<String>,
+    /// What the schema is for.
+    #[expect(dead_code, reason = "accepted as OpenAI does; the model is not told")]
+    pub description: Option<String>,
+    /// The JSON schema.
+    pub schema: Option<serde_json::Value>,
+    /// Whether to follow the schema exactly: it always is.
+    pub strict: Option<bool>,
 }
 
 /// One chat message.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Message {
-    /// `system`, `user` or `assistant`.
+    /// `system`, `user`, `assistant` or `tool`.
     pub role: String,
-    /// The text.
-    pub content: Content,
+    /// The text (none for an assistant's message of tool calls).
+    pub content: Option<Content>,
+    /// An assistant's calls of tools.
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    /// Which call a `tool` message answers.
+    pub tool_call_id: Option<String>,
     /// The speaker's name (ignored).
     #[expect(dead_code, reason = "accepted as OpenAI does, and ignored")]
     pub name: Option<String>,
@@ -132,11 +203,12 @@ pub struct EmbeddingRequest {
 }
 
 impl Message {
-    /// The text of the content, its parts joined.
+    /// The text of the content, its parts joined (empty when there is none).
     pub fn text(&self, i: usize) -> Result<String, ApiError> {
         match &self.content {
-            Content::Text(t) => Ok(t.clone()),
-            Content::Parts(parts) => parts
+            None => Ok(String::new()),
+            Some(Content::Text(t)) => Ok(t.clone()),
+            Some(Content::Parts(parts)) => parts
                 .iter()
                 .enumerate()
                 .map(|(j, p)| match p.kind.as_str() {
@@ -178,6 +250,7 @@ pub fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result
         let msg = inner.to_string();
         let msg = match msg.strip_prefix("data did not match any variant of untagged enum ") {
             Some("Content") => "expected a string or a list of text parts",
+            Some("Logprobs") => "expected true/false or a count",
             Some(_) => "expected a string or a list of strings",
             None => msg.split(" at line ").next().unwrap_or(&msg),
         };

@@ -34,9 +34,15 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 64, value_name = "N")]
     pub max_queue: usize,
     /// Positions per sequence (prompt and reply), a power of two from 32 to
-    /// the model's own context.
-    #[arg(long, default_value_t = 1024, value_name = "N")]
-    pub context: usize,
+    /// the model's own context. Default: the model's trained context, or
+    /// the largest power of two whose caches for `--max-batch` sequences
+    /// fit `--cache-memory`, whichever is less.
+    #[arg(long, value_name = "N")]
+    pub context: Option<usize>,
+    /// The memory the key/value caches of all sequences may take, in MiB,
+    /// when `--context` is not given.
+    #[arg(long, default_value_t = 512, value_name = "MIB")]
+    pub cache_memory: u64,
     /// Multiply quantized matrices by f32 activations (`W·x`) rather than by
     /// activations quantized to 8 bits as llama.cpp does (see `radix
     /// generate --exact`).
@@ -81,10 +87,16 @@ impl ServeArgs {
     pub fn check(&self) -> Result<()> {
         ensure!(self.max_batch >= 1, "--max-batch must be at least 1");
         ensure!(self.max_queue >= 1, "--max-queue must be at least 1");
+        if let Some(context) = self.context {
+            ensure!(
+                context >= 32 && context.is_power_of_two(),
+                "--context must be a power of two of at least 32, got {context}"
+            );
+        }
         ensure!(
-            self.context >= 32 && self.context.is_power_of_two(),
-            "--context must be a power of two of at least 32, got {}",
-            self.context
+            (1..=1 << 30).contains(&self.cache_memory),
+            "--cache-memory must be from 1 to 2^30 MiB, got {}",
+            self.cache_memory
         );
         ensure!(
             self.api_key.as_ref().is_none_or(|k| !k.is_empty()),
@@ -128,6 +140,30 @@ impl ServeArgs {
         Ok(std::env::var("RADIX_API_KEY")
             .ok()
             .filter(|k| !k.is_empty()))
+    }
+
+    /// The positions per sequence: `--context`, or the model's trained
+    /// `trained` positions capped so that `--max-batch` caches of
+    /// `bytes_per_position` each fit `--cache-memory`.
+    pub fn context(&self, trained: usize, bytes_per_position: usize) -> Result<usize> {
+        if let Some(context) = self.context {
+            return Ok(context);
+        }
+        let budget = self.cache_memory.saturating_mul(1 << 20);
+        let per_slot = budget / (self.max_batch as u64).max(1);
+        let fits = per_slot / (bytes_per_position as u64).max(1);
+        let mut context = 32usize;
+        while context * 2 <= trained && ((context * 2) as u64) <= fits {
+            context *= 2;
+        }
+        ensure!(
+            (context as u64) <= fits,
+            "--cache-memory {} MiB holds fewer than 32 positions for each of --max-batch {} \
+             sequences: raise it or lower --max-batch",
+            self.cache_memory,
+            self.max_batch
+        );
+        Ok(context)
     }
 
     /// `--shutdown-timeout` as a duration.

@@ -17,6 +17,7 @@
 
 mod api;
 mod args;
+mod check;
 mod conn;
 mod embeddings;
 mod error;
@@ -25,6 +26,8 @@ mod queue;
 mod routes;
 mod sse;
 mod stop;
+mod tokens;
+mod tools;
 mod worker;
 
 use std::sync::Arc;
@@ -34,6 +37,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 pub use args::ServeArgs;
 use conn::{ConnConfig, InFlight};
+
+use radix_models::constraint::Vocabulary;
 
 use crate::Cli;
 use crate::embed::model_dir;
@@ -59,10 +64,11 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
         max_connections: max_connections(args.max_connections, conn::raise_open_files()),
     };
     let model = Model::open(&args.model)?;
+    let config = radix_models::runner::config_of(&model.path)?;
+    let context = args.context(model.context, config.cache_bytes_per_position())?;
     ensure!(
-        args.context <= model.context,
-        "--context {} is longer than the model's context of {} tokens",
-        args.context,
+        context <= model.context,
+        "--context {context} is longer than the model's context of {} tokens",
         model.context
     );
     let embed_dir = match args.embed_model.as_str() {
@@ -72,9 +78,10 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
     let platform = open_platform(cli)?;
     let metrics = Arc::new(Metrics::default());
     let tokenizer = model.tokenizer.clone();
+    let vocab = Vocabulary::new(&tokenizer, config.vocab as usize, &model.stops)?;
     let bar = spinner("loading the models and compiling (or loading from the cache)".into());
     let cfg = WorkerConfig {
-        context: args.context,
+        context,
         max_batch: args.max_batch,
         max_queue: args.max_queue,
         matrices: matrix_format(DtypeArg::Stored, args.exact)?,
@@ -88,7 +95,8 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
         model: args.model.clone(),
         embed_model: embeddings.as_ref().map(|_| args.embed_model.clone()),
         tokenizer,
-        context: args.context,
+        vocab,
+        context,
         max_batch: args.max_batch,
         max_queue: args.max_queue,
         worker,

@@ -14,19 +14,21 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use base64::Engine as _;
 use futures_util::StreamExt as _;
-use radix_models::sampling::Sampler;
-use radix_text::{ChatMessage, Tokenizer};
+use radix_models::constraint::Vocabulary;
+use radix_text::Tokenizer;
 use serde::Serialize;
 use serde_json::json;
 use subtle::ConstantTimeEq as _;
 
-use super::api::{CompletionRequest, EmbeddingRequest, Prompt, Stop, parse};
+use super::api::{CompletionRequest, EmbeddingRequest, Prompt, parse};
+use super::check;
 use super::conn::InFlight;
 use super::embeddings::{self as embed, EmbedError, Embeddings};
 use super::error::{ApiError, axum_json};
 use super::metrics::Metrics;
 use super::sse::{self, Kind, Reply, StreamEnd};
-use super::worker::{Event, Health, Job, Refused, Worker};
+use super::worker::{Event, Events, Health, Job, Refused, Worker};
+use super::{tokens, tools};
 
 /// The largest request body read; a larger one answers 413.
 pub const BODY_LIMIT: usize = 1 << 20;
@@ -39,6 +41,8 @@ pub struct AppState {
     pub embed_model: Option<String>,
     /// The language model's tokenizer.
     pub tokenizer: Tokenizer,
+    /// Its vocabulary as grammars and log-probabilities read it.
+    pub vocab: Vocabulary,
     /// Positions per sequence.
     pub context: usize,
     /// Sequences at once.
@@ -66,8 +70,10 @@ pub struct AppState {
     pub in_flight: InFlight,
 }
 
-type Shared = State<Arc<AppState>>;
-type Body = Result<Bytes, BytesRejection>;
+/// The state as a route takes it.
+pub type Shared = State<Arc<AppState>>;
+/// A body as a route takes it.
+pub type Body = Result<Bytes, BytesRejection>;
 
 /// Every route, with the API key check on `/v1/...`, the body limit and the
 /// request counter.
@@ -77,6 +83,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/embeddings", post(embeddings))
         .route("/v1/models", get(models))
+        .route("/tokenize", post(tokens::tokenize))
+        .route("/detokenize", post(tokens::detokenize))
+        .route("/apply-template", post(tokens::apply_template))
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()
         .merge(v1)
@@ -90,11 +99,14 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 /// The routes counted by name; others count as `other`.
-const ROUTES: [&str; 6] = [
+const ROUTES: [&str; 9] = [
     "/v1/chat/completions",
     "/v1/completions",
     "/v1/embeddings",
     "/v1/models",
+    "/tokenize",
+    "/detokenize",
+    "/apply-template",
     "/health",
     "/metrics",
 ];
@@ -264,17 +276,6 @@ async fn completions(State(s): Shared, body: Body) -> Result<Response, ApiError>
     complete(s, parse(body)?, Kind::Text).await
 }
 
-/// A completion request once checked: what the worker needs and how to
-/// answer.
-struct Checked {
-    prompt: Vec<u32>,
-    max_tokens: usize,
-    sampler: Sampler,
-    stop: Vec<String>,
-    stream: bool,
-    include_usage: bool,
-}
-
 /// Checks a completion request (templating and tokenizing on a blocking
 /// thread, not the server's), queues it and answers.
 async fn complete(
@@ -286,11 +287,11 @@ async fn complete(
     let deadline = tokio::time::Instant::from_std(arrived) + s.request_timeout;
     let checked = {
         let s = s.clone();
-        tokio::task::spawn_blocking(move || check(&s, &req, kind))
+        tokio::task::spawn_blocking(move || check::check(&s, &req, kind))
             .await
             .map_err(|e| ApiError::internal(format!("the request's check failed: {e}")))??
     };
-    let (events, rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
+    let (events, rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Event)>();
     let reply = Reply {
         id: format!(
             "{}-{}",
@@ -306,18 +307,31 @@ async fn complete(
         kind,
         prompt_tokens: checked.prompt.len(),
         include_usage: checked.include_usage,
+        choices: checked.pickers.len(),
+        logprobs: checked.logprobs.is_some(),
+        vocab: s.vocab.clone(),
+        tools: checked.tools.filter(|t| t.choice != tools::Choice::None),
     };
-    let job = Job {
-        prompt: checked.prompt,
-        max_tokens: checked.max_tokens,
-        sampler: checked.sampler,
-        stop: checked.stop,
-        events,
-        arrived,
-    };
-    s.worker
-        .submit(job)
-        .map_err(|r| refused(r, s.max_batch, s.max_queue))?;
+    // One sequence per choice; if one cannot be queued the request fails
+    // and those queued leave as their client is gone.
+    for (choice, picker) in checked.pickers.into_iter().enumerate() {
+        let job = Job {
+            prompt: checked.prompt.clone(),
+            max_tokens: checked.max_tokens,
+            picker,
+            logprobs: checked.logprobs,
+            stop: checked.stop.clone(),
+            events: Events {
+                choice,
+                tx: events.clone(),
+            },
+            arrived,
+        };
+        s.worker
+            .submit(job)
+            .map_err(|r| refused(r, s.max_batch, s.max_queue))?;
+    }
+    drop(events);
     if checked.stream {
         let end = StreamEnd::new(
             s.metrics.clone(),
@@ -340,195 +354,6 @@ pub fn timed_out(limit: Duration) -> ApiError {
         StatusCode::GATEWAY_TIMEOUT,
         format!("the request took longer than --request-timeout ({limit:?})"),
     )
-}
-
-/// Everything a completion request is checked for, in order: its model,
-/// its prompt (templated and tokenized), then its numbers, each at its
-/// type's limits.
-fn check(s: &AppState, req: &CompletionRequest, kind: Kind) -> Result<Checked, ApiError> {
-    if req.model != s.model {
-        return Err(unknown_model(&req.model, &s.model));
-    }
-    let (text, field) = prompt_text(&s.tokenizer, req, kind)?;
-    let prompt = s
-        .tokenizer
-        .encode(&text)
-        .map_err(|e| ApiError::invalid(field, format!("cannot tokenize the prompt: {e}")))?;
-    if prompt.is_empty() {
-        return Err(ApiError::invalid(field, "the prompt is empty"));
-    }
-    // Positions left for the reply (at least one).
-    let Some(room) = s.context.checked_sub(prompt.len()).filter(|&r| r > 0) else {
-        return Err(ApiError::invalid(
-            field,
-            format!(
-                "the prompt is {} tokens, which leaves no room in the context of {} tokens",
-                prompt.len(),
-                s.context
-            ),
-        ));
-    };
-    // Each limit given is checked; `max_tokens` wins if both are.
-    let mut max_tokens = None;
-    for (name, asked) in [
-        ("max_completion_tokens", req.max_completion_tokens),
-        ("max_tokens", req.max_tokens),
-    ] {
-        match asked {
-            None => {}
-            Some(0) => {
-                return Err(ApiError::invalid(
-                    name,
-                    format!("{name} must be at least 1"),
-                ));
-            }
-            // Compared without adding: no client number can overflow.
-            Some(m) if m > room as u64 => {
-                return Err(ApiError::invalid(
-                    name,
-                    format!(
-                        "the prompt ({} tokens) and {name} ({m}) exceed the context of {} tokens",
-                        prompt.len(),
-                        s.context
-                    ),
-                ));
-            }
-            Some(m) => max_tokens = Some(m as usize),
-        }
-    }
-    let max_tokens = max_tokens.unwrap_or(room);
-    let sampler = sampler(req)?;
-    let stop = match &req.stop {
-        None => vec![],
-        Some(Stop::One(s)) => vec![s.clone()],
-        Some(Stop::Many(v)) if v.len() > 4 => {
-            return Err(ApiError::invalid("stop", "at most 4 stop sequences"));
-        }
-        Some(Stop::Many(v)) => v.clone(),
-    };
-    if req.n.is_some_and(|n| n != 1) {
-        return Err(ApiError::invalid("n", "only n = 1 is supported"));
-    }
-    for (name, v) in [
-        ("presence_penalty", req.presence_penalty),
-        ("frequency_penalty", req.frequency_penalty),
-    ] {
-        if v.is_some_and(|v| v != 0.0) {
-            return Err(ApiError::invalid(
-                name,
-                format!("{name} is not supported (only 0)"),
-            ));
-        }
-    }
-    let stream = req.stream.unwrap_or(false);
-    let include_usage = req.stream_options.as_ref().and_then(|o| o.include_usage);
-    if include_usage.is_some() && !stream {
-        return Err(ApiError::invalid(
-            "stream_options",
-            "stream_options needs stream: true",
-        ));
-    }
-    Ok(Checked {
-        prompt,
-        max_tokens,
-        sampler,
-        stop,
-        stream,
-        include_usage: include_usage.unwrap_or(false),
-    })
-}
-
-/// The prompt's text and the field it came from.
-fn prompt_text(
-    tokenizer: &Tokenizer,
-    req: &CompletionRequest,
-    kind: Kind,
-) -> Result<(String, &'static str), ApiError> {
-    match kind {
-        Kind::Chat => {
-            if req.prompt.is_some() {
-                return Err(ApiError::invalid(
-                    "prompt",
-                    "chat completions take messages, not a prompt",
-                ));
-            }
-            let messages = req
-                .messages
-                .as_ref()
-                .ok_or_else(|| ApiError::invalid("messages", "missing field `messages`"))?;
-            if messages.is_empty() {
-                return Err(ApiError::invalid("messages", "messages must not be empty"));
-            }
-            let mut chat = Vec::with_capacity(messages.len());
-            for (i, m) in messages.iter().enumerate() {
-                if !["system", "user", "assistant"].contains(&m.role.as_str()) {
-                    return Err(ApiError::invalid(
-                        &format!("messages[{i}].role"),
-                        format!("unknown role {:?}: system, user or assistant", m.role),
-                    ));
-                }
-                chat.push(ChatMessage::new(&m.role, &m.text(i)?));
-            }
-            let text = chat_prompt(tokenizer, &chat)
-                .map_err(|e| ApiError::invalid("messages", format!("{e:#}")))?;
-            Ok((text, "messages"))
-        }
-        Kind::Text => {
-            if req.messages.is_some() {
-                return Err(ApiError::invalid(
-                    "messages",
-                    "completions take a prompt, not messages",
-                ));
-            }
-            match &req.prompt {
-                Some(Prompt::Text(t)) => Ok((t.clone(), "prompt")),
-                Some(Prompt::Texts(v)) if v.len() == 1 => Ok((v[0].clone(), "prompt")),
-                Some(Prompt::Texts(_)) => {
-                    Err(ApiError::invalid("prompt", "only one prompt per request"))
-                }
-                None => Err(ApiError::invalid("prompt", "missing field `prompt`")),
-            }
-        }
-    }
-}
-
-/// `messages` formatted with the model's chat template, ending with the
-/// prompt of the assistant's reply.
-fn chat_prompt(tokenizer: &Tokenizer, messages: &[ChatMessage]) -> radix_text::Result<String> {
-    tokenizer.chat_prompt(messages)
-}
-
-/// The sampler a request asks for: greedy at temperature 0 (`top_p`, `top_k`
-/// and `seed` then change nothing), else a draw.
-fn sampler(req: &CompletionRequest) -> Result<Sampler, ApiError> {
-    let t = req.temperature.unwrap_or(1.0);
-    if !(t.is_finite() && t >= 0.0) {
-        return Err(ApiError::invalid(
-            "temperature",
-            format!("temperature must be 0 or more, got {t}"),
-        ));
-    }
-    if let Some(p) = req.top_p.filter(|p| !(*p > 0.0 && *p <= 1.0)) {
-        return Err(ApiError::invalid(
-            "top_p",
-            format!("top_p must be in (0, 1], got {p}"),
-        ));
-    }
-    if req.top_k == Some(0) {
-        return Err(ApiError::invalid("top_k", "top_k must be at least 1"));
-    }
-    if t == 0.0 {
-        return Ok(Sampler::greedy());
-    }
-    let seed = req.seed.unwrap_or_else(|| {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-    });
-    // A top_k past the vocabulary keeps every token, as does usize::MAX.
-    let top_k = req.top_k.map(|k| usize::try_from(k).unwrap_or(usize::MAX));
-    Sampler::sample(t, top_k, req.top_p, seed)
-        .map_err(|e| ApiError::invalid("temperature", e.to_string()))
 }
 
 async fn embeddings(State(s): Shared, body: Body) -> Result<Response, ApiError> {
@@ -664,7 +489,7 @@ struct Usage {
 }
 
 /// 400 for a model this server does not have.
-fn unknown_model(asked: &str, served: &str) -> ApiError {
+pub fn unknown_model(asked: &str, served: &str) -> ApiError {
     ApiError::invalid(
         "model",
         format!("unknown model {asked:?}: this endpoint serves {served:?}"),

@@ -20,7 +20,20 @@ use super::conn::InFlightGuard;
 use super::error::{ApiError, axum_json};
 use super::metrics::Metrics;
 use super::routes::timed_out;
-use super::worker::Event;
+use super::tools::Tools;
+use super::worker::{Event, Finish, TokenLogprob};
+use radix_models::constraint::Vocabulary;
+
+/// How far a stream has come: choices not finished, tokens generated,
+/// and each choice's text offset (in characters).
+struct Progress {
+    left: usize,
+    tokens: usize,
+    offsets: Vec<usize>,
+    /// With tools, each choice's text, held until it ends to be read for
+    /// calls.
+    held: Vec<String>,
+}
 
 /// Which endpoint answers.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -102,6 +115,14 @@ pub struct Reply {
     pub prompt_tokens: usize,
     /// Whether the stream ends with a chunk of token counts.
     pub include_usage: bool,
+    /// How many choices (sequences) answer.
+    pub choices: usize,
+    /// Whether the tokens' log-probabilities are asked for.
+    pub logprobs: bool,
+    /// The vocabulary, for the tokens' text.
+    pub vocab: Vocabulary,
+    /// The tools the model may call: its text is read for calls.
+    pub tools: Option<Tools>,
 }
 
 impl Reply {
@@ -132,9 +153,72 @@ impl Reply {
         })
     }
 
-    /// A streamed chunk: `text` (or the assistant's role, for the first
-    /// chat chunk) and the finish reason at the end.
-    fn chunk(&self, text: Option<&str>, finish: Option<&str>) -> Value {
+    /// The text and bytes of token `id`.
+    fn token(&self, id: u32) -> (String, Vec<u8>) {
+        let bytes = self.vocab.token_bytes(id);
+        (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+    }
+
+    /// The `logprobs` of a choice holding `tokens`, as the endpoint shapes
+    /// it (`null` when not asked); a completion's `text_offset` counts from
+    /// `offset` characters and moves it on.
+    fn logprobs(&self, tokens: &[TokenLogprob], offset: &mut usize) -> Value {
+        if !self.logprobs {
+            return Value::Null;
+        }
+        match self.kind {
+            Kind::Chat => {
+                let entry = |id: u32, lp: f32| {
+                    let (token, bytes) = self.token(id);
+                    json!({"token": token, "logprob": lp, "bytes": bytes})
+                };
+                let content: Vec<Value> = tokens
+                    .iter()
+                    .map(|t| {
+                        let mut e = entry(t.id, t.logprob);
+                        e["top_logprobs"] = t.top.iter().map(|&(id, lp)| entry(id, lp)).collect();
+                        e
+                    })
+                    .collect();
+                json!({"content": content, "refusal": null})
+            }
+            Kind::Text => {
+                let mut texts = vec![];
+                let mut offsets = vec![];
+                let mut tops = vec![];
+                for t in tokens {
+                    let text = self.token(t.id).0;
+                    offsets.push(*offset);
+                    *offset += text.chars().count();
+                    texts.push(text);
+                    let top: serde_json::Map<String, Value> = t
+                        .top
+                        .iter()
+                        .map(|&(id, lp)| (self.token(id).0, json!(lp)))
+                        .collect();
+                    tops.push(Value::Object(top));
+                }
+                let lps: Vec<f32> = tokens.iter().map(|t| t.logprob).collect();
+                json!({
+                    "tokens": texts,
+                    "token_logprobs": lps,
+                    "top_logprobs": tops,
+                    "text_offset": offsets,
+                })
+            }
+        }
+    }
+
+    /// A streamed chunk of choice `index`: `text` (or the assistant's
+    /// role, for the first chat chunk) with its tokens' log-probabilities,
+    /// and the finish reason at the end.
+    fn chunk(
+        &self,
+        index: usize,
+        text: Option<&str>,
+        logprobs: Value,
+        finish: Option<&str>,
+    ) -> Value {
         let choice = match self.kind {
             Kind::Chat => {
                 let delta = match text {
@@ -142,80 +226,128 @@ impl Reply {
                     None if finish.is_none() => json!({"role": "assistant", "content": ""}),
                     None => json!({}),
                 };
-                json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish})
+                json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish})
             }
             Kind::Text => {
-                json!({"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish})
+                json!({"index": index, "text": text.unwrap_or(""), "logprobs": logprobs, "finish_reason": finish})
             }
         };
         self.envelope(true, json!([choice]))
     }
 
-    /// The whole answer.
-    fn whole(&self, text: &str, finish: &str, completion_tokens: usize) -> Value {
-        let choice = match self.kind {
-            Kind::Chat => json!({
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": null,
-                "finish_reason": finish,
-            }),
-            Kind::Text => {
-                json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
-            }
-        };
-        let mut res = self.envelope(false, json!([choice]));
-        res["usage"] = self.usage(completion_tokens);
+    /// The text of choice `index` as content and tool calls (none when the
+    /// request has no tools).
+    fn calls(&self, index: usize, text: &str) -> (Option<String>, Vec<Value>) {
+        match &self.tools {
+            Some(t) => t.parse(text, &format!("{}_{index}", self.id)),
+            None => (Some(text.to_string()), vec![]),
+        }
+    }
+
+    /// The whole answer: every choice, and the tokens of all.
+    fn whole(&self, choices: &[Choice]) -> Value {
+        let list: Vec<Value> = choices
+            .iter()
+            .enumerate()
+            .map(|(index, c)| {
+                let mut finish = c.finish.map(Finish::as_str);
+                let logprobs = self.logprobs(&c.logprobs, &mut 0);
+                match self.kind {
+                    Kind::Chat => {
+                        let (content, calls) = self.calls(index, &c.text);
+                        let mut message = json!({"role": "assistant", "content": content});
+                        if !calls.is_empty() {
+                            message["tool_calls"] = Value::Array(calls);
+                            finish = Some("tool_calls");
+                        }
+                        json!({
+                            "index": index,
+                            "message": message,
+                            "logprobs": logprobs,
+                            "finish_reason": finish,
+                        })
+                    }
+                    Kind::Text => {
+                        json!({"index": index, "text": c.text, "logprobs": logprobs, "finish_reason": finish})
+                    }
+                }
+            })
+            .collect();
+        let mut res = self.envelope(false, Value::Array(list));
+        res["usage"] = self.usage(choices.iter().map(|c| c.completion_tokens).sum());
         res
     }
 }
 
-/// Waits for the whole reply and answers it as one object.
+/// One choice of a whole answer as it gathers.
+#[derive(Default)]
+struct Choice {
+    text: String,
+    logprobs: Vec<TokenLogprob>,
+    finish: Option<Finish>,
+    completion_tokens: usize,
+}
+
+/// Waits for every choice of the reply and answers them as one object.
 pub async fn collect(
     reply: Reply,
-    mut events: UnboundedReceiver<Event>,
+    mut events: UnboundedReceiver<(usize, Event)>,
 ) -> Result<Response, ApiError> {
-    let mut text = String::new();
-    loop {
-        match events.recv().await {
-            Some(Event::Text(t)) => text.push_str(&t),
-            Some(Event::Done {
+    let mut choices: Vec<Choice> = (0..reply.choices).map(|_| Choice::default()).collect();
+    let mut left = reply.choices;
+    while left > 0 {
+        let Some((i, event)) = events.recv().await else {
+            return Err(ApiError::internal("the generation thread stopped"));
+        };
+        let c = &mut choices[i];
+        match event {
+            Event::Text(t, lps) => {
+                c.text.push_str(&t);
+                c.logprobs.extend(lps);
+            }
+            Event::Done {
                 finish,
                 completion_tokens,
-            }) => {
-                return Ok(axum_json(&reply.whole(
-                    &text,
-                    finish.as_str(),
-                    completion_tokens,
-                )));
+            } => {
+                c.finish = Some(finish);
+                c.completion_tokens = completion_tokens;
+                left -= 1;
             }
-            Some(Event::Failed(e)) => return Err(ApiError::internal(e)),
-            None => return Err(ApiError::internal("the generation thread stopped")),
+            Event::Failed(e) => return Err(ApiError::internal(e)),
         }
     }
+    Ok(axum_json(&reply.whole(&choices)))
 }
 
 /// Streams the reply as server-sent events until its end or `deadline`.
 pub fn stream(
     reply: Reply,
-    events: UnboundedReceiver<Event>,
+    events: UnboundedReceiver<(usize, Event)>,
     deadline: Instant,
     end: StreamEnd,
 ) -> Response {
     let mut pending = VecDeque::new();
     if reply.kind == Kind::Chat {
-        pending.push_back(reply.chunk(None, None).to_string());
+        for i in 0..reply.choices {
+            pending.push_back(reply.chunk(i, None, Value::Null, None).to_string());
+        }
     }
-    let state = (reply, events, pending, false, end.clone());
+    let progress = Progress {
+        left: reply.choices,
+        tokens: 0,
+        offsets: vec![0; reply.choices],
+        held: vec![String::new(); reply.choices],
+    };
+    let state = (reply, events, pending, false, end.clone(), progress);
     let chunks = stream::unfold(
         state,
-        move |(reply, mut events, mut pending, mut done, end)| async move {
+        move |(reply, mut events, mut pending, mut done, end, mut progress)| async move {
             loop {
                 if let Some(data) = pending.pop_front() {
                     let event = SseEvent::default().data(data);
                     return Some((
                         Ok::<_, Infallible>(event),
-                        (reply, events, pending, done, end),
+                        (reply, events, pending, done, end, progress),
                     ));
                 }
                 if done {
@@ -225,24 +357,63 @@ pub fn stream(
                 let next = tokio::time::timeout_at(deadline, events.recv()).await;
                 let failed = |e: ApiError| [e.body().to_string(), "[DONE]".into()];
                 match next {
-                    Ok(Some(Event::Text(t))) => {
-                        pending.push_back(reply.chunk(Some(&t), None).to_string());
+                    Ok(Some((i, Event::Text(t, _)))) if reply.tools.is_some() => {
+                        progress.held[i].push_str(&t);
                         done = false;
                     }
-                    Ok(Some(Event::Done {
-                        finish,
-                        completion_tokens,
-                    })) => {
+                    Ok(Some((i, Event::Text(t, lps)))) => {
+                        let lps = reply.logprobs(&lps, &mut progress.offsets[i]);
+                        pending.push_back(reply.chunk(i, Some(&t), lps, None).to_string());
+                        done = false;
+                    }
+                    Ok(Some((
+                        i,
+                        Event::Done {
+                            finish,
+                            completion_tokens,
+                        },
+                    ))) => {
+                        let mut finish = finish.as_str();
+                        if reply.tools.is_some() {
+                            let held = std::mem::take(&mut progress.held[i]);
+                            let (content, calls) = reply.calls(i, &held);
+                            if let Some(text) = content.filter(|t| !t.is_empty()) {
+                                pending.push_back(
+                                    reply.chunk(i, Some(&text), Value::Null, None).to_string(),
+                                );
+                            }
+                            if !calls.is_empty() {
+                                finish = "tool_calls";
+                                let calls: Vec<Value> = calls
+                                    .into_iter()
+                                    .enumerate()
+                                    .map(|(k, mut c)| {
+                                        c["index"] = json!(k);
+                                        c
+                                    })
+                                    .collect();
+                                let mut chunk = reply.chunk(i, Some(""), Value::Null, None);
+                                chunk["choices"][0]["delta"] = json!({ "tool_calls": calls });
+                                pending.push_back(chunk.to_string());
+                            }
+                        }
+                        pending
+                            .push_back(reply.chunk(i, None, Value::Null, Some(finish)).to_string());
+                        progress.tokens += completion_tokens;
+                        progress.left -= 1;
+                        if progress.left > 0 {
+                            done = false;
+                            continue;
+                        }
                         end.ended(200);
-                        pending.push_back(reply.chunk(None, Some(finish.as_str())).to_string());
                         if reply.include_usage {
                             let mut usage = reply.envelope(true, json!([]));
-                            usage["usage"] = reply.usage(completion_tokens);
+                            usage["usage"] = reply.usage(progress.tokens);
                             pending.push_back(usage.to_string());
                         }
                         pending.push_back("[DONE]".into());
                     }
-                    Ok(Some(Event::Failed(e))) => {
+                    Ok(Some((_, Event::Failed(e)))) => {
                         end.ended(500);
                         pending.extend(failed(ApiError::internal(e)));
                     }

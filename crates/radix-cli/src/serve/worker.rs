@@ -16,8 +16,9 @@ use anyhow::{Context, Result, anyhow, bail};
 use radix::Platform;
 use radix::nn::MatrixFormat;
 use radix_models::generate::bucket;
+use radix_models::pick::Picker;
 use radix_models::runner::{Runner, RunnerBatch};
-use radix_models::sampling::Sampler;
+use radix_models::sampling::logprobs;
 use radix_text::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -34,20 +35,58 @@ pub struct Job {
     /// The most tokens to generate (the prompt and these fit the context).
     pub max_tokens: usize,
     /// How tokens are picked.
-    pub sampler: Sampler,
+    pub picker: Picker,
+    /// With each token, its log-probability and those of this many most
+    /// likely tokens, if asked.
+    pub logprobs: Option<usize>,
     /// Text that ends the reply.
     pub stop: Vec<String>,
     /// Where the reply goes; closed when the client is gone.
-    pub events: UnboundedSender<Event>,
+    pub events: Events,
     /// When the request arrived.
     pub arrived: Instant,
+}
+
+/// Where one choice's events go: the request's channel, each event tagged
+/// with the choice.
+#[derive(Clone)]
+pub struct Events {
+    /// The choice's index.
+    pub choice: usize,
+    /// The request's channel.
+    pub tx: UnboundedSender<(usize, Event)>,
+}
+
+impl Events {
+    /// Sends `event`: `Err` when the client is gone.
+    pub fn send(&self, event: Event) -> Result<(), ()> {
+        self.tx.send((self.choice, event)).map_err(drop)
+    }
+
+    /// Whether the client is gone.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+}
+
+/// The log-probability of one generated token, and of the most likely
+/// tokens at its place.
+#[derive(Debug, Clone)]
+pub struct TokenLogprob {
+    /// The token.
+    pub id: u32,
+    /// Its log-probability under the model's logits.
+    pub logprob: f32,
+    /// The most likely tokens and theirs, most likely first.
+    pub top: Vec<(u32, f32)>,
 }
 
 /// What the worker sends back for a job.
 #[derive(Debug)]
 pub enum Event {
-    /// More text of the reply.
-    Text(String),
+    /// More text of the reply, and the log-probabilities of the tokens
+    /// picked since the last (if asked).
+    Text(String, Vec<TokenLogprob>),
     /// The end of the reply.
     Done {
         /// Why it ended.
@@ -374,10 +413,32 @@ struct Seq {
     ids: Vec<u32>,
     text: TextStream,
     stop: StopText,
-    sampler: Sampler,
+    picker: Picker,
+    /// How many most likely tokens to list, if log-probabilities are asked.
+    logprobs: Option<usize>,
+    /// Log-probabilities not sent yet.
+    pending: Vec<TokenLogprob>,
     max_tokens: usize,
-    events: UnboundedSender<Event>,
+    events: Events,
     last_token: Instant,
+}
+
+impl Seq {
+    /// Picks the token after `logits` (noting its log-probability if
+    /// asked): `None` when a grammar allows none.
+    fn pick(&mut self, logits: &[f32]) -> Option<u32> {
+        let next = self.picker.pick(logits)?;
+        if let Some(k) = self.logprobs {
+            let (logprob, top) = logprobs(logits, next as usize, k);
+            let top = top.into_iter().map(|(i, l)| (i as u32, l)).collect();
+            self.pending.push(TokenLogprob {
+                id: next,
+                logprob,
+                top,
+            });
+        }
+        Some(next)
+    }
 }
 
 /// How a turn of the loop ended, when the loop must end.
@@ -557,18 +618,19 @@ impl State {
         }
         let (logits, cache) = self.runner.prefill(&job.prompt)?;
         let row = self.batch.insert(cache)?;
-        let next = job.sampler.pick(&logits) as u32;
         let mut seq = Seq {
             ids: vec![],
             text: TextStream::default(),
             stop: StopText::new(std::mem::take(&mut job.stop)),
-            sampler: job.sampler,
+            picker: job.picker,
+            logprobs: job.logprobs,
+            pending: vec![],
             // The routes checked it; the cache is the worker's to protect.
             max_tokens: job.max_tokens.min(room),
             events: job.events,
             last_token: job.arrived,
         };
-        match self.push(&mut seq, next) {
+        match self.push(&mut seq, &logits) {
             Ok(true) => Ok(Some(seq)),
             Ok(false) => {
                 self.batch.remove(row)?;
@@ -597,8 +659,7 @@ impl State {
         self.metrics.decode_step(last.len());
         let mut done = Vec::with_capacity(active.len());
         for (seq, logits) in active.iter_mut().zip(&logits) {
-            let next = seq.sampler.pick(logits) as u32;
-            let goes_on = self.push(seq, next).unwrap_or_else(|e| {
+            let goes_on = self.push(seq, logits).unwrap_or_else(|e| {
                 let _ = seq.events.send(Event::Failed(format!("{e:#}")));
                 false
             });
@@ -607,9 +668,26 @@ impl State {
         Ok(done)
     }
 
-    /// Adds token `next` to `seq` and sends its text: whether the sequence
-    /// goes on.
-    fn push(&mut self, seq: &mut Seq, next: u32) -> Result<bool> {
+    /// Picks the token after `logits`, adds it to `seq` and sends its
+    /// text: whether the sequence goes on. A grammar that allows no token
+    /// ends the reply there.
+    fn push(&mut self, seq: &mut Seq, logits: &[f32]) -> Result<bool> {
+        let Some(next) = seq.pick(logits) else {
+            let tail = seq.text.finish(&self.tokenizer, &seq.ids)?;
+            let (mut text, found) = seq.stop.push(&tail);
+            if !found {
+                text += &seq.stop.flush();
+            }
+            if !text.is_empty() && seq.events.send(Event::Text(text, vec![])).is_err() {
+                self.metrics.cancelled();
+                return Ok(false);
+            }
+            let _ = seq.events.send(Event::Done {
+                finish: Finish::Stop,
+                completion_tokens: seq.ids.len(),
+            });
+            return Ok(false);
+        };
         self.metrics
             .token(seq.ids.is_empty(), seq.last_token.elapsed());
         seq.last_token = Instant::now();
@@ -636,7 +714,13 @@ impl State {
             Some(_) if !found => text + &seq.stop.flush(),
             _ => text,
         };
-        if !text.is_empty() && seq.events.send(Event::Text(text)).is_err() {
+        let sent = if !text.is_empty() || !seq.pending.is_empty() {
+            let logprobs = std::mem::take(&mut seq.pending);
+            seq.events.send(Event::Text(text, logprobs))
+        } else {
+            Ok(())
+        };
+        if sent.is_err() {
             self.metrics.cancelled();
             return Ok(false);
         }
