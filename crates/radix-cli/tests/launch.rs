@@ -1,0 +1,103 @@
+//! `radix launch`: ranks' lines carry their rank, the first failing rank
+//! ends the job with its status, and a radix process among the ranks reads
+//! its rank and size from MPI. Every command runs under a deadline.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::radix;
+
+/// What one of these jobs may take.
+const DEADLINE: Duration = Duration::from_secs(120);
+
+fn launch(args: &[&str]) -> std::process::Output {
+    radix()
+        .arg("launch")
+        .args(args)
+        .timeout(DEADLINE)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn each_line_carries_its_rank() {
+    let out = launch(&[
+        "-n",
+        "3",
+        "--",
+        "sh",
+        "-c",
+        "echo out $PMI_RANK; echo err $PMI_RANK >&2",
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for r in 0..3 {
+        assert!(
+            stdout.lines().any(|l| l == format!("[{r}] out {r}")),
+            "{stdout}"
+        );
+        assert!(
+            stderr.lines().any(|l| l == format!("[{r}] err {r}")),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn the_first_failing_rank_ends_the_job_with_its_status() {
+    let start = Instant::now();
+    let out = launch(&[
+        "-n",
+        "3",
+        "--",
+        "sh",
+        "-c",
+        "if [ $PMI_RANK = 1 ]; then exit 7; fi; sleep 100; echo still here",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{stderr}");
+    assert!(stderr.contains("rank 1 failed (exit status 7)"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("still here"));
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn a_radix_rank_reads_its_rank_from_mpi() {
+    let radix_bin = assert_cmd::cargo::cargo_bin("radix");
+    let out = launch(&[
+        "-n",
+        "2",
+        "--",
+        radix_bin.to_str().unwrap(),
+        "devices",
+        "--platform",
+        "cpu",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for r in 0..2 {
+        assert!(
+            stdout.contains(&format!("[{r}] process:   rank {r} of 2")),
+            "{stdout}"
+        );
+    }
+}
+
+#[test]
+fn bad_counts_are_refused() {
+    let out = launch(&["-n", "0", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("-n must be at least 1"));
+}
