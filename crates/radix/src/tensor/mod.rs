@@ -16,7 +16,7 @@ pub(crate) mod shape_ops;
 pub(crate) mod sharding;
 pub(crate) mod sort;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::panic::Location;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -137,13 +137,33 @@ impl Builder {
     }
 }
 
+thread_local! {
+    /// How many collective call sites the current top-level trace has
+    /// numbered (`next_site`).
+    static SITES: Cell<u32> = const { Cell::new(0) };
+}
+
 /// Runs `f` under a fresh builder and returns what it recorded, with the
 /// first trace error if any. Nested traces are allowed.
 pub(crate) fn with_trace<R>(f: impl FnOnce() -> R) -> (R, Function, Option<TraceError>) {
     let saved = BUILDER.with(|b| std::mem::replace(&mut *b.borrow_mut(), Builder::new()));
+    let saved_sites = SITES.replace(0);
     let res = f();
+    SITES.set(saved_sites);
     let done = BUILDER.with(|b| std::mem::replace(&mut *b.borrow_mut(), saved));
     (res, done.function, done.error)
+}
+
+/// The number of the next collective call site of the current top-level
+/// trace, from 0 in tracing order (nested blocks and derivatives included):
+/// the same on every process that traces the same program, and distinct
+/// between the collectives one executable may run at once.
+pub(crate) fn next_site() -> u32 {
+    SITES.with(|s| {
+        let n = s.get();
+        s.set(n.wrapping_add(1));
+        n
+    })
 }
 
 /// Records that `value` may live in parameter `param`'s buffer; an `Err`
