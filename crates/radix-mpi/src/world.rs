@@ -208,7 +208,11 @@ impl World {
     }
 
     /// `out` = every rank's `x` folded with `op` in rank order
-    /// ([`fold`]): the same bits on every rank.
+    /// ([`fold`]): the same bits on every rank. `x` is cut into one block
+    /// per rank (of lengths differing by at most one); each rank folds its
+    /// block of every rank's `x`, then every rank gathers the folded blocks,
+    /// so each rank sends and receives about twice `x`, whatever the number
+    /// of ranks.
     pub fn all_reduce<T: Elem>(
         &self,
         site: u32,
@@ -216,14 +220,37 @@ impl World {
         x: &[T],
         out: &mut [T],
     ) -> Result<()> {
-        self.check_len("all_reduce", out.len(), x.len())?;
-        let mut all = vec![zero::<T>(); x.len() * self.size];
-        self.all_gather(site, x, &mut all)?;
-        if x.is_empty() {
-            return Ok(());
+        let what = "all_reduce";
+        self.check_len(what, out.len(), x.len())?;
+        let (n, me, len) = (self.size, self.rank, x.len());
+        let block = |p: usize| p * len / n..(p + 1) * len / n;
+        let mine = block(me);
+        // Both phases use the site's tag: a peer's second message to this
+        // rank cannot overtake its first (MPI orders messages between two
+        // ranks with one tag), and this rank posts the first receive first.
+        let sends: Vec<(usize, &[u8])> = self.others().map(|p| (p, bytes(&x[block(p)]))).collect();
+        let recvs = self
+            .others()
+            .map(|p| (p, mine.len() * size_of::<T>()))
+            .collect();
+        let got = self.exchange(what, site, &sends, recvs)?;
+        let parts: Vec<&[T]> = (0..n)
+            .map(|p| match got.iter().find(|g| g.0 == p) {
+                Some((_, data)) => elems(data.bytes()),
+                None => &x[mine.clone()],
+            })
+            .collect();
+        fold(op, &parts, &mut out[mine.clone()]);
+        let folded = &out[mine.clone()];
+        let sends: Vec<(usize, &[u8])> = self.others().map(|p| (p, bytes(folded))).collect();
+        let recvs = self
+            .others()
+            .map(|p| (p, block(p).len() * size_of::<T>()))
+            .collect();
+        let got = self.exchange(what, site, &sends, recvs)?;
+        for (p, data) in got {
+            out[block(p)].copy_from_slice(elems(data.bytes()));
         }
-        let parts: Vec<&[T]> = all.chunks(x.len()).collect();
-        fold(op, &parts, out);
         Ok(())
     }
 
