@@ -319,3 +319,19 @@ fn misused_collectives_are_trace_errors_at_the_callers_line() {
     .to_string();
     assert!(err.contains("radix.mpi.all_reduce.t"), "{err}");
 }
+
+#[test]
+fn a_program_over_several_devices_is_refused() {
+    if launched() {
+        return;
+    }
+    let platform = radix::testing::platform()
+        .with_mesh(radix::sharding::Mesh::new(&[2]))
+        .unwrap();
+    let x = Tensor::param(radix::Shape::new(DType::F32, &[4]));
+    let err = radix::compile_fn(&platform, &x, |x| all_reduce(x, ReduceOp::Sum))
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("partitioned over 2 devices"), "{err}");
+}

@@ -190,6 +190,23 @@ pub fn axis_index() -> Tensor {
     emit(&AXIS_INDEX, &[], attrs)
 }
 
+/// Refuses a program that uses collectives across processes and is
+/// partitioned over several devices of this process: XLA would run each
+/// collective once per device, and the calls of one process would take
+/// each other's messages.
+pub(crate) fn check_partitions(program: &crate::Program) -> Result<()> {
+    let Some(mesh) = program.mesh().filter(|m| m.n_devices() > 1) else {
+        return Ok(());
+    };
+    match crate::custom_call::first_named(program.function(), "radix.mpi.") {
+        None => Ok(()),
+        Some(name) => Err(Error::Mpi(format!(
+            "{name}: collectives across processes run in programs of one device per process; this one is partitioned over {} devices",
+            mesh.n_devices()
+        ))),
+    }
+}
+
 /// `x`'s axis `axis` split into `n` blocks, the block axis moved first.
 #[track_caller]
 fn split_to_front(
