@@ -29,6 +29,12 @@ pub struct Mpi {
     _library: libloading::os::unix::Library,
 }
 
+impl std::fmt::Debug for Mpi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Mpi({})", self.path.display())
+    }
+}
+
 impl Mpi {
     /// Opens the library at `path` (with `RTLD_GLOBAL`, as MPI libraries
     /// open their own transport modules) and looks up every function radix
