@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use half::bf16;
 use radix::collective::{
-    ReduceOp, all_gather, all_reduce, all_to_all, axis_index, ppermute, process_count,
-    process_index, reduce_scatter,
+    ReduceOp, all_gather, all_reduce, all_reduce_tree, all_to_all, axis_index, ppermute,
+    process_count, process_index, reduce_scatter,
 };
 use radix::testing::run;
 use radix::{DType, Element, Literal, Tensor};
@@ -228,6 +228,47 @@ fn grad_through_all_reduce_is_the_single_process_gradient() {
             same("grad of all_reduce", &out[0], &want);
         },
     );
+}
+
+#[test]
+fn data_parallel_gradients_are_the_global_batchs() {
+    as_jobs("data_parallel_gradients_are_the_global_batchs", || {
+        // Each rank holds 4 of the global batch's n × 4 examples; its loss
+        // is its examples' mean square error, and the gradients' mean over
+        // ranks is the gradient of the global batch's mean.
+        let (me, n) = (process_index().unwrap(), process_count().unwrap());
+        let w: Vec<f32> = input(0, 7, 4);
+        let xs: Vec<Vec<f32>> = (0..n).map(|r| input(r, 8, 4)).collect();
+        let ys: Vec<Vec<f32>> = (0..n).map(|r| input(r, 9, 4)).collect();
+        let loss = |w: &Tensor, b: &(Tensor, Tensor)| {
+            let d = b.0 * w.broadcast_right(b.0.shape()) - b.1;
+            (d * d).mean((0..b.0.rank()).collect::<Vec<usize>>())
+        };
+        let local = run(
+            &[
+                Literal::from_slice(&w, &[4]),
+                Literal::from_slice(&xs[me], &[4]),
+                Literal::from_slice(&ys[me], &[4]),
+            ],
+            |a| all_reduce_tree(&radix::grad(loss, &a[0], &(a[1], a[2])), ReduceOp::Mean),
+        )
+        .unwrap();
+        let global = run(
+            &[
+                Literal::from_slice(&w, &[4]),
+                Literal::from_slice(&xs.concat(), &[n as i64, 4]),
+                Literal::from_slice(&ys.concat(), &[n as i64, 4]),
+            ],
+            |a| radix::grad(loss, &a[0], &(a[1], a[2])),
+        )
+        .unwrap();
+        radix::testing::assert_all_close(
+            "data-parallel gradient",
+            &local[0].to_vec::<f32>(),
+            &global[0].to_vec::<f32>(),
+            radix::testing::Tol::sum(DType::F32, 4 * n, 1000.0),
+        );
+    });
 }
 
 #[test]

@@ -35,7 +35,7 @@ mod kernels;
 
 use crate::custom_call::Attrs;
 use crate::tensor::control::poison;
-use crate::{Error, Result, Tensor};
+use crate::{Error, Module, Result, Tensor};
 
 use kernels::{
     ALL_GATHER, ALL_REDUCE, ALL_REDUCE_T, ALL_TO_ALL, AXIS_INDEX, PPERMUTE, REDUCE_SCATTER,
@@ -88,6 +88,16 @@ pub fn all_reduce(x: Tensor, op: ReduceOp) -> Tensor {
         ReduceOp::Max | ReduceOp::Min => &*ALL_REDUCE_T,
     };
     emit(call, &[x], attrs).with_shape_of(x)
+}
+
+/// Every tensor of `tree` through [`all_reduce`] with `op`: with
+/// [`ReduceOp::Mean`], the gradient of a data-parallel step (each process's
+/// gradient of its share of the batch) becomes the gradient of the whole
+/// batch's mean loss, the same on every process.
+pub fn all_reduce_tree<M: Module + Clone>(tree: &M, op: ReduceOp) -> M {
+    let mut out = tree.clone();
+    out.visit_mut(&mut String::new(), &mut |_, t| *t = all_reduce(*t, op));
+    out
 }
 
 /// Every rank's `x` concatenated along `axis` in rank order.
