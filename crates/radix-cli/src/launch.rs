@@ -164,13 +164,24 @@ fn rank(command: &[OsString]) -> Result<()> {
             Ok(())
         })
     };
-    let mut child = cmd
+    let child = cmd
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("rank {rank}: cannot run {}", program.to_string_lossy()))?;
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(e) => {
+            // As a shell does: 127, and the launcher ends the job.
+            eprintln!(
+                "[{rank}] radix launch: cannot run {}: {e}",
+                program.to_string_lossy()
+            );
+            eprintln!("{FAILED}{rank} failed with exit status 127");
+            std::process::exit(127)
+        }
+    };
     let prefix = |from: Box<dyn Read + Send>, to_stderr: bool| {
         std::thread::spawn(move || {
             for line in BufReader::new(from).split(b'\n') {

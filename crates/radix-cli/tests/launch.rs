@@ -96,6 +96,29 @@ fn a_radix_rank_reads_its_rank_from_mpi() {
 }
 
 #[test]
+fn a_command_that_does_not_exist_fails_the_job() {
+    let out = launch(&["-n", "2", "--", "/nonexistent/program"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(127), "{stderr}");
+    assert!(
+        stderr.contains("cannot run /nonexistent/program"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_rank_wrapper_runs_under_mpiexec_only() {
+    let out = radix()
+        .args(["launch", "--as-rank", "--", "true"])
+        .env_remove("PMI_RANK")
+        .env_remove("PMIX_RANK")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("runs under mpiexec only"));
+}
+
+#[test]
 fn bad_counts_are_refused() {
     let out = launch(&["-n", "0", "--", "true"]);
     assert_eq!(out.status.code(), Some(1));
