@@ -47,6 +47,10 @@ pub enum Error {
     /// An earlier collective failed, so MPI is not used again in this process.
     #[error("MPI is unusable in this process since an earlier failure: {0}")]
     Broken(String),
+    /// A job started by [`crate::run_ranks`] could not start, or ran past
+    /// its deadline and was killed.
+    #[error("MPI job: {0}")]
+    Job(String),
     /// A collective was called with buffers or arguments that do not fit.
     #[error("{what}: {reason}")]
     Invalid {

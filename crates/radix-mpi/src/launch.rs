@@ -43,7 +43,7 @@ pub struct JobOutput {
 
 /// Runs `program args` as `n` ranks on this machine and waits at most
 /// `deadline` for the job; one that runs longer is killed with its whole
-/// process group, and is an [`Error::Timeout`].
+/// process group, and is an [`Error::Job`].
 pub fn run_ranks(
     n: usize,
     program: &Path,
@@ -59,10 +59,7 @@ pub fn run_ranks(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    let io = |e: std::io::Error| Error::Invalid {
-        what: "mpiexec".into(),
-        reason: e.to_string(),
-    };
+    let io = |e: std::io::Error| Error::Job(format!("mpiexec: {e}"));
     let mut child = cmd.spawn().map_err(io)?;
     let pgid = child.id() as libc::pid_t;
     let reader = |mut r: Box<dyn Read + Send>| {
@@ -84,18 +81,13 @@ pub fn run_ranks(
             unsafe { libc::kill(-pgid, libc::SIGKILL) };
             let _ = child.wait();
             let (stdout, stderr) = (out.join(), err.join());
-            return Err(Error::Timeout {
-                what: format!(
-                    "{} ranks of {} (stdout: {:?}, stderr: {:?})",
-                    n,
-                    program.display(),
-                    stdout.unwrap_or_default(),
-                    stderr.unwrap_or_default()
-                ),
-                rank: 0,
-                peers: (0..n).collect(),
-                seconds: deadline.as_secs(),
-            });
+            return Err(Error::Job(format!(
+                "{n} ranks of {} ran past {} s and were killed (stdout: {:?}, stderr: {:?})",
+                program.display(),
+                deadline.as_secs(),
+                stdout.unwrap_or_default(),
+                stderr.unwrap_or_default()
+            )));
         }
         std::thread::sleep(Duration::from_millis(20));
     };

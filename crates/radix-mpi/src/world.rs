@@ -375,7 +375,10 @@ impl World {
             return Ok(vec![]);
         }
         let Some(c) = &self.mpi else {
-            unreachable!("a world of one process exchanges nothing")
+            return Err(Error::Invalid {
+                what: what.into(),
+                reason: "a process started alone has no peers to exchange with".into(),
+            });
         };
         let tag = (site % (c.tag_ub + 1)) as c_int;
         let res = self.post_and_wait(c, what, tag, sends, recvs);

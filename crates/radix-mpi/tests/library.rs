@@ -67,3 +67,19 @@ fn a_rank_with_a_wrong_library_gets_an_error_not_an_abort() {
     );
     println!("rank finished with {err}");
 }
+
+#[test]
+fn a_job_past_its_deadline_is_killed() {
+    if launched() {
+        return;
+    }
+    let start = std::time::Instant::now();
+    let err = run_ranks(2, Path::new("sleep"), &["30"], &[], Duration::from_secs(2)).unwrap_err();
+    assert!(matches!(err, Error::Job(_)), "{err}");
+    assert!(err.to_string().contains("ran past 2 s"), "{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
+}
