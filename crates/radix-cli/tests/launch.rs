@@ -48,6 +48,33 @@ fn each_line_carries_its_rank() {
 }
 
 #[test]
+fn hosts_name_where_the_ranks_run() {
+    let out = launch(&[
+        "-n",
+        "2",
+        "--hosts",
+        "localhost",
+        "--",
+        "sh",
+        "-c",
+        "echo on $PMI_RANK",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("[0] on 0") && stdout.contains("[1] on 1"),
+        "{stdout}"
+    );
+    let out = launch(&["-n", "2", "--hosts", "a,,b", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("give host names separated by commas"));
+}
+
+#[test]
 fn the_first_failing_rank_ends_the_job_with_its_status() {
     let start = Instant::now();
     let out = launch(&[
