@@ -376,3 +376,30 @@ fn a_program_over_several_devices_is_refused() {
         .to_string();
     assert!(err.contains("partitioned over 2 devices"), "{err}");
 }
+
+#[test]
+fn independent_collectives_are_chained_in_tracing_order() {
+    if launched() {
+        return;
+    }
+    let x = [
+        Literal::from_slice(&[1f32, 2.0], &[2]),
+        Literal::from_slice(&[3f32], &[1]),
+    ];
+    let program = radix::testing::trace_fn(&x, |a| {
+        vec![all_reduce(a[0], ReduceOp::Sum), all_gather(a[1], 0)]
+    })
+    .unwrap()
+    .optimize();
+    let text = program.stablehlo_without_locations();
+    let calls: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("stablehlo.custom_call"))
+        .collect();
+    assert_eq!(calls.len(), 2, "{text}");
+    // The gather takes the reduction's token: `%<reduction>#1`.
+    let first = calls[0].trim().split(':').next().unwrap().trim();
+    let first = first.trim_start_matches('%').split(' ').next().unwrap();
+    assert!(calls[0].contains("radix.mpi.all_reduce"), "{text}");
+    assert!(calls[1].contains(&format!("%{first}#1")), "{text}");
+}

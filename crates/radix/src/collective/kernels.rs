@@ -10,6 +10,12 @@
 //! | `ppermute` | `x` | `x`'s shape |
 //! | `axis_index` | none | `i32` scalar |
 //!
+//! Every call but `axis_index` also takes an order token (a `u8` scalar)
+//! as its last operand and gives one as its last result: the collectives
+//! of a block are chained in tracing order, so XLA runs them in that order
+//! on every rank, and never waits in one collective for a peer that waits
+//! in another (mpi4jax's tokens, here implicit).
+//!
 //! Each has attributes `size` (the number of processes it was traced for)
 //! and `site` (its call site's number in the trace, the tag of its
 //! messages). The kernel is the reference semantics too: in a process
@@ -83,33 +89,32 @@ macro_rules! decl {
 
 // The vjp of a sum over processes is a sum of the cotangents over them; of
 // a mean, their mean; of a gather, the sum of each rank's block; of an
-// all-to-all, an all-to-all back; of a permutation, the inverse one.
-decl!(ALL_REDUCE, Kind::AllReduce, |_, _, g, attrs| {
-    vec![emit(&ALL_REDUCE_T, &[g[0]], attrs.clone())]
+// all-to-all, an all-to-all back; of a permutation, the inverse one. The
+// order token's cotangent is the token itself (an integer's cotangent is
+// ignored; it only has to have the token's shape).
+decl!(ALL_REDUCE, Kind::AllReduce, |x, _, g, attrs| {
+    vec![emit(&ALL_REDUCE_T, g[0], attrs.clone()), x[1]]
 });
-decl!(ALL_GATHER, Kind::AllGather, |_, _, g, attrs| {
+decl!(ALL_GATHER, Kind::AllGather, |x, _, g, attrs| {
     let attrs = attrs.clone().with("op", "sum");
-    vec![emit(&REDUCE_SCATTER_T, &[g[0]], attrs)]
+    vec![emit(&REDUCE_SCATTER_T, g[0], attrs), x[1]]
 });
-decl!(REDUCE_SCATTER, Kind::ReduceScatter, |_, _, g, attrs| {
-    let gathered = emit(&ALL_GATHER_T, &[g[0]], attrs.clone());
+decl!(REDUCE_SCATTER, Kind::ReduceScatter, |x, _, g, attrs| {
+    let gathered = emit(&ALL_GATHER_T, g[0], attrs.clone());
     let mean = attrs.str("op") == Ok("mean");
     let n = attrs.i64("size").unwrap_or(1) as f64;
-    vec![if mean { gathered / n } else { gathered }]
+    vec![if mean { gathered / n } else { gathered }, x[1]]
 });
-decl!(ALL_TO_ALL, Kind::AllToAll, |_, _, g, attrs| {
-    vec![emit(&ALL_TO_ALL_T, &[g[0]], attrs.clone())]
+decl!(ALL_TO_ALL, Kind::AllToAll, |x, _, g, attrs| {
+    vec![emit(&ALL_TO_ALL_T, g[0], attrs.clone()), x[1]]
 });
-decl!(PPERMUTE, Kind::Ppermute, |_, _, g, attrs| {
+decl!(PPERMUTE, Kind::Ppermute, |x, _, g, attrs| {
     let inverse: Vec<i64> = match attrs.get("pairs") {
         Some(AttrValue::I64s(p)) => p.chunks(2).flat_map(|p| [p[1], p[0]]).collect(),
         _ => vec![],
     };
-    vec![emit(
-        &PPERMUTE_T,
-        &[g[0]],
-        attrs.clone().with("pairs", inverse),
-    )]
+    let attrs = attrs.clone().with("pairs", inverse);
+    vec![emit(&PPERMUTE_T, g[0], attrs), x[1]]
 });
 decl!(ALL_REDUCE_T, Kind::AllReduce);
 decl!(ALL_GATHER_T, Kind::AllGather);
@@ -118,11 +123,25 @@ decl!(ALL_TO_ALL_T, Kind::AllToAll);
 decl!(PPERMUTE_T, Kind::Ppermute);
 decl!(AXIS_INDEX, Kind::AxisIndex);
 
-/// Records `call(operands)` with `attrs` and a new call site.
+/// Records `call(x, order token)` with `attrs` and a new call site, the
+/// token being the block's last collective's (or a new one), and makes
+/// its result token the block's.
 #[track_caller]
-pub(crate) fn emit(call: &CustomCall, operands: &[Tensor], attrs: Attrs) -> Tensor {
+pub(crate) fn emit(call: &CustomCall, x: Tensor, attrs: Attrs) -> Tensor {
     let attrs = attrs.with("site", crate::tensor::next_site() as i64);
-    call.call(operands, &attrs)[0]
+    let token = crate::tensor::order_token().unwrap_or_else(|| Tensor::scalar(0.0, DType::U8));
+    let res = call.call(&[x, token], &attrs);
+    if let Some(&t) = res.get(1) {
+        crate::tensor::set_order_token(t);
+    }
+    res[0]
+}
+
+/// Records `axis_index` (no messages, so no token).
+#[track_caller]
+pub(crate) fn emit_axis_index(attrs: Attrs) -> Tensor {
+    let attrs = attrs.with("site", crate::tensor::next_site() as i64);
+    AXIS_INDEX.call(&[], &attrs)[0]
 }
 
 fn shape_rule(kind: Kind, shapes: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
@@ -130,26 +149,36 @@ fn shape_rule(kind: Kind, shapes: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>,
     if kind == Kind::AxisIndex {
         return Ok(vec![Shape::scalar(DType::I32)]);
     }
-    let [x] = shapes else {
-        return Err(format!("takes one operand, not {}", shapes.len()));
+    let [x, token] = shapes else {
+        return Err(format!(
+            "takes an operand and an order token, not {} operands",
+            shapes.len()
+        ));
     };
+    if token.dtype() != DType::U8 || token.rank() != 0 {
+        return Err(format!("the order token is {token}, not a u8 scalar"));
+    }
+    let token = Shape::scalar(DType::U8);
     if x.dtype() == DType::Bool {
         return Err("moves numbers, not bools (convert to u8)".into());
     }
     let dims = x.dims();
     let untagged = |d: &[i64]| Shape::new(x.dtype(), d);
     match kind {
-        Kind::AllReduce | Kind::Ppermute => Ok(vec![untagged(dims)]),
-        Kind::AllGather => Ok(vec![untagged(&[&[n][..], dims].concat())]),
+        Kind::AllReduce | Kind::Ppermute => Ok(vec![untagged(dims), token]),
+        Kind::AllGather => Ok(vec![untagged(&[&[n][..], dims].concat()), token]),
         Kind::ReduceScatter | Kind::AllToAll => {
             if dims.first() != Some(&n) {
                 return Err(format!("wants {n} blocks in axis 0, has shape {dims:?}"));
             }
-            Ok(vec![untagged(if kind == Kind::AllToAll {
-                dims
-            } else {
-                &dims[1..]
-            })])
+            Ok(vec![
+                untagged(if kind == Kind::AllToAll {
+                    dims
+                } else {
+                    &dims[1..]
+                }),
+                token,
+            ])
         }
         Kind::AxisIndex => unreachable!("answered above"),
     }
@@ -196,6 +225,7 @@ fn typed<T: Element + Elem>(
 ) -> Result<(), String> {
     let site = k.attrs().i64("site")? as u32;
     let (x, y) = (k.input::<T>(0)?, k.output::<T>(0)?);
+    k.output::<u8>(1)?[0] = 0;
     let op = || {
         let name = k.attrs().str("op")?;
         ReduceOp::from_name(name).ok_or_else(|| format!("no reduction {name:?}"))

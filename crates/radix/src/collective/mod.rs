@@ -38,8 +38,8 @@ use crate::tensor::control::poison;
 use crate::{Error, Module, Result, Tensor};
 
 use kernels::{
-    ALL_GATHER, ALL_REDUCE, ALL_REDUCE_T, ALL_TO_ALL, AXIS_INDEX, PPERMUTE, REDUCE_SCATTER,
-    REDUCE_SCATTER_T, emit,
+    ALL_GATHER, ALL_REDUCE, ALL_REDUCE_T, ALL_TO_ALL, PPERMUTE, REDUCE_SCATTER, REDUCE_SCATTER_T,
+    emit, emit_axis_index,
 };
 pub use radix_mpi::ReduceOp;
 
@@ -87,7 +87,7 @@ pub fn all_reduce(x: Tensor, op: ReduceOp) -> Tensor {
         ReduceOp::Sum | ReduceOp::Mean => &*ALL_REDUCE,
         ReduceOp::Max | ReduceOp::Min => &*ALL_REDUCE_T,
     };
-    emit(call, &[x], attrs).with_shape_of(x)
+    emit(call, x, attrs).with_shape_of(x)
 }
 
 /// Every tensor of `tree` through [`all_reduce`] with `op`: with
@@ -116,7 +116,7 @@ pub fn all_gather(x: Tensor, axis: usize) -> Tensor {
             &[x.shape()],
         )[0];
     }
-    let blocks = emit(&ALL_GATHER, &[x], attrs);
+    let blocks = emit(&ALL_GATHER, x, attrs);
     let mut dims = x.dims();
     dims[axis] *= n;
     move_front_to(blocks, axis).reshape(&dims)
@@ -140,7 +140,7 @@ pub fn reduce_scatter(x: Tensor, op: ReduceOp, axis: usize) -> Tensor {
         ReduceOp::Sum | ReduceOp::Mean => &*REDUCE_SCATTER,
         ReduceOp::Max | ReduceOp::Min => &*REDUCE_SCATTER_T,
     };
-    emit(call, &[blocks], attrs)
+    emit(call, blocks, attrs)
 }
 
 /// Axis `split_axis` of `x` cut into as many blocks as there are ranks:
@@ -164,7 +164,7 @@ pub fn all_to_all(x: Tensor, split_axis: usize, concat_axis: usize) -> Tensor {
         Ok(b) => b,
         Err(p) => return *p,
     };
-    let moved = emit(&ALL_TO_ALL, &[blocks], attrs);
+    let moved = emit(&ALL_TO_ALL, blocks, attrs);
     let mut dims = blocks.dims()[1..].to_vec();
     dims[concat_axis] *= n;
     move_front_to(moved, concat_axis).reshape(&dims)
@@ -186,7 +186,7 @@ pub fn ppermute(x: Tensor, pairs: &[(usize, usize)]) -> Tensor {
         .iter()
         .flat_map(|&(s, d)| [s as i64, d as i64])
         .collect();
-    emit(&PPERMUTE, &[x], attrs.with("pairs", flat)).with_shape_of(x)
+    emit(&PPERMUTE, x, attrs.with("pairs", flat)).with_shape_of(x)
 }
 
 /// This process's rank, an `i32` scalar (JAX's `axis_index`).
@@ -197,7 +197,7 @@ pub fn axis_index() -> Tensor {
         Err(p) => return p[0],
     };
     // No messages: the site only keeps equal calls apart, harmlessly.
-    emit(&AXIS_INDEX, &[], attrs)
+    emit_axis_index(attrs)
 }
 
 /// Refuses a program that uses collectives across processes and is

@@ -116,6 +116,9 @@ pub(crate) struct Builder {
     kind: &'static str,
     /// Captured values: the outer tensor and the parameter standing for it.
     captures: Vec<(Tensor, Tensor)>,
+    /// The order token of this block's last collective across processes
+    /// (`collective`), which the next one takes as an operand.
+    order: Option<Tensor>,
 }
 
 thread_local! {
@@ -133,6 +136,7 @@ impl Builder {
             enclosing: vec![],
             kind: "function",
             captures: vec![],
+            order: None,
         }
     }
 }
@@ -152,6 +156,16 @@ pub(crate) fn with_trace<R>(f: impl FnOnce() -> R) -> (R, Function, Option<Trace
     SITES.set(saved_sites);
     let done = BUILDER.with(|b| std::mem::replace(&mut *b.borrow_mut(), saved));
     (res, done.function, done.error)
+}
+
+/// The order token of the current block's last collective, if it has one.
+pub(crate) fn order_token() -> Option<Tensor> {
+    BUILDER.with(|b| b.borrow().order)
+}
+
+/// Makes `t` the current block's order token.
+pub(crate) fn set_order_token(t: Tensor) {
+    BUILDER.with(|b| b.borrow_mut().order = Some(t));
 }
 
 /// The number of the next collective call site of the current top-level
