@@ -7,6 +7,13 @@ use serde_json::json;
 use crate::{Cli, PlatformArg};
 
 pub fn run(cli: &Cli, json: bool) -> Result<()> {
+    // A rank of an MPI job (`radix launch`, `mpiexec`, `srun`) says which.
+    let process = if radix_mpi::launched() {
+        let world = radix_mpi::world()?;
+        Some(json!({"rank": world.rank(), "size": world.size()}))
+    } else {
+        None
+    };
     let client = open_client(cli)?;
     let plugin = client.plugin();
     let (major, minor) = plugin.api_version();
@@ -32,6 +39,7 @@ pub fn run(cli: &Cli, json: bool) -> Result<()> {
         "stablehlo_current_version": version(plugin.stablehlo_current_version()),
         "stablehlo_minimum_version": version(plugin.stablehlo_minimum_version()),
         "devices": devices,
+        "process": process,
     });
     if json {
         outln!("{}", serde_json::to_string_pretty(&info)?)?;
@@ -53,6 +61,9 @@ pub fn run(cli: &Cli, json: bool) -> Result<()> {
             .as_str()
             .unwrap_or("unknown")
     )?;
+    if let Some(p) = &process {
+        outln!("process:   rank {} of {}", p["rank"], p["size"])?;
+    }
     outln!("devices:")?;
     for d in client.devices() {
         let addressable = if d.is_addressable() {

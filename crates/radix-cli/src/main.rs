@@ -23,6 +23,7 @@ mod cache;
 mod devices;
 mod embed;
 mod generate;
+mod launch;
 mod npy;
 mod perplexity;
 mod plugin;
@@ -90,6 +91,8 @@ enum Command {
     Run(run::RunArgs),
     /// Serve the models over an OpenAI-compatible HTTP API.
     Serve(serve::ServeArgs),
+    /// Run N copies of a command as the ranks of one MPI job.
+    Launch(launch::LaunchArgs),
 }
 
 /// Keeps XLA's informational lines (the CPU plugin logs each create option
@@ -116,6 +119,7 @@ fn main() -> ExitCode {
         Command::Cache(cmd) => no_platform_flags(&cli, "cache").and_then(|()| cache::run(cmd)),
         Command::Run(args) => run::run(&cli, args),
         Command::Serve(args) => serve::run(&cli, args),
+        Command::Launch(args) => no_platform_flags(&cli, "launch").and_then(|()| launch::run(args)),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

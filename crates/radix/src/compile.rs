@@ -241,6 +241,7 @@ pub fn compile_program_with(
         Some(function) => program.with_function(function),
         None => program,
     };
+    crate::collective::check_partitions(&program)?;
     custom_call::register(platform, program.function())?;
     let key = cache_key(platform, &program, config)?;
     let text = program.stablehlo();

@@ -695,6 +695,17 @@ fn used(f: &Function, out: &mut Vec<CustomCall>) {
     }
 }
 
+/// The name of the first custom call `f` uses whose name starts with
+/// `prefix`, if any.
+pub(crate) fn first_named(f: &Function, prefix: &str) -> Option<String> {
+    let mut calls = vec![];
+    used(f, &mut calls);
+    calls
+        .iter()
+        .find(|c| c.name().starts_with(prefix))
+        .map(|c| c.name().to_string())
+}
+
 /// `name version` lines of the custom calls `f` uses, sorted: what the
 /// executable cache key adds to the module text.
 pub(crate) fn key_text(f: &Function) -> String {

@@ -62,6 +62,9 @@ pub enum Error {
         /// What is wrong, naming the platform where it matters.
         reason: String,
     },
+    /// MPI, which collectives across processes use, cannot be used.
+    #[error("MPI: {0}")]
+    Mpi(String),
     /// The PJRT runtime failed (compile or execute).
     #[error(transparent)]
     Runtime(#[from] radix_pjrt::Error),

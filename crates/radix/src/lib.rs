@@ -20,6 +20,7 @@ extern crate self as radix;
 
 mod buffer;
 pub mod cache;
+pub mod collective;
 mod compile;
 mod compile_config;
 pub mod custom_call;

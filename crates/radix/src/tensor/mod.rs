@@ -16,7 +16,7 @@ pub(crate) mod shape_ops;
 pub(crate) mod sharding;
 pub(crate) mod sort;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::panic::Location;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -116,6 +116,9 @@ pub(crate) struct Builder {
     kind: &'static str,
     /// Captured values: the outer tensor and the parameter standing for it.
     captures: Vec<(Tensor, Tensor)>,
+    /// The order token of this block's last collective across processes
+    /// (`collective`), which the next one takes as an operand.
+    order: Option<Tensor>,
 }
 
 thread_local! {
@@ -133,17 +136,48 @@ impl Builder {
             enclosing: vec![],
             kind: "function",
             captures: vec![],
+            order: None,
         }
     }
+}
+
+thread_local! {
+    /// How many collective call sites the current top-level trace has
+    /// numbered (`next_site`).
+    static SITES: Cell<u32> = const { Cell::new(0) };
 }
 
 /// Runs `f` under a fresh builder and returns what it recorded, with the
 /// first trace error if any. Nested traces are allowed.
 pub(crate) fn with_trace<R>(f: impl FnOnce() -> R) -> (R, Function, Option<TraceError>) {
     let saved = BUILDER.with(|b| std::mem::replace(&mut *b.borrow_mut(), Builder::new()));
+    let saved_sites = SITES.replace(0);
     let res = f();
+    SITES.set(saved_sites);
     let done = BUILDER.with(|b| std::mem::replace(&mut *b.borrow_mut(), saved));
     (res, done.function, done.error)
+}
+
+/// The order token of the current block's last collective, if it has one.
+pub(crate) fn order_token() -> Option<Tensor> {
+    BUILDER.with(|b| b.borrow().order)
+}
+
+/// Makes `t` the current block's order token.
+pub(crate) fn set_order_token(t: Tensor) {
+    BUILDER.with(|b| b.borrow_mut().order = Some(t));
+}
+
+/// The number of the next collective call site of the current top-level
+/// trace, from 0 in tracing order (nested blocks and derivatives included):
+/// the same on every process that traces the same program, and distinct
+/// between the collectives one executable may run at once.
+pub(crate) fn next_site() -> u32 {
+    SITES.with(|s| {
+        let n = s.get();
+        s.set(n.wrapping_add(1));
+        n
+    })
 }
 
 /// Records that `value` may live in parameter `param`'s buffer; an `Err`
