@@ -4,7 +4,7 @@
 
 use crate::donation;
 use crate::error::Error;
-use crate::ir::{Function, interp, print};
+use crate::ir::{Function, Op, interp, print};
 use crate::literal::Literal;
 use crate::passes;
 use crate::sharding::Mesh;
@@ -202,6 +202,31 @@ impl Program {
     /// The results in order.
     pub fn results(&self) -> &[ArgSpec] {
         &self.results
+    }
+
+    /// The bytes the `stablehlo.while` loops of the program carry from one
+    /// iteration to the next, summed over every loop (in called functions
+    /// once per call). A loop's derivative keeps the rows it saves for the
+    /// backward pass in its state, so this is the memory those rows take:
+    /// what `for_`'s gradient keeps grows with it.
+    pub fn loop_state_bytes(&self) -> usize {
+        fn walk(f: &Function) -> usize {
+            f.nodes
+                .iter()
+                .map(|n| {
+                    let own = match &n.op {
+                        Op::While { body, .. } => body
+                            .results
+                            .iter()
+                            .map(|&r| body.node(r).shape.byte_size())
+                            .sum(),
+                        _ => 0,
+                    };
+                    own + n.op.bodies().into_iter().map(walk).sum::<usize>()
+                })
+                .sum()
+        }
+        walk(&self.function)
     }
 
     /// Runs the reference interpreter on `args` (one literal per argument).

@@ -1,13 +1,16 @@
 //! `radix::grad`: each op's derivative rule against central finite
 //! differences in f64 (both through the reference interpreter), gradients
 //! of model trees, zero gradients through integers, the derivative of a
-//! `call`, errors for ops without a rule, and a gradient compiled by the
+//! `call` (control flow's other rules: `grad_control.rs`), errors for ops
+//! without a rule, and a gradient compiled by the
 //! CPU plugin equal to the interpreter's.
 
+mod grad_common;
 mod kernels;
 
 use std::sync::LazyLock;
 
+use grad_common::{check, finite_differences, gradients, lit, loss, positive, tagged};
 use radix::testing::{Tol, compare, run_program, trace_fn};
 use radix::{Attrs, CustomCall, DType, Literal, Module, Order, PadSpec, Shape, SliceSpec, Tensor};
 
@@ -33,96 +36,6 @@ static SOFTSIGN_F64: LazyLock<CustomCall> = LazyLock::new(|| {
     .register()
     .expect("declared")
 });
-
-/// Central differences of `f` at `inputs` (f64), one gradient per input.
-fn finite_differences(inputs: &[Literal], f: &dyn Fn(&[Tensor]) -> Tensor) -> Vec<Vec<f64>> {
-    let program = trace_fn(inputs, f).unwrap();
-    let h = 1e-6;
-    let value = |xs: &[Literal]| program.interpret(xs)[0].data()[0];
-    (0..inputs.len())
-        .map(|i| {
-            (0..inputs[i].data().len())
-                .map(|j| {
-                    let at = |d: f64| {
-                        let mut xs = inputs.to_vec();
-                        let mut v = xs[i].data().to_vec();
-                        v[j] += d;
-                        xs[i] = Literal::new(xs[i].shape(), v);
-                        value(&xs)
-                    };
-                    (at(h) - at(-h)) / (2.0 * h)
-                })
-                .collect()
-        })
-        .collect()
-}
-
-/// The gradient of `f` with respect to every input, from `radix::grad`,
-/// through the reference interpreter.
-fn gradients(inputs: &[Literal], f: &dyn Fn(&[Tensor]) -> Tensor) -> Vec<Literal> {
-    let program = trace_fn(inputs, |xs| {
-        radix::grad(|p: &Vec<Tensor>, _: &()| f(p), &xs.to_vec(), &())
-    })
-    .unwrap();
-    program.interpret(inputs)
-}
-
-/// Checks `radix::grad` of `f` against central differences at `inputs`.
-fn check(inputs: &[Literal], f: impl Fn(&[Tensor]) -> Tensor) {
-    let got = gradients(inputs, &f);
-    let want = finite_differences(inputs, &f);
-    // Central differences with h = 1e-6 in f64: truncation ~1e-12 times
-    // the third derivative, cancellation ~1e-10 relative to the value.
-    let tol = Tol {
-        rel: 1e-6,
-        abs: 1e-7,
-    };
-    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        assert_eq!(g.shape().dims(), inputs[i].shape().dims());
-        if let Err(msg) = compare(g.data(), w, tol) {
-            panic!("input {i}: {msg}");
-        }
-    }
-}
-
-/// A f64 literal of `dims` with deterministic values in about [-1, 1]
-/// (never 0, nor equal to each other).
-fn lit(dims: &[i64], seed: u64) -> Literal {
-    let n: i64 = dims.iter().product();
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    let v = (0..n)
-        .map(|i| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let u = (s >> 11) as f64 / (1u64 << 53) as f64;
-            (2.0 * u - 1.0) * 0.9 + 0.01 * (i as f64 + 1.0) / n as f64
-        })
-        .collect();
-    Literal::new(Shape::new(DType::F64, dims), v)
-}
-
-/// A tagged f64 literal.
-fn tagged(axes: &[(&str, i64)], seed: u64) -> Literal {
-    let l = lit(&axes.iter().map(|a| a.1).collect::<Vec<_>>(), seed);
-    Literal::new(Shape::tagged(DType::F64, axes), l.data().to_vec())
-}
-
-/// Positive values in about [0.5, 1.5].
-fn positive(dims: &[i64], seed: u64) -> Literal {
-    let l = lit(dims, seed);
-    Literal::new(l.shape(), l.data().iter().map(|v| 1.0 + 0.5 * v).collect())
-}
-
-/// The sum of every element of `x` weighted by a fixed ramp, so each
-/// element's cotangent differs.
-fn loss(x: Tensor) -> Tensor {
-    let w = Tensor::iota(x.shape().unsharded(), 0).convert(x.dtype()) * 0.37 + 0.5;
-    let all: Vec<usize> = (0..x.rank()).collect();
-    (x * w).sum(all)
-}
 
 #[test]
 fn unary_rules() {
@@ -356,9 +269,15 @@ fn the_derivative_of_a_call_is_a_call() {
         radix::grad(|p: &Vec<Tensor>, _: &()| f(p), &xs.to_vec(), &())
     })
     .unwrap();
+    // One forward function giving the block's residuals and one backward
+    // function reading them, each called once per block.
     let text = program.optimize().stablehlo();
     assert_eq!(text.matches("func.func private @vjp_").count(), 1, "{text}");
-    assert_eq!(text.matches("_vjp(").count(), 1, "{text}");
+    assert_eq!(text.matches("_fwd(").count(), 1, "{text}");
+    assert_eq!(text.matches("_bwd(").count(), 1, "{text}");
+    assert_eq!(text.matches("_fwd}").count(), 2, "{text}");
+    assert_eq!(text.matches("_bwd}").count(), 2, "{text}");
+    assert_eq!(text.matches("_vjp(").count(), 0, "{text}");
 }
 
 #[test]
@@ -467,6 +386,7 @@ fn an_op_without_a_rule_is_a_trace_error_at_its_line() {
     .unwrap_err();
     let e = err.as_trace().expect("a trace error");
     assert_eq!((e.op, e.line), ("while", line), "{e}");
+    assert!(e.message.contains("while_bounded(max_trips"), "{e}");
     // A non-scalar loss.
     let err = trace_fn(&inputs, |v| {
         radix::grad(|x: &Tensor, _: &()| *x, &v[0], &())

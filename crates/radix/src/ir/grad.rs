@@ -12,6 +12,7 @@
 use std::panic::Location;
 use std::sync::Arc;
 
+use crate::ir::ops::control_grad::{self, Saved};
 use crate::ir::ops::{Binary, Compare, Unary};
 use crate::ir::{Function, Node, Op, ValueId};
 use crate::literal::encode;
@@ -36,28 +37,68 @@ pub(crate) type Cotangents = Result<Vec<Option<ValueId>>, GradError>;
 /// the cotangent of each of those `n_wrt` parameters (zeros for one that
 /// does not reach a result, or is not floating-point).
 pub(crate) fn vjp(f: &Function, n_wrt: usize) -> Result<Function, GradError> {
-    let mut g = Function {
-        nodes: f.nodes.clone(),
-        params: f.params.clone(),
-        results: f.results.clone(),
-        reuses: vec![],
-        effects: f.effects.clone(),
-    };
-    let n_fwd = f.nodes.len();
+    joint(f, n_wrt).map(|j| j.function)
+}
+
+/// A [`vjp`] and where its backward part starts.
+pub(crate) struct Joint {
+    pub(crate) function: Function,
+    /// The nodes before this index compute `f`'s results and the residuals
+    /// the control-flow rules save; those from it on carry cotangents
+    /// (the first of them are the cotangent parameters).
+    pub(crate) boundary: usize,
+}
+
+/// [`vjp`], saying where the backward part starts. The forward part is
+/// `f`'s nodes, but each control-flow op on the way from a differentiated
+/// parameter to a result is replaced by one that also gives the residuals
+/// its rule reads (`ir/ops/control_grad.rs`), so the forward pass runs
+/// once and the backward pass reads what it saved.
+pub(crate) fn joint(f: &Function, n_wrt: usize) -> Result<Joint, GradError> {
     let live = f.reachable();
-    // One slot per result of each node (`Project` nodes fill their op's).
+    // Which nodes depend on a differentiated parameter: only those carry a
+    // cotangent to one.
+    let mut active = vec![false; f.nodes.len()];
+    for p in &f.params[..n_wrt] {
+        active[p.0 as usize] = true;
+    }
+    for (i, n) in f.nodes.iter().enumerate() {
+        if n.args.iter().any(|a| active[a.0 as usize]) {
+            active[i] = true;
+        }
+    }
+    let mut g = Function::default();
+    let loc = f.nodes.first().map_or(Location::caller(), |n| n.loc);
+    let mut e = Emitter::new(&mut g, loc);
+    let mut map: Vec<ValueId> = Vec::with_capacity(f.nodes.len());
+    let mut saved: Vec<Option<Saved>> = (0..f.nodes.len()).map(|_| None).collect();
+    for (i, n) in f.nodes.iter().enumerate() {
+        let node = mapped(n, &map);
+        let id = if live[i] && active[i] {
+            e.at(n, f);
+            match control_grad::save(&mut e, &node)? {
+                Some((id, s)) => {
+                    saved[i] = Some(s);
+                    id
+                }
+                None => e.f.push(node),
+            }
+        } else {
+            e.f.push(node)
+        };
+        map.push(id);
+    }
+    e.f.params = f.params.iter().map(|p| map[p.0 as usize]).collect();
+    e.f.results = f.results.iter().map(|r| map[r.0 as usize]).collect();
+    let boundary = e.f.nodes.len();
+    // One slot per result of each node of `f` (`Project` nodes fill their op's).
     let mut cts: Vec<Vec<Option<ValueId>>> = f
         .nodes
         .iter()
         .map(|n| vec![None; if n.op.is_multi() { n_results(n) } else { 1 }])
         .collect();
-    let loc = f.nodes.first().map_or(Location::caller(), |n| n.loc);
-    let mut e = Emitter {
-        f: &mut g,
-        loc,
-        op: "parameter",
-        shapes: vec![],
-    };
+    e.op = "parameter";
+    e.shapes = vec![];
     for (k, &r) in f.results.iter().enumerate() {
         let shape = f.node(r).shape;
         let p = e.parameter(f.params.len() + k, shape);
@@ -65,26 +106,28 @@ pub(crate) fn vjp(f: &Function, n_wrt: usize) -> Result<Function, GradError> {
             accumulate(&mut e, &mut cts[r.0 as usize][0], p, shape);
         }
     }
-    for i in (0..n_fwd).rev() {
-        let node = &f.nodes[i];
-        if !live[i] || cts[i].iter().all(Option::is_none) {
+    for i in (0..f.nodes.len()).rev() {
+        let n = &f.nodes[i];
+        if !live[i] || !active[i] || cts[i].iter().all(Option::is_none) {
             continue;
         }
-        match node.op {
+        match n.op {
             Op::Parameter(_) => continue,
             Op::Project(k) => {
                 let ct = cts[i][0].expect("checked above");
-                let owner = node.args[0].0 as usize;
-                accumulate(&mut e, &mut cts[owner][k], ct, node.shape);
+                let owner = n.args[0].0 as usize;
+                accumulate(&mut e, &mut cts[owner][k], ct, n.shape);
                 continue;
             }
             _ => {}
         }
-        e.loc = node.loc;
-        e.op = node.op.name();
-        e.shapes = node.args.iter().map(|&a| f.node(a).shape).collect();
-        let res = node.op.vjp(&mut e, node, ValueId(i as u32), &cts[i])?;
-        for (&a, ct) in node.args.iter().zip(res) {
+        e.at(n, f);
+        let node = mapped(n, &map);
+        let res = match &saved[i] {
+            Some(s) => control_grad::restore(&mut e, s, &node, &cts[i])?,
+            None => n.op.vjp(&mut e, &node, map[i], &cts[i])?,
+        };
+        for (&a, ct) in n.args.iter().zip(res) {
             let shape = f.node(a).shape;
             if let Some(ct) = ct
                 && shape.dtype().is_float()
@@ -100,8 +143,21 @@ pub(crate) fn vjp(f: &Function, n_wrt: usize) -> Result<Function, GradError> {
             cts[p.0 as usize][0].unwrap_or_else(|| e.zeros(shape))
         })
         .collect();
-    g.results.extend(grads);
-    Ok(g)
+    e.f.results.extend(grads);
+    Ok(Joint {
+        function: g,
+        boundary,
+    })
+}
+
+/// `n` with its operands renamed by `map`.
+fn mapped(n: &Node, map: &[ValueId]) -> Node {
+    Node {
+        op: n.op.clone(),
+        args: n.args.iter().map(|a| map[a.0 as usize]).collect(),
+        shape: n.shape,
+        loc: n.loc,
+    }
 }
 
 /// How many results a multi-result node has.
@@ -171,6 +227,13 @@ impl<'f> Emitter<'f> {
             map.push(id);
         }
         g.results.iter().map(|r| map[r.0 as usize]).collect()
+    }
+
+    /// Locates the nodes emitted next at `n` (a node of `f`), whose rule runs.
+    fn at(&mut self, n: &Node, f: &Function) {
+        self.loc = n.loc;
+        self.op = n.op.name();
+        self.shapes = n.args.iter().map(|&a| f.node(a).shape).collect();
     }
 
     /// Sets the results of the function being built.

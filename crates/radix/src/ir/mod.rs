@@ -21,6 +21,7 @@ pub(crate) mod grad;
 pub(crate) mod interp;
 pub mod ops;
 pub(crate) mod print;
+pub(crate) mod residuals;
 
 use std::panic::Location;
 

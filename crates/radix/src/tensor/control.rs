@@ -1,6 +1,8 @@
-//! Control flow over nested blocks: [`while_`] (`stablehlo.while`), [`for_`]
-//! (a counted `while` stacking per-step results), [`if_`] (`stablehlo.if`),
-//! and [`call`] (`func.call` of a private `func.func`).
+//! Control flow over nested blocks: [`while_`] (`stablehlo.while`),
+//! [`while_bounded`] (one with at most so many iterations, which has a
+//! derivative), [`for_`] (a counted `while` stacking per-step results),
+//! [`if_`] (`stablehlo.if`), and [`call`] and [`checkpoint`] (`func.call`
+//! of a private `func.func`).
 //!
 //! `while` and `if` bodies are *open* blocks: they may use tensors of the
 //! enclosing code, which the regions name directly. A `call`ed function is
@@ -21,7 +23,8 @@ use std::sync::Arc;
 /// (a scalar bool) holds; returns the final state (`stablehlo.while`). Both
 /// closures see the state and may use tensors from the enclosing code.
 /// `body` must return tensors of the state's shapes; the results keep the
-/// tags of `init`.
+/// tags of `init`. Its derivative ([`crate::grad`]) needs a bound on the
+/// iterations: write such a loop with [`while_bounded`].
 #[track_caller]
 pub fn while_(
     init: &[Tensor],
@@ -31,14 +34,69 @@ pub fn while_(
     counted_while(init, cond, body, None)
 }
 
-/// [`while_`], knowing the number of iterations when it is `Some` (for
-/// the derivative rule).
+/// [`while_`] that stops after at most `max_trips` iterations, even while
+/// `cond` still holds, so that it has a reverse-mode derivative: the
+/// gradient saves what each iteration's derivative reads, `max_trips`
+/// rows of it whatever the number of iterations run (as JAX, which
+/// differentiates a `while_loop` only in forward mode, differentiates a
+/// `scan` of known length), and runs the iterations that ran backwards.
+///
+/// ```
+/// # fn main() -> radix::Result<()> {
+/// use radix::testing::{assert_close, run, Tol};
+/// use radix::{DType, Literal, Tensor};
+/// // Doubles x until it reaches 10: 1.5 → 12 after three doublings, so
+/// // the derivative is 2³.
+/// let x = Literal::from_slice(&[1.5f32], &[]);
+/// let out = run(&[x], |xs| {
+///     radix::grad(
+///         |x: &Tensor, _: &()| {
+///             radix::while_bounded(
+///                 16,
+///                 &[*x],
+///                 |s| s[0].lt(Tensor::scalar(10.0, DType::F32)),
+///                 |s| vec![s[0] * 2.0],
+///             )[0]
+///         },
+///         &xs[0],
+///         &(),
+///     )
+/// })?;
+/// assert_close(&out[0], &[8.0], Tol::ulps(DType::F32, 1.0));
+/// # Ok(())
+/// # }
+/// ```
+#[track_caller]
+pub fn while_bounded(
+    max_trips: i64,
+    init: &[Tensor],
+    cond: impl FnOnce(&[Tensor]) -> Tensor,
+    body: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Vec<Tensor> {
+    let index = |v: i64| Tensor::scalar(v as f64, DType::I32);
+    let mut state = vec![index(0)];
+    state.extend_from_slice(init);
+    let res = counted_while(
+        &state,
+        |s| s[0].lt(index(max_trips)).and(cond(&s[1..])),
+        |s| {
+            let mut next = vec![s[0] + index(1)];
+            next.extend(body(&s[1..]));
+            next
+        },
+        Some(max_trips.max(0)),
+    );
+    res[1..].to_vec()
+}
+
+/// [`while_`], knowing a bound on the number of iterations when it is
+/// `Some` (for the derivative rule).
 #[track_caller]
 fn counted_while(
     init: &[Tensor],
     cond: impl FnOnce(&[Tensor]) -> Tensor,
     body: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
-    trip_count: Option<i64>,
+    max_trips: Option<i64>,
 ) -> Vec<Tensor> {
     let shapes: Vec<Shape> = init.iter().map(|t| t.shape()).collect();
     let c = trace_open_block("while condition", &shapes, |s| vec![cond(s)]);
@@ -67,7 +125,7 @@ fn counted_while(
         n_cond_captures: c.captures.len(),
         cond: Arc::new(c.function),
         body: Arc::new(b.function),
-        trip_count,
+        max_trips,
     };
     multi(op, &args, &shapes)
 }
@@ -168,6 +226,42 @@ pub fn if_(
 /// results keep their tags.
 #[track_caller]
 pub fn call<A: Module + Clone, O: Module + Clone>(f: fn(&A) -> O, args: &A) -> O {
+    called(f, args, false)
+}
+
+/// [`call`], rematerialized under [`crate::grad`] (`jax.checkpoint`): the
+/// derivative saves nothing of the body but its arguments and runs the
+/// body again in the backward pass, where a plain `call` keeps the body's
+/// residuals (its intermediate values) from the forward pass until the
+/// backward one. A stack of checkpointed blocks holds one block's
+/// intermediates at a time, for one more forward pass of each.
+///
+/// ```
+/// # fn main() -> radix::Result<()> {
+/// use radix::testing::{assert_close, run, Tol};
+/// use radix::{DType, Literal, Tensor};
+/// fn block(x: &Tensor) -> Tensor {
+///     x.tanh() * *x
+/// }
+/// let x = Literal::from_slice(&[0.5f64, -1.0], &[2]);
+/// let out = run(&[x], |xs| {
+///     let plain = radix::grad(|x: &Tensor, _: &()| radix::call(block, x).sum(0), &xs[0], &());
+///     let remat = radix::grad(|x: &Tensor, _: &()| radix::checkpoint(block, x).sum(0), &xs[0], &());
+///     (plain, remat)
+/// })?;
+/// let want: Vec<f64> = out[0].data().to_vec();
+/// assert_close(&out[1], &want, Tol::ulps(DType::F64, 0.0));
+/// # Ok(())
+/// # }
+/// ```
+#[track_caller]
+pub fn checkpoint<A: Module + Clone, O: Module + Clone>(f: fn(&A) -> O, args: &A) -> O {
+    called(f, args, true)
+}
+
+/// [`call`] or [`checkpoint`].
+#[track_caller]
+fn called<A: Module + Clone, O: Module + Clone>(f: fn(&A) -> O, args: &A, checkpoint: bool) -> O {
     let tensors = crate::module::tensors(args);
     let shapes: Vec<Shape> = tensors.iter().map(|t| t.1.shape()).collect();
     let mut out: Option<O> = None;
@@ -208,6 +302,7 @@ pub fn call<A: Module + Clone, O: Module + Clone>(f: fn(&A) -> O, args: &A) -> O
         Op::Call {
             name: name.into(),
             f: Arc::new(function),
+            checkpoint,
         },
         &inputs,
         &result_shapes,

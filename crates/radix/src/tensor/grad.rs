@@ -149,6 +149,7 @@ where
                 let op = Op::Call {
                     name: name.into(),
                     f: Arc::new(joint),
+                    checkpoint: false,
                 };
                 multi(op, &inputs, &all_shapes)
             }

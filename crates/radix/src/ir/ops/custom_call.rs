@@ -206,6 +206,7 @@ pub(crate) fn replace_by_fallbacks(f: &Function) -> Function {
                 Op::Call {
                     name: format!("{base}_fallback_{:08x}", h.finish() as u32).into(),
                     f: Arc::new(body),
+                    checkpoint: false,
                 }
             }
             op => op.map_bodies(&replace_by_fallbacks),
@@ -253,6 +254,7 @@ pub(crate) fn vjp(
         Op::Call {
             name: name.into(),
             f: d.clone(),
+            checkpoint: false,
         },
         &args,
         shapes[0],

@@ -5,6 +5,7 @@
 
 pub mod constant;
 pub mod control;
+pub(crate) mod control_grad;
 pub mod convert;
 pub mod custom_call;
 pub mod dot;
@@ -93,14 +94,15 @@ pub(crate) enum Op {
     /// (its users name `%op#i`).
     Project(usize),
     /// `stablehlo.while`: operands are the initial state, then the values
-    /// `cond` captures, then those `body` captures. `trip_count` is the
-    /// number of iterations when it is known when traced (`for_`), which
-    /// its derivative rule needs.
+    /// `cond` captures, then those `body` captures. `max_trips` bounds the
+    /// number of iterations when the bound is known when traced (`for_`
+    /// runs exactly that many, `while_bounded` at most): the derivative
+    /// rule sizes the saved iterations by it, and has none without it.
     While {
         cond: Arc<Function>,
         body: Arc<Function>,
         n_cond_captures: usize,
-        trip_count: Option<i64>,
+        max_trips: Option<i64>,
     },
     /// `stablehlo.if`: operands are the predicate, then the captures of
     /// `then`, then those of `other`.
@@ -109,8 +111,15 @@ pub(crate) enum Op {
         other: Arc<Function>,
         n_then_captures: usize,
     },
-    /// `func.call` of the private function `@name` with body `f`.
-    Call { name: Arc<str>, f: Arc<Function> },
+    /// `func.call` of the private function `@name` with body `f`. A
+    /// `checkpoint`ed call's derivative saves only its arguments and runs
+    /// the body again in the backward pass (`radix::checkpoint`); another
+    /// saves the body's residuals.
+    Call {
+        name: Arc<str>,
+        f: Arc<Function>,
+        checkpoint: bool,
+    },
     /// `stablehlo.custom_call @Sharding`: the operand, split as the result
     /// shape's sharding says.
     Sharding,

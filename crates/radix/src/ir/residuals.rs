@@ -1,0 +1,184 @@
+//! A derivative split in two, as JAX's partial evaluation splits a
+//! linearized function into its known and unknown parts: a *forward*
+//! function giving `f`'s results and the *residuals* (the values of `f`'s
+//! forward pass that its derivative rules read), and a *backward* function
+//! taking those residuals and the results' cotangents. The control-flow
+//! rules (`ir/ops/control_grad.rs`) run the forward function in place of
+//! the op, so the body runs once, and keep the residuals until the
+//! backward pass: a loop keeps one row per iteration, which is all the
+//! memory its derivative needs.
+
+use std::collections::HashMap;
+
+use crate::Shape;
+use crate::ir::grad::{self, Emitter, GradError, Joint};
+use crate::ir::{Function, Node, Op, ValueId};
+
+/// `f`'s derivative as a forward and a backward function.
+pub(crate) struct Split {
+    /// `f`'s parameters → `f`'s results, then the residuals.
+    pub(crate) fwd: Function,
+    /// The residuals, then the parameters of `f` named by `free_used`,
+    /// then one cotangent per result of `f` → the cotangents of `f`'s
+    /// first `n_wrt` parameters.
+    pub(crate) bwd: Function,
+    /// The residuals' shapes.
+    pub(crate) residuals: Vec<Shape>,
+    /// The parameters of `f` (by index) the backward function takes
+    /// directly instead of as residuals.
+    pub(crate) free_used: Vec<usize>,
+}
+
+/// Which values of the forward pass the backward function may have
+/// without saving them.
+#[derive(Clone, Copy)]
+pub(crate) enum Reads {
+    /// Every parameter of `f`: a call's or a branch's operands, which
+    /// the backward pass outside has anyway.
+    Params,
+    /// The parameters from `n_state` on (a loop's captures, the same in
+    /// every iteration), and what is computed from them and constants
+    /// alone, computed again each backward iteration rather than saved
+    /// once per iteration.
+    Invariant { n_state: usize },
+}
+
+/// Splits the derivative of `f` with respect to its first `n_wrt`
+/// parameters.
+pub(crate) fn split(f: &Function, n_wrt: usize, reads: Reads) -> Result<Split, GradError> {
+    let Joint {
+        function: j,
+        boundary,
+    } = grad::joint(f, n_wrt)?;
+    let n_params = f.params.len();
+    let n_out = f.results.len();
+    // Values of the forward part the backward one can have without a
+    // residual: free parameters, constants, and (for a loop) what is
+    // computed from those alone.
+    let mut free = vec![false; boundary];
+    for (i, n) in j.nodes[..boundary].iter().enumerate() {
+        free[i] = match (&n.op, reads) {
+            (Op::Parameter(k), Reads::Params) => *k < n_params,
+            (Op::Parameter(k), Reads::Invariant { n_state }) => *k >= n_state,
+            (Op::Poison, _) => false,
+            (_, _) if n.args.is_empty() => !n.op.has_side_effect(),
+            (op, Reads::Invariant { .. }) => {
+                !op.has_side_effect() && n.args.iter().all(|a| free[a.0 as usize])
+            }
+            (_, Reads::Params) => false,
+        };
+    }
+    let mut needed = vec![false; boundary];
+    let mut stack: Vec<ValueId> = j.nodes[boundary..]
+        .iter()
+        .flat_map(|n| n.args.iter().copied())
+        .chain(j.results[n_out..].iter().copied())
+        .filter(|v| (v.0 as usize) < boundary)
+        .collect();
+    let mut residuals: Vec<ValueId> = vec![];
+    while let Some(v) = stack.pop() {
+        let i = v.0 as usize;
+        if std::mem::replace(&mut needed[i], true) {
+            continue;
+        }
+        if free[i] {
+            stack.extend(&j.nodes[i].args);
+        } else {
+            residuals.push(v);
+        }
+    }
+    residuals.sort();
+    let mut free_used: Vec<usize> = vec![];
+    for (i, n) in j.nodes[..boundary].iter().enumerate() {
+        if let Op::Parameter(k) = n.op
+            && needed[i]
+            && free[i]
+        {
+            free_used.push(k);
+        }
+    }
+    free_used.sort();
+
+    let mut bwd = Function::default();
+    let loc = j
+        .nodes
+        .first()
+        .map_or(std::panic::Location::caller(), |n| n.loc);
+    let mut map: HashMap<ValueId, ValueId> = HashMap::new();
+    {
+        let mut e = Emitter::new(&mut bwd, loc);
+        let mut k = 0;
+        for &r in &residuals {
+            map.insert(r, e.parameter(k, j.node(r).shape));
+            k += 1;
+        }
+        for &p in &free_used {
+            let id = j.params[p];
+            map.insert(id, e.parameter(k, j.node(id).shape));
+            k += 1;
+        }
+        for &ct in &j.params[n_params..] {
+            map.insert(ct, e.parameter(k, j.node(ct).shape));
+            k += 1;
+        }
+    }
+    let copy = |bwd: &mut Function, map: &mut HashMap<ValueId, ValueId>, i: usize| {
+        let n = &j.nodes[i];
+        let id = bwd.push(Node {
+            op: n.op.clone(),
+            args: n.args.iter().map(|a| map[a]).collect(),
+            shape: n.shape,
+            loc: n.loc,
+        });
+        map.insert(ValueId(i as u32), id);
+    };
+    for i in 0..boundary {
+        if needed[i] && free[i] && !matches!(j.nodes[i].op, Op::Parameter(_)) {
+            copy(&mut bwd, &mut map, i);
+        }
+    }
+    for i in boundary..j.nodes.len() {
+        if !matches!(j.nodes[i].op, Op::Parameter(_)) {
+            copy(&mut bwd, &mut map, i);
+        }
+    }
+    bwd.results = j.results[n_out..].iter().map(|r| map[r]).collect();
+
+    let residual_shapes = residuals.iter().map(|&r| j.node(r).shape).collect();
+    let mut fwd_results = j.results[..n_out].to_vec();
+    fwd_results.extend(&residuals);
+    let fwd = Function {
+        nodes: j.nodes[..boundary].to_vec(),
+        params: j.params[..n_params].to_vec(),
+        results: fwd_results,
+        reuses: vec![],
+        effects: j
+            .effects
+            .iter()
+            .copied()
+            .filter(|v| (v.0 as usize) < boundary)
+            .collect(),
+    };
+    Ok(Split {
+        fwd,
+        bwd,
+        residuals: residual_shapes,
+        free_used,
+    })
+}
+
+/// `f` with results of `shapes`, all zeros, inserted at `at` among its
+/// results (a branch of an `if` giving the other branch's residuals, or
+/// the other branch's cotangents).
+pub(crate) fn with_zeros(mut f: Function, at: usize, shapes: &[Shape]) -> Function {
+    let loc = f
+        .nodes
+        .first()
+        .map_or(std::panic::Location::caller(), |n| n.loc);
+    let zeros: Vec<ValueId> = {
+        let mut e = Emitter::new(&mut f, loc);
+        shapes.iter().map(|&s| e.zeros(s)).collect()
+    };
+    f.results.splice(at..at, zeros);
+    f
+}
