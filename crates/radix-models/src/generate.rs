@@ -581,18 +581,58 @@ impl<M: CausalLm> Generator<M> {
     /// Runs the prompt `ids` from position 0: the last position's logits and
     /// the cache holding the prompt.
     pub fn prefill(&mut self, ids: &[u32]) -> Result<(Vec<f32>, Cache)> {
-        let n = ids.len();
-        let len = self.bucket(n)?;
-        let mut padded: Vec<i32> = ids.iter().map(|&t| t as i32).collect();
-        padded.resize(len, 0);
+        if ids.is_empty() || ids.len() > self.capacity {
+            return Err(Error::Input(format!(
+                "{} tokens do not fit the cache of {} positions",
+                ids.len(),
+                self.capacity
+            )));
+        }
+        let mut cache = self.empty_cache()?;
+        let logits = self.extend(ids, &mut cache)?;
+        Ok((logits, cache))
+    }
+
+    /// A cache holding no tokens.
+    pub fn empty_cache(&mut self) -> Result<Cache> {
         self.ensure_empty()?;
-        let empty = self
-            .empty
-            .as_ref()
-            .expect("compiled just above")
-            .call_fn(())?;
-        let (logits, buffers) = self.step(&padded, 0, n - 1, empty)?;
-        Ok((logits, Cache { buffers, len: n }))
+        let empty = self.empty.as_ref().expect("compiled just above");
+        Ok(Cache::new(empty.call_fn(())?, 0))
+    }
+
+    /// Runs `ids` after the tokens `cache` holds (a prompt's next chunk, or
+    /// what follows a prefix from the prompt cache) and writes them into
+    /// it: the logits after the last. The tokens run in steps of the
+    /// prompt buckets; a step never reaches past the cache's capacity
+    /// (a bucket that would is split into smaller ones, the last few
+    /// tokens decoded one by one), as the cache write would otherwise be
+    /// moved back to fit. The cache's buffers are donated to the steps: on
+    /// an error the cache is lost (it holds no tokens then).
+    pub fn extend(&mut self, ids: &[u32], cache: &mut Cache) -> Result<Vec<f32>> {
+        let (start, n) = (cache.len, ids.len());
+        if n == 0 || start + n > self.capacity {
+            return Err(Error::Input(format!(
+                "{n} tokens after {start} do not fit the cache of {} positions",
+                self.capacity
+            )));
+        }
+        let mut buffers = cache.buffers.clone();
+        // Spent by the first step: the cache holds nothing until it ends.
+        cache.len = 0;
+        let mut logits = vec![];
+        let mut at = start;
+        for piece in pieces(n, self.capacity - start) {
+            let (len, take) = (piece.bucket, piece.tokens);
+            let mut padded: Vec<i32> = ids[at - start..][..take]
+                .iter()
+                .map(|&t| t as i32)
+                .collect();
+            padded.resize(len, 0);
+            (logits, buffers) = self.step(&padded, at, take - 1, buffers)?;
+            at += take;
+        }
+        *cache = Cache { buffers, len: at };
+        Ok(logits)
     }
 
     /// Appends `token` to `cache` and returns the logits after it. The
@@ -680,9 +720,75 @@ impl<M: CausalLm> Generator<M> {
     }
 }
 
+/// One step of [`Generator::extend`]: `tokens` tokens padded to a step of
+/// `bucket`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Piece {
+    tokens: usize,
+    bucket: usize,
+}
+
+/// How [`Generator::extend`] runs `n` tokens with `room` positions left in
+/// the cache (`n <= room`): one bucket when it fits, else the largest
+/// bucket that does, filled, and so on; the last tokens one at a time (a
+/// decode step) once even the smallest bucket would not fit.
+fn pieces(mut n: usize, mut room: usize) -> Vec<Piece> {
+    let mut out = vec![];
+    while n > 0 {
+        let piece = if bucket(n) <= room {
+            Piece {
+                tokens: n,
+                bucket: bucket(n),
+            }
+        } else if room >= bucket(1) {
+            let fits = 1 << room.ilog2();
+            Piece {
+                tokens: fits.min(n),
+                bucket: fits,
+            }
+        } else {
+            Piece {
+                tokens: 1,
+                bucket: 1,
+            }
+        };
+        n -= piece.tokens;
+        room -= piece.tokens;
+        out.push(piece);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pieces_stay_inside_the_cache() {
+        let p = |tokens, bucket| Piece { tokens, bucket };
+        assert_eq!(pieces(100, 1024), [p(100, 128)]);
+        assert_eq!(
+            pieces(100, 100),
+            [p(64, 64), p(32, 32), p(1, 1), p(1, 1), p(1, 1), p(1, 1)]
+        );
+        assert_eq!(pieces(3, 5), [p(1, 1), p(1, 1), p(1, 1)]);
+        assert_eq!(pieces(20, 24), [p(16, 16), p(4, 8)]);
+        for room in 1..300 {
+            for n in 1..=room {
+                let ps = pieces(n, room);
+                assert_eq!(ps.iter().map(|p| p.tokens).sum::<usize>(), n);
+                // Each step's padded bucket fits the room left before it.
+                let mut left = room;
+                for p in &ps {
+                    assert!(
+                        p.bucket <= left && p.tokens <= p.bucket,
+                        "{n} in {room}: {ps:?}"
+                    );
+                    left -= p.tokens;
+                }
+            }
+        }
+    }
 
     #[test]
     fn buckets() {

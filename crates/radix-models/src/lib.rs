@@ -15,6 +15,7 @@ pub mod mistral;
 pub mod mnist;
 pub mod packages;
 pub mod pick;
+pub mod prompt_cache;
 pub mod qwen2;
 pub mod qwen3;
 pub mod runner;

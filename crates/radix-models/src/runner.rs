@@ -9,8 +9,9 @@ use radix::nn::MatrixFormat;
 
 use crate::batch::Batch;
 use crate::gemma3::Gemma3;
-use crate::generate::{Cache, Generation, Generator, Plan};
+use crate::generate::{Cache, CausalLm, Generation, Generator, Plan};
 use crate::llama::Llama;
+use crate::prompt_cache::PromptCache;
 use crate::sampling::Sampler;
 use crate::transformer::{Arch, Decoder, DecoderConfig, Layer, hf};
 use crate::{Error, Result};
@@ -177,6 +178,25 @@ impl Runner {
     /// See [`Generator::prefill`].
     pub fn prefill(&mut self, ids: &[u32]) -> Result<(Vec<f32>, Cache)> {
         each!(self, g => g.prefill(ids))
+    }
+
+    /// See [`Generator::empty_cache`].
+    pub fn empty_cache(&mut self) -> Result<Cache> {
+        each!(self, g => g.empty_cache())
+    }
+
+    /// See [`Generator::extend`].
+    pub fn extend(&mut self, ids: &[u32], cache: &mut Cache) -> Result<Vec<f32>> {
+        each!(self, g => g.extend(ids, cache))
+    }
+
+    /// An empty [`PromptCache`] for this runner's sequences, of at most
+    /// `budget` bytes.
+    pub fn prompt_cache(&self, budget: usize) -> PromptCache {
+        each!(self, g => {
+            let shapes = g.model().cache_shapes(g.capacity());
+            PromptCache::new(g.platform(), shapes, budget)
+        })
     }
 
     /// See [`Generator::next_token_nll`].

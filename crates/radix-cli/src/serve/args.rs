@@ -43,6 +43,19 @@ pub struct ServeArgs {
     /// when `--context` is not given.
     #[arg(long, default_value_t = 512, value_name = "MIB")]
     pub cache_memory: u64,
+    /// The memory the prompt cache may take, in MiB (0: no prompt cache).
+    /// It keeps the keys and values of prompts already run, so that a
+    /// prompt starting with the same tokens (a system prompt, a tool list,
+    /// a chat's earlier turns) runs only the tokens after them; the least
+    /// recently used prompts make room for new ones.
+    #[arg(long, default_value_t = 256, value_name = "MIB")]
+    pub cache_ram: u64,
+    /// The most prompt tokens run between two decode steps while sequences
+    /// generate: a longer prompt runs over several steps, so that it does
+    /// not stall the streams already running (with nothing generating, a
+    /// prompt runs whole).
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    pub prefill_chunk: usize,
     /// Multiply quantized matrices by f32 activations (`W·x`) rather than by
     /// activations quantized to 8 bits as llama.cpp does (see `radix
     /// generate --exact`).
@@ -97,6 +110,15 @@ impl ServeArgs {
             (1..=1 << 30).contains(&self.cache_memory),
             "--cache-memory must be from 1 to 2^30 MiB, got {}",
             self.cache_memory
+        );
+        ensure!(
+            self.cache_ram <= 1 << 30,
+            "--cache-ram must be from 0 to 2^30 MiB, got {}",
+            self.cache_ram
+        );
+        ensure!(
+            self.prefill_chunk >= 1,
+            "--prefill-chunk must be at least 1"
         );
         ensure!(
             self.api_key.as_ref().is_none_or(|k| !k.is_empty()),

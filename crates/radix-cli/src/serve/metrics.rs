@@ -1,5 +1,6 @@
 //! The server's counters, written out in Prometheus' text format by
-//! `GET /metrics`: requests by route and status, tokens in and out, time to
+//! `GET /metrics`: requests by route and status, tokens in and out (and
+//! those the prompt cache held), time to
 //! the first token and between tokens, queue depth and busy slots, and the
 //! batched decode steps with the sequences they ran (their ratio is the mean
 //! batch).
@@ -16,6 +17,8 @@ pub struct Metrics {
     /// Answers by route and status code.
     requests: Mutex<BTreeMap<(String, u16), u64>>,
     prompt_tokens: AtomicU64,
+    /// Prompt tokens the prompt cache held (not run again).
+    prompt_tokens_cached: AtomicU64,
     generated_tokens: AtomicU64,
     /// Sequences ended because their client went away.
     cancelled: AtomicU64,
@@ -41,6 +44,12 @@ impl Metrics {
     /// Counts a prompt of `n` tokens.
     pub fn prompt(&self, n: usize) {
         self.prompt_tokens.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Counts `n` prompt tokens found in the prompt cache.
+    pub fn prompt_cached(&self, n: usize) {
+        self.prompt_tokens_cached
+            .fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// Counts a generated token, `after` the request arrived (its first) or
@@ -90,6 +99,12 @@ impl Metrics {
                 "counter",
                 "Prompt tokens read.",
                 load(&self.prompt_tokens),
+            ),
+            (
+                "radix_prompt_tokens_cached_total",
+                "counter",
+                "Prompt tokens found in the prompt cache (not run again).",
+                load(&self.prompt_tokens_cached),
             ),
             (
                 "radix_generated_tokens_total",

@@ -21,6 +21,7 @@ mod check;
 mod conn;
 mod embeddings;
 mod error;
+mod fault;
 mod metrics;
 mod queue;
 mod routes;
@@ -85,6 +86,8 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
         max_batch: args.max_batch,
         max_queue: args.max_queue,
         matrices: matrix_format(DtypeArg::Stored, args.exact)?,
+        prompt_cache: (args.cache_ram as usize).saturating_mul(1 << 20),
+        prefill_chunk: args.prefill_chunk,
     };
     let worker = Worker::start(platform.clone(), model, cfg, metrics.clone())?;
     let embeddings = embed_dir

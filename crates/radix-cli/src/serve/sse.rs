@@ -24,11 +24,13 @@ use super::tools::Tools;
 use super::worker::{Event, Finish, TokenLogprob};
 use radix_models::constraint::Vocabulary;
 
-/// How far a stream has come: choices not finished, tokens generated,
-/// and each choice's text offset (in characters).
+/// How far a stream has come: choices not finished, tokens generated
+/// (and prompt tokens the prompt cache held), and each choice's text
+/// offset (in characters).
 struct Progress {
     left: usize,
     tokens: usize,
+    cached: usize,
     offsets: Vec<usize>,
     /// With tools, each choice's text, held until it ends to be read for
     /// calls.
@@ -134,11 +136,14 @@ impl Reply {
         }
     }
 
-    fn usage(&self, completion_tokens: usize) -> Value {
+    /// The token counts: `cached_tokens` of the prompt's came from the
+    /// prompt cache (the most any choice's sequence found).
+    fn usage(&self, completion_tokens: usize, cached_tokens: usize) -> Value {
         json!({
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": self.prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens},
         })
     }
 
@@ -274,7 +279,9 @@ impl Reply {
             })
             .collect();
         let mut res = self.envelope(false, Value::Array(list));
-        res["usage"] = self.usage(choices.iter().map(|c| c.completion_tokens).sum());
+        let completion = choices.iter().map(|c| c.completion_tokens).sum();
+        let cached = choices.iter().map(|c| c.cached_tokens).max();
+        res["usage"] = self.usage(completion, cached.unwrap_or(0));
         res
     }
 }
@@ -286,6 +293,7 @@ struct Choice {
     logprobs: Vec<TokenLogprob>,
     finish: Option<Finish>,
     completion_tokens: usize,
+    cached_tokens: usize,
 }
 
 /// Waits for every choice of the reply and answers them as one object.
@@ -308,9 +316,11 @@ pub async fn collect(
             Event::Done {
                 finish,
                 completion_tokens,
+                cached_tokens,
             } => {
                 c.finish = Some(finish);
                 c.completion_tokens = completion_tokens;
+                c.cached_tokens = cached_tokens;
                 left -= 1;
             }
             Event::Failed(e) => return Err(ApiError::internal(e)),
@@ -335,6 +345,7 @@ pub fn stream(
     let progress = Progress {
         left: reply.choices,
         tokens: 0,
+        cached: 0,
         offsets: vec![0; reply.choices],
         held: vec![String::new(); reply.choices],
     };
@@ -371,6 +382,7 @@ pub fn stream(
                         Event::Done {
                             finish,
                             completion_tokens,
+                            cached_tokens,
                         },
                     ))) => {
                         let mut finish = finish.as_str();
@@ -400,6 +412,7 @@ pub fn stream(
                         pending
                             .push_back(reply.chunk(i, None, Value::Null, Some(finish)).to_string());
                         progress.tokens += completion_tokens;
+                        progress.cached = progress.cached.max(cached_tokens);
                         progress.left -= 1;
                         if progress.left > 0 {
                             done = false;
@@ -408,7 +421,7 @@ pub fn stream(
                         end.ended(200);
                         if reply.include_usage {
                             let mut usage = reply.envelope(true, json!([]));
-                            usage["usage"] = reply.usage(progress.tokens);
+                            usage["usage"] = reply.usage(progress.tokens, progress.cached);
                             pending.push_back(usage.to_string());
                         }
                         pending.push_back("[DONE]".into());

@@ -1,8 +1,12 @@
 //! The generation worker: one thread owns the model, its runner and a
 //! [`Batch`] of `--max-batch` cache rows (slots), and takes requests from a
-//! bounded queue. Each turn it admits waiting requests into free slots
-//! (their prefill and first token), then advances every running sequence by
-//! one token in one batched decode step. A finished sequence, or one whose
+//! bounded queue. Each turn it runs waiting prompts for free slots, then
+//! advances every running sequence by one token in one batched decode step.
+//! While sequences decode, a turn runs at most `--prefill-chunk` prompt
+//! tokens, so a long prompt runs over several turns instead of stalling
+//! every stream for its whole length; a prompt whose first tokens the
+//! [`PromptCache`] holds runs only the rest. A prompt that has run picks
+//! its first token and joins the batch. A finished sequence, or one whose
 //! client is gone, leaves its slot at once.
 
 use std::any::Any;
@@ -15,13 +19,16 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use radix::Platform;
 use radix::nn::MatrixFormat;
+use radix_models::generate::Cache;
 use radix_models::generate::bucket;
 use radix_models::pick::Picker;
+use radix_models::prompt_cache::PromptCache;
 use radix_models::runner::{Runner, RunnerBatch};
 use radix_models::sampling::logprobs;
 use radix_text::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::fault::{Fault, FaultKind};
 use super::metrics::Metrics;
 pub use super::queue::Refused;
 use super::queue::{Queue, Waiting};
@@ -93,6 +100,8 @@ pub enum Event {
         finish: Finish,
         /// How many tokens were generated.
         completion_tokens: usize,
+        /// How many prompt tokens came from the prompt cache.
+        cached_tokens: usize,
     },
     /// The generation failed.
     Failed(String),
@@ -140,6 +149,10 @@ pub struct WorkerConfig {
     pub max_queue: usize,
     /// The form of the model's matrices.
     pub matrices: MatrixFormat,
+    /// The most bytes the prompt cache keeps (0: none).
+    pub prompt_cache: usize,
+    /// The most prompt tokens a turn runs while sequences decode.
+    pub prefill_chunk: usize,
 }
 
 /// Whether the worker thread can take requests.
@@ -188,6 +201,9 @@ impl Worker {
                     };
                     let _ = ready_tx.send(Ok(batch.buckets().to_vec()));
                     let mut state = State {
+                        prompts: runner.prompt_cache(cfg.prompt_cache),
+                        prefilling: None,
+                        chunk: cfg.prefill_chunk.max(1),
                         runner,
                         batch,
                         slots: cfg.max_batch,
@@ -319,62 +335,6 @@ impl Heartbeat {
     }
 }
 
-/// A fault the worker injects for the server's tests, from
-/// `RADIX_SERVE_FAULT=<kind>:<max_tokens>[,...]`: at the first decode step
-/// that runs a sequence asking for exactly `max_tokens` tokens,
-/// `step-error` fails the step (as a device error would, through the
-/// batch's own error path), `panic` panics, `hang` stops the thread's loop
-/// until the server stops, and `exit` ends the thread; `hold` runs no
-/// decode step while such a sequence runs, until its client leaves
-/// (requests are still admitted), so that a test can fill the slots and
-/// the queue, or gather sequences into one batch, without a race. Unset,
-/// nothing is injected.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct Fault {
-    kind: FaultKind,
-    max_tokens: usize,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum FaultKind {
-    StepError,
-    Panic,
-    Hang,
-    Exit,
-    Hold,
-}
-
-impl Fault {
-    /// The faults `RADIX_SERVE_FAULT` asks for.
-    fn from_env() -> Result<Vec<Fault>> {
-        let Some(v) = std::env::var_os("RADIX_SERVE_FAULT") else {
-            return Ok(vec![]);
-        };
-        let v = v.to_string_lossy();
-        v.split(',')
-            .map(|one| {
-                let (kind, n) = one.split_once(':')?;
-                let kind = match kind {
-                    "step-error" => FaultKind::StepError,
-                    "panic" => FaultKind::Panic,
-                    "hang" => FaultKind::Hang,
-                    "exit" => FaultKind::Exit,
-                    "hold" => FaultKind::Hold,
-                    _ => return None,
-                };
-                let max_tokens = n.parse().ok()?;
-                Some(Fault { kind, max_tokens })
-            })
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| {
-                anyhow!(
-                    "RADIX_SERVE_FAULT={v:?}: expected step-error|panic|hang|exit|hold:<max_tokens>, \
-                     comma-separated"
-                )
-            })
-    }
-}
-
 /// The runner of whatever architecture the model is, compiled for every
 /// prompt bucket, and a batch of `slots`.
 fn load(
@@ -397,6 +357,12 @@ fn load(
 struct State {
     runner: Runner,
     batch: RunnerBatch,
+    /// Prompts run before, by their tokens.
+    prompts: PromptCache,
+    /// The prompt running, over as many turns as it takes.
+    prefilling: Option<Prefill>,
+    /// The most prompt tokens a turn runs while sequences decode.
+    chunk: usize,
     slots: usize,
     context: usize,
     tokenizer: Tokenizer,
@@ -405,6 +371,15 @@ struct State {
     abort: Arc<AtomicBool>,
     heartbeat: Arc<Heartbeat>,
     faults: Vec<Fault>,
+}
+
+/// A prompt on its way into the batch: its cache holds the tokens run so
+/// far.
+struct Prefill {
+    job: Job,
+    cache: Cache,
+    /// How many of the prompt's tokens came from the prompt cache.
+    cached: usize,
 }
 
 /// A running sequence (its slot is its index among the running ones) and
@@ -419,6 +394,8 @@ struct Seq {
     /// Log-probabilities not sent yet.
     pending: Vec<TokenLogprob>,
     max_tokens: usize,
+    /// How many prompt tokens came from the prompt cache.
+    cached: usize,
     events: Events,
     last_token: Instant,
 }
@@ -458,6 +435,7 @@ impl State {
         let mut active: Vec<Seq> = vec![];
         let why = self.serve(queue, &mut active);
         fail(&mut active, why);
+        self.fail_prefill(why);
         for job in queue.close() {
             let _ = job.events.send(Event::Failed(why.into()));
         }
@@ -477,7 +455,9 @@ impl State {
                 Err(panic) => {
                     let msg = panic_message(&*panic);
                     tracing::error!("the generation thread panicked: {msg}");
-                    fail(active, &format!("the generation thread failed: {msg}"));
+                    let why = format!("the generation thread failed: {msg}");
+                    fail(active, &why);
+                    self.fail_prefill(&why);
                     if let Err(e) = self.rebuild() {
                         tracing::error!("cannot rebuild the batch after a panic: {e:#}");
                         return "the generation thread failed and could not recover";
@@ -491,31 +471,14 @@ impl State {
         }
     }
 
-    /// One turn: admits waiting jobs into free slots (blocking for one when
-    /// nothing runs), frees the slots of clients gone, then decodes one
+    /// One turn: runs waiting prompts for free slots (blocking for a job
+    /// when nothing runs), frees the slots of clients gone, then decodes one
     /// token of every running sequence.
     fn turn(&mut self, active: &mut Vec<Seq>, queue: &Queue<Job>) -> Result<(), Exit> {
         if self.abort.load(Ordering::Relaxed) {
             return Err(Exit::Stopped);
         }
-        while active.len() < self.slots {
-            let wait = active.is_empty().then_some(IDLE_TURN);
-            let Some(job) = queue.pop(wait) else {
-                break;
-            };
-            let events = job.events.clone();
-            match self.start(job) {
-                Ok(Some(seq)) => active.push(seq),
-                Ok(None) => {}
-                Err(e) => {
-                    let _ = events.send(Event::Failed(format!("{e:#}")));
-                }
-            }
-            self.reconcile(active, "a sequence could not join the batch");
-            self.metrics
-                .active_slots
-                .store(active.len() as i64, Ordering::Relaxed);
-        }
+        self.admit(active, queue);
         // Clients gone leave before the step.
         let gone: Vec<bool> = active.iter().map(|s| s.events.is_closed()).collect();
         self.leave(active, &gone, true);
@@ -603,20 +566,103 @@ impl State {
         }
     }
 
-    /// Prefills `job`, takes a slot and picks its first token: the
-    /// sequence, unless it ended there. On an error no row of the batch is
-    /// left to it (the error may have emptied the batch).
-    fn start(&mut self, mut job: Job) -> Result<Option<Seq>> {
+    /// Runs waiting prompts while slots are free: all of them when no
+    /// sequence decodes, else at most `chunk` tokens of them this turn (the
+    /// rest of a prompt runs in the next turns). Waits up to [`IDLE_TURN`]
+    /// for a job when nothing runs. A prompt that has run joins `active`.
+    fn admit(&mut self, active: &mut Vec<Seq>, queue: &Queue<Job>) {
+        let mut ran = 0;
+        while active.len() < self.slots {
+            let budget = match active.is_empty() {
+                true => usize::MAX,
+                false => self.chunk.saturating_sub(ran),
+            };
+            if budget == 0 {
+                break;
+            }
+            if self.prefilling.is_none() {
+                let nothing_runs = active.is_empty();
+                let Some(job) = queue.pop(nothing_runs.then_some(IDLE_TURN)) else {
+                    break;
+                };
+                let events = job.events.clone();
+                match self.begin(job) {
+                    Ok(p) => self.prefilling = Some(p),
+                    Err(e) => drop(events.send(Event::Failed(format!("{e:#}")))),
+                }
+                continue;
+            }
+            let p = self.prefilling.as_mut().expect("checked above");
+            if p.job.events.is_closed() {
+                self.prefilling = None;
+                self.metrics.cancelled();
+                continue;
+            }
+            let (prompt, done) = (&p.job.prompt, p.cache.len());
+            let n = (prompt.len() - done).min(budget);
+            let logits = self.runner.extend(&prompt[done..done + n], &mut p.cache);
+            ran += n;
+            let whole = p.cache.len() == prompt.len();
+            let joined = match logits {
+                Ok(logits) if whole => {
+                    let p = self.prefilling.take().expect("checked above");
+                    let events = p.job.events.clone();
+                    self.join(p, &logits).map_err(|e| (events, e))
+                }
+                Ok(_) => continue,
+                Err(e) => {
+                    let p = self.prefilling.take().expect("checked above");
+                    Err((p.job.events, e.into()))
+                }
+            };
+            match joined {
+                Ok(Some(seq)) => active.push(seq),
+                Ok(None) => {}
+                Err((events, e)) => drop(events.send(Event::Failed(format!("{e:#}")))),
+            }
+            self.reconcile(active, "a sequence could not join the batch");
+            self.metrics
+                .active_slots
+                .store(active.len() as i64, Ordering::Relaxed);
+        }
+    }
+
+    /// Starts running `job`'s prompt: from the longest beginning of it the
+    /// prompt cache holds, or from nothing.
+    fn begin(&mut self, job: Job) -> Result<Prefill> {
         self.metrics.prompt(job.prompt.len());
-        let room = self.context.saturating_sub(job.prompt.len());
-        if room == 0 {
+        if job.prompt.len() >= self.context {
             bail!(
                 "the prompt of {} tokens fills the context of {}",
                 job.prompt.len(),
                 self.context
             );
         }
-        let (logits, cache) = self.runner.prefill(&job.prompt)?;
+        let cache = match self.prompts.lookup(&job.prompt)? {
+            Some(hit) => hit,
+            None => self.runner.empty_cache()?,
+        };
+        let cached = cache.len();
+        self.metrics.prompt_cached(cached);
+        Ok(Prefill { job, cache, cached })
+    }
+
+    /// Takes a slot for the prompt that has run (`logits` after its last
+    /// token), keeps it in the prompt cache and picks the first token: the
+    /// sequence, unless it ended there. On an error no row of the batch is
+    /// left to it (the error may have emptied the batch).
+    fn join(&mut self, p: Prefill, logits: &[f32]) -> Result<Option<Seq>> {
+        let Prefill {
+            mut job,
+            cache,
+            cached,
+        } = p;
+        // A cache the prompt cache cannot copy costs that prompt's reuse,
+        // not this sequence.
+        if let Err(e) = self.prompts.store(&job.prompt, &cache) {
+            tracing::warn!("cannot keep the prompt in the prompt cache: {e}");
+        }
+        let room = self.context - job.prompt.len();
         let row = self.batch.insert(cache)?;
         let mut seq = Seq {
             ids: vec![],
@@ -627,10 +673,11 @@ impl State {
             pending: vec![],
             // The routes checked it; the cache is the worker's to protect.
             max_tokens: job.max_tokens.min(room),
+            cached,
             events: job.events,
             last_token: job.arrived,
         };
-        match self.push(&mut seq, &logits) {
+        match self.push(&mut seq, logits) {
             Ok(true) => Ok(Some(seq)),
             Ok(false) => {
                 self.batch.remove(row)?;
@@ -640,6 +687,13 @@ impl State {
                 self.batch.remove(row)?;
                 Err(e)
             }
+        }
+    }
+
+    /// Fails the prompt running, if one is.
+    fn fail_prefill(&mut self, why: &str) {
+        if let Some(p) = self.prefilling.take() {
+            let _ = p.job.events.send(Event::Failed(why.into()));
         }
     }
 
@@ -685,6 +739,7 @@ impl State {
             let _ = seq.events.send(Event::Done {
                 finish: Finish::Stop,
                 completion_tokens: seq.ids.len(),
+                cached_tokens: seq.cached,
             });
             return Ok(false);
         };
@@ -728,6 +783,7 @@ impl State {
             let _ = seq.events.send(Event::Done {
                 finish,
                 completion_tokens: seq.ids.len(),
+                cached_tokens: seq.cached,
             });
             return Ok(false);
         }

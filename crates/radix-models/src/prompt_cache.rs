@@ -1,0 +1,220 @@
+//! The prompt cache: the keys and values of prompts already run, kept on
+//! the device so that a prompt starting with the same tokens (a system
+//! prompt, a tool list, the earlier turns of a chat) runs only the tokens
+//! after them, as llama.cpp's `cache_prompt` and mistral.rs's prefix cacher
+//! do.
+//!
+//! An entry holds one sequence's caches cut to its *stored length*, the
+//! power of two at or above its token count (capped by the capacity), so
+//! that a cut and a paste compile once per length, not per prompt; its
+//! bytes count against a budget, and the least recently used entries go
+//! first when a new one does not fit.
+//!
+//! *Invariant:* an entry's buffers are never given to a step: a hit pastes
+//! them into new full-capacity buffers, which the step then writes in
+//! place, so a hit never spends the entry that served it.
+
+use std::collections::HashMap;
+
+use radix::nn::KvCache;
+use radix::{Bufferized, Compiled, DType, Platform, Shape, Tensor};
+
+use crate::Result;
+use crate::generate::Cache;
+
+/// One sequence's caches, a layer each.
+type Caches = Vec<KvCache>;
+
+/// Prompts already run, by their tokens.
+pub struct PromptCache {
+    platform: Platform,
+    /// One sequence's cache shapes at full capacity, a layer each.
+    shapes: Vec<Shape>,
+    capacity: usize,
+    /// The most bytes the entries take together.
+    budget: usize,
+    /// Least recently used first.
+    entries: Vec<Entry>,
+    /// By stored length: the first positions of a full cache.
+    cuts: HashMap<usize, Compiled<(), Caches, Caches>>,
+    /// By stored length: a full cache holding an entry's positions.
+    pastes: HashMap<usize, Compiled<(), Caches, Caches>>,
+}
+
+/// One prompt's keys and values.
+struct Entry {
+    tokens: Vec<u32>,
+    buffers: Bufferized<Caches>,
+    bytes: usize,
+}
+
+impl PromptCache {
+    /// An empty prompt cache for sequences whose caches have `shapes` (a
+    /// layer each, tagged `(b, k, h, hd)`, `b` = 1) holding at most
+    /// `budget` bytes.
+    pub fn new(platform: &Platform, shapes: Vec<Shape>, budget: usize) -> PromptCache {
+        let capacity = shapes.first().and_then(|s| s.dim("k")).unwrap_or(0) as usize;
+        PromptCache {
+            platform: platform.clone(),
+            shapes,
+            capacity,
+            budget,
+            entries: vec![],
+            cuts: HashMap::new(),
+            pastes: HashMap::new(),
+        }
+    }
+
+    /// How many prompts it holds.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether it holds no prompt.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The bytes its entries take.
+    pub fn bytes(&self) -> usize {
+        self.entries.iter().map(|e| e.bytes).sum()
+    }
+
+    /// The positions an entry of `n` tokens keeps.
+    fn stored_len(&self, n: usize) -> usize {
+        n.next_power_of_two().min(self.capacity)
+    }
+
+    /// The bytes `len` positions of every layer's keys and values take.
+    fn bytes_of(&self, len: usize) -> usize {
+        self.shapes
+            .iter()
+            .map(|s| 2 * s.byte_size() / self.capacity.max(1) * len)
+            .sum()
+    }
+
+    /// A cache holding the longest run of `prompt`'s first tokens that an
+    /// entry holds (its [`Cache::len`]), leaving at least the last token to
+    /// run (its logits are the step's result): a full-capacity cache, the
+    /// caller's own to extend. `None` when no entry shares a first token.
+    pub fn lookup(&mut self, prompt: &[u32]) -> Result<Option<Cache>> {
+        let most = prompt.len().saturating_sub(1);
+        let best = self
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (i, common_prefix(&e.tokens, prompt).min(most)))
+            .max_by_key(|&(i, n)| (n, i));
+        let Some((i, n)) = best.filter(|&(_, n)| n > 0) else {
+            return Ok(None);
+        };
+        let entry = self.entries.remove(i);
+        let len = self.stored_len(entry.tokens.len());
+        let pasted = self
+            .paste(len)
+            .and_then(|p| Ok(p.call_fn(entry.buffers.clone())?));
+        // Most recently used last, whether the paste worked or not: the
+        // entry is untouched either way.
+        self.entries.push(entry);
+        Ok(Some(Cache::new(pasted?, n)))
+    }
+
+    /// Keeps a copy of the first `tokens.len()` positions of `cache` (which
+    /// holds `tokens`), unless an entry already holds `tokens` or more;
+    /// entries holding a beginning of `tokens` make way for it, and the
+    /// least recently used ones for its bytes. A prompt too large for the
+    /// whole budget is not kept.
+    pub fn store(&mut self, tokens: &[u32], cache: &Cache) -> Result<()> {
+        if tokens.is_empty() || tokens.len() > cache.len() {
+            return Ok(());
+        }
+        if let Some(i) = self
+            .entries
+            .iter()
+            .position(|e| e.tokens.starts_with(tokens))
+        {
+            let entry = self.entries.remove(i);
+            self.entries.push(entry);
+            return Ok(());
+        }
+        let len = self.stored_len(tokens.len());
+        let bytes = self.bytes_of(len);
+        if bytes > self.budget {
+            return Ok(());
+        }
+        self.entries.retain(|e| !tokens.starts_with(&e.tokens));
+        while self.bytes() + bytes > self.budget {
+            self.entries.remove(0);
+        }
+        let buffers = self.cut(len)?.call_fn(cache.buffers.clone())?;
+        self.entries.push(Entry {
+            tokens: tokens.to_vec(),
+            buffers,
+            bytes,
+        });
+        Ok(())
+    }
+
+    /// The program keeping the first `len` positions of a full cache.
+    fn cut(&mut self, len: usize) -> Result<&Compiled<(), Caches, Caches>> {
+        if !self.cuts.contains_key(&len) {
+            let full = params(&self.shapes);
+            let exe = radix::compile_fn(&self.platform, &full, |full| {
+                full.iter()
+                    .map(|c| KvCache {
+                        k: c.k.slice("k", 0..len as i64),
+                        v: c.v.slice("k", 0..len as i64),
+                    })
+                    .collect::<Caches>()
+            })?;
+            self.cuts.insert(len, exe);
+        }
+        Ok(&self.cuts[&len])
+    }
+
+    /// The program making a full cache from an entry of `len` positions.
+    fn paste(&mut self, len: usize) -> Result<&Compiled<(), Caches, Caches>> {
+        if !self.pastes.contains_key(&len) {
+            let cut: Vec<Shape> = self.shapes.iter().map(|&s| with_len(s, len)).collect();
+            let shapes = self.shapes.clone();
+            let exe = radix::compile_fn(&self.platform, &params(&cut), |cut| {
+                let zero = Tensor::scalar(0.0, DType::I32);
+                cut.iter()
+                    .zip(&shapes)
+                    .map(|(c, &full)| KvCache::zeros(full).write(zero, c.k, c.v))
+                    .collect::<Caches>()
+            })?;
+            self.pastes.insert(len, exe);
+        }
+        Ok(&self.pastes[&len])
+    }
+}
+
+/// Placeholders of caches of `shapes`.
+fn params(shapes: &[Shape]) -> Caches {
+    shapes.iter().map(|&s| KvCache::param(s)).collect()
+}
+
+/// A cache shape (tagged `(b, k, h, hd)`) holding `len` positions.
+fn with_len(shape: Shape, len: usize) -> Shape {
+    let d = shape.dims();
+    KvCache::shape(d[0], len as i64, d[2], d[3], shape.dtype())
+}
+
+/// How many first elements `a` and `b` share.
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::common_prefix;
+
+    #[test]
+    fn common_prefixes() {
+        assert_eq!(common_prefix(&[1, 2, 3], &[1, 2, 4]), 2);
+        assert_eq!(common_prefix(&[1, 2], &[1, 2, 3]), 2);
+        assert_eq!(common_prefix(&[], &[1]), 0);
+        assert_eq!(common_prefix(&[5], &[1]), 0);
+    }
+}
