@@ -13,7 +13,14 @@ so that each of its CLIENTS slots holds CONTEXT positions, as radix's), then:
    TOKENS tokens one after another: failures, aggregate decode tokens/s
    (all tokens over the wall time), time to first token p50 and p99;
 3. with --rss, RSS of the server after 100 and after 1,000 small requests.
-Every request is a greedy completion of the same prompt. Prints one JSON
+Every request is a greedy completion of the same prompt.
+
+With --shared-prefix N, a prompt cache's scenario instead: a system prompt
+of about N tokens, then one request alone (system prompt and question 0:
+the time to its first token is the cold one) and CLIENTS concurrent
+requests, each the system prompt and a question of its own; printed: the
+first request's time to first token, the others' p50, p99 and largest, and
+the largest over the first's. Prints one JSON
 object on one line and exits 1 if a request failed or the deadline passed.
 Example (release build, the issue's figures):
 
@@ -38,15 +45,16 @@ PROMPT = "Once upon a time"
 MODEL = "smollm2"
 
 
-def stream(addr, max_tokens, deadline):
+def stream(addr, max_tokens, deadline, prompt=PROMPT, usage=None):
     """One streamed completion: (time to first token, tokens, decode seconds).
-    The tokens are those `usage` counts, else the chunks with text."""
+    The tokens are those `usage` counts, else the chunks with text; the
+    last `usage` object is stored in the dict `usage` if given."""
     host, port = addr.split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=max(1.0, deadline - time.time()))
     body = json.dumps(
         {
             "model": MODEL,
-            "prompt": PROMPT,
+            "prompt": prompt,
             "max_tokens": max_tokens,
             "temperature": 0,
             "stream": True,
@@ -72,6 +80,8 @@ def stream(addr, max_tokens, deadline):
             raise RuntimeError(chunk["error"]["message"])
         if chunk.get("usage"):
             tokens = chunk["usage"]["completion_tokens"]
+            if usage is not None:
+                usage.update(chunk["usage"])
         if chunk.get("choices") and chunk["choices"][0].get("text"):
             chunks += 1
             if first is None:
@@ -82,6 +92,57 @@ def stream(addr, max_tokens, deadline):
         raise RuntimeError("the stream ended without [DONE]")
     first = first or end
     return first - t0, chunks if tokens is None else tokens, end - first
+
+
+def system_prompt(n_tokens):
+    """About `n_tokens` tokens of a system prompt (numbered rules, about 20
+    tokens each, so that no two sentences are alike)."""
+    rules = []
+    for i in range((n_tokens + 19) // 20):
+        rules.append(f"Rule {i + 1}: when the user asks about topic number {i * 7 % 97}, "
+                     f"answer briefly and cite section {i % 13}.")
+    return "You are a helpful assistant. " + " ".join(rules) + "\n"
+
+
+def shared_prefix(args, addr, deadline):
+    """The prompt cache's scenario (see the module's doc)."""
+    system = system_prompt(args.shared_prefix)
+    question = lambda i: f"Question {i}: what is {i} plus {i + 2}? Answer:"  # noqa: E731
+    # Warm up on another text, so that the first request finds nothing.
+    stream(addr, 4, deadline)
+    usage = {}
+    first, _, _ = stream(addr, 8, deadline, system + question(0), usage)
+    out = {"prompt_tokens": usage.get("prompt_tokens"), "first_ttft_s": first,
+           "first_cached_tokens": (usage.get("prompt_tokens_details") or {}).get("cached_tokens")}
+    ttfts, cached, failures = [], [], []
+    lock = threading.Lock()
+
+    def client(i):
+        u = {}
+        try:
+            ttft, _, _ = stream(addr, 8, deadline, system + question(i), u)
+            with lock:
+                ttfts.append(ttft)
+                cached.append((u.get("prompt_tokens_details") or {}).get("cached_tokens"))
+        except Exception as e:  # noqa: BLE001 - every failure is counted
+            with lock:
+                failures.append(str(e))
+
+    threads = [threading.Thread(target=client, args=(i + 1,)) for i in range(args.clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ttfts.sort()
+    out["failed"] = len(failures)
+    out["failures"] = failures[:5]
+    out["cached_tokens"] = cached
+    if ttfts:
+        out["rest_ttft_p50_s"] = statistics.median(ttfts)
+        out["rest_ttft_p99_s"] = ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))]
+        out["rest_ttft_max_s"] = ttfts[-1]
+        out["rest_max_over_first"] = ttfts[-1] / first
+    return out
 
 
 def free_port():
@@ -152,11 +213,23 @@ def main():
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--rss", action="store_true", help="also measure RSS after 100 and 1,000 requests")
     ap.add_argument("--deadline", type=float, default=900, help="seconds for the whole run")
+    ap.add_argument("--shared-prefix", type=int, metavar="N",
+                    help="run the prompt cache's scenario with a system prompt of about N tokens")
     args = ap.parse_args()
     deadline = time.time() + args.deadline
 
     server, addr = start(args)
     try:
+        if args.shared_prefix:
+            out = {"server": args.server, "model": args.model, "clients": args.clients,
+                   "context": args.context, "shared_prefix": args.shared_prefix,
+                   "load_average_before": os.getloadavg()}
+            out.update(shared_prefix(args, addr, deadline))
+            out["deadline_passed"] = time.time() > deadline
+            out["load_average_after"] = os.getloadavg()
+            print(json.dumps({"system": args.server, "bench": "serve-shared-prefix",
+                              "samples": {}, "meta": out}))
+            sys.exit(0 if out["failed"] == 0 and not out["deadline_passed"] else 1)
         out = {"server": args.server, "model": args.model, "clients": args.clients,
                "requests_per_client": args.requests, "tokens": args.tokens, "context": args.context,
                "load_average_before": os.getloadavg()}

@@ -95,8 +95,13 @@ texts.append("".join(pieces))
 out["json_schema"] = {"schema": schema, "texts": texts, "finishes": finishes}
 
 # Log-probabilities of a greedy chat reply (compared with the logits of
-# `radix generate --json --logits`).
-r = client.chat.completions.create(**chat, logprobs=True, top_logprobs=3)
+# `radix generate --json --logits`): the whole prompt runs as `radix
+# generate` runs it (llama.cpp's `cache_prompt: false`), since a prompt
+# cache hit runs its last token in a step of its own, whose 8-bit
+# activations may round otherwise.
+r = client.chat.completions.create(
+    **chat, logprobs=True, top_logprobs=3, extra_body={"cache_prompt": False}
+)
 out["logprobs"] = [
     {"token": c.token, "logprob": c.logprob, "top": [t.logprob for t in c.top_logprobs]}
     for c in r.choices[0].logprobs.content

@@ -97,6 +97,13 @@ fn a_shared_beginning_runs_once_and_answers_as_generate_does() {
         assert!(cached(&third) > hit, "{name}: {} cached", cached(&third));
         let counted = s.metric("radix_prompt_tokens_cached_total");
         assert_eq!(counted, (hit + cached(&third)) as f64, "{name}");
+        // llama.cpp's `cache_prompt: false`: every token runs.
+        let req = json!({"model": model, "prompt": prompts[2], "max_tokens": N,
+                         "temperature": 0, "cache_prompt": false});
+        let a = s.post(TEXT, &req.to_string());
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_eq!(cached(&a.json()), 0, "{name}: cache_prompt false");
+        assert_eq!(a.json()["choices"][0]["text"], want[2], "{name}");
 
         let off = Server::start(&[
             "--model",

@@ -5,8 +5,10 @@
 //! do.
 //!
 //! An entry holds one sequence's caches cut to its *stored length*, the
-//! power of two at or above its token count (capped by the capacity), so
-//! that a cut and a paste compile once per length, not per prompt; its
+//! power of two at or above its token count up to 256 and the multiple of
+//! 256 above that (capped by the capacity), so that a cut and a paste
+//! compile once per length, not per prompt, and a long prompt keeps less
+//! than twice its positions; its
 //! bytes count against a budget, and the least recently used entries go
 //! first when a new one does not fit.
 //!
@@ -82,7 +84,11 @@ impl PromptCache {
 
     /// The positions an entry of `n` tokens keeps.
     fn stored_len(&self, n: usize) -> usize {
-        n.next_power_of_two().min(self.capacity)
+        let len = match n {
+            ..=256 => n.next_power_of_two(),
+            _ => n.next_multiple_of(256),
+        };
+        len.min(self.capacity)
     }
 
     /// The bytes `len` positions of every layer's keys and values take.

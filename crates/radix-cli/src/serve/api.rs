@@ -74,6 +74,11 @@ pub struct CompletionRequest {
     pub tool_choice: Option<serde_json::Value>,
     /// Whether a reply may call several tools (default true).
     pub parallel_tool_calls: Option<bool>,
+    /// llama.cpp's `cache_prompt`: whether the prompt may start from the
+    /// prompt cache and is kept there (default true). `false` runs every
+    /// token of it, as `radix generate` does: with 8-bit activations, a
+    /// token run in another step may round its activations otherwise.
+    pub cache_prompt: Option<bool>,
     /// The caller's end user (ignored).
     #[expect(dead_code, reason = "accepted as OpenAI does, and ignored")]
     pub user: Option<String>,

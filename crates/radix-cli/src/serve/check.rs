@@ -43,6 +43,8 @@ pub struct Checked {
     pub logprobs: Option<usize>,
     /// The tools the model may call, and how its calls are read.
     pub tools: Option<Tools>,
+    /// Whether the prompt uses the prompt cache.
+    pub cache_prompt: bool,
 }
 
 /// Everything a completion request is checked for, in order: its model,
@@ -163,6 +165,7 @@ pub fn check(s: &AppState, req: &CompletionRequest, kind: Kind) -> Result<Checke
         include_usage: include_usage.unwrap_or(false),
         logprobs,
         tools,
+        cache_prompt: req.cache_prompt.unwrap_or(true),
     })
 }
 

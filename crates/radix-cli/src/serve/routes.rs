@@ -321,6 +321,7 @@ async fn complete(
             picker,
             logprobs: checked.logprobs,
             stop: checked.stop.clone(),
+            cache_prompt: checked.cache_prompt,
             events: Events {
                 choice,
                 tx: events.clone(),

@@ -48,6 +48,9 @@ pub struct Job {
     pub logprobs: Option<usize>,
     /// Text that ends the reply.
     pub stop: Vec<String>,
+    /// Whether the prompt may start from the prompt cache and is kept
+    /// there.
+    pub cache_prompt: bool,
     /// Where the reply goes; closed when the client is gone.
     pub events: Events,
     /// When the request arrived.
@@ -638,7 +641,11 @@ impl State {
                 self.context
             );
         }
-        let cache = match self.prompts.lookup(&job.prompt)? {
+        let hit = match job.cache_prompt {
+            true => self.prompts.lookup(&job.prompt)?,
+            false => None,
+        };
+        let cache = match hit {
             Some(hit) => hit,
             None => self.runner.empty_cache()?,
         };
@@ -659,7 +666,9 @@ impl State {
         } = p;
         // A cache the prompt cache cannot copy costs that prompt's reuse,
         // not this sequence.
-        if let Err(e) = self.prompts.store(&job.prompt, &cache) {
+        if job.cache_prompt
+            && let Err(e) = self.prompts.store(&job.prompt, &cache)
+        {
             tracing::warn!("cannot keep the prompt in the prompt cache: {e}");
         }
         let room = self.context - job.prompt.len();
