@@ -431,15 +431,16 @@ fn tiny(name: &str) -> std::path::PathBuf {
 /// `radix generate --json` greedily for `n` tokens of `model`: its text
 /// and how many tokens it generated.
 fn generate(model: &str, prompt: &str, n: usize) -> (String, usize) {
-    let out = common::radix()
-        .args(["generate", "--json", "--max-tokens", &n.to_string()])
-        .args(["--model", model, prompt])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let json: Value = serde_json::from_slice(&out).unwrap();
+    let n = n.to_string();
+    let json = common::radix_json(&[
+        "generate",
+        "--json",
+        "--max-tokens",
+        &n,
+        "--model",
+        model,
+        prompt,
+    ]);
     let n = json["ids"].as_array().unwrap().len();
     (json["text"].as_str().unwrap().to_string(), n)
 }

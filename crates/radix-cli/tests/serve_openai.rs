@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::server::Server;
-use common::{output_within, radix};
+use common::{output_within, radix_json};
 use serde_json::Value;
 
 const TEXTS: [&str; 2] = ["The cat sits on the mat.", "A feline rests on a rug."];
@@ -92,17 +92,6 @@ fn python_with_openai() -> Command {
 }
 
 /// `radix ARGS` (a `--json` command): its JSON.
-fn radix_json(args: &[&str]) -> Value {
-    let out = radix()
-        .args(args)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    serde_json::from_slice(&out).unwrap()
-}
-
 fn assert_close(got: &Value, want: &Value) {
     let (got, want) = (got.as_array().unwrap(), want.as_array().unwrap());
     assert_eq!(got.len(), want.len());

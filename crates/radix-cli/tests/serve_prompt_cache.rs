@@ -24,25 +24,38 @@ fn tiny(name: &str) -> String {
 
 /// `radix generate --json --exact` greedily for [`N`] tokens: the text.
 /// Products with f32 activations: the tiny random models' logits lie close
-/// together, and a prompt's products with 8-bit activations are summed
-/// otherwise in a chunk of 16 tokens or fewer than in a longer one.
+/// together, and with 8-bit activations a token run in another step (after
+/// a hit, or in another chunk) may round its activations otherwise.
 fn generate(model: &str, prompt: &str) -> String {
-    let out = common::radix()
-        .args([
-            "generate",
-            "--json",
-            "--exact",
-            "--max-tokens",
-            &N.to_string(),
-        ])
-        .args(["--model", model, prompt])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let json: Value = serde_json::from_slice(&out).unwrap();
-    json["text"].as_str().unwrap().to_string()
+    let n = N.to_string();
+    let args = [
+        "generate",
+        "--json",
+        "--exact",
+        "--max-tokens",
+        &n,
+        "--model",
+        model,
+        prompt,
+    ];
+    common::radix_json(&args)["text"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// `radix serve --exact` of the tiny `model` with `extra` flags.
+fn serve(model: &str, context: &str, extra: &[&str]) -> Server {
+    let args = [
+        "--model",
+        model,
+        "--embed-model",
+        "none",
+        "--context",
+        context,
+        "--exact",
+    ];
+    Server::start(&[&args[..], extra].concat())
 }
 
 /// A greedy completion of `prompt`: the answer's JSON (a 200).
@@ -71,15 +84,7 @@ fn a_shared_beginning_runs_once_and_answers_as_generate_does() {
             format!("{SHARED}a b c d e"),
         ];
         let want: Vec<String> = prompts.iter().map(|p| generate(&model, p)).collect();
-        let s = Server::start(&[
-            "--model",
-            &model,
-            "--embed-model",
-            "none",
-            "--context",
-            "128",
-            "--exact",
-        ]);
+        let s = serve(&model, "128", &[]);
         let first = complete(&s, &model, &prompts[0]);
         assert_eq!(cached(&first), 0, "{name}: nothing cached yet");
         assert_eq!(first["choices"][0]["text"], want[0], "{name}");
@@ -105,17 +110,7 @@ fn a_shared_beginning_runs_once_and_answers_as_generate_does() {
         assert_eq!(cached(&a.json()), 0, "{name}: cache_prompt false");
         assert_eq!(a.json()["choices"][0]["text"], want[2], "{name}");
 
-        let off = Server::start(&[
-            "--model",
-            &model,
-            "--embed-model",
-            "none",
-            "--context",
-            "128",
-            "--exact",
-            "--cache-ram",
-            "0",
-        ]);
+        let off = serve(&model, "128", &["--cache-ram", "0"]);
         complete(&off, &model, &prompts[0]);
         let again = complete(&off, &model, &prompts[1]);
         assert_eq!(cached(&again), 0, "{name}: --cache-ram 0");

@@ -163,8 +163,7 @@ fn a_prompt_filling_the_cache_runs_in_pieces_that_fit() {
     // Past the capacity: refused, naming the sizes.
     let err = tight
         .extend(&prompt[..5], &mut pieces)
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     assert!(err.to_string().contains("5 tokens after 60"), "{err}");
     drop((cache, full));
 }

@@ -89,6 +89,20 @@ pub fn reference_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../radix-models/tests/fixtures/reference")
 }
 
+/// `radix ARGS` (the debug build, as [`radix`]), which must succeed: its
+/// standard output as JSON (`generate --json`, `embed --json`).
+#[allow(dead_code)] // not every test binary uses every helper
+pub fn radix_json(args: &[&str]) -> serde_json::Value {
+    let out = radix()
+        .args(args)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    serde_json::from_slice(&out).expect("radix's output is JSON")
+}
+
 /// The `radix` binary as a plain process command, set up as [`radix`].
 pub fn radix_process() -> std::process::Command {
     let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("radix"));
