@@ -257,6 +257,30 @@ def serve_section(w, runs):
     w(f"Targets of issue 16 (0 failed, aggregate ≥ 3× a single stream, RSS growth ≤ 50 MiB): {verdict(ok)}.\n")
 
 
+def shared_prefix_section(w, runs):
+    """§5d: the prompt cache's scenario of bench/serve_load.py --shared-prefix, round by round."""
+    rounds = sorted(k for k in runs if k.startswith("serve-shared-"))
+    if not rounds:
+        return
+    w("## 5d. A shared system prompt: the prompt cache\n")
+    w(provenance.stamp_line(runs, "serve"))
+    first = runs[rounds[0]]["meta"]
+    w(f"`bench/serve_load.py --shared-prefix {first['shared_prefix']}`: a system prompt of "
+      f"{first.get('prompt_tokens')} tokens with its question, sent alone (the first, cold), then "
+      f"{first['clients']} clients at once, each the same system prompt and a question of its own, "
+      f"{first['clients']} slots of {first['context']} positions, both servers alternating round by round. "
+      "Issue 25's target: every request after the first at its first token within 0.2× the first's time.\n")
+    w("| run | first, s | others p50, s | others p99, s | slowest / first | prompt tokens from the cache | failed |")
+    w("|---|---|---|---|---|---|---|")
+    for name in rounds:
+        m = runs[name]["meta"]
+        cached = [c for c in m.get("cached_tokens") or [] if c is not None]
+        hits = f"{min(cached)}–{max(cached)}" if cached else "—"
+        w(f"| {name[len('serve-shared-'):]} | {fmt(m.get('first_ttft_s'))} | {fmt(m.get('rest_ttft_p50_s'))} | "
+          f"{fmt(m.get('rest_ttft_p99_s'))} | {fmt(m.get('rest_max_over_first'))} | {hits} | {m.get('failed')} |")
+    w("")
+
+
 def main(results, out=os.path.join(ROOT, "BENCHMARKS.md")):
     runs = load(results)
     f = figures(runs)
@@ -489,6 +513,7 @@ def main(results, out=os.path.join(ROOT, "BENCHMARKS.md")):
 
     llamacpp_section(w, runs, g)
     serve_section(w, runs)
+    shared_prefix_section(w, runs)
     train_section(w, runs, g)
 
     narrative.write(w, results, g, os.path.join(HERE, "analysis.md"), runs)

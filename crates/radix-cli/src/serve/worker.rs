@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use radix::Platform;
 use radix::nn::MatrixFormat;
-use radix_models::generate::Cache;
-use radix_models::generate::bucket;
+use radix_models::generate::{Cache, MOST_STEP_TOKENS, bucket};
 use radix_models::pick::Picker;
 use radix_models::prompt_cache::PromptCache;
 use radix_models::runner::{Runner, RunnerBatch};
@@ -183,8 +182,10 @@ impl Worker {
         let (ready_tx, ready) = mpsc::channel();
         let abort = Arc::new(AtomicBool::new(false));
         let heartbeat = Arc::new(Heartbeat::new());
+        // The steps a prompt runs in: no longer than `MOST_STEP_TOKENS`.
+        let longest = cfg.context.min(MOST_STEP_TOKENS);
         let prefill_buckets: Vec<usize> = std::iter::successors(Some(bucket(1)), |b| Some(b * 2))
-            .take_while(|&b| b <= cfg.context)
+            .take_while(|&b| b <= longest)
             .collect();
         let thread = {
             let (abort, metrics, buckets, queue, heartbeat) = (
