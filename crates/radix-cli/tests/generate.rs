@@ -9,7 +9,7 @@ mod common;
 #[path = "../../radix-models/tests/common/greedy.rs"]
 mod greedy;
 
-use common::{radix, reference_dir};
+use common::{radix, radix_json, reference_dir};
 use greedy::{assert_greedy_eq, top2_margin};
 
 use radix::nn::MatrixFormat;
@@ -33,22 +33,15 @@ fn case(i: usize) -> (String, Value, Value) {
 /// checks the prompt and generated ids against reference case `i`.
 fn check_greedy(i: usize, args: &[&str]) {
     let (prompt, prompt_ids, ids) = case(i);
-    let out = radix()
-        .args([
-            "generate",
-            "--json",
-            "--max-tokens",
-            "10",
-            "--temperature",
-            "0",
-        ])
-        .args(args)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let json: Value = serde_json::from_slice(&out).unwrap();
+    let head = [
+        "generate",
+        "--json",
+        "--max-tokens",
+        "10",
+        "--temperature",
+        "0",
+    ];
+    let json = radix_json(&[&head[..], args].concat());
     assert_eq!(json["model"], "smollm2");
     assert_eq!(json["prompt"], prompt.as_str());
     assert_eq!(json["prompt_ids"], prompt_ids, "{prompt:?}");

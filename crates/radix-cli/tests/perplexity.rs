@@ -6,7 +6,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{fails_with_one_error, radix, radix_process};
+use common::{fails_with_one_error, radix_json, radix_process};
 use serde_json::Value;
 
 fn fixture(name: &str) -> PathBuf {
@@ -18,16 +18,9 @@ fn fixture(name: &str) -> PathBuf {
 /// `radix perplexity --json` with `args` on the fixture text.
 fn perplexity(args: &[&str]) -> Value {
     let text = fixture("rivers.txt");
-    let out = radix()
-        .args(["perplexity", "--json", "--ctx", "512", "--file"])
-        .arg(&text)
-        .args(args)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    serde_json::from_slice(&out).expect("one JSON object")
+    let text = text.to_str().expect("a UTF-8 path");
+    let head = ["perplexity", "--json", "--ctx", "512", "--file", text];
+    radix_json(&[&head[..], args].concat())
 }
 
 /// Within 1 % of llama-perplexity (whose products differ from radix's: its
