@@ -118,6 +118,9 @@ struct Smollm2Args {
     /// (see `radix::nn::MatrixFormat`).
     #[arg(long, default_value = "stored", value_parser = ["stored", "exact", "f32", "bf16"])]
     dtype: String,
+    /// The key/value cache's element type (llama-bench's default is f16).
+    #[arg(long, default_value = "f16", value_parser = ["f16", "f32"])]
+    cache_type: String,
 }
 
 fn main() -> Result<()> {
@@ -389,10 +392,15 @@ fn smollm2(label: &str, args: &Smollm2Args) -> Result<Report> {
     // Any decoder radix runs (SmolLM2 by default; Gemma 3 files too).
     let mut runner =
         radix_models::runner::Runner::open(&platform, &args.gguf, prompt_len + n_decode, matrices)?
+            .with_cache_dtype(match args.cache_type.as_str() {
+                "f32" => DType::F32,
+                _ => DType::F16,
+            })?
             .with_plan(plan);
     let mut report = Report::new("smollm2");
     report.meta("plan", json!(format!("{plan:?}")));
     report.meta("matrices", json!(format!("{matrices:?}")));
+    report.meta("cache_type", json!(args.cache_type));
     report.meta("load_s", json!(t.elapsed().as_secs_f64()));
     report.meta("weight_bytes_f32", json!(weight_bytes));
     // The same ids as bench/py/smollm2.py: ordinary word ids.

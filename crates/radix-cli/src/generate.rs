@@ -15,9 +15,9 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context, Result, bail, ensure};
 use clap::Args;
 use indicatif::ProgressBar;
-use radix::Platform;
 use radix::io::Gguf;
 use radix::nn::MatrixFormat;
+use radix::{DType, Platform};
 use radix_models::constraint::{Grammar, Vocabulary};
 use radix_models::generate::{Generation, Plan};
 use radix_models::pick::Picker;
@@ -78,6 +78,11 @@ pub struct GenerateArgs {
     /// for Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 matrices: faster).
     #[arg(long)]
     exact: bool,
+    /// The element type of the key/value cache: f16 (half the memory, the
+    /// keys and values rounded to f16, as llama.cpp keeps them by default)
+    /// or f32.
+    #[arg(long, value_enum, default_value_t = CacheTypeArg::F16)]
+    cache_type: CacheTypeArg,
     /// The reply is JSON valid against the JSON schema in this file
     /// (enforced while sampling).
     #[arg(long, value_name = "FILE", conflicts_with = "grammar")]
@@ -108,6 +113,33 @@ pub(crate) fn matrix_format(dtype: DtypeArg, exact: bool) -> anyhow::Result<Matr
         (_, true) => anyhow::bail!(
             "--exact is for matrices as stored: --dtype f32 and bf16 products are exact already"
         ),
+    }
+}
+
+/// `--cache-type`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub(crate) enum CacheTypeArg {
+    /// f16.
+    F16,
+    /// f32.
+    F32,
+}
+
+impl CacheTypeArg {
+    /// The cache's element type.
+    pub(crate) fn dtype(self) -> DType {
+        match self {
+            CacheTypeArg::F16 => DType::F16,
+            CacheTypeArg::F32 => DType::F32,
+        }
+    }
+
+    /// As the flag spells it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            CacheTypeArg::F16 => "f16",
+            CacheTypeArg::F32 => "f32",
+        }
     }
 }
 
@@ -221,6 +253,7 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
             // As the flag spells it: `stored`, `f32`, `bf16`.
             "dtype": clap::ValueEnum::to_possible_value(&args.dtype).map(|v| v.get_name().to_string()),
             "exact": args.exact,
+            "cache_type": args.cache_type.name(),
         });
         if let Some(logits) = logits {
             out["logits"] = json!(logits);
@@ -429,6 +462,7 @@ struct Session {
     min_capacity: usize,
     plan: Plan,
     matrices: MatrixFormat,
+    cache_type: DType,
     runner: Option<Runner>,
     /// How long the last load of the weights took.
     load_time: Duration,
@@ -450,6 +484,7 @@ impl Session {
             min_capacity,
             plan: args.plan.into(),
             matrices: args.matrices()?,
+            cache_type: args.cache_type.dtype(),
             runner: None,
             load_time: Duration::ZERO,
             compile_time: Duration::ZERO,
@@ -470,6 +505,7 @@ impl Session {
             let t = Instant::now();
             self.runner = None;
             let runner = Runner::open(&self.platform, &self.model.path, capacity, self.matrices)
+                .and_then(|r| r.with_cache_dtype(self.cache_type))
                 .with_context(|| format!("cannot load {}", self.model.path.display()))?
                 .with_plan(self.plan);
             bar.finish_and_clear();

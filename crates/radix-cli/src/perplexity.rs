@@ -14,7 +14,7 @@ use anyhow::{Context, Result, bail, ensure};
 use radix_models::runner::Runner;
 
 use crate::Cli;
-use crate::generate::{DtypeArg, Model, matrix_format, open_platform};
+use crate::generate::{CacheTypeArg, DtypeArg, Model, matrix_format, open_platform};
 
 /// The options of `radix perplexity`.
 #[derive(clap::Args)]
@@ -38,6 +38,10 @@ pub struct PerplexityArgs {
     /// 8-bit ones (see `radix generate --exact`).
     #[arg(long)]
     exact: bool,
+    /// The element type of the key/value cache (see `radix generate
+    /// --cache-type`).
+    #[arg(long, value_enum, default_value_t = CacheTypeArg::F16)]
+    cache_type: CacheTypeArg,
     /// Print one JSON object instead of the text lines.
     #[arg(long)]
     json: bool,
@@ -78,7 +82,8 @@ pub fn run(cli: &Cli, args: &PerplexityArgs) -> Result<()> {
         );
     }
     let platform = open_platform(cli)?;
-    let mut runner = Runner::open(&platform, &model.path, args.ctx, matrices)?;
+    let mut runner = Runner::open(&platform, &model.path, args.ctx, matrices)?
+        .with_cache_dtype(args.cache_type.dtype())?;
     let first = args.ctx / 2;
     let (mut sum, mut sum_sq, mut n) = (0f64, 0f64, 0usize);
     let t = Instant::now();
@@ -119,6 +124,7 @@ pub fn run(cli: &Cli, args: &PerplexityArgs) -> Result<()> {
             "text_tokens": ids.len(),
             "dtype": clap::ValueEnum::to_possible_value(&args.dtype).map(|v| v.get_name().to_string()),
             "exact": args.exact,
+            "cache_type": args.cache_type.name(),
             "perplexity": ppl,
             "perplexity_error": err,
             "seconds": seconds,

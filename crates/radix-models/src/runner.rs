@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
-use radix::Platform;
 use radix::io::{Gguf, WeightStore};
 use radix::nn::MatrixFormat;
+use radix::{DType, Platform};
 
 use crate::batch::Batch;
 use crate::gemma3::Gemma3;
@@ -79,9 +79,10 @@ pub fn config_of(path: &Path) -> Result<DecoderConfig> {
 
 impl DecoderConfig {
     /// The bytes one sequence's key/value cache takes per position (every
-    /// layer's keys and values, f32).
+    /// layer's keys and values, of [`DecoderConfig::cache_dtype`]).
     pub fn cache_bytes_per_position(&self) -> usize {
-        self.n_layers * 2 * (self.n_kv_heads * self.head_dim) as usize * 4
+        let width = (self.n_kv_heads * self.head_dim) as usize;
+        self.n_layers * 2 * width * self.cache_dtype.size_in_bytes()
     }
 }
 
@@ -158,6 +159,21 @@ impl Runner {
             Runner::Llama(g) => Runner::Llama(g.with_plan(plan)),
             Runner::Gemma3(g) => Runner::Gemma3(g.with_plan(plan)),
         }
+    }
+
+    /// The same runner with a key/value cache of `dtype` (f32 or f16; its
+    /// steps compiled anew on first use). An f16 cache takes half the
+    /// memory; the kernels read it as f32.
+    pub fn with_cache_dtype(self, dtype: DType) -> Result<Runner> {
+        if !matches!(dtype, DType::F32 | DType::F16) {
+            return Err(Error::Input(format!(
+                "a key/value cache of {dtype}: radix keeps caches in f32 or f16"
+            )));
+        }
+        Ok(match self {
+            Runner::Llama(g) => Runner::Llama(g.map_model(|m| m.with_cache_dtype(dtype))),
+            Runner::Gemma3(g) => Runner::Gemma3(g.map_model(|m| m.with_cache_dtype(dtype))),
+        })
     }
 
     /// See [`Generator::capacity`].

@@ -132,12 +132,15 @@ pub struct DecoderConfig {
     pub sliding_layers: Vec<bool>,
     /// Whether the output projection is the embedding table.
     pub tied_embeddings: bool,
+    /// The element type of the key/value cache a [`Decoder`] runs with (f32
+    /// by default; f16 halves its memory).
+    pub cache_dtype: DType,
 }
 
 impl DecoderConfig {
     /// A configuration of `arch` with these sizes and the usual defaults:
     /// rope base 10000 unscaled, GGUF's adjacent-pair rotary layout, RMS
-    /// epsilon 1e-5, no sliding window, tied embeddings.
+    /// epsilon 1e-5, no sliding window, tied embeddings, an f32 cache.
     pub fn new(
         arch: Arch,
         n_layers: usize,
@@ -166,6 +169,7 @@ impl DecoderConfig {
             sliding_window: None,
             sliding_layers: vec![],
             tied_embeddings: true,
+            cache_dtype: DType::F32,
         }
     }
 
@@ -334,6 +338,18 @@ impl<B: Layer> Decoder<B> {
         &self.cfg
     }
 
+    /// The same decoder with a key/value cache of `dtype` (its parameters
+    /// are unchanged).
+    pub fn with_cache_dtype(self, dtype: DType) -> Self {
+        Decoder {
+            cfg: DecoderConfig {
+                cache_dtype: dtype,
+                ..self.cfg
+            },
+            ..self
+        }
+    }
+
     /// Logits `(b, s, voc)` at every position of hidden states `x`
     /// `(b, s, d)` (the head of [`CausalLm::head`] without picking one
     /// position): what a language-model loss reads.
@@ -377,8 +393,8 @@ impl<B: Layer> CausalLm for Decoder<B> {
 
     fn cache_shapes(&self, capacity: usize) -> Vec<Shape> {
         let (cfg, capacity) = (&self.cfg, capacity as i64);
-        let shape = KvCache::shape(1, capacity, cfg.n_kv_heads, cfg.head_dim, DType::F32);
-        vec![shape; cfg.n_layers]
+        let (kv, hd) = (cfg.n_kv_heads, cfg.head_dim);
+        vec![KvCache::shape(1, capacity, kv, hd, cfg.cache_dtype); cfg.n_layers]
     }
 
     fn embed(&self, ids: Tensor, start: Tensor) -> (Tensor, Tensor) {

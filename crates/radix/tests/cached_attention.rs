@@ -1,7 +1,8 @@
 //! `nn::cached_attention` against attention computed in f64 here: queries
 //! at their own positions over a cache with more rows and positions than
-//! the step uses, with and without a sliding window, through the
-//! interpreter, the CPU plugin's kernel and the in-graph fallback.
+//! the step uses, with and without a sliding window, over an f32 and an f16
+//! cache, through the interpreter, the CPU plugin's kernel and the in-graph
+//! fallback.
 
 mod blocks;
 
@@ -28,6 +29,28 @@ fn run(program: Program, inputs: &[Literal], mode: CustomCallMode) -> Vec<f32> {
 fn f32_literal(values: &[f32], axes: &[(&str, i64)]) -> Literal {
     let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
     Literal::from_bytes(Shape::tagged(DType::F32, axes), &bytes)
+}
+
+/// `values` (already representable in `dtype`) as a literal of `dtype`.
+fn cache_literal(values: &[f32], axes: &[(&str, i64)], dtype: DType) -> Literal {
+    match dtype {
+        DType::F16 => {
+            let bytes: Vec<u8> = values
+                .iter()
+                .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+                .collect();
+            Literal::from_bytes(Shape::tagged(DType::F16, axes), &bytes)
+        }
+        _ => f32_literal(values, axes),
+    }
+}
+
+/// `x` rounded to the nearest value of `dtype`.
+fn rounded(x: f32, dtype: DType) -> f32 {
+    match dtype {
+        DType::F16 => half::f16::from_f32(x).to_f32(),
+        _ => x,
+    }
 }
 
 /// Attention in f64: query `(row, i)` at `pos[row][i]` reads the keys at
@@ -80,12 +103,14 @@ fn reference(q: &[f32], k: &[f32], v: &[f32], pos: &[i32], window: usize) -> (Ve
     (out, scale)
 }
 
-fn check(window: Option<i64>) {
+/// The kernel, the fallback and the interpreter against [`reference`] over
+/// a cache of `dtype` (whose values the reference reads exactly as stored).
+fn check(window: Option<i64>, dtype: DType) {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let n_cache = CACHE_ROWS * CAPACITY * KV * HD;
     let q: Vec<f32> = (0..ROWS * N_Q * HEADS * HD).map(|_| rng.unit()).collect();
-    let k: Vec<f32> = (0..n_cache).map(|_| rng.unit()).collect();
-    let v: Vec<f32> = (0..n_cache).map(|_| rng.unit()).collect();
+    let mut cached = || -> Vec<f32> { (0..n_cache).map(|_| rounded(rng.unit(), dtype)).collect() };
+    let (k, v) = (cached(), cached());
     // A prefill from 0 in row 0, decoding further on in row 1 (the cache's
     // third row and its last positions are never read).
     let pos: [i32; ROWS * N_Q] = [0, 1, 2, 5, 6, 8];
@@ -103,8 +128,8 @@ fn check(window: Option<i64>) {
     ];
     let inputs = [
         f32_literal(&q, &q_axes),
-        f32_literal(&k, &cache_axes),
-        f32_literal(&v, &cache_axes),
+        cache_literal(&k, &cache_axes, dtype),
+        cache_literal(&v, &cache_axes, dtype),
         Literal::from_bytes(
             Shape::tagged(DType::I32, &[("b", ROWS as i64), ("q", N_Q as i64)]),
             &pos.iter()
@@ -119,7 +144,7 @@ fn check(window: Option<i64>) {
     .expect("trace");
     let (want, scale) = reference(&q, &k, &v, &pos, window.unwrap_or(0) as usize);
     let tol = Tol::sum(DType::F32, CAPACITY * HD, scale.max(1.0));
-    let what = |how: &str| format!("window {window:?}, {how}");
+    let what = |how: &str| format!("window {window:?}, a cache of {dtype}, {how}");
     let interp = program.interpret(&inputs)[0].to_vec::<f32>();
     assert_all_close(&what("interpreter"), &interp, &want, tol);
     let native = run(program.clone(), &inputs, CustomCallMode::Native);
@@ -130,12 +155,18 @@ fn check(window: Option<i64>) {
 
 #[test]
 fn attends_over_the_positions_each_query_may_read() {
-    check(None);
+    check(None, DType::F32);
 }
 
 #[test]
 fn a_window_hides_the_older_positions() {
-    check(Some(3));
+    check(Some(3), DType::F32);
+}
+
+#[test]
+fn reads_an_f16_cache() {
+    check(None, DType::F16);
+    check(Some(3), DType::F16);
 }
 
 #[test]

@@ -6,6 +6,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use clap::Args;
 
+use crate::generate::CacheTypeArg;
+
 /// The options of `radix serve`.
 #[derive(Args)]
 pub struct ServeArgs {
@@ -61,6 +63,11 @@ pub struct ServeArgs {
     /// generate --exact`).
     #[arg(long)]
     pub exact: bool,
+    /// The element type of the key/value caches and of the prompt cache's
+    /// entries (see `radix generate --cache-type`): f16 holds twice the
+    /// positions in the same memory.
+    #[arg(long, value_enum, default_value_t = CacheTypeArg::F16)]
+    pub cache_type: CacheTypeArg,
     /// Requests to `/v1/...` must carry `Authorization: Bearer KEY`. A key
     /// on the command line is visible to every user of the machine: prefer
     /// `--api-key-file` or the `RADIX_API_KEY` environment variable.

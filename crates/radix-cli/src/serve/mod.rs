@@ -40,6 +40,7 @@ pub use args::ServeArgs;
 use conn::{ConnConfig, InFlight};
 
 use radix_models::constraint::Vocabulary;
+use radix_models::transformer::DecoderConfig;
 
 use crate::Cli;
 use crate::embed::model_dir;
@@ -66,6 +67,10 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
     };
     let model = Model::open(&args.model)?;
     let config = radix_models::runner::config_of(&model.path)?;
+    let config = DecoderConfig {
+        cache_dtype: args.cache_type.dtype(),
+        ..config
+    };
     let context = args.context(model.context, config.cache_bytes_per_position())?;
     ensure!(
         context <= model.context,
@@ -86,6 +91,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
         max_batch: args.max_batch,
         max_queue: args.max_queue,
         matrices: matrix_format(DtypeArg::Stored, args.exact)?,
+        cache_dtype: config.cache_dtype,
         prompt_cache: (args.cache_ram as usize).saturating_mul(1 << 20),
         prefill_chunk: args.prefill_chunk,
     };

@@ -17,8 +17,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use radix::Platform;
 use radix::nn::MatrixFormat;
+use radix::{DType, Platform};
 use radix_models::generate::{Cache, MOST_STEP_TOKENS, bucket};
 use radix_models::pick::Picker;
 use radix_models::prompt_cache::PromptCache;
@@ -151,6 +151,8 @@ pub struct WorkerConfig {
     pub max_queue: usize,
     /// The form of the model's matrices.
     pub matrices: MatrixFormat,
+    /// The element type of the key/value caches.
+    pub cache_dtype: DType,
     /// The most bytes the prompt cache keeps (0: none).
     pub prompt_cache: usize,
     /// The most prompt tokens a turn runs while sequences decode.
@@ -349,6 +351,7 @@ fn load(
 ) -> Result<(Runner, RunnerBatch)> {
     let (context, slots) = (cfg.context, cfg.max_batch);
     let mut runner = Runner::open(platform, &model.path, context, cfg.matrices)
+        .and_then(|r| r.with_cache_dtype(cfg.cache_dtype))
         .with_context(|| format!("cannot load {}", model.path.display()))?;
     for &b in buckets {
         runner.compile(b)?;

@@ -110,7 +110,8 @@ impl KvCache {
         }
     }
 
-    /// The cache with new keys and values (tagged `(b, k, h, hd)` in any order) written
+    /// The cache with new keys and values (tagged `(b, k, h, hd)` in any order,
+    /// converted to the cache's element type) written
     /// from position `start` (a rank-0 integer tensor) on
     /// (`stablehlo.dynamic_update_slice`). A `start` tagged `(b)` gives each
     /// row of the batch its own position (sequences of different lengths
@@ -124,7 +125,8 @@ impl KvCache {
         let zero = Tensor::scalar(0.0, start.dtype());
         let starts = [zero, start, zero, zero];
         let write = |cache: Tensor, new: Tensor| {
-            cache.dynamic_update_slice(new.transpose([B, K, H, HD]), &starts)
+            let new = as_cached(new, cache.dtype()).transpose([B, K, H, HD]);
+            cache.dynamic_update_slice(new, &starts)
         };
         KvCache {
             k: write(self.k, k),
@@ -144,7 +146,8 @@ impl KvCache {
         let (rows, capacity) = (self.k.dim(B), self.k.dim(K));
         let at = Tensor::iota(starts.shape(), B) * capacity as f64 + starts;
         let write = |cache: Tensor, new: Tensor| {
-            let new = new.transpose([B, K, H, HD]).squeeze(K);
+            let new = as_cached(new, cache.dtype()).transpose([B, K, H, HD]);
+            let new = new.squeeze(K);
             cache
                 .transpose([B, K, H, HD])
                 .merge_axes([B, K], ROWS)
@@ -155,5 +158,15 @@ impl KvCache {
             k: write(self.k, k),
             v: write(self.v, v),
         }
+    }
+}
+
+/// Keys or values `new` in the element type of the cache they go into (an
+/// f16 cache rounds them).
+fn as_cached(new: Tensor, dtype: DType) -> Tensor {
+    if new.dtype() == dtype {
+        new
+    } else {
+        new.convert(dtype)
     }
 }

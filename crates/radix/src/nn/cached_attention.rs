@@ -12,8 +12,9 @@ use crate::nn::{KvCache, attention, causal_mask};
 use crate::tensor::fail;
 use crate::{DType, Shape, Tensor};
 
-/// `q [b, q, h, hd] f32`, the cache's `k` and `v` `[rows, k, kv, hd] f32`
-/// (`rows >= b`) and the queries' positions `[b, q] i32`: `[b, q, h, hd]`.
+/// `q [b, q, h, hd] f32`, the cache's `k` and `v` `[rows, k, kv, hd]`, both
+/// f32 or both f16 (`rows >= b`), and the queries' positions `[b, q] i32`:
+/// `[b, q, h, hd] f32`.
 /// Attribute `window`: how many positions a query sees, itself included (0:
 /// all before it).
 static CACHED_ATTENTION: LazyLock<CustomCall> = LazyLock::new(|| {
@@ -40,7 +41,8 @@ static CACHED_ATTENTION: LazyLock<CustomCall> = LazyLock::new(|| {
 /// over `cache` (keys and values tagged `(b, k, h, hd)`, at least `b` rows):
 /// query at position `p` reads the keys at positions `..= p`, or, with a
 /// `window` of `w`, the last `w` of them. The result has `q`'s shape; the
-/// keys' scores are scaled by `1 / sqrt(hd)`.
+/// keys' scores are scaled by `1 / sqrt(hd)`. The cache may be f32 or f16
+/// (read as f32).
 ///
 /// On the CPU plugin this is a kernel that reads only those positions;
 /// elsewhere it is [`attention`] over the whole cache with a
@@ -70,6 +72,7 @@ pub fn cached_attention(q: Tensor, q_pos: Tensor, cache: KvCache, window: Option
 /// The fallback: [`attention`] over every cache position, with those a
 /// query may not read masked.
 fn masked(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, window: i64) -> Tensor {
+    let (k, v) = (k.convert(q.dtype()), v.convert(q.dtype()));
     let rows = q.dim(B);
     let (k, v) = if k.dim(B) > rows {
         (k.slice(B, 0..rows), v.slice(B, 0..rows))
@@ -94,10 +97,10 @@ fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
         ));
     };
     let window = attrs.i64("window")?;
-    let f32_4 = |s: &Shape| s.rank() == 4 && s.dtype() == DType::F32;
-    if !f32_4(q) || !f32_4(k) || k.dims() != v.dims() {
+    let cached = matches!(k.dtype(), DType::F32 | DType::F16);
+    if q.rank() != 4 || q.dtype() != DType::F32 || k.rank() != 4 || !cached || k != v {
         return Err(format!(
-            "wants f32 q, k and v of rank 4, k and v alike, got {q}, {k} and {v}"
+            "wants an f32 q and f32 or f16 k and v of rank 4, k and v alike, got {q}, {k} and {v}"
         ));
     }
     let (qd, kd) = (q.dims(), k.dims());
@@ -143,10 +146,18 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
         hd: qd[3] as usize,
         capacity: kd[1] as usize,
     };
-    let (q, keys, values) = (k.input::<f32>(0)?, k.input::<f32>(1)?, k.input::<f32>(2)?);
+    let window = usize::try_from(window).map_err(|e| e.to_string())?;
+    match ks.dtype() {
+        DType::F16 => attend_all::<half::f16>(k, &dims, window),
+        _ => attend_all::<f32>(k, &dims, window),
+    }
+}
+
+/// The kernel over a cache of `T`.
+fn attend_all<T: Cached>(k: &Kernel<'_>, dims: &Dims, window: usize) -> Result<(), String> {
+    let (q, keys, values) = (k.input::<f32>(0)?, k.input::<T>(1)?, k.input::<T>(2)?);
     let pos = k.input::<i32>(3)?;
     let out = k.output::<f32>(0)?;
-    let window = usize::try_from(window).map_err(|e| e.to_string())?;
     // One task per (row, query, key/value head): it reads that head's
     // cache positions in order and writes the outputs of the query heads
     // that share it (adjacent). A decode token's query is thus split over
@@ -162,7 +173,7 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
             seen: visible(pos[i], window, dims.capacity),
         };
         let q = &q[task * chunk..][..chunk];
-        attend_best(&dims, &at, q, keys, values, out);
+        attend_best(dims, &at, q, keys, values, out);
     };
     let parts: Vec<std::sync::Mutex<&mut [f32]>> = out
         .chunks_exact_mut(chunk)
@@ -200,7 +211,14 @@ struct Query {
 
 /// [`attend`] compiled for AVX2 and FMA where the CPU has them (its loops
 /// then run eight lanes at a time), else as portable code.
-fn attend_best(d: &Dims, at: &Query, q: &[f32], keys: &[f32], values: &[f32], out: &mut [f32]) {
+fn attend_best<T: Cached>(
+    d: &Dims,
+    at: &Query,
+    q: &[f32],
+    keys: &[T],
+    values: &[T],
+    out: &mut [f32],
+) {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
         // SAFETY: the CPU has AVX2 and FMA, checked just above.
@@ -211,7 +229,14 @@ fn attend_best(d: &Dims, at: &Query, q: &[f32], keys: &[f32], values: &[f32], ou
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn attend_avx2(d: &Dims, at: &Query, q: &[f32], keys: &[f32], values: &[f32], out: &mut [f32]) {
+fn attend_avx2<T: Cached>(
+    d: &Dims,
+    at: &Query,
+    q: &[f32],
+    keys: &[T],
+    values: &[T],
+    out: &mut [f32],
+) {
     attend(d, at, q, keys, values, out)
 }
 
@@ -222,7 +247,7 @@ fn attend_avx2(d: &Dims, at: &Query, q: &[f32], keys: &[f32], values: &[f32], ou
 /// streams from memory. A query that sees no position gets the mean of all
 /// values, as the masked fallback does.
 #[inline(always)]
-fn attend(d: &Dims, at: &Query, q: &[f32], keys: &[f32], values: &[f32], out: &mut [f32]) {
+fn attend<T: Cached>(d: &Dims, at: &Query, q: &[f32], keys: &[T], values: &[T], out: &mut [f32]) {
     let scale = (1.0 / (d.hd as f64).sqrt()) as f32;
     let group = d.heads / d.kv_heads;
     let position = d.kv_heads * d.hd;
@@ -240,8 +265,9 @@ fn attend(d: &Dims, at: &Query, q: &[f32], keys: &[f32], values: &[f32], out: &m
     );
     // Scores by head, then position.
     let mut scores = vec![0.0f32; group * n];
+    let mut row = vec![0.0f32; d.hd];
     for (p, k) in keys.chunks_exact(position).enumerate() {
-        let kh = &k[head..][..d.hd];
+        let kh = T::as_f32(&k[head..][..d.hd], &mut row);
         for (h, qh) in q.chunks_exact(d.hd).enumerate() {
             scores[h * n + p] = dot(qh, kh) * scale;
         }
@@ -257,7 +283,7 @@ fn attend(d: &Dims, at: &Query, q: &[f32], keys: &[f32], values: &[f32], out: &m
     }
     out.fill(0.0);
     for (p, v) in values.chunks_exact(position).enumerate() {
-        let vh = &v[head..][..d.hd];
+        let vh = T::as_f32(&v[head..][..d.hd], &mut row);
         for (h, oh) in out.chunks_exact_mut(d.hd).enumerate() {
             axpy(scores[h * n + p], vh, oh);
         }
@@ -288,5 +314,28 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 fn axpy(w: f32, x: &[f32], y: &mut [f32]) {
     for (y, x) in y.iter_mut().zip(x) {
         *y = w.mul_add(*x, *y);
+    }
+}
+
+/// An element type a cache holds: read as f32.
+trait Cached: crate::Element {
+    /// `x` as f32: itself, or converted into `scratch` (of `x`'s length).
+    fn as_f32<'a>(x: &'a [Self], scratch: &'a mut [f32]) -> &'a [f32];
+}
+
+impl Cached for f32 {
+    #[inline(always)]
+    fn as_f32<'a>(x: &'a [f32], _: &'a mut [f32]) -> &'a [f32] {
+        x
+    }
+}
+
+impl Cached for half::f16 {
+    /// Eight lanes at a time with F16C where the CPU has it.
+    #[inline(always)]
+    fn as_f32<'a>(x: &'a [half::f16], scratch: &'a mut [f32]) -> &'a [f32] {
+        use half::slice::HalfFloatSliceExt;
+        x.convert_to_f32_slice(scratch);
+        scratch
     }
 }
