@@ -22,6 +22,7 @@ SECTIONS = {
     "smollm2": ("§5 SmolLM2", ["smollm2-*", "bandwidth-*"]),
     "llamacpp": ("§5b llama.cpp", ["llamacpp", "smollm2-radix-[0-9]*", "smollm2-radix-one-program-*",
                                    "start-per-block"]),
+    "files": ("§5e three files beside llama-bench", ["files-*"]),
     "serve": ("§5c serving", ["serve-*"]),
     "train": ("§6 training", ["train-*"]),
     "profile-trace": ("the trace profile", ["profile-trace"]),

@@ -281,6 +281,52 @@ def shared_prefix_section(w, runs):
     w("")
 
 
+# The `files` step's files (their llama-quantize names) and cache depths.
+FILES = {"Q4_1": "SmolLM2-135M-Instruct Q4_1 (the file radix ships)",
+         "Q8_0": "SmolLM2 Q8_0 (`llama-quantize` of it)", "Q4_K_M": "Gemma 3 270M Q4_K_M"}
+DEPTHS = [128, 512, 1000]
+
+
+def files_pairs(g):
+    """[(what, radix's figure, llama.cpp's figure)] of the `files` step: prefill and decode of each
+    file, then decode after each depth."""
+    out = []
+    for name in FILES:
+        out.append((f"{name} prefill", g(f"radix file {name} prefill"), g(f"llama.cpp file {name} prefill")))
+        out.append((f"{name} decode", g(f"radix file {name} decode (whole runs)"),
+                    g(f"llama.cpp file {name} decode")))
+    for d in DEPTHS:
+        out.append((f"Q4_1 decode at {d}", g(f"radix file Q4_1 at {d} decode (whole runs)"),
+                    g(f"llama.cpp file Q4_1 decode at {d}")))
+    return out
+
+
+def files_section(w, runs, g):
+    """§5e: radix-bench and llama-bench on three files and three cache depths, alternating."""
+    if not provenance.section_files(runs, "files"):
+        return
+    w("## 5e. Three files and three cache depths beside llama-bench (issue 24)\n")
+    w(provenance.stamp_line(runs, "files"))
+    rm = meta(runs, "files-radix-Q4_1")
+    lm = meta(runs, "files-llamacpp-Q4_1")
+    bench = (lm.get("llama-bench") or {}).get("file Q4_1") or {}
+    w("Files: " + "; ".join(FILES.values()) + ". Each pair runs one after the other on the same file, "
+      "their order swapped each round (2 rounds). radix: `radix-bench smollm2 --gguf FILE` (a 128-token "
+      "prompt, then 128 greedy tokens; its decode here is whole runs of 128 tokens, as llama-bench "
+      f"times them), matrices {rm.get('matrices', '?')}, a key/value cache of {rm.get('cache_type', '?')}. "
+      f"llama.cpp: `{lm.get('llama-bench command', 'llama-bench')}` (its cache "
+      f"{bench.get('type_k', '?')}/{bench.get('type_v', '?')}, weight repacking "
+      f"{lm.get('repack', '?')}). At a depth D: `--prompt D --decode 128` against `llama-bench -p 0 -n 128 "
+      "-d D`, the decode of 128 tokens after D already in the cache.\n")
+    w("| what | radix, tokens/s | llama.cpp, tokens/s | radix / llama.cpp |")
+    w("|---|---|---|---|")
+    for what, mine, peer in files_pairs(g):
+        cell = lambda f: f"{fmt(f.median)} ({f.spread()}, n={f.n})" if f else "not measured"  # noqa: E731
+        ratio = f"{mine.median / peer.median:.2f}" if mine and peer else "—"
+        w(f"| {what} | {cell(mine)} | {cell(peer)} | {ratio} |")
+    w("")
+
+
 def main(results, out=os.path.join(ROOT, "BENCHMARKS.md")):
     runs = load(results)
     f = figures(runs)
@@ -353,6 +399,11 @@ def main(results, out=os.path.join(ROOT, "BENCHMARKS.md")):
         if mine and peer:
             target(f"{what} (issue 13)", f"{fmt(mine.median)} vs {fmt(peer.median)} tokens/s "
                    f"({mine.median / peer.median:.2f}×)", goal, ok(mine.median, peer.median))
+    # Issue 24: every file, prefill and decode, at or above llama.cpp's.
+    for what, mine, peer in files_pairs(g):
+        if mine and peer and " at " not in what:
+            target(f"{what} vs llama.cpp (issue 24)", f"{fmt(mine.median)} vs {fmt(peer.median)} tokens/s "
+                   f"({mine.median / peer.median:.2f}×)", "≥ 1×", mine.median >= peer.median)
     rss, peer_rss = g("per-block warm peak RSS"), g("llama.cpp completion warm peak RSS")
     if rss and peer_rss:
         target("`radix generate` peak RSS vs llama-completion (issue 13)",
@@ -379,7 +430,7 @@ def main(results, out=os.path.join(ROOT, "BENCHMARKS.md")):
             target(f"`radix generate` cached start vs compile, {plan} (issue 11)",
                    f"{fmt(warm.median * 1e3)} ms vs {fmt(cold.median * 1e3)} ms ({cold.median / warm.median:.1f}×)",
                    "≥ 10× faster", cold.median >= 10 * warm.median)
-    w("## Targets (issues 7, 11, 13 and 17)\n")
+    w("## Targets (issues 7, 11, 13, 17 and 24)\n")
     if provenance.one_run(runs) is None:
         w("*Not one run: a row may set figures of different runs side by side (see the list above).*\n")
     w("| target | this run | goal | |\n|---|---|---|---|")
@@ -514,6 +565,7 @@ def main(results, out=os.path.join(ROOT, "BENCHMARKS.md")):
     llamacpp_section(w, runs, g)
     serve_section(w, runs)
     shared_prefix_section(w, runs)
+    files_section(w, runs, g)
     train_section(w, runs, g)
 
     narrative.write(w, results, g, os.path.join(HERE, "analysis.md"), runs)

@@ -19,6 +19,12 @@ build):
   whole processes: one run to warm the page cache, then the timed ones, each
   with its wall time and peak RSS (`wait4`, as for radix).
 
+`one --gguf F --label L` is llama-bench alone on any file (the `files`
+step of bench/run, which alternates it with radix on the same file):
+prefill of 128 tokens and decode of 128, or with `--depth D` decode of 128
+tokens after D already in the cache (`llama-bench -p 0 -n 128 -d D`).
+`variant --gguf F --type T` prints the path of a `llama-quantize` variant.
+
 The last stdout line is the JSON report of common.py.
 """
 
@@ -193,9 +199,11 @@ def repack_flags(gguf, report):
     return {"bench": ["--repack", "0"], "tool": ["--no-repack"]}
 
 
-def bench(path, name, reps, report, repack):
-    """llama-bench's prefill and decode of one file, tokens/s per repetition."""
-    cmd = [str(BIN / "llama-bench"), "-m", str(path), "-p", "128", "-n", "128", "-t", str(THREADS),
+def bench(path, name, reps, report, repack, depth=0):
+    """llama-bench's prefill and decode of one file, tokens/s per repetition; with a `depth`, the
+    decode only, after `depth` tokens in the cache (named `decode at D`)."""
+    sizes = ["-p", "0", "-n", "128", "-d", str(depth)] if depth else ["-p", "128", "-n", "128"]
+    cmd = [str(BIN / "llama-bench"), "-m", str(path), *sizes, "-t", str(THREADS),
            "-r", str(reps), "-o", "json", *repack]
     say(shlex.join(["llama-bench", *cmd[1:]]))
     p = run_process(cmd)
@@ -203,7 +211,7 @@ def bench(path, name, reps, report, repack):
         raise SystemExit(f"llama-bench failed on {path.name}:\n{p.stderr[-3000:]}")
     tests = json.loads(p.stdout)
     for t in tests:
-        what = "prefill" if t["n_prompt"] else "decode"
+        what = "prefill" if t["n_prompt"] else f"decode at {depth}" if depth else "decode"
         report.add(f"llama.cpp {name} {what}", "tokens/s", t["samples_ts"])
     first = tests[0]
     report.meta.setdefault("llama-bench", {})[name] = {
@@ -250,9 +258,28 @@ def main():
     m.add_argument("--max-tokens", type=int, default=30)
     m.add_argument("--prompt", default="The capital of France is")
     m.add_argument("--log", default=str(CACHE.parent / "llama.cpp-build.log"))
+    o = sub.add_parser("one", help="llama-bench on one file")
+    o.add_argument("--gguf", required=True, type=Path)
+    o.add_argument("--label", required=True, help="the file's name in the report")
+    o.add_argument("--reps", type=int, default=3)
+    o.add_argument("--depth", type=int, default=0, help="tokens in the cache before the decode")
+    v = sub.add_parser("variant", help="print the path of a llama-quantize variant of a file")
+    v.add_argument("--gguf", required=True, type=Path)
+    v.add_argument("--type", required=True, choices=VARIANTS)
+    for q in (o, v):
+        q.add_argument("--log", default=str(CACHE.parent / "llama.cpp-build.log"))
     a = p.parse_args()
     build(a.log)
     if a.command == "build":
+        return
+    if a.command == "variant":
+        print(variant(a.gguf, a.type))
+        return
+    if a.command == "one":
+        report = Report("llama.cpp", "files")
+        repack = repack_flags(a.gguf, report)
+        bench(a.gguf, a.label, a.reps, report, repack["bench"], a.depth)
+        report.finish()
         return
     report = Report("llama.cpp", "llamacpp")
     report.meta["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

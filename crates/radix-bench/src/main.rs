@@ -162,6 +162,10 @@ fn paths() -> Result<Report> {
         "smollm2_gguf",
         json!(radix_models::packages::smollm2_gguf()?),
     );
+    report.meta(
+        "gemma3_gguf",
+        json!(radix_models::packages::gemma3_270m_gguf()?),
+    );
     let platform = Platform::cpu()?;
     let plugin = platform.client().plugin();
     let (major, minor) = plugin.api_version();

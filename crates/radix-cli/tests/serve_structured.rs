@@ -667,9 +667,9 @@ fn unsupported_fields_are_400(s: &Server) {
 fn the_default_context_takes_a_long_chat() {
     let s = Server::start(&["--embed-model", "none"]);
     let h = s.get("/health").json();
-    // SmolLM2 was trained on 8,192 positions; 4 slots of f32 caches in the
-    // default 512 MiB hold 2,048 each.
-    assert_eq!(h["context"], 2048, "{h}");
+    // SmolLM2 was trained on 8,192 positions; 4 slots of f16 caches (the
+    // default) in the default 512 MiB hold 4,096 each (46 KB a position).
+    assert_eq!(h["context"], 4096, "{h}");
     let long = "The quick brown fox jumps over the lazy dog. ".repeat(130);
     let a = ok(
         &s,
