@@ -125,7 +125,7 @@ impl KvCache {
         let zero = Tensor::scalar(0.0, start.dtype());
         let starts = [zero, start, zero, zero];
         let write = |cache: Tensor, new: Tensor| {
-            let new = as_cached(new, cache.dtype()).transpose([B, K, H, HD]);
+            let new = new.convert(cache.dtype()).transpose([B, K, H, HD]);
             cache.dynamic_update_slice(new, &starts)
         };
         KvCache {
@@ -146,7 +146,7 @@ impl KvCache {
         let (rows, capacity) = (self.k.dim(B), self.k.dim(K));
         let at = Tensor::iota(starts.shape(), B) * capacity as f64 + starts;
         let write = |cache: Tensor, new: Tensor| {
-            let new = as_cached(new, cache.dtype()).transpose([B, K, H, HD]);
+            let new = new.convert(cache.dtype()).transpose([B, K, H, HD]);
             let new = new.squeeze(K);
             cache
                 .transpose([B, K, H, HD])
@@ -158,15 +158,5 @@ impl KvCache {
             k: write(self.k, k),
             v: write(self.v, v),
         }
-    }
-}
-
-/// Keys or values `new` in the element type of the cache they go into (an
-/// f16 cache rounds them).
-fn as_cached(new: Tensor, dtype: DType) -> Tensor {
-    if new.dtype() == dtype {
-        new
-    } else {
-        new.convert(dtype)
     }
 }
