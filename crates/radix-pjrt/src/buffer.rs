@@ -165,6 +165,10 @@ impl Client {
     /// Copies `bytes` (row-major, dense) into a new buffer of type `ty` and
     /// shape `dims` on `device`. The copy is finished when this returns, so
     /// `bytes` may be freed at once.
+    ///
+    /// On the CPU plugin (Linux), a buffer of 8 MiB or more is placed in
+    /// transparent huge pages where the kernel offers them (`huge_pages.rs`
+    /// says why).
     pub fn buffer_from_host(
         &self,
         bytes: &[u8],
@@ -181,6 +185,14 @@ impl Client {
             )));
         }
         let inner = &*self.inner;
+        if bytes.len() >= crate::huge_pages::MIN_BYTES
+            && let Some(buffer) = self.buffer_in_huge_pages(bytes, ty, dims, device)?
+        {
+            inner
+                .host_to_device_bytes
+                .fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            return Ok(buffer);
+        }
         let mut args = ffi::PJRT_Client_BufferFromHostBuffer_Args::new();
         args.client = inner.raw;
         args.data = bytes.as_ptr().cast();
@@ -290,7 +302,9 @@ impl Buffer {
 
     /// The address of the buffer's memory on its device: only for telling
     /// whether two buffers share memory (an output aliasing a donated
-    /// input does), never to read or write through.
+    /// input does), never to read or write through. (The crate itself
+    /// writes through it once, on the CPU plugin, to fill a fresh buffer in
+    /// huge pages.)
     pub fn device_address(&self) -> Result<usize> {
         let mut args = ffi::PJRT_Buffer_UnsafePointer_Args::new();
         args.buffer = self.raw();

@@ -177,6 +177,17 @@ args! {
         buffer: *mut PJRT_Buffer,
     }
 
+    PJRT_Client_CreateUninitializedBuffer_Args {
+        client: *mut PJRT_Client,
+        shape_dims: *const i64,
+        shape_num_dims: usize,
+        shape_element_type: PJRT_Buffer_Type,
+        shape_layout: *mut c_void,
+        device: *mut PJRT_Device,
+        memory: *mut PJRT_Memory,
+        buffer: *mut PJRT_Buffer,
+    }
+
     PJRT_DeviceDescription_Id_Args { device_description: *mut PJRT_DeviceDescription, id: c_int }
     PJRT_DeviceDescription_ProcessIndex_Args { device_description: *mut PJRT_DeviceDescription, process_index: c_int }
     PJRT_DeviceDescription_Kind_Args {
@@ -446,7 +457,7 @@ pub struct PJRT_Api {
     pub PJRT_AsyncHostToDeviceTransferManager_AddMetadata: Unused,
     pub PJRT_Client_DmaMap: Unused,
     pub PJRT_Client_DmaUnmap: Unused,
-    pub PJRT_Client_CreateUninitializedBuffer: Unused,
+    pub PJRT_Client_CreateUninitializedBuffer: Fn<PJRT_Client_CreateUninitializedBuffer_Args>,
     pub PJRT_Client_UpdateGlobalProcessInfo: Unused,
     pub PJRT_TopologyDescription_Deserialize: Unused,
     pub PJRT_Client_CreateAliasBuffer: Unused,
@@ -480,6 +491,11 @@ mod tests {
         assert_eq!(offset_of!(PJRT_Client_Create_Args, client), 64);
         assert_eq!(PJRT_Client_Compile_Args::STRUCT_SIZE, 56);
         assert_eq!(PJRT_Client_BufferFromHostBuffer_Args::STRUCT_SIZE, 120);
+        assert_eq!(PJRT_Client_CreateUninitializedBuffer_Args::STRUCT_SIZE, 80);
+        assert_eq!(
+            offset_of!(PJRT_Client_CreateUninitializedBuffer_Args, shape_layout),
+            48
+        );
         assert_eq!(
             offset_of!(PJRT_Client_BufferFromHostBuffer_Args, host_buffer_semantics),
             72

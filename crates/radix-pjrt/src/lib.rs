@@ -47,6 +47,7 @@ mod error;
 mod executable;
 mod ffi;
 mod file_hash;
+mod huge_pages;
 mod named_value;
 mod plugin;
 mod program_shape;

@@ -71,6 +71,73 @@ fn buffer_round_trip_and_metadata() {
     }
 }
 
+/// A large upload (8 MiB or more) takes the huge-page path: an
+/// uninitialized buffer filled through its address. Its contents must be the
+/// bytes given, an execution must read them, and on Linux with transparent
+/// huge pages on, its memory must be in huge pages.
+#[test]
+fn large_upload_round_trips_in_huge_pages() {
+    let client = common::cpu_client(1);
+    let d0 = &client.addressable_devices()[0];
+    // 24 MiB of f32: the middle 20 MiB or more are whole 2 MiB pages.
+    let n = 6 << 20;
+    let values: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 - 500.0).collect();
+    let bytes = common::f32_bytes(&values);
+    let b = client
+        .buffer_from_host(&bytes, ElementType::F32, &[n as i64], d0)
+        .unwrap();
+    assert_eq!(b.to_host_vec().unwrap(), bytes);
+    let exe = common::compile(
+        &client,
+        &format!(
+            "func.func @main(%x: tensor<{n}xf32>) -> tensor<{n}xf32> {{
+               %y = stablehlo.add %x, %x : tensor<{n}xf32>
+               return %y : tensor<{n}xf32>
+             }}"
+        ),
+    );
+    let doubled = common::f32_values(&common::run(&exe, &[&b])[0]);
+    assert!(doubled.iter().zip(&values).all(|(d, v)| *d == 2.0 * v));
+
+    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
+    match thp {
+        Ok(mode) if !mode.contains("[never]") => {
+            let huge = anon_huge_kib_in(b.device_address().unwrap(), bytes.len());
+            assert!(
+                huge >= 2048,
+                "the buffer's mapping has {huge} KiB in huge pages"
+            );
+        }
+        _ => eprintln!("transparent huge pages are off here: contents checked only"),
+    }
+}
+
+/// `AnonHugePages` of the mappings overlapping `len` bytes at `addr`, from
+/// `/proc/self/smaps` (advice splits a mapping at the huge pages' bounds).
+fn anon_huge_kib_in(addr: usize, len: usize) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("Linux has smaps");
+    let (mut inside, mut kib) = (false, 0);
+    for line in smaps.lines() {
+        let range = line
+            .split_whitespace()
+            .next()
+            .and_then(|r| r.split_once('-'));
+        if let Some((lo, hi)) = range
+            && let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+        {
+            inside = lo < addr + len && addr < hi;
+        } else if inside && let Some(v) = line.strip_prefix("AnonHugePages:") {
+            kib += v
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .expect("kB");
+        }
+    }
+    kib
+}
+
 #[test]
 fn scalars_and_empty_arrays() {
     let client = common::cpu_client(1);
