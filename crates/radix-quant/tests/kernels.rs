@@ -354,7 +354,9 @@ proptest! {
     /// `matvec_q8_with` is `W·x̃` for the quantized activations `x̃`: compared
     /// with the f64 reference on `dequantize(quantize_q8_0(x))`. The kernels
     /// split Q4_1's and Q5_1's `d·q + m` into two sums, so the tolerance counts `|m·x|`
-    /// terms too. Formats without an 8-bit kernel must equal `matvec_with`.
+    /// terms too, and the VNNI dot splits Q4_0's `d·(q - 8)` (Q5_0's `d·(q - 16)`) into
+    /// `d·q` and `-8·d` (`-16·d`), so it counts `|16·d·x|` (`|32·d·x|`) terms. Formats
+    /// without an 8-bit kernel must equal `matvec_with`.
     #[test]
     fn q8_kernels_match_reference(
         format in format_strategy(),
@@ -372,15 +374,24 @@ proptest! {
         let mut xd = vec![0.0f32; cols];
         dequantize(Format::Q8_0, &xq, &mut xd).expect("whole blocks");
         let (expected, mut max_term) = reference(format, &weights, rows, cols, &xd);
-        if matches!(format, Format::Q4_1 | Format::Q5_1) {
-            let row_bytes = format.row_bytes(cols).expect("whole blocks");
-            for (r, m) in max_term.iter_mut().enumerate() {
-                let blocks = weights[r * row_bytes..][..row_bytes].chunks_exact(format.block_bytes());
-                for (b, block) in blocks.enumerate() {
-                    let min = f64::from(half::f16::from_le_bytes([block[2], block[3]]).to_f32()).abs();
-                    for &x in &xd[32 * b..32 * (b + 1)] {
-                        *m = m.max(3.0 * min * f64::from(x).abs());
-                    }
+        // The second sum's largest term: Q4_1's and Q5_1's minimum, Q4_0's and
+        // Q5_0's offset times the scale (with the same headroom).
+        let second_term = |block: &[u8]| -> f64 {
+            let f16_at = |at: usize| f64::from(half::f16::from_le_bytes([block[at], block[at + 1]]).to_f32()).abs();
+            match format {
+                Format::Q4_1 | Format::Q5_1 => 3.0 * f16_at(2),
+                Format::Q4_0 => 16.0 * f16_at(0),
+                Format::Q5_0 => 32.0 * f16_at(0),
+                _ => 0.0,
+            }
+        };
+        let row_bytes = format.row_bytes(cols).expect("whole blocks");
+        for (r, m) in max_term.iter_mut().enumerate() {
+            let blocks = weights[r * row_bytes..][..row_bytes].chunks_exact(format.block_bytes());
+            for (b, block) in blocks.enumerate() {
+                let c = second_term(block);
+                for &x in &xd[(32 * b).min(cols)..(32 * (b + 1)).min(cols)] {
+                    *m = m.max(c * f64::from(x).abs());
                 }
             }
         }

@@ -1,8 +1,9 @@
 //! The AVX-512 kernels: `matmul`'s inner kernel with 16 tokens per vector
 //! (twice AVX2's), and with VNNI the integer inner kernel of a prompt's
 //! 8-bit products (`prompt_q8.rs`): the parts of a prompt's products bound
-//! by multiply-adds rather than memory. Everything else on an AVX-512 CPU
-//! runs the AVX2 kernels. Reached only through `Isa(Kind::Avx512)` and
+//! by multiply-adds rather than memory. A decode step's 8-bit dots with
+//! VNNI are `dot_vnni.rs`; everything else on an AVX-512 CPU runs the AVX2
+//! kernels. Reached only through `Isa(Kind::Avx512)` and
 //! `Isa(Kind::Avx512Vnni)`, which exist only once `detected()` and
 //! `vnni_detected()` said yes.
 

@@ -4,6 +4,7 @@
 
 mod avx2;
 mod avx512;
+mod dot_vnni;
 mod lanes;
 mod prompt_q8;
 mod scalar;
@@ -27,7 +28,8 @@ enum Kind {
     /// kernels, and 16-lane multiply-adds for prompts.
     Avx512,
     /// [`Kind::Avx512`] with VNNI's byte products (Ice Lake, Zen 4 and
-    /// later): a prompt's 8-bit products as integer multiply-adds.
+    /// later): a prompt's 8-bit products as integer multiply-adds, and a
+    /// decode step's 8-bit dots two blocks at a time (`dot_vnni.rs`).
     Avx512Vnni,
 }
 
@@ -202,13 +204,28 @@ pub fn matmul_q8_with(
         })
         .collect();
     let n_blocks = block_bytes / 34;
+    let isa = config.isa;
+    // The codes again in the order the VNNI dot reads them.
+    let pairs_len = match isa.0 {
+        Kind::Avx512Vnni => dot_vnni::pair_codes_len(n_blocks),
+        _ => 0,
+    };
+    let mut pairs = vec![0u8; n_tokens * pairs_len];
+    if pairs_len > 0 {
+        for (xq, out) in blocks
+            .chunks_exact(block_bytes.max(1))
+            .zip(pairs.chunks_exact_mut(pairs_len))
+        {
+            dot_vnni::pair_codes(xq, out);
+        }
+    }
     let tokens: Vec<Q8Activations> = (0..n_tokens)
         .map(|t| Q8Activations {
             blocks: &blocks[t * block_bytes..][..block_bytes],
             scales: &scales[t * n_blocks..][..n_blocks],
+            pairs: &pairs[t * pairs_len..][..pairs_len],
         })
         .collect();
-    let isa = config.isa;
     let dot = |row: &[u8], out: &mut [f32]| {
         for (y, x) in out.iter_mut().zip(&tokens) {
             *y = dot_row_q8(isa, format, row, x);
@@ -340,6 +357,9 @@ const Q8_FORMATS: [Format; 5] = [
 struct Q8Activations<'a> {
     blocks: &'a [u8],
     scales: &'a [[f32; 2]],
+    /// The blocks' codes in `dot_vnni`'s pair order, for `Kind::Avx512Vnni`
+    /// (empty otherwise).
+    pairs: &'a [u8],
 }
 
 /// `dot(row r, y[r * per_row..][..per_row])` over tasks of whole rows: `y`
@@ -571,7 +591,8 @@ fn dot_row(isa: Isa, format: Format, row: &[u8], x: &[f32]) -> f32 {
 fn dot_row_q8(isa: Isa, format: Format, row: &[u8], x: &Q8Activations) -> f32 {
     match isa.0 {
         Kind::Scalar => scalar::dot_row_q8(format, row, x),
-        Kind::Avx2 | Kind::Avx512 | Kind::Avx512Vnni => avx2::dot_row_q8(format, row, x),
+        Kind::Avx2 | Kind::Avx512 => avx2::dot_row_q8(format, row, x),
+        Kind::Avx512Vnni => dot_vnni::dot_row_q8(format, row, x),
     }
 }
 
