@@ -184,15 +184,30 @@ impl Client {
                 ty.mlir_name()
             )));
         }
+        let huge = match bytes.len() >= crate::huge_pages::MIN_BYTES {
+            true => self.buffer_in_huge_pages(bytes, ty, dims, device)?,
+            false => None,
+        };
+        let buffer = match huge {
+            Some(buffer) => buffer,
+            None => self.copied_by_plugin(bytes, ty, dims, device)?,
+        };
+        self.inner
+            .host_to_device_bytes
+            .fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(buffer)
+    }
+
+    /// `bytes` in a new buffer the plugin allocates and fills
+    /// (`PJRT_Client_BufferFromHostBuffer`).
+    fn copied_by_plugin(
+        &self,
+        bytes: &[u8],
+        ty: ElementType,
+        dims: &[i64],
+        device: &Device,
+    ) -> Result<Buffer> {
         let inner = &*self.inner;
-        if bytes.len() >= crate::huge_pages::MIN_BYTES
-            && let Some(buffer) = self.buffer_in_huge_pages(bytes, ty, dims, device)?
-        {
-            inner
-                .host_to_device_bytes
-                .fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
-            return Ok(buffer);
-        }
         let mut args = ffi::PJRT_Client_BufferFromHostBuffer_Args::new();
         args.client = inner.raw;
         args.data = bytes.as_ptr().cast();
@@ -204,9 +219,6 @@ impl Client {
         // SAFETY: `bytes` and `dims` outlive the call, and with
         // `kImmutableOnlyDuringCall` the plugin is done with `bytes` on return.
         unsafe { call!(&inner.plugin, PJRT_Client_BufferFromHostBuffer, &mut args) }?;
-        inner
-            .host_to_device_bytes
-            .fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
         // The host-buffer event carries no information with these semantics.
         if !args.done_with_host_buffer.is_null() {
             // SAFETY: an event we own.

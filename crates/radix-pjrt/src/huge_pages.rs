@@ -15,10 +15,10 @@
 //! it has been touched, and copies the bytes in itself: on the CPU plugin a
 //! buffer's device address is host memory.
 
-use crate::buffer::{Buffer, ElementType, byte_len};
+use crate::Result;
+use crate::buffer::{Buffer, ElementType, byte_len, no_result};
 use crate::client::{Client, Device};
 use crate::ffi;
-use crate::{Error, Result};
 
 /// The smallest upload worth huge pages: below a few pages of 2 MiB, most of
 /// the buffer lies in the partial pages at its ends, which stay small.
@@ -67,12 +67,8 @@ impl Client {
             )
         }?;
         // SAFETY: a fresh buffer owned by us.
-        let buffer =
-            unsafe { Buffer::from_raw(&self.inner, args.buffer) }.ok_or_else(|| Error::Pjrt {
-                call: "PJRT_Client_CreateUninitializedBuffer",
-                code: "INTERNAL",
-                message: "the plugin returned no buffer".into(),
-            })?;
+        let buffer = unsafe { Buffer::from_raw(&self.inner, args.buffer) }
+            .ok_or_else(|| no_result("PJRT_Client_CreateUninitializedBuffer", "buffer"))?;
         buffer.ready_event()?.wait()?;
         if buffer.on_device_size()? != byte_len(ty, dims)? {
             // Padded or tiled: not the dense bytes we hold.
