@@ -188,18 +188,20 @@ fn companions_do_not_change_a_token() {
 }
 
 /// Many threads compute every output with the same code as one thread, so
-/// the results are equal bit for bit, with the rows split into many tasks.
+/// the results are equal bit for bit, with the rows split into many tasks
+/// (or, for a prompt's F32 products, the tokens: 100 of them).
 #[test]
 fn threads_do_not_change_results() {
     let mut rng = Rng(17);
-    for (format, rows, cols) in [
-        (Format::Q8_0, 1003, 256),
-        (Format::Q4_1, 2001, 512),
-        (Format::Q6_K, 301, 768),
-        (Format::F16, 1200, 70),
+    for (format, rows, cols, prompt) in [
+        (Format::Q8_0, 1003, 256, 21),
+        (Format::Q4_1, 2001, 512, 21),
+        (Format::Q6_K, 301, 768, 21),
+        (Format::F16, 1200, 70, 21),
+        (Format::F32, 301, 70, 100),
     ] {
         let weights = random_weights(format, rows, cols, Codes::Random, 1.0, &mut rng);
-        for n_tokens in [3, 21] {
+        for n_tokens in [3, prompt] {
             let x = random_x(n_tokens * cols, &mut rng);
             for isa in Isa::available() {
                 let run = |parallel: &dyn Parallel| {

@@ -9,15 +9,22 @@
 //! through `Isa(Kind::Avx2)`, which exists only once `detected()` said yes.
 
 #[cfg(target_arch = "x86_64")]
-pub(super) use imp::{dequantize_row, detected, dot_row, dot_row_q8, dot_tile, dot_tile_lanes};
+pub(super) use imp::{
+    LANE_ROWS, dequantize_row, detected, dot_row, dot_row_q8, dot_tile, dot_tile_lanes,
+};
 
 #[cfg(not(target_arch = "x86_64"))]
-pub(super) use off_x86::{dequantize_row, detected, dot_row, dot_row_q8, dot_tile, dot_tile_lanes};
+pub(super) use off_x86::{
+    LANE_ROWS, dequantize_row, detected, dot_row, dot_row_q8, dot_tile, dot_tile_lanes,
+};
 
 #[cfg(not(target_arch = "x86_64"))]
 mod off_x86 {
     use super::super::{Q8Activations, Tile, TokenLanes};
     use crate::Format;
+
+    /// Unused: the kernel it sizes never runs off x86-64.
+    pub(in crate::kernels) const LANE_ROWS: usize = 1;
 
     pub(in crate::kernels) fn detected() -> bool {
         false
@@ -756,6 +763,7 @@ mod imp {
         "avx2,fma,f16c",
         __m256,
         8,
+        6,
         _mm256_setzero_ps,
         _mm256_loadu_ps,
         _mm256_set1_ps,

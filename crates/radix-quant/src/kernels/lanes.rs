@@ -7,20 +7,23 @@
 //!
 //! [`TokenLanes`]: super::TokenLanes
 
-/// Rows at once in the inner kernel; `matmul`'s tasks on this path are
-/// multiples of it.
-pub(super) const LANE_ROWS: usize = 6;
-
 /// Token vectors at once in the inner kernel.
 pub(super) const LANE_VECTORS: usize = 2;
 
 /// Defines `dot_tile_lanes(tile, x, out, stride)` in the calling module for
 /// vectors of type `$vec` holding `$width` f32 lanes, with the target
-/// features `$features` and the intrinsics named after them. The caller
-/// must reach it only where those features were detected.
+/// features `$features` and the intrinsics named after them, and
+/// `LANE_ROWS`, the rows of its inner step (`$rows`: `$rows ×
+/// LANE_VECTORS` accumulators, two vectors of tokens and a broadcast must
+/// fit the instruction set's registers). The caller must reach it only
+/// where those features were detected.
 macro_rules! lanes_kernel {
-    ($features:literal, $vec:ty, $width:literal, $setzero:ident, $loadu:ident, $set1:ident,
-     $fmadd:ident, $storeu:ident) => {
+    ($features:literal, $vec:ty, $width:literal, $rows:literal, $setzero:ident, $loadu:ident,
+     $set1:ident, $fmadd:ident, $storeu:ident) => {
+        /// Rows at once in the inner kernel; `matmul`'s tasks on this path
+        /// are multiples of it.
+        pub(in crate::kernels) const LANE_ROWS: usize = $rows;
+
         /// Where one step of the inner kernel starts: its first row and its
         /// first group of `$width` tokens.
         #[derive(Clone, Copy)]
@@ -36,7 +39,7 @@ macro_rules! lanes_kernel {
             out: &mut [f32],
             stride: usize,
         ) {
-            use crate::kernels::lanes::{LANE_ROWS, LANE_VECTORS};
+            use crate::kernels::lanes::LANE_VECTORS;
             let cols = tile.cols;
             let n_rows = tile.rows.len() / cols;
             let n_groups = x.n_tokens.div_ceil($width);
