@@ -76,9 +76,10 @@ enum Command {
         /// Only this shape (`1x16`, `32x128`, `1x20` or `32x100`), e.g. for a profile.
         #[arg(long)]
         shape: Option<String>,
-        /// `stored`: f32 matrices through XLA's dot; `kernels`: through
-        /// radix's CPU kernels (`MatrixFormat::Kernels`).
-        #[arg(long, default_value = "stored", value_parser = ["stored", "kernels"])]
+        /// `kernels` (the default): every matrix through radix's CPU kernels
+        /// (`MatrixFormat::Kernels`); `xla`: f32 matrices through XLA's dot
+        /// (`MatrixFormat::AsStored`).
+        #[arg(long, default_value = "kernels", value_parser = ["kernels", "xla"])]
         matrices: String,
     },
     /// SmolLM2 prefill and decode tokens/s.
@@ -140,8 +141,8 @@ fn main() -> Result<()> {
             matrices,
         } => {
             let matrices = match matrices.as_str() {
-                "kernels" => MatrixFormat::Kernels,
-                _ => MatrixFormat::AsStored,
+                "xla" => MatrixFormat::AsStored,
+                _ => MatrixFormat::Kernels,
             };
             minilm(&cli.label, &dir, samples, shape.as_deref(), matrices)?
         }
