@@ -504,21 +504,8 @@ pub fn matmul_with(
             for tile_first in (0..n_rows).step_by(tile_rows) {
                 let tile_rows = tile_rows.min(n_rows - tile_first);
                 let bytes = &weights[(first + tile_first) * row_bytes..][..tile_rows * row_bytes];
-                let rows = match f32_rows(format, bytes) {
-                    Some(rows) => rows,
-                    None => {
-                        decoded.resize(tile_rows * cols, 0.0);
-                        for (row, out) in bytes
-                            .chunks_exact(row_bytes)
-                            .zip(decoded.chunks_exact_mut(cols))
-                        {
-                            dequantize_row(isa, format, row, out);
-                        }
-                        &decoded[..]
-                    }
-                };
                 let tile = Tile {
-                    rows,
+                    rows: f32_tile(isa, (format, row_bytes), bytes, cols, &mut decoded),
                     cols,
                     first: tile_first,
                 };
@@ -574,27 +561,36 @@ fn matmul_lanes_by_tokens(
         for first in (0..rows).step_by(tile_rows) {
             let n_rows = tile_rows.min(rows - first);
             let bytes = &weights[first * row_bytes..][..n_rows * row_bytes];
-            let rows_f32 = match f32_rows(format, bytes) {
-                Some(rows) => rows,
-                None => {
-                    decoded.resize(n_rows * cols, 0.0);
-                    for (row, out) in bytes
-                        .chunks_exact(row_bytes)
-                        .zip(decoded.chunks_exact_mut(cols))
-                    {
-                        dequantize_row(isa, format, row, out);
-                    }
-                    &decoded[..]
-                }
-            };
             let tile = Tile {
-                rows: rows_f32,
+                rows: f32_tile(isa, (format, row_bytes), bytes, cols, &mut decoded),
                 cols,
                 first,
             };
             dot_tile_lanes(isa, &tile, &lanes, y, rows);
         }
     });
+}
+
+/// The f32 rows of `bytes` (whole rows of `format`): the bytes themselves
+/// where they are aligned F32 ([`f32_rows`]), else decoded into `decoded`.
+fn f32_tile<'a>(
+    isa: Isa,
+    (format, row_bytes): (Format, usize),
+    bytes: &'a [u8],
+    cols: usize,
+    decoded: &'a mut Vec<f32>,
+) -> &'a [f32] {
+    if let Some(rows) = f32_rows(format, bytes) {
+        return rows;
+    }
+    decoded.resize(bytes.len() / row_bytes.max(1) * cols, 0.0);
+    for (row, out) in bytes
+        .chunks_exact(row_bytes)
+        .zip(decoded.chunks_exact_mut(cols))
+    {
+        dequantize_row(isa, format, row, out);
+    }
+    decoded
 }
 
 /// F32 weights read in place as the tile, where their bytes are aligned: a
