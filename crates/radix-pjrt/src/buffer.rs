@@ -198,6 +198,30 @@ impl Client {
         Ok(buffer)
     }
 
+    /// [`Client::buffer_from_host`] for an upload that lives as long as a
+    /// model, its weights: on the CPU plugin (Linux), one below 8 MiB is
+    /// placed in a chunk of transparent huge pages shared with other
+    /// weights (`weight_arena.rs` says why). A chunk's memory is freed once
+    /// every buffer in it is, so bytes uploaded again and again belong in
+    /// [`Client::buffer_from_host`].
+    pub fn weights_from_host(
+        &self,
+        bytes: &[u8],
+        ty: ElementType,
+        dims: &[i64],
+        device: &Device,
+    ) -> Result<Buffer> {
+        if bytes.len() == byte_len(ty, dims)?
+            && let Some(buffer) = self.weights_in_arena(bytes, ty, dims, device)?
+        {
+            self.inner
+                .host_to_device_bytes
+                .fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            return Ok(buffer);
+        }
+        self.buffer_from_host(bytes, ty, dims, device)
+    }
+
     /// `bytes` in a new buffer the plugin allocates and fills
     /// (`PJRT_Client_BufferFromHostBuffer`).
     fn copied_by_plugin(

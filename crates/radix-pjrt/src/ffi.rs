@@ -188,6 +188,21 @@ args! {
         buffer: *mut PJRT_Buffer,
     }
 
+    PJRT_Client_CreateViewOfDeviceBuffer_Args {
+        client: *mut PJRT_Client,
+        device_buffer_ptr: *mut c_void,
+        dims: *const i64,
+        num_dims: usize,
+        element_type: PJRT_Buffer_Type,
+        layout: *mut c_void,
+        device: *mut PJRT_Device,
+        on_delete_callback: Option<unsafe extern "C" fn(*mut c_void, *mut c_void)>,
+        on_delete_callback_arg: *mut c_void,
+        stream: isize,
+        buffer: *mut PJRT_Buffer,
+        memory: *mut PJRT_Memory,
+    }
+
     PJRT_DeviceDescription_Id_Args { device_description: *mut PJRT_DeviceDescription, id: c_int }
     PJRT_DeviceDescription_ProcessIndex_Args { device_description: *mut PJRT_DeviceDescription, process_index: c_int }
     PJRT_DeviceDescription_Kind_Args {
@@ -438,7 +453,7 @@ pub struct PJRT_Api {
     pub PJRT_Executable_OutputDimensions: Fn<PJRT_Executable_OutputDimensions_Args>,
 
     pub PJRT_Buffer_CopyToMemory: Unused,
-    pub PJRT_Client_CreateViewOfDeviceBuffer: Unused,
+    pub PJRT_Client_CreateViewOfDeviceBuffer: Fn<PJRT_Client_CreateViewOfDeviceBuffer_Args>,
     pub PJRT_Executable_Fingerprint: Unused,
     pub PJRT_Client_TopologyDescription: Unused,
     pub PJRT_Executable_GetCompiledMemoryStats: Unused,
@@ -492,6 +507,11 @@ mod tests {
         assert_eq!(PJRT_Client_Compile_Args::STRUCT_SIZE, 56);
         assert_eq!(PJRT_Client_BufferFromHostBuffer_Args::STRUCT_SIZE, 120);
         assert_eq!(PJRT_Client_CreateUninitializedBuffer_Args::STRUCT_SIZE, 80);
+        assert_eq!(PJRT_Client_CreateViewOfDeviceBuffer_Args::STRUCT_SIZE, 112);
+        assert_eq!(
+            offset_of!(PJRT_Api, PJRT_Client_CreateViewOfDeviceBuffer),
+            784
+        );
         assert_eq!(
             offset_of!(PJRT_Client_CreateUninitializedBuffer_Args, shape_layout),
             48

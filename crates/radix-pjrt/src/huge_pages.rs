@@ -25,7 +25,7 @@ use crate::ffi;
 pub(crate) const MIN_BYTES: usize = 8 << 20;
 
 /// The size of a transparent huge page on x86-64 and most aarch64 kernels.
-const HUGE_PAGE: usize = 2 << 20;
+pub(crate) const HUGE_PAGE: usize = 2 << 20;
 
 impl Client {
     /// `bytes` in a new buffer whose memory the kernel was advised to back
@@ -88,7 +88,7 @@ impl Client {
 /// `addr` with huge pages when they are first touched. A hint: a kernel
 /// without transparent huge pages, or with them off, refuses it and the
 /// memory stays in small pages.
-fn advise(addr: usize, len: usize) {
+pub(crate) fn advise(addr: usize, len: usize) {
     let start = addr.next_multiple_of(HUGE_PAGE);
     let end = (addr + len) / HUGE_PAGE * HUGE_PAGE;
     if end <= start {

@@ -53,6 +53,7 @@ mod plugin;
 mod program_shape;
 pub mod provision;
 mod select;
+mod weight_arena;
 mod xla_ffi;
 
 pub use buffer::{Buffer, ElementType, Event, byte_len};

@@ -102,7 +102,7 @@ fn large_upload_round_trips_in_huge_pages() {
     let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
     match thp {
         Ok(mode) if !mode.contains("[never]") => {
-            let huge = anon_huge_kib_in(b.device_address().unwrap(), bytes.len());
+            let huge = common::anon_huge_kib_in(b.device_address().unwrap(), bytes.len());
             assert!(
                 huge >= 2048,
                 "the buffer's mapping has {huge} KiB in huge pages"
@@ -110,32 +110,6 @@ fn large_upload_round_trips_in_huge_pages() {
         }
         _ => eprintln!("transparent huge pages are off here: contents checked only"),
     }
-}
-
-/// `AnonHugePages` of the mappings overlapping `len` bytes at `addr`, from
-/// `/proc/self/smaps` (advice splits a mapping at the huge pages' bounds).
-fn anon_huge_kib_in(addr: usize, len: usize) -> u64 {
-    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("Linux has smaps");
-    let (mut inside, mut kib) = (false, 0);
-    for line in smaps.lines() {
-        let range = line
-            .split_whitespace()
-            .next()
-            .and_then(|r| r.split_once('-'));
-        if let Some((lo, hi)) = range
-            && let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
-        {
-            inside = lo < addr + len && addr < hi;
-        } else if inside && let Some(v) = line.strip_prefix("AnonHugePages:") {
-            kib += v
-                .trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .expect("kB");
-        }
-    }
-    kib
 }
 
 #[test]

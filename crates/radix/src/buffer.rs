@@ -22,6 +22,15 @@ pub struct Buffer {
     mesh: Option<Arc<Mesh>>,
 }
 
+/// One of the client's uploads: bytes, element type, dims, device.
+type Upload = fn(
+    &radix_pjrt::Client,
+    &[u8],
+    radix_pjrt::ElementType,
+    &[i64],
+    &radix_pjrt::Device,
+) -> radix_pjrt::Result<radix_pjrt::Buffer>;
+
 impl Buffer {
     /// Uploads `values` as an array of `shape` (whose dtype must be `T`'s).
     pub fn from_slice<T: Element>(
@@ -53,14 +62,35 @@ impl Buffer {
     /// [`Mesh::block`]), and a split axis that does not divide is
     /// [`Error::Sharding`]; without a mesh, sharding is ignored.
     pub fn from_bytes(platform: &Platform, bytes: &[u8], shape: Shape) -> Result<Buffer> {
+        Buffer::upload(platform, bytes, shape, radix_pjrt::Client::buffer_from_host)
+    }
+
+    /// [`Buffer::from_bytes`] for a model's weights, which live as long as
+    /// the model: on the CPU plugin, smaller ones share chunks of huge pages
+    /// ([`radix_pjrt::Client::weights_from_host`]).
+    pub fn weights_from_bytes(platform: &Platform, bytes: &[u8], shape: Shape) -> Result<Buffer> {
+        Buffer::upload(
+            platform,
+            bytes,
+            shape,
+            radix_pjrt::Client::weights_from_host,
+        )
+    }
+
+    /// `bytes` of `shape` uploaded by `put` (to each device its block).
+    fn upload(platform: &Platform, bytes: &[u8], shape: Shape, put: Upload) -> Result<Buffer> {
         if bytes.len() != shape.byte_size() {
             return Err(Error::Host(format!("{} bytes for {shape}", bytes.len())));
         }
         let mesh = platform.mesh();
         let upload = |bytes: &[u8], dims: &[i64], device| {
-            platform
-                .client()
-                .buffer_from_host(bytes, shape.dtype().element_type(), dims, device)
+            put(
+                platform.client(),
+                bytes,
+                shape.dtype().element_type(),
+                dims,
+                device,
+            )
         };
         let shards = match mesh {
             None => vec![upload(bytes, shape.dims(), platform.device())?],

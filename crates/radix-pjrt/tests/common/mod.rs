@@ -71,3 +71,29 @@ pub fn i32_values(buffer: &Buffer) -> Vec<i32> {
         .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
         .collect()
 }
+
+/// `AnonHugePages` of the mappings overlapping `len` bytes at `addr`, from
+/// `/proc/self/smaps` (advice splits a mapping at the huge pages' bounds).
+pub fn anon_huge_kib_in(addr: usize, len: usize) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("Linux has smaps");
+    let (mut inside, mut kib) = (false, 0);
+    for line in smaps.lines() {
+        let range = line
+            .split_whitespace()
+            .next()
+            .and_then(|r| r.split_once('-'));
+        if let Some((lo, hi)) = range
+            && let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+        {
+            inside = lo < addr + len && addr < hi;
+        } else if inside && let Some(v) = line.strip_prefix("AnonHugePages:") {
+            kib += v
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .expect("kB");
+        }
+    }
+    kib
+}

@@ -106,11 +106,15 @@ macro_rules! lanes_kernel {
             stride: usize,
             at: LaneBlock,
         ) {
-            for (i, res) in res.iter().enumerate() {
-                for (v, res) in res.iter().enumerate() {
-                    let first = (at.g + v) * $width;
-                    for (l, &value) in res.iter().enumerate().take(x.n_tokens - first) {
-                        out[(first + l) * stride + tile.first + at.r + i] = value;
+            // Token by token, so that each token's `NR` results land side
+            // by side in one or two lines of `out` (row by row, every store
+            // went to another token's line).
+            for v in 0..NV {
+                let first = (at.g + v) * $width;
+                for l in 0..$width.min(x.n_tokens - first) {
+                    let row = (first + l) * stride + tile.first + at.r;
+                    for (out, res) in out[row..row + NR].iter_mut().zip(&res) {
+                        *out = res[v][l];
                     }
                 }
             }

@@ -179,14 +179,14 @@ fn load(
                 .iter()
                 .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
                 .collect();
-            return Ok(Buffer::from_bytes(platform, &bytes, shape)?);
+            return Ok(Buffer::weights_from_bytes(platform, &bytes, shape)?);
         }
         let host = store.blocks(path, format, &dims)?;
-        return Ok(Buffer::from_bytes(platform, host.bytes(), shape)?);
+        return Ok(Buffer::weights_from_bytes(platform, host.bytes(), shape)?);
     }
     let host = store.get(path, shape.dims())?;
     if host.dtype() == shape.dtype() {
-        return Ok(Buffer::from_bytes(platform, host.bytes(), shape)?);
+        return Ok(Buffer::weights_from_bytes(platform, host.bytes(), shape)?);
     }
     Ok(Buffer::from_slice(platform, &host.to_f32_vec(), shape)?)
 }
