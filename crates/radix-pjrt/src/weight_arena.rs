@@ -43,7 +43,15 @@ struct Chunk {
 
 impl Chunk {
     /// A fresh chunk advised into huge pages; `None` where the kernel
+    /// refuses the mapping, and off Linux (whose huge pages this is for).
+    #[cfg(not(target_os = "linux"))]
+    fn map() -> Option<Chunk> {
+        None
+    }
+
+    /// A fresh chunk advised into huge pages; `None` where the kernel
     /// refuses the mapping.
+    #[cfg(target_os = "linux")]
     fn map() -> Option<Chunk> {
         let len = CHUNK_BYTES + HUGE_PAGE;
         // SAFETY: a new private anonymous mapping; no existing memory is touched.
@@ -71,7 +79,10 @@ impl Drop for Chunk {
     fn drop(&mut self) {
         // SAFETY: our own mapping, and nothing views it any more: the arena
         // and every buffer placed in it held a reference.
-        unsafe { libc::munmap(self.base as *mut c_void, self.len) };
+        #[cfg(target_os = "linux")]
+        unsafe {
+            libc::munmap(self.base as *mut c_void, self.len)
+        };
     }
 }
 
