@@ -176,14 +176,7 @@ impl Client {
         dims: &[i64],
         device: &Device,
     ) -> Result<Buffer> {
-        let expected = byte_len(ty, dims)?;
-        if bytes.len() != expected {
-            return Err(Error::InvalidArgument(format!(
-                "{} bytes given for a {}x{dims:?} buffer of {expected} bytes",
-                bytes.len(),
-                ty.mlir_name()
-            )));
-        }
+        check_host_bytes(bytes, ty, dims)?;
         let huge = match bytes.len() >= crate::huge_pages::MIN_BYTES {
             true => self.buffer_in_huge_pages(bytes, ty, dims, device)?,
             false => None,
@@ -192,10 +185,7 @@ impl Client {
             Some(buffer) => buffer,
             None => self.copied_by_plugin(bytes, ty, dims, device)?,
         };
-        self.inner
-            .host_to_device_bytes
-            .fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        Ok(buffer)
+        Ok(self.counted(buffer, bytes.len()))
     }
 
     /// [`Client::buffer_from_host`] for an upload that lives as long as a
@@ -211,15 +201,19 @@ impl Client {
         dims: &[i64],
         device: &Device,
     ) -> Result<Buffer> {
-        if bytes.len() == byte_len(ty, dims)?
-            && let Some(buffer) = self.weights_in_arena(bytes, ty, dims, device)?
-        {
-            self.inner
-                .host_to_device_bytes
-                .fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
-            return Ok(buffer);
+        check_host_bytes(bytes, ty, dims)?;
+        match self.weights_in_arena(bytes, ty, dims, device)? {
+            Some(buffer) => Ok(self.counted(buffer, bytes.len())),
+            None => self.buffer_from_host(bytes, ty, dims, device),
         }
-        self.buffer_from_host(bytes, ty, dims, device)
+    }
+
+    /// `buffer`, with its `bytes` added to the bytes uploaded so far.
+    fn counted(&self, buffer: Buffer, bytes: usize) -> Buffer {
+        self.inner
+            .host_to_device_bytes
+            .fetch_add(bytes as u64, std::sync::atomic::Ordering::Relaxed);
+        buffer
     }
 
     /// `bytes` in a new buffer the plugin allocates and fills
@@ -252,6 +246,19 @@ impl Client {
         unsafe { Buffer::from_raw(&self.inner, args.buffer) }
             .ok_or_else(|| no_result("PJRT_Client_BufferFromHostBuffer", "buffer"))
     }
+}
+
+/// `Err` unless `bytes` is exactly a dense array of `ty` and `dims`.
+fn check_host_bytes(bytes: &[u8], ty: ElementType, dims: &[i64]) -> Result<()> {
+    let expected = byte_len(ty, dims)?;
+    if bytes.len() != expected {
+        return Err(Error::InvalidArgument(format!(
+            "{} bytes given for a {}x{dims:?} buffer of {expected} bytes",
+            bytes.len(),
+            ty.mlir_name()
+        )));
+    }
+    Ok(())
 }
 
 impl Buffer {

@@ -87,15 +87,7 @@ fn large_upload_round_trips_in_huge_pages() {
         .buffer_from_host(&bytes, ElementType::F32, &[n as i64], d0)
         .unwrap();
     assert_eq!(b.to_host_vec().unwrap(), bytes);
-    let exe = common::compile(
-        &client,
-        &format!(
-            "func.func @main(%x: tensor<{n}xf32>) -> tensor<{n}xf32> {{
-               %y = stablehlo.add %x, %x : tensor<{n}xf32>
-               return %y : tensor<{n}xf32>
-             }}"
-        ),
-    );
+    let exe = common::doubling(&client, n);
     let doubled = common::f32_values(&common::run(&exe, &[&b])[0]);
     assert!(doubled.iter().zip(&values).all(|(d, v)| *d == 2.0 * v));
 

@@ -72,15 +72,7 @@ fn weights_share_chunks_that_go_with_their_last_buffer() {
         "the tenth weight went into the first chunk"
     );
 
-    let exe = common::compile(
-        &client,
-        &format!(
-            "func.func @main(%x: tensor<{n}xf32>) -> tensor<{n}xf32> {{
-               %y = stablehlo.add %x, %x : tensor<{n}xf32>
-               return %y : tensor<{n}xf32>
-             }}"
-        ),
-    );
+    let exe = common::doubling(&client, n);
     let doubled = common::f32_values(&common::run(&exe, &[&buffers[4]])[0]);
     let values = common::f32_values(&buffers[4]);
     assert!(doubled.iter().zip(&values).all(|(d, v)| *d == 2.0 * v));

@@ -97,3 +97,16 @@ pub fn anon_huge_kib_in(addr: usize, len: usize) -> u64 {
     }
     kib
 }
+
+/// A program doubling an `f32[n]`: `x + x`.
+pub fn doubling(client: &Client, n: usize) -> LoadedExecutable {
+    compile(
+        client,
+        &format!(
+            "func.func @main(%x: tensor<{n}xf32>) -> tensor<{n}xf32> {{
+               %y = stablehlo.add %x, %x : tensor<{n}xf32>
+               return %y : tensor<{n}xf32>
+             }}"
+        ),
+    )
+}
