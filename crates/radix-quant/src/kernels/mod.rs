@@ -484,14 +484,7 @@ pub fn matmul_with(
     let by_lanes =
         TokenLanes::wanted(isa, n_tokens).then(|| TokenLanes::new(isa, x, cols, n_tokens));
     let (align, tile_rows) = match by_lanes {
-        // Every token passes each tile once: a tile of ~96 KiB (in L2) keeps
-        // that traffic small for thousands of tokens, where 6 rows at a time
-        // would read all of `x` again for every 6 rows.
-        Some(_) => {
-            let align = TokenLanes::rows(isa);
-            let rows = (LANES_TILE_BYTES / (cols * 4)).max(1);
-            (align, rows.next_multiple_of(align))
-        }
+        Some(_) => (TokenLanes::rows(isa), TokenLanes::tile_rows(isa, cols)),
         None => (TILE_ROWS, TILE_ROWS),
     };
     for_row_tasks(
@@ -544,10 +537,7 @@ fn matmul_lanes_by_tokens(
     per_task: usize,
 ) {
     let isa = config.isa;
-    let align = TokenLanes::rows(isa);
-    let tile_rows = (LANES_TILE_BYTES / (cols * 4))
-        .max(1)
-        .next_multiple_of(align);
+    let tile_rows = TokenLanes::tile_rows(isa, cols);
     let parts: Vec<Mutex<(&[f32], &mut [f32])>> = x
         .chunks(per_task * cols)
         .zip(y.chunks_mut(per_task * rows))
@@ -747,6 +737,16 @@ impl TokenLanes {
             Kind::Scalar | Kind::Avx2 => avx2::LANE_ROWS,
             Kind::Avx512 | Kind::Avx512Vnni => avx512::LANE_ROWS,
         }
+    }
+
+    /// Rows decoded at once on this path, a multiple of [`TokenLanes::rows`]:
+    /// every token passes each tile once, so a tile of ~96 KiB (in L2) keeps
+    /// that traffic small for thousands of tokens, where a step's rows at a
+    /// time would read all of `x` again for every step.
+    fn tile_rows(isa: Isa, cols: usize) -> usize {
+        (LANES_TILE_BYTES / (cols * 4))
+            .max(1)
+            .next_multiple_of(TokenLanes::rows(isa))
     }
 
     /// Whether `matmul` takes this path: with vectors, and for enough
