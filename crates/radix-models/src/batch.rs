@@ -3,13 +3,23 @@
 //! A [`Batch`] runs up to `slots` sequences beside a [`Generator`] that owns
 //! the weights and prefills prompts. It holds one cache per layer with a row
 //! per slot, `(slots, capacity, h, hd)`, and the running sequences occupy
-//! its first rows. A prefilled sequence's cache is copied into the next free
-//! row; a sequence that leaves gets the last row copied over it (as
-//! `Vec::swap_remove` moves elements). A decode step over `n` running rows
-//! runs the executable of the smallest compiled batch size (bucket) `b >= n`
-//! on the whole cache, donated: it scatters each row's key and value at the
-//! row's own position, in place, and attends over the first `b` rows, so a
-//! step moves no cache but what attention reads.
+//! its first rows. A sequence's cache (a prefilled prompt, a prompt cache's
+//! hit, or an empty one) is copied into the next free row; a sequence that
+//! leaves gets the last row copied over it (as `Vec::swap_remove` moves
+//! elements). A step over `n` running rows runs the executable of the
+//! smallest compiled batch size (bucket) `b >= n` on the whole cache,
+//! donated: it scatters each row's keys and values at the row's own
+//! positions, in place, and attends over the first `b` rows, so a step
+//! moves no cache but what attention reads.
+//!
+//! A step gives each row its own tokens ([`Batch::extend`]): one for a
+//! sequence decoding, several for one whose prompt is still running (the
+//! rest of a prompt after a prompt cache's hit, or a short prompt), so that
+//! prompts arriving together run in one step beside the decoding rows, as
+//! vLLM's and llama.cpp's batches mix them. Its tokens per row are padded
+//! to a bucket `s` (1, then powers of two from 8); a padding token is
+//! written past its row's tokens, where the row's next token overwrites it
+//! before any query reads it, or dropped past the capacity.
 //!
 //! A sequence running alone keeps its own cache and decodes through the
 //! [`Generator`], as `radix generate` does: no bucket of 1 row works among
@@ -26,17 +36,38 @@
 use std::collections::HashMap;
 
 use radix::nn::KvCache;
-use radix::{Buffer, Bufferized, Compiled, DType, Platform, Shape, Tensor};
+use radix::{Buffer, Bufferized, Compiled, DType, Module, Platform, Shape, Tensor};
 
-use crate::generate::{Cache, CausalLm, Generator, Step};
+use crate::generate::{Cache, CausalLm, Generator, Step, bucket};
 use crate::{Error, Result};
 
 /// Each layer's cache of every slot, or of one sequence.
 type Caches = Vec<KvCache>;
-/// Token ids `(b, 1)`, each row's position `(b)`, the slots' caches.
-type DecodeInputs = (Tensor, Tensor, Caches);
-/// The decode step of one bucket: logits and the slots' caches.
-type Decode<M> = Compiled<M, DecodeInputs, (Tensor, Caches)>;
+
+/// What a step of the batch takes.
+#[derive(Module, Clone, Debug)]
+struct Rows {
+    /// Token ids `(b, s)`: row `i`'s tokens, then padding.
+    ids: Tensor,
+    /// The position of each row's first token `(b)`.
+    starts: Tensor,
+    /// Each row's last token in `ids` `(b)`: the logits are those after it.
+    lasts: Tensor,
+    /// The slots' caches, a layer each.
+    caches: Caches,
+}
+
+/// What a step of the batch gives.
+#[derive(Module, Clone, Debug)]
+struct Stepped {
+    /// Logits `(b, voc)` after each row's last token.
+    logits: Tensor,
+    /// The slots' caches with the rows' tokens written, in their buffers.
+    caches: Caches,
+}
+
+/// The step of `b` rows of `s` tokens each.
+type RowsStep<M> = Compiled<M, Rows, Stepped>;
 /// The slots' caches, one sequence's caches and the slot to copy them into.
 type Put = Compiled<(), (Caches, Caches, Tensor), Caches>;
 /// The slots' caches and the slots to copy from and to.
@@ -47,10 +78,15 @@ pub struct Batch<M: CausalLm> {
     platform: Platform,
     slots: usize,
     capacity: usize,
-    /// Decode batch sizes, ascending: 1 (a sequence alone, through the
+    /// The slots' cache shapes, a layer each.
+    shapes: Vec<Shape>,
+    /// Batch sizes, ascending: 1 (a sequence alone, through the
     /// generator), then the compiled ones; the last is `slots`.
     buckets: Vec<usize>,
-    decode: HashMap<usize, Decode<M>>,
+    /// By batch size and tokens per row; those of one token per row
+    /// (decoding) are compiled by [`Batch::new`], the others when first
+    /// run.
+    steps: HashMap<(usize, usize), RowsStep<M>>,
     put: Put,
     moves: Move,
     /// Makes the slots' empty caches.
@@ -79,8 +115,6 @@ impl<M: CausalLm> Batch<M> {
         let capacity = generator.capacity();
         let one = model.cache_shapes(capacity);
         let all: Vec<Shape> = one.iter().map(|&s| with_rows(s, slots)).collect();
-        let params =
-            |shapes: &[Shape]| -> Caches { shapes.iter().map(|&s| KvCache::param(s)).collect() };
         let index = || Tensor::param(Shape::scalar(DType::I32));
         // No bucket of 1 row among several slots: XLA's CPU backend turned
         // its one-row scatter into an update that it fused into the
@@ -92,12 +126,9 @@ impl<M: CausalLm> Batch<M> {
             .take_while(|&b| b < slots)
             .collect();
         buckets.push(slots);
-        let mut decode = HashMap::new();
+        let mut steps = HashMap::new();
         for &b in buckets.iter().filter(|&&b| b > 1) {
-            let ids = Tensor::param(Shape::tagged(DType::I32, &[("b", b as i64), ("s", 1)]));
-            let starts = Tensor::param(Shape::tagged(DType::I32, &[("b", b as i64)]));
-            let inputs = (ids, starts, params(&all));
-            decode.insert(b, radix::compile(platform, model, &inputs, decode_step)?);
+            steps.insert((b, 1), compile_rows(platform, model, &all, b, 1)?);
         }
         let put = radix::compile_fn(
             platform,
@@ -128,8 +159,9 @@ impl<M: CausalLm> Batch<M> {
             platform: platform.clone(),
             slots,
             capacity,
+            shapes: all,
             buckets,
-            decode,
+            steps,
             put,
             moves,
             zeros,
@@ -140,8 +172,8 @@ impl<M: CausalLm> Batch<M> {
         })
     }
 
-    /// The decode batch sizes, ascending: 1 (a sequence alone, through the
-    /// generator's step), then those of the compiled batch steps.
+    /// The batch sizes, ascending: 1 (a sequence alone, through the
+    /// generator's steps), then those of the compiled batch steps.
     pub fn buckets(&self) -> &[usize] {
         &self.buckets
     }
@@ -224,29 +256,58 @@ impl<M: CausalLm> Batch<M> {
     /// in one step: the logits after each. A failed step ends every
     /// sequence (their caches were given to it): the batch is empty.
     pub fn step(&mut self, generator: &mut Generator<M>, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
-        let res = self.try_step(generator, tokens);
+        let rows: Vec<&[u32]> = tokens.iter().map(std::slice::from_ref).collect();
+        self.extend(generator, &rows)
+    }
+
+    /// Appends the tokens `rows[i]` (at least one) to row `i`'s sequence,
+    /// for every running row, in one step: the logits after each row's
+    /// last token. A failed step ends every sequence (their caches were
+    /// given to it): the batch is empty.
+    pub fn extend(
+        &mut self,
+        generator: &mut Generator<M>,
+        rows: &[&[u32]],
+    ) -> Result<Vec<Vec<f32>>> {
+        let res = self.try_extend(generator, rows);
         self.clear_on_error(res)
     }
 
-    fn try_step(&mut self, generator: &mut Generator<M>, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+    fn try_extend(
+        &mut self,
+        generator: &mut Generator<M>,
+        rows: &[&[u32]],
+    ) -> Result<Vec<Vec<f32>>> {
         let n = self.lens.len();
-        if tokens.len() != n || n == 0 {
+        if rows.len() != n || n == 0 {
             return Err(Error::Input(format!(
-                "{} tokens for {n} running sequences",
-                tokens.len()
+                "tokens of {} rows for {n} running sequences",
+                rows.len()
             )));
         }
-        if let Some(i) = self.lens.iter().position(|&l| l >= self.capacity) {
-            return Err(Error::Input(format!(
-                "the cache of row {i} ({} positions) is full",
-                self.capacity
-            )));
+        if let Some(i) = rows.iter().position(|r| r.is_empty()) {
+            return Err(Error::Input(format!("no token for row {i}")));
+        }
+        let room = |(i, (&len, r)): (usize, (&usize, &&[u32]))| {
+            (len + r.len() > self.capacity).then(|| {
+                Error::Input(format!(
+                    "{} tokens after the {len} of row {i} do not fit its cache of {} positions",
+                    r.len(),
+                    self.capacity
+                ))
+            })
+        };
+        if let Some(e) = self.lens.iter().zip(rows).enumerate().find_map(room) {
+            return Err(e);
         }
         if let Some(mut cache) = self.alone.take() {
             let lens = std::mem::take(&mut self.lens);
-            let logits = generator.decode(tokens[0], &mut cache)?;
+            let logits = match rows[0] {
+                [token] => generator.decode(*token, &mut cache)?,
+                tokens => generator.extend(tokens, &mut cache)?,
+            };
             self.alone = Some(cache);
-            self.lens = lens.into_iter().map(|l| l + 1).collect();
+            self.lens = vec![lens[0] + rows[0].len()];
             return Ok(vec![logits]);
         }
         let b = self
@@ -255,34 +316,65 @@ impl<M: CausalLm> Batch<M> {
             .copied()
             .find(|&b| b >= n)
             .unwrap_or(self.slots);
-        // Padding rows (free slots) decode token 0 at position 0 of their
-        // row, which no running sequence reads.
-        let mut ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
-        ids.resize(b, 0);
-        let mut starts: Vec<i32> = self.lens.iter().map(|&l| l as i32).collect();
-        starts.resize(b, 0);
+        let s = match rows.iter().map(|r| r.len()).max() {
+            Some(1) => 1,
+            longest => bucket(longest.unwrap_or(1)),
+        };
+        // Padding (after a row's tokens, and the rows of free slots) is
+        // token 0, written where no running sequence reads it: past a
+        // row's tokens, or at the start of a free row.
+        let mut ids = vec![0i32; b * s];
+        let mut starts = vec![0i32; b];
+        let mut lasts = vec![0i32; b];
+        for (i, (r, &len)) in rows.iter().zip(&self.lens).enumerate() {
+            for (to, &t) in ids[i * s..].iter_mut().zip(*r) {
+                *to = t as i32;
+            }
+            starts[i] = len as i32;
+            lasts[i] = r.len() as i32 - 1;
+        }
         let platform = generator.platform();
-        let ids = Buffer::from_slice(
-            platform,
-            &ids,
-            Shape::tagged(DType::I32, &[("b", b as i64), ("s", 1)]),
-        )?;
-        let starts = Buffer::from_slice(
-            platform,
-            &starts,
-            Shape::tagged(DType::I32, &[("b", b as i64)]),
-        )?;
-        let all = self.take_caches()?;
+        let tagged = |dims: &[(&str, i64)]| Shape::tagged(DType::I32, dims);
+        let (bi, si) = (b as i64, s as i64);
+        let ids = Buffer::from_slice(platform, &ids, tagged(&[("b", bi), ("s", si)]))?;
+        let starts = Buffer::from_slice(platform, &starts, tagged(&[("b", bi)]))?;
+        let lasts = Buffer::from_slice(platform, &lasts, tagged(&[("b", bi)]))?;
+        if !self.steps.contains_key(&(b, s)) {
+            let step = compile_rows(platform, generator.model(), &self.shapes, b, s)?;
+            self.steps.insert((b, s), step);
+        }
+        let caches = self.take_caches()?;
         let lens = std::mem::take(&mut self.lens);
-        let decode = self.decode.get(&b).ok_or_else(|| {
-            Error::Input(format!("no decode step of {b} rows (one row runs alone)"))
-        })?;
-        let (logits, all) = decode.call(generator.weights(), (ids, starts, all))?;
-        self.caches = Some(all);
-        self.lens = lens.into_iter().map(|l| l + 1).collect();
-        let logits = logits.to_vec::<f32>()?;
+        let step = &self.steps[&(b, s)];
+        let inputs = RowsWith {
+            ids,
+            starts,
+            lasts,
+            caches,
+        };
+        let out = step.call(generator.weights(), inputs)?;
+        self.caches = Some(out.caches);
+        self.lens = lens.iter().zip(rows).map(|(l, r)| l + r.len()).collect();
+        let logits = out.logits.to_vec::<f32>()?;
         let voc = logits.len() / b;
         Ok(logits.chunks(voc).take(n).map(<[f32]>::to_vec).collect())
+    }
+
+    /// Row `row`'s sequence's cache, holding its tokens so far: a copy, or
+    /// the sequence's own cache when it runs alone (then valid until the
+    /// next step, which is given it).
+    pub fn row_cache(&self, row: usize) -> Result<Cache> {
+        let Some(&len) = self.lens.get(row) else {
+            return Err(Error::Input(format!("no sequence in row {row}")));
+        };
+        if let Some(alone) = &self.alone {
+            return Ok(Cache::new(alone.buffers.clone(), len));
+        }
+        let all = self
+            .caches
+            .clone()
+            .ok_or_else(|| Error::Input("the batch holds no caches".into()))?;
+        Ok(Cache::new(self.take.call_fn((all, self.index(row)?))?, len))
     }
 
     /// Ends row `row`'s sequence and frees its slot; the last row moves
@@ -356,9 +448,41 @@ fn copy_rows(all: &[KvCache], rows: &[KvCache], to: Tensor) -> Caches {
         .collect()
 }
 
-/// One decode step over `b` rows: logits `(b, voc)` and the slots' caches
-/// with each row's token written at its position, in their own buffers.
-fn decode_step<M: CausalLm>(model: &M, (ids, starts, caches): DecodeInputs) -> (Tensor, Caches) {
+/// The step of `b` rows of `s` tokens each over the slots' caches of
+/// shapes `all`.
+fn compile_rows<M: CausalLm>(
+    platform: &Platform,
+    model: &M,
+    all: &[Shape],
+    b: usize,
+    s: usize,
+) -> Result<RowsStep<M>> {
+    let tagged = |dims: &[(&str, i64)]| Tensor::param(Shape::tagged(DType::I32, dims));
+    let (b, s) = (b as i64, s as i64);
+    let rows = Rows {
+        ids: tagged(&[("b", b), ("s", s)]),
+        starts: tagged(&[("b", b)]),
+        lasts: tagged(&[("b", b)]),
+        caches: params(all),
+    };
+    Ok(radix::compile(platform, model, &rows, rows_step)?)
+}
+
+/// Placeholders of caches of `shapes`.
+fn params(shapes: &[Shape]) -> Caches {
+    shapes.iter().map(|&s| KvCache::param(s)).collect()
+}
+
+/// One step over `b` rows of `s` tokens each: logits `(b, voc)` after each
+/// row's last token and the slots' caches with each row's tokens written
+/// from its position, in their own buffers.
+fn rows_step<M: CausalLm>(model: &M, rows: Rows) -> Stepped {
+    let Rows {
+        ids,
+        starts,
+        lasts,
+        caches,
+    } = rows;
     let (mut x, pos) = model.embed_rows(ids, starts);
     let mut written = Vec::with_capacity(caches.len());
     for (block, cache) in model.blocks().iter().zip(&caches) {
@@ -376,5 +500,25 @@ fn decode_step<M: CausalLm>(model: &M, (ids, starts, caches): DecodeInputs) -> (
             v: new.v.reuse_buffer(cache.v),
         });
     }
-    (model.head(x, Tensor::scalar(0.0, DType::I32)), written)
+    let zero = Tensor::scalar(0.0, DType::I32);
+    Stepped {
+        logits: model.head(at_lasts(x, lasts), zero),
+        caches: written,
+    }
+}
+
+/// Row `i` of `x` `(b, s, d)` at position `lasts[i]`, as `(b, 1, d)`: a
+/// sum over a one-hot select, exact, and blind to whatever the padding
+/// holds.
+fn at_lasts(x: Tensor, lasts: Tensor) -> Tensor {
+    if x.dim("s") == 1 {
+        return x;
+    }
+    let grid = Shape::tagged(lasts.dtype(), &[("b", x.dim("b")), ("s", x.dim("s"))]);
+    let pick = Tensor::iota(grid, "s").eq(lasts.broadcast(grid));
+    let zero = Tensor::scalar(0.0, x.dtype());
+    pick.broadcast(x.shape().with_dtype(DType::Bool))
+        .select(x, zero)
+        .sum("s")
+        .unsqueeze(1, "s")
 }

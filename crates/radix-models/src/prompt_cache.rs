@@ -131,7 +131,19 @@ impl PromptCache {
     /// least recently used ones for its bytes. A prompt too large for the
     /// whole budget is not kept.
     pub fn store(&mut self, tokens: &[u32], cache: &Cache) -> Result<()> {
-        if tokens.is_empty() || tokens.len() > cache.len() {
+        self.store_with(tokens, || {
+            Ok(Cache::new(cache.buffers.clone(), cache.len()))
+        })
+    }
+
+    /// [`PromptCache::store`] of the cache `cache()` makes, made only if
+    /// the entry is new (a batch's row is copied out to be kept).
+    pub fn store_with(
+        &mut self,
+        tokens: &[u32],
+        cache: impl FnOnce() -> Result<Cache>,
+    ) -> Result<()> {
+        if tokens.is_empty() {
             return Ok(());
         }
         if let Some(i) = self
@@ -146,6 +158,10 @@ impl PromptCache {
         let len = self.stored_len(tokens.len());
         let bytes = self.bytes_of(len);
         if bytes > self.budget {
+            return Ok(());
+        }
+        let cache = cache()?;
+        if tokens.len() > cache.len() {
             return Ok(());
         }
         self.entries.retain(|e| !tokens.starts_with(&e.tokens));

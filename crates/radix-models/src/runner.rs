@@ -316,11 +316,22 @@ impl RunnerBatch {
         each_batch!(self, b => b.remove(row))
     }
 
+    /// See [`Batch::row_cache`].
+    pub fn row_cache(&self, row: usize) -> Result<Cache> {
+        each_batch!(self, b => b.row_cache(row))
+    }
+
     /// See [`Batch::step`]; `runner` is the one that made the batch.
     pub fn step(&mut self, runner: &mut Runner, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        let rows: Vec<&[u32]> = tokens.iter().map(std::slice::from_ref).collect();
+        self.extend(runner, &rows)
+    }
+
+    /// See [`Batch::extend`]; `runner` is the one that made the batch.
+    pub fn extend(&mut self, runner: &mut Runner, rows: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
         match (self, runner) {
-            (RunnerBatch::Llama(b), Runner::Llama(g)) => b.step(g, tokens),
-            (RunnerBatch::Gemma3(b), Runner::Gemma3(g)) => b.step(g, tokens),
+            (RunnerBatch::Llama(b), Runner::Llama(g)) => b.extend(g, rows),
+            (RunnerBatch::Gemma3(b), Runner::Gemma3(g)) => b.extend(g, rows),
             _ => Err(Error::Input(
                 "a batch stepped with the runner of another architecture".into(),
             )),

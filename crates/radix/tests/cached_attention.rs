@@ -11,15 +11,16 @@ use radix::nn::{KvCache, cached_attention};
 use radix::testing::{Tol, assert_all_close, run_program_with, trace_fn};
 use radix::{CustomCallMode, DType, Literal, Program, Shape};
 
-/// The sizes: 2 rows of 3 queries, 4 query heads over 2 key/value heads of
-/// width 16, a cache of 3 rows and 10 positions.
+/// The sizes: 2 rows of 11 queries (more than the kernel's block of 8
+/// queries a task takes together), 4 query heads over 2 key/value heads of
+/// width 16, a cache of 3 rows and 24 positions.
 const ROWS: usize = 2;
-const N_Q: usize = 3;
+const N_Q: usize = 11;
 const HEADS: usize = 4;
 const KV: usize = 2;
 const HD: usize = 16;
 const CACHE_ROWS: usize = 3;
-const CAPACITY: usize = 10;
+const CAPACITY: usize = 24;
 
 /// `program` on `inputs` compiled with custom calls run as `mode`.
 fn run(program: Program, inputs: &[Literal], mode: CustomCallMode) -> Vec<f32> {
@@ -111,9 +112,11 @@ fn check(window: Option<i64>, dtype: DType) {
     let q: Vec<f32> = (0..ROWS * N_Q * HEADS * HD).map(|_| rng.unit()).collect();
     let mut cached = || -> Vec<f32> { (0..n_cache).map(|_| rounded(rng.unit(), dtype)).collect() };
     let (k, v) = (cached(), cached());
-    // A prefill from 0 in row 0, decoding further on in row 1 (the cache's
-    // third row and its last positions are never read).
-    let pos: [i32; ROWS * N_Q] = [0, 1, 2, 5, 6, 8];
+    // A prompt from 0 in row 0, its next tokens from position 9 in row 1,
+    // the last query alone in its block (the cache's third row and its last
+    // positions are never read).
+    let pos: Vec<i32> = (0..11).chain(9..20).collect();
+    assert_eq!(pos.len(), ROWS * N_Q);
     let cache_axes = [
         ("b", CACHE_ROWS as i64),
         ("k", CAPACITY as i64),

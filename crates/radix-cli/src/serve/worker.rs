@@ -1,13 +1,17 @@
 //! The generation worker: one thread owns the model, its runner and a
 //! [`Batch`] of `--max-batch` cache rows (slots), and takes requests from a
-//! bounded queue. Each turn it runs waiting prompts for free slots, then
-//! advances every running sequence by one token in one batched decode step.
-//! While sequences decode, a turn runs at most `--prefill-chunk` prompt
-//! tokens, so a long prompt runs over several turns instead of stalling
-//! every stream for its whole length; a prompt whose first tokens the
-//! [`PromptCache`] holds runs only the rest. A prompt that has run picks
-//! its first token and joins the batch. A finished sequence, or one whose
-//! client is gone, leaves its slot at once.
+//! bounded queue. Each turn it admits waiting prompts into free slots, then
+//! advances every running sequence in one batched step. A prompt whose
+//! first tokens the [`PromptCache`] holds runs only the rest. With exact
+//! products, a prompt with at most [`IN_STEP`] tokens left to run (a short
+//! one, or the rest after a prompt cache's hit) takes its slot at once and
+//! runs in that step beside the decoding rows, so that prompts arriving
+//! together run together ([`in_step`] says why not with 8-bit
+//! activations). Any other runs on its own cache first, at most
+//! `--prefill-chunk` of its tokens a turn while sequences decode, so that
+//! it does not stall every stream for its whole length, and then takes a
+//! slot. A prompt that has run picks its first token. A finished sequence,
+//! or one whose client is gone, leaves its slot at once.
 
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -210,6 +214,7 @@ impl Worker {
                         prompts: runner.prompt_cache(cfg.prompt_cache),
                         prefilling: None,
                         chunk: cfg.prefill_chunk.max(1),
+                        in_step: in_step(cfg.matrices),
                         runner,
                         batch,
                         slots: cfg.max_batch,
@@ -298,6 +303,29 @@ impl Worker {
 /// how often it beats when idle).
 pub const IDLE_TURN: Duration = Duration::from_millis(100);
 
+/// The most prompt tokens left to run with which a prompt runs in the
+/// batch's step (see [`in_step`]).
+const IN_STEP: usize = 16;
+
+/// How many prompt tokens left to run let a prompt run in the batch's step
+/// with matrices `matrices`: only where that keeps its logits what they are
+/// when its prompt runs alone, so that a prompt cache's hit answers as the
+/// prompt did cold (and a seeded sample draws the same tokens). Exact
+/// products are `W·x` in any step, up to their order of summation; a step
+/// pads every row to its longest, so a row with more than [`IN_STEP`]
+/// would make every decoding row's token cost that many. With 8-bit
+/// activations none: a step of one token per row and a prompt's step of 8
+/// compute a token's activations through programs XLA fuses differently,
+/// and the last-bit differences that leaves move some activations across a
+/// rounding step of their 8-bit codes (SmolLM2's logits for the same token
+/// then differ by up to 0.33, where exact products differ by 3e-5).
+fn in_step(matrices: MatrixFormat) -> usize {
+    match matrices {
+        MatrixFormat::Exact => IN_STEP,
+        _ => 0,
+    }
+}
+
 /// Sets the queue gauge of `metrics` and counts the jobs dropped because
 /// their clients left.
 fn count_queue(queue: &Queue<Job>, metrics: &Metrics) {
@@ -370,6 +398,9 @@ struct State {
     prefilling: Option<Prefill>,
     /// The most prompt tokens a turn runs while sequences decode.
     chunk: usize,
+    /// The most prompt tokens left with which a prompt runs in the batch's
+    /// step ([`in_step`]).
+    in_step: usize,
     slots: usize,
     context: usize,
     tokenizer: Tokenizer,
@@ -389,9 +420,20 @@ struct Prefill {
     cached: usize,
 }
 
+impl Prefill {
+    /// How many of the prompt's tokens are still to run.
+    fn left(&self) -> usize {
+        self.job.prompt.len() - self.cache.len()
+    }
+}
+
 /// A running sequence (its slot is its index among the running ones) and
 /// its reply so far.
 struct Seq {
+    /// Prompt tokens not run yet: the next step runs them.
+    unrun: Vec<u32>,
+    /// The prompt, to keep in the prompt cache once it has run (if it may).
+    keep: Option<Vec<u32>>,
     ids: Vec<u32>,
     text: TextStream,
     stop: StopText,
@@ -524,12 +566,16 @@ impl State {
     }
 
     /// The kind of the fault of `RADIX_SERVE_FAULT` that a running
-    /// sequence asks for, if one does.
+    /// sequence asks for, if one does: once it has its first token (a
+    /// prompt running in the step gets it from the step, which a `hold`
+    /// would otherwise withhold).
     fn fault(&self, active: &[Seq]) -> Option<FaultKind> {
-        self.faults
-            .iter()
-            .find(|f| active.iter().any(|s| s.max_tokens == f.max_tokens))
-            .map(|f| f.kind)
+        let asks = |f: &Fault| {
+            active
+                .iter()
+                .any(|s| s.max_tokens == f.max_tokens && !s.ids.is_empty())
+        };
+        self.faults.iter().find(|f| asks(f)).map(|f| f.kind)
     }
 
     /// Injects the fault a running sequence asks for: whether the step
@@ -594,6 +640,13 @@ impl State {
                 };
                 let events = job.events.clone();
                 match self.begin(job) {
+                    Ok(p) if p.left() <= self.in_step => {
+                        match self.join_unrun(p) {
+                            Ok(seq) => active.push(seq),
+                            Err(e) => drop(events.send(Event::Failed(format!("{e:#}")))),
+                        }
+                        self.reconcile(active, "a sequence could not join the batch");
+                    }
                     Ok(p) => self.prefilling = Some(p),
                     Err(e) => drop(events.send(Event::Failed(format!("{e:#}")))),
                 }
@@ -663,33 +716,15 @@ impl State {
     /// sequence, unless it ended there. On an error no row of the batch is
     /// left to it (the error may have emptied the batch).
     fn join(&mut self, p: Prefill, logits: &[f32]) -> Result<Option<Seq>> {
-        let Prefill {
-            mut job,
-            cache,
-            cached,
-        } = p;
         // A cache the prompt cache cannot copy costs that prompt's reuse,
         // not this sequence.
-        if job.cache_prompt
-            && let Err(e) = self.prompts.store(&job.prompt, &cache)
+        if p.job.cache_prompt
+            && let Err(e) = self.prompts.store(&p.job.prompt, &p.cache)
         {
             tracing::warn!("cannot keep the prompt in the prompt cache: {e}");
         }
-        let room = self.context - job.prompt.len();
-        let row = self.batch.insert(cache)?;
-        let mut seq = Seq {
-            ids: vec![],
-            text: TextStream::default(),
-            stop: StopText::new(std::mem::take(&mut job.stop)),
-            picker: job.picker,
-            logprobs: job.logprobs,
-            pending: vec![],
-            // The routes checked it; the cache is the worker's to protect.
-            max_tokens: job.max_tokens.min(room),
-            cached,
-            events: job.events,
-            last_token: job.arrived,
-        };
+        let row = self.batch.len();
+        let mut seq = self.seat(p)?;
         match self.push(&mut seq, logits) {
             Ok(true) => Ok(Some(seq)),
             Ok(false) => {
@@ -703,6 +738,41 @@ impl State {
         }
     }
 
+    /// Takes a slot for a prompt with tokens left to run (see [`in_step`]):
+    /// the next step runs them, and keeps the prompt in the prompt cache.
+    fn join_unrun(&mut self, p: Prefill) -> Result<Seq> {
+        let unrun = p.job.prompt[p.cache.len()..].to_vec();
+        let keep = p.job.cache_prompt.then(|| p.job.prompt.clone());
+        let seq = self.seat(p)?;
+        Ok(Seq { unrun, keep, ..seq })
+    }
+
+    /// `p`'s sequence in the next free row of the batch, with its cache.
+    fn seat(&mut self, p: Prefill) -> Result<Seq> {
+        let Prefill {
+            mut job,
+            cache,
+            cached,
+        } = p;
+        let room = self.context - job.prompt.len();
+        self.batch.insert(cache)?;
+        Ok(Seq {
+            unrun: vec![],
+            keep: None,
+            ids: vec![],
+            text: TextStream::default(),
+            stop: StopText::new(std::mem::take(&mut job.stop)),
+            picker: job.picker,
+            logprobs: job.logprobs,
+            pending: vec![],
+            // The routes checked it; the cache is the worker's to protect.
+            max_tokens: job.max_tokens.min(room),
+            cached,
+            events: job.events,
+            last_token: job.arrived,
+        })
+    }
+
     /// Fails the prompt running, if one is.
     fn fail_prefill(&mut self, why: &str) {
         if let Some(p) = self.prefilling.take() {
@@ -710,27 +780,40 @@ impl State {
         }
     }
 
-    /// Decodes one more token of every running sequence in one step: which
-    /// of them ended (a sequence whose text cannot be made is failed and
-    /// ends).
+    /// Runs every running sequence's next tokens in one step: the prompt
+    /// tokens it has left, or the token it picked last. Which of them ended
+    /// (a sequence whose text cannot be made is failed and ends).
     fn step(&mut self, active: &mut [Seq]) -> Result<Vec<bool>> {
-        let mut last: Vec<u32> = active
-            .iter()
-            .filter_map(|s| s.ids.last().copied())
+        let mut rows: Vec<Vec<u32>> = active
+            .iter_mut()
+            .map(|s| match s.unrun.is_empty() {
+                true => s.ids.last().copied().into_iter().collect(),
+                false => std::mem::take(&mut s.unrun),
+            })
             .collect();
         if self.fault(active) == Some(FaultKind::StepError) {
-            // One token too few: the batch refuses the step and empties.
-            last.pop();
+            // One row too few: the batch refuses the step and empties.
+            rows.pop();
         }
-        let logits = self.batch.step(&mut self.runner, &last)?;
-        self.metrics.decode_step(last.len());
+        let slices: Vec<&[u32]> = rows.iter().map(Vec::as_slice).collect();
+        let logits = self.batch.extend(&mut self.runner, &slices)?;
+        self.metrics.decode_step(rows.len());
         let mut done = Vec::with_capacity(active.len());
-        for (seq, logits) in active.iter_mut().zip(&logits) {
+        for (row, (seq, logits)) in active.iter_mut().zip(&logits).enumerate() {
             let goes_on = self.push(seq, logits).unwrap_or_else(|e| {
                 let _ = seq.events.send(Event::Failed(format!("{e:#}")));
                 false
             });
             done.push(!goes_on);
+            // A prompt that has just run is kept after its first token is
+            // sent (rows leave after the step, so its row is still there).
+            if let Some(prompt) = seq.keep.take() {
+                let batch = &self.batch;
+                let kept = self.prompts.store_with(&prompt, || batch.row_cache(row));
+                if let Err(e) = kept {
+                    tracing::warn!("cannot keep the prompt in the prompt cache: {e}");
+                }
+            }
         }
         Ok(done)
     }

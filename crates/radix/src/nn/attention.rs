@@ -114,9 +114,10 @@ impl KvCache {
     /// converted to the cache's element type) written
     /// from position `start` (a rank-0 integer tensor) on
     /// (`stablehlo.dynamic_update_slice`). A `start` tagged `(b)` gives each
-    /// row of the batch its own position (sequences of different lengths
-    /// decoding together): one key per row, written into the cache's first
-    /// rows (the cache may hold more, which keep what they hold).
+    /// row of the batch its own first position (sequences of different
+    /// lengths running together): row `i`'s keys go to positions
+    /// `start[i]..` of the cache's row `i`, those past the capacity are
+    /// dropped, and the cache may hold more rows, which keep what they hold.
     #[track_caller]
     pub fn write(self, start: Tensor, k: Tensor, v: Tensor) -> KvCache {
         if start.shape().rank() == 1 {
@@ -134,20 +135,26 @@ impl KvCache {
         }
     }
 
-    /// [`KvCache::write`] of one position per row: row `i` of `k` and `v`
-    /// (one key each) written at position `starts[i]` (`starts` tagged
-    /// `(b)`) of the cache's row `i`. One scatter into the cache seen as
-    /// `(b k, h, hd)`, at `i * capacity + starts[i]`: XLA's CPU backend
-    /// writes it in place, where an update per row copied the whole cache
-    /// for each, and a select over the cache read and wrote all of it.
+    /// [`KvCache::write`] with a first position per row: the `s` keys of
+    /// row `i` of `k` and `v` written from position `starts[i]` (`starts`
+    /// tagged `(b)`) of the cache's row `i`. One scatter into the cache seen
+    /// as `(b k, h, hd)`, at `i * capacity + starts[i] + j`: XLA's CPU
+    /// backend writes it in place, where an update per row copied the whole
+    /// cache for each, and a select over the cache read and wrote all of it.
+    /// A key whose position is past the capacity gets an index past the
+    /// whole cache, which the scatter skips, rather than one in the next
+    /// row.
     #[track_caller]
     fn write_rows(self, starts: Tensor, k: Tensor, v: Tensor) -> KvCache {
         const ROWS: &str = "__rows";
         let (rows, capacity) = (self.k.dim(B), self.k.dim(K));
-        let at = Tensor::iota(starts.shape(), B) * capacity as f64 + starts;
+        let at = Shape::tagged(starts.dtype(), &[(B, k.dim(B)), (K, k.dim(K))]);
+        let pos = Tensor::iota(at, K) + starts.broadcast(at);
+        let inside = pos.lt(Tensor::scalar(capacity as f64, at.dtype()));
+        let past_all = Tensor::scalar((rows * capacity) as f64, at.dtype());
+        let at = inside.select(Tensor::iota(at, B) * capacity as f64 + pos, past_all);
         let write = |cache: Tensor, new: Tensor| {
             let new = new.convert(cache.dtype()).transpose([B, K, H, HD]);
-            let new = new.squeeze(K);
             cache
                 .transpose([B, K, H, HD])
                 .merge_axes([B, K], ROWS)

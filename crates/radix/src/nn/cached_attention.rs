@@ -153,36 +153,55 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
     }
 }
 
+/// Queries of one cache row that a task attends together: each key and
+/// value it reads is converted once for all of them (a prompt's tokens read
+/// the same positions), where a task per query read them once each.
+const QUERY_BLOCK: usize = 8;
+
 /// The kernel over a cache of `T`.
 fn attend_all<T: Cached>(k: &Kernel<'_>, dims: &Dims, window: usize) -> Result<(), String> {
     let (q, keys, values) = (k.input::<f32>(0)?, k.input::<T>(1)?, k.input::<T>(2)?);
     let pos = k.input::<i32>(3)?;
     let out = k.output::<f32>(0)?;
-    // One task per (row, query, key/value head): it reads that head's
-    // cache positions in order and writes the outputs of the query heads
-    // that share it (adjacent). A decode token's query is thus split over
-    // the kernel workers too: read by one thread, an f32 cache of 30 layers
-    // took 6 % of a SmolLM2 token's samples.
+    // One task per (row, key/value head, block of queries): it reads that
+    // head's cache positions in order and writes the outputs of the query
+    // heads that share it (adjacent) for its queries. A decode token's
+    // query is thus split over the kernel workers too: read by one thread,
+    // an f32 cache of 30 layers took 6 % of a SmolLM2 token's samples.
     let group = dims.heads / dims.kv_heads;
     let chunk = group * dims.hd;
-    let run = |task: usize, out: &mut [f32]| {
-        let (i, kv_head) = (task / dims.kv_heads, task % dims.kv_heads);
-        let at = Query {
-            row: i / dims.n_q,
-            kv_head,
-            seen: visible(pos[i], window, dims.capacity),
-        };
-        let q = &q[task * chunk..][..chunk];
-        attend_best(dims, &at, q, keys, values, out);
-    };
+    let blocks = dims.n_q.div_ceil(QUERY_BLOCK);
+    let rows = pos.len() / dims.n_q.max(1);
+    // By (row, query, key/value head): the outputs of one query's heads
+    // that share that key/value head.
     let parts: Vec<std::sync::Mutex<&mut [f32]>> = out
         .chunks_exact_mut(chunk)
         .map(std::sync::Mutex::new)
         .collect();
-    radix_quant::SpinPool::global().try_run(parts.len(), &|i| {
-        let mut o = parts[i].lock().unwrap_or_else(|e| e.into_inner());
-        run(i, &mut o);
-    })
+    let run = |task: usize| {
+        let (row, rest) = (
+            task / (dims.kv_heads * blocks),
+            task % (dims.kv_heads * blocks),
+        );
+        let (kv_head, block) = (rest / blocks, rest % blocks);
+        let first = block * QUERY_BLOCK;
+        let part = |j: usize| (row * dims.n_q + j) * dims.kv_heads + kv_head;
+        let along = first..(first + QUERY_BLOCK).min(dims.n_q);
+        let queries: Vec<Query> = along
+            .clone()
+            .map(|j| Query {
+                seen: visible(pos[row * dims.n_q + j], window, dims.capacity),
+                q: &q[part(j) * chunk..][..chunk],
+            })
+            .collect();
+        let mut guards: Vec<_> = along
+            .map(|j| parts[part(j)].lock().unwrap_or_else(|e| e.into_inner()))
+            .collect();
+        let mut outs: Vec<&mut [f32]> = guards.iter_mut().map(|g| &mut ***g).collect();
+        let at = Heads { row, kv_head };
+        attend_best(dims, &at, &queries, keys, values, &mut outs);
+    };
+    radix_quant::SpinPool::global().try_run(rows * dims.kv_heads * blocks, &run)
 }
 
 /// The cache positions a query at `pos` reads: `..= pos`, the last
@@ -201,91 +220,122 @@ fn visible(pos: i32, window: usize, capacity: usize) -> std::ops::Range<usize> {
     start.min(end)..end
 }
 
-/// Which cache positions one task reads: the cache row, the key/value
-/// head and the positions the query sees.
-struct Query {
+/// Which cache row and key/value head one task reads.
+struct Heads {
     row: usize,
     kv_head: usize,
+}
+
+/// One query of a task: the positions it sees, and its heads that share
+/// the task's key/value head (`heads / kv_heads` of them, adjacent).
+struct Query<'a> {
     seen: std::ops::Range<usize>,
+    q: &'a [f32],
 }
 
 /// [`attend`] compiled for AVX2 and FMA where the CPU has them (its loops
 /// then run eight lanes at a time), else as portable code.
 fn attend_best<T: Cached>(
     d: &Dims,
-    at: &Query,
-    q: &[f32],
+    at: &Heads,
+    queries: &[Query<'_>],
     keys: &[T],
     values: &[T],
-    out: &mut [f32],
+    outs: &mut [&mut [f32]],
 ) {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
         // SAFETY: the CPU has AVX2 and FMA, checked just above.
-        return unsafe { attend_avx2(d, at, q, keys, values, out) };
+        return unsafe { attend_avx2(d, at, queries, keys, values, outs) };
     }
-    attend(d, at, q, keys, values, out)
+    attend(d, at, queries, keys, values, outs)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn attend_avx2<T: Cached>(
     d: &Dims,
-    at: &Query,
-    q: &[f32],
+    at: &Heads,
+    queries: &[Query<'_>],
     keys: &[T],
     values: &[T],
-    out: &mut [f32],
+    outs: &mut [&mut [f32]],
 ) {
-    attend(d, at, q, keys, values, out)
+    attend(d, at, queries, keys, values, outs)
 }
 
-/// The query heads of one key/value head (`q` and `out` hold those
-/// `heads / kv_heads` heads): `out[h] = softmax(q[h] · k[seen] / sqrt(hd))
-/// · v[seen]` over the positions `seen` of the cache row and the head
-/// `at.kv_head`. Both passes walk the positions in order, so the cache
-/// streams from memory. A query that sees no position gets the mean of all
-/// values, as the masked fallback does.
+/// For each query `j` and each of its heads `h` (of the key/value head
+/// `at.kv_head`): `outs[j][h] = softmax(q[h] · k[seen] / sqrt(hd)) ·
+/// v[seen]` over the positions `seen` it sees of the cache row `at.row`.
+/// Both passes walk the positions in order, so the cache streams from
+/// memory, each position converted once for every query that sees it; each
+/// query's sums run in the same order as alone. A query that sees no
+/// position gets the mean of all values, as the masked fallback does.
 #[inline(always)]
-fn attend<T: Cached>(d: &Dims, at: &Query, q: &[f32], keys: &[T], values: &[T], out: &mut [f32]) {
+fn attend<T: Cached>(
+    d: &Dims,
+    at: &Heads,
+    queries: &[Query<'_>],
+    keys: &[T],
+    values: &[T],
+    outs: &mut [&mut [f32]],
+) {
     let scale = (1.0 / (d.hd as f64).sqrt()) as f32;
     let group = d.heads / d.kv_heads;
     let position = d.kv_heads * d.hd;
     let head = at.kv_head * d.hd;
-    let seen = if at.seen.is_empty() {
-        0..d.capacity
-    } else {
-        at.seen.clone()
-    };
-    let n = seen.len();
-    let first = (at.row * d.capacity + seen.start) * position;
+    let seens: Vec<std::ops::Range<usize>> = queries
+        .iter()
+        .map(|q| match q.seen.is_empty() {
+            true => 0..d.capacity,
+            false => q.seen.clone(),
+        })
+        .collect();
+    let lo = seens.iter().map(|s| s.start).min().unwrap_or(0);
+    let hi = seens.iter().map(|s| s.end).max().unwrap_or(0);
+    let n = hi - lo;
+    let first = (at.row * d.capacity + lo) * position;
     let (keys, values) = (
         &keys[first..][..n * position],
         &values[first..][..n * position],
     );
-    // Scores by head, then position.
-    let mut scores = vec![0.0f32; group * n];
+    // Scores by query, head, then position from `lo`.
+    let mut scores = vec![0.0f32; queries.len() * group * n];
     let mut row = vec![0.0f32; d.hd];
     for (p, k) in keys.chunks_exact(position).enumerate() {
         let kh = T::as_f32(&k[head..][..d.hd], &mut row);
-        for (h, qh) in q.chunks_exact(d.hd).enumerate() {
-            scores[h * n + p] = dot(qh, kh) * scale;
+        for (j, q) in queries.iter().enumerate() {
+            if !seens[j].contains(&(lo + p)) {
+                continue;
+            }
+            for (h, qh) in q.q.chunks_exact(d.hd).enumerate() {
+                scores[(j * group + h) * n + p] = dot(qh, kh) * scale;
+            }
         }
     }
-    for s in scores.chunks_exact_mut(n) {
-        let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-        let mut sum = 0.0f32;
-        for v in s.iter_mut() {
-            *v = (*v - max).exp();
-            sum += *v;
+    for (j, seen) in seens.iter().enumerate() {
+        let (from, to) = (seen.start - lo, seen.end - lo);
+        for h in 0..group {
+            let s = &mut scores[(j * group + h) * n..][from..to];
+            let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            let mut sum = 0.0f32;
+            for v in s.iter_mut() {
+                *v = (*v - max).exp();
+                sum += *v;
+            }
+            s.iter_mut().for_each(|v| *v /= sum);
         }
-        s.iter_mut().for_each(|v| *v /= sum);
     }
-    out.fill(0.0);
+    outs.iter_mut().for_each(|o| o.fill(0.0));
     for (p, v) in values.chunks_exact(position).enumerate() {
         let vh = T::as_f32(&v[head..][..d.hd], &mut row);
-        for (h, oh) in out.chunks_exact_mut(d.hd).enumerate() {
-            axpy(scores[h * n + p], vh, oh);
+        for (j, out) in outs.iter_mut().enumerate() {
+            if !seens[j].contains(&(lo + p)) {
+                continue;
+            }
+            for (h, oh) in out.chunks_exact_mut(d.hd).enumerate() {
+                axpy(scores[(j * group + h) * n + p], vh, oh);
+            }
         }
     }
 }

@@ -281,3 +281,26 @@ fn kv_cache_write_a_start_per_row_into_the_first_rows() {
         Tol::EXACT,
     );
 }
+
+/// Several keys per row from each row's own start; those past the
+/// capacity are dropped, not written into the next row.
+#[test]
+fn kv_cache_write_several_per_row_drops_those_past_the_capacity() {
+    let cache = lit(
+        &[("b", 2), ("k", 4), ("h", 1), ("hd", 1)],
+        &[1., 2., 3., 4., 5., 6., 7., 8.],
+    );
+    let new = lit(
+        &[("b", 2), ("k", 3), ("h", 1), ("hd", 1)],
+        &[10., 11., 12., 20., 21., 22.],
+    );
+    // Row 0's third key would land on row 1's first position, which row 1
+    // keeps.
+    let starts = ids(&[("b", 2)], &[2., 1.]);
+    check(
+        &[cache, new, starts],
+        |t| KvCache { k: t[0], v: t[0] }.write(t[2], t[1], t[1]).k,
+        &[1., 2., 10., 11., 5., 20., 21., 22.],
+        Tol::EXACT,
+    );
+}
