@@ -144,6 +144,19 @@ fn run(
     out
 }
 
+/// Every prompt of `prompts` run alone through `batch`, one after another:
+/// their greedy picks.
+fn each_alone(
+    runner: &mut Runner,
+    batch: &mut RunnerBatch,
+    prompts: &[(usize, Vec<u32>)],
+) -> Vec<Picks> {
+    prompts
+        .iter()
+        .flat_map(|p| run(runner, batch, std::slice::from_ref(p), 1, Admit::Prefilled))
+        .collect()
+}
+
 /// transformers dequantizes: with f32 activations in every product, the
 /// reference prompts' greedy ids alone equal transformers', and batched
 /// they equal their ids alone.
@@ -180,18 +193,7 @@ fn smollm2_alone_equals_batched(matrices: MatrixFormat) {
     }
     let prompts: Vec<(usize, Vec<u32>)> = prompts.into_iter().enumerate().collect();
 
-    let alone: Vec<Picks> = prompts
-        .iter()
-        .flat_map(|p| {
-            run(
-                &mut runner,
-                &mut batch,
-                std::slice::from_ref(p),
-                1,
-                Admit::Prefilled,
-            )
-        })
-        .collect();
+    let alone = each_alone(&mut runner, &mut batch, &prompts);
     let compare_with_transformers = matrices == MatrixFormat::Exact;
     for (i, c) in cases
         .iter()
@@ -264,18 +266,7 @@ fn tiny_alone_equals_batched(name: &str) {
         );
     }
     let prompts: Vec<(usize, Vec<u32>)> = prompts.into_iter().enumerate().collect();
-    let alone: Vec<Picks> = prompts
-        .iter()
-        .flat_map(|p| {
-            run(
-                &mut runner,
-                &mut batch,
-                std::slice::from_ref(p),
-                1,
-                Admit::Prefilled,
-            )
-        })
-        .collect();
+    let alone = each_alone(&mut runner, &mut batch, &prompts);
     assert_greedy_eq(
         &format!("{name}: the first prompt alone"),
         &alone[0].ids,
