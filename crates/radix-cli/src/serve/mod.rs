@@ -22,6 +22,7 @@ mod conn;
 mod embeddings;
 mod error;
 mod fault;
+mod job;
 mod metrics;
 mod queue;
 mod routes;
