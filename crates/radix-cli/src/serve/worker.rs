@@ -546,7 +546,9 @@ impl State {
                 };
                 let events = job.events.clone();
                 match self.begin(job) {
-                    Ok(p) if p.left() <= self.in_step => {
+                    // An empty rest (the routes refuse empty prompts) would
+                    // give its row no token for the step.
+                    Ok(p) if (1..=self.in_step).contains(&p.left()) => {
                         match self.join_unrun(p) {
                             Ok(seq) => active.push(seq),
                             Err(e) => drop(events.send(Event::Failed(format!("{e:#}")))),
