@@ -38,7 +38,7 @@ use std::collections::HashMap;
 use radix::nn::KvCache;
 use radix::{Buffer, Bufferized, Compiled, DType, Module, Platform, Shape, Tensor};
 
-use crate::generate::{Cache, CausalLm, Generator, Step, bucket};
+use crate::generate::{Cache, CausalLm, Generator, bucket, in_place, layers};
 use crate::{Error, Result};
 
 /// Each layer's cache of every slot, or of one sequence.
@@ -288,26 +288,22 @@ impl<M: CausalLm> Batch<M> {
         if let Some(i) = rows.iter().position(|r| r.is_empty()) {
             return Err(Error::Input(format!("no token for row {i}")));
         }
-        let room = |(i, (&len, r)): (usize, (&usize, &&[u32]))| {
-            (len + r.len() > self.capacity).then(|| {
-                Error::Input(format!(
+        for (i, (&len, r)) in self.lens.iter().zip(rows).enumerate() {
+            if len + r.len() > self.capacity {
+                return Err(Error::Input(format!(
                     "{} tokens after the {len} of row {i} do not fit its cache of {} positions",
                     r.len(),
                     self.capacity
-                ))
-            })
-        };
-        if let Some(e) = self.lens.iter().zip(rows).enumerate().find_map(room) {
-            return Err(e);
+                )));
+            }
         }
         if let Some(mut cache) = self.alone.take() {
-            let lens = std::mem::take(&mut self.lens);
             let logits = match rows[0] {
                 [token] => generator.decode(*token, &mut cache)?,
                 tokens => generator.extend(tokens, &mut cache)?,
             };
             self.alone = Some(cache);
-            self.lens = vec![lens[0] + rows[0].len()];
+            self.lens[0] += rows[0].len();
             return Ok(vec![logits]);
         }
         let b = self
@@ -316,9 +312,9 @@ impl<M: CausalLm> Batch<M> {
             .copied()
             .find(|&b| b >= n)
             .unwrap_or(self.slots);
-        let s = match rows.iter().map(|r| r.len()).max() {
-            Some(1) => 1,
-            longest => bucket(longest.unwrap_or(1)),
+        let s = match rows.iter().map(|r| r.len()).max().unwrap_or(1) {
+            1 => 1,
+            longest => bucket(longest),
         };
         // Padding (after a row's tokens, and the rows of free slots) is
         // token 0, written where no running sequence reads it: past a
@@ -344,7 +340,6 @@ impl<M: CausalLm> Batch<M> {
             self.steps.insert((b, s), step);
         }
         let caches = self.take_caches()?;
-        let lens = std::mem::take(&mut self.lens);
         let step = &self.steps[&(b, s)];
         let inputs = RowsWith {
             ids,
@@ -354,7 +349,9 @@ impl<M: CausalLm> Batch<M> {
         };
         let out = step.call(generator.weights(), inputs)?;
         self.caches = Some(out.caches);
-        self.lens = lens.iter().zip(rows).map(|(l, r)| l + r.len()).collect();
+        for (len, r) in self.lens.iter_mut().zip(rows) {
+            *len += r.len();
+        }
         let logits = out.logits.to_vec::<f32>()?;
         let voc = logits.len() / b;
         Ok(logits.chunks(voc).take(n).map(<[f32]>::to_vec).collect())
@@ -483,23 +480,10 @@ fn rows_step<M: CausalLm>(model: &M, rows: Rows) -> Stepped {
         lasts,
         caches,
     } = rows;
-    let (mut x, pos) = model.embed_rows(ids, starts);
-    let mut written = Vec::with_capacity(caches.len());
-    for (block, cache) in model.blocks().iter().zip(&caches) {
-        let step = Step {
-            cache: *cache,
-            start: starts,
-        };
-        let (y, new) = radix::call(
-            |(bl, x, pos, step)| M::block(bl, *x, *pos, *step),
-            &(block.clone(), x, pos, step),
-        );
-        x = y;
-        written.push(KvCache {
-            k: new.k.reuse_buffer(cache.k),
-            v: new.v.reuse_buffer(cache.v),
-        });
-    }
+    let (x, pos) = model.embed_rows(ids, starts);
+    let mut written = caches.clone();
+    let x = layers(model, x, pos, starts, &mut written);
+    let written = written.into_iter().zip(caches).map(in_place).collect();
     let zero = Tensor::scalar(0.0, DType::I32);
     Stepped {
         logits: model.head(at_lasts(x, lasts), zero),

@@ -109,8 +109,23 @@ pub(crate) fn hidden<M: CausalLm>(
     start: Tensor,
     mut caches: Vec<KvCache>,
 ) -> (Tensor, Vec<KvCache>) {
-    let (mut x, pos) = model.embed(ids, start);
-    for (block, cache) in model.blocks().iter().zip(&mut caches) {
+    let (x, pos) = model.embed(ids, start);
+    let x = layers(model, x, pos, start, &mut caches);
+    (x, caches)
+}
+
+/// Every block in turn over hidden states `x` at positions `pos`, the
+/// tokens' keys and values written into `caches` from `start` (rank-0, or
+/// a position per row): the last block's output. Each layer is one
+/// `radix::call` of the same function, so a program holds one block body.
+pub(crate) fn layers<M: CausalLm>(
+    model: &M,
+    mut x: Tensor,
+    pos: Tensor,
+    start: Tensor,
+    caches: &mut [KvCache],
+) -> Tensor {
+    for (block, cache) in model.blocks().iter().zip(caches) {
         let step = Step {
             cache: *cache,
             start,
@@ -120,7 +135,7 @@ pub(crate) fn hidden<M: CausalLm>(
             &(block.clone(), x, pos, step),
         );
     }
-    (x, caches)
+    x
 }
 
 /// The negative log-likelihood of each next token of `ids` `(b, s)` read
@@ -219,7 +234,7 @@ fn block_key<M: CausalLm>(block: &M::Block) -> String {
 }
 
 /// `new` in the buffers of `old` (donated).
-fn in_place((new, old): (KvCache, KvCache)) -> KvCache {
+pub(crate) fn in_place((new, old): (KvCache, KvCache)) -> KvCache {
     KvCache {
         k: new.k.reuse_buffer(old.k),
         v: new.v.reuse_buffer(old.v),

@@ -177,6 +177,18 @@ impl Client {
         device: &Device,
     ) -> Result<Buffer> {
         check_host_bytes(bytes, ty, dims)?;
+        self.upload_checked(bytes, ty, dims, device)
+    }
+
+    /// [`Client::buffer_from_host`] of `bytes` already checked against
+    /// `ty` and `dims`.
+    fn upload_checked(
+        &self,
+        bytes: &[u8],
+        ty: ElementType,
+        dims: &[i64],
+        device: &Device,
+    ) -> Result<Buffer> {
         let huge = match bytes.len() >= crate::huge_pages::MIN_BYTES {
             true => self.buffer_in_huge_pages(bytes, ty, dims, device)?,
             false => None,
@@ -204,7 +216,7 @@ impl Client {
         check_host_bytes(bytes, ty, dims)?;
         match self.weights_in_arena(bytes, ty, dims, device)? {
             Some(buffer) => Ok(self.counted(buffer, bytes.len())),
-            None => self.buffer_from_host(bytes, ty, dims, device),
+            None => self.upload_checked(bytes, ty, dims, device),
         }
     }
 
