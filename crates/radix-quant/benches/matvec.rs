@@ -32,7 +32,7 @@
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use radix_quant::{
     Config, DOT_MAX_TOKENS, Format, Isa, Parallel, ScopedThreads, Serial, SpinPool, dequantize,
-    matmul_q8_with, matmul_with, matvec_q8_with, matvec_with,
+    matmul_panels_with, matmul_q8_with, matmul_with, matvec_q8_with, matvec_with, pack_panels,
 };
 
 const SHAPES: [(usize, usize); 4] = [(576, 576), (1536, 576), (576, 1536), (49152, 576)];
@@ -190,6 +190,13 @@ fn bench_f32(c: &mut Criterion) {
             let mut y = vec![0.0f32; n_tokens * rows];
             group.throughput(Throughput::Elements((rows * cols * n_tokens) as u64));
             let shape = format!("{rows}x{cols}x{n_tokens}");
+            let panels = pack_panels(rows, cols, &weights).expect("whole panels");
+            group.bench_function(BenchmarkId::new("panels", &shape), |b| {
+                b.iter(|| {
+                    matmul_panels_with(&serial, &panels, rows, cols, n_tokens, &x, &mut y)
+                        .expect("shapes")
+                })
+            });
             group.bench_function(BenchmarkId::new("matmul", &shape), |b| {
                 b.iter(|| {
                     matmul_with(

@@ -18,6 +18,12 @@ pub enum Error {
         cols: usize,
         block_len: usize,
     },
+    /// A matrix packed in panels whose rows are not whole panels.
+    #[error(
+        "{rows} rows are not a whole number of {}-row panels",
+        crate::PANEL_ROWS
+    )]
+    PartialPanel { rows: usize },
     /// A shape whose element or byte count overflows `usize`.
     #[error("{what}: the shape's size overflows usize")]
     TooLarge { what: &'static str },

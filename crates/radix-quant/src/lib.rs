@@ -2,7 +2,9 @@
 //! a scalar reference dequantizer equal bit for bit to ggml's (and the `gguf`
 //! Python package's), and CPU kernels that multiply raw blocks by f32
 //! activations: [`matvec`] for decoding one token, [`matmul`] for several,
-//! on a [`Parallel`] such as the spinning [`SpinPool`].
+//! on a [`Parallel`] such as the spinning [`SpinPool`]. F32 matrices may be
+//! packed once in panels of 16 rows ([`pack_panels`]) for
+//! [`matmul_panels_with`], a vector of weights per load.
 //!
 //! Pure Rust on byte slices: nothing here knows radix, PJRT or tracing, so
 //! radix can wrap the kernels as XLA custom calls and pass its thread pool as
@@ -36,7 +38,7 @@ pub use dequantize::dequantize;
 pub use error::Error;
 pub use format::{Format, QK_K};
 pub use kernels::{
-    Config, DOT_MAX_TOKENS, Isa, matmul, matmul_q8_with, matmul_with, matvec, matvec_q8_with,
-    matvec_with,
+    Config, DOT_MAX_TOKENS, Isa, PANEL_ROWS, matmul, matmul_panels_with, matmul_q8_with,
+    matmul_with, matvec, matvec_q8_with, matvec_with, pack_panels, unpack_panels,
 };
 pub use threads::{Parallel, ScopedThreads, Serial, SpinPool};

@@ -7,7 +7,7 @@
 mod blocks;
 
 use blocks::{KINDS, Rng, block, reference};
-use radix::quant::{Format, Products, blocks_shape, blocks_shape_with};
+use radix::quant::{Format, Products, blocks_shape, blocks_shape_with, panels_shape};
 use radix::testing::{Tol, assert_all_close, run_program_with, trace_fn};
 use radix::{CustomCallMode, DType, Literal, Program, Shape};
 
@@ -173,6 +173,64 @@ fn dot_equals_f32_arithmetic_on_the_decoded_weights() {
             check_dot(format, products, &mut rng);
         }
     }
+}
+
+/// An F32 matrix packed in panels (two of 16 rows) times one token and
+/// three: `W·x` through the interpreter, the kernels and the in-graph
+/// fallback (which puts the rows back in order), the same as the row-major
+/// matrix gives; an embedding lookup refuses it.
+#[test]
+fn dot_of_panels_equals_the_row_major_products() {
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    let (rows, cols) = (32, 24);
+    let w = matrix(Format::F32, rows, cols, &mut rng);
+    let panels = radix_quant::pack_panels(rows, cols, &w).expect("whole panels");
+    let x: Vec<f32> = (0..3 * cols).map(|_| rng.unit()).collect();
+    let x_ds: Vec<f32> = (0..cols)
+        .flat_map(|c| (0..3).map(|t| x[t * cols + c]).collect::<Vec<_>>())
+        .collect();
+    let shape = panels_shape(("out", rows as i64), cols as i64).expect("whole panels");
+    let inputs = [
+        Literal::from_bytes(shape, &panels),
+        f32_literal(&x[..cols], &[("d", cols as i64)]),
+        f32_literal(&x_ds, &[("d", cols as i64), ("s", 3)]),
+    ];
+    let program = trace_fn(&inputs, |t| {
+        (
+            radix::quant::dot(t[1], t[0], "d"),
+            radix::quant::dot(t[2], t[0], "d"),
+        )
+    })
+    .expect("trace");
+    let decoded = reference(Format::F32, &w);
+    let (want, scale) = reference_dot(&decoded, &x, cols);
+    let tol = Tol::sum(DType::F32, cols, scale);
+    let interp: Vec<Vec<f32>> = program
+        .interpret(&inputs)
+        .iter()
+        .map(|l| l.to_vec::<f32>())
+        .collect();
+    let native = run(program.clone(), &inputs, CustomCallMode::Native);
+    let fallback = run(program, &inputs, CustomCallMode::Fallback);
+    for (what, got) in [
+        ("interpreter", interp),
+        ("kernels", native),
+        ("fallback", fallback),
+    ] {
+        assert_all_close(
+            &format!("panels {what}, one token"),
+            &got[0],
+            &want[..rows],
+            tol,
+        );
+        assert_all_close(&format!("panels {what}, three tokens"), &got[1], &want, tol);
+    }
+    let ids = Literal::from_bytes(Shape::new(DType::I32, &[1]), &0i32.to_le_bytes());
+    let err = trace_fn(&[inputs[0].clone(), ids], |t| {
+        radix::quant::rows(t[0], t[1], "d")
+    })
+    .expect_err("panels are no table");
+    assert!(err.to_string().contains("rows in order"), "{err}");
 }
 
 /// Rows of a 7-row table by ids `[2, 3]`, including -1 and 9 (clamped).

@@ -6,12 +6,15 @@ mod avx2;
 mod avx512;
 mod dot_vnni;
 mod lanes;
+mod panels;
 mod prompt_q8;
 mod scalar;
 
 use std::sync::Mutex;
 
 use crate::{Error, Format, Parallel, ScopedThreads};
+
+pub use panels::{PANEL_ROWS, matmul_panels_with, pack_panels, unpack_panels};
 
 /// An instruction set the kernels can use. Only [`Isa::SCALAR`] can be named;
 /// the others come from [`Isa::best`] and [`Isa::available`], which detect

@@ -50,7 +50,9 @@ pub use norm::{LayerNorm, RmsNorm};
 pub use rope::{RopeLayout, RopeScaling, Rotary};
 
 use crate::io::WeightStore;
-use crate::quant::{Format, Products, blocks_format, blocks_shape_with};
+use crate::quant::{
+    Format, Layout, Products, blocks_format, blocks_layout, blocks_shape_with, panels_shape,
+};
 use crate::{Buffer, Bufferized, DType, Module, Platform, Shape, Tensor};
 
 /// Why weights could not be loaded: the file side or the device side.
@@ -90,7 +92,10 @@ pub enum MatrixFormat {
     BF16,
     /// As stored, and f32 matrices too as blocks of the F32 format: every
     /// matrix product goes to radix's CPU kernels (`radix.quant_dot`, the
-    /// in-graph fallback elsewhere) instead of XLA's dot.
+    /// in-graph fallback elsewhere) instead of XLA's dot. A linear layer's
+    /// f32 matrix is packed in panels at load
+    /// ([`Layout::Panels`](crate::quant::Layout::Panels)), as a BLAS packs
+    /// a constant operand once; an embedding table keeps its rows in order.
     Kernels,
 }
 
@@ -128,8 +133,18 @@ pub fn set_matrix_formats<M: Module + ?Sized>(
             MatrixFormat::Exact => Products::Exact,
             _ => Products::Int8,
         };
-        let blocks =
-            format.and_then(|f| blocks_shape_with(f, rows, shape.dims()[1], products).ok());
+        // A linear layer's f32 matrix for the kernels is packed in panels
+        // (the products of a prompt take a vector of weights per load);
+        // an embedding table keeps its rows in order for the lookup.
+        let panels = how == MatrixFormat::Kernels
+            && format == Some(Format::F32)
+            && rows.0 == linear::OUT
+            && rows.1 % radix_quant::PANEL_ROWS as i64 == 0;
+        let blocks = match format {
+            Some(_) if panels => panels_shape(rows, shape.dims()[1]).ok(),
+            Some(f) => blocks_shape_with(f, rows, shape.dims()[1], products).ok(),
+            None => None,
+        };
         if let Some(blocks) = blocks {
             *t = Tensor::param(blocks);
             changed += 1;
@@ -182,6 +197,12 @@ fn load(
             return Ok(Buffer::weights_from_bytes(platform, &bytes, shape)?);
         }
         let host = store.blocks(path, format, &dims)?;
+        if blocks_layout(&shape) == Some(Layout::Panels) {
+            let (rows, cols) = (dims[0] as usize, cols as usize);
+            let panels = radix_quant::pack_panels(rows, cols, host.bytes())
+                .map_err(|e| crate::Error::Host(format!("{path}: {e}")))?;
+            return Ok(Buffer::weights_from_bytes(platform, &panels, shape)?);
+        }
         return Ok(Buffer::weights_from_bytes(platform, host.bytes(), shape)?);
     }
     let host = store.get(path, shape.dims())?;

@@ -10,7 +10,7 @@ use std::sync::LazyLock;
 use radix_quant::{Config, Isa};
 
 use crate::custom_call::{Attrs, CustomCall, Kernel};
-use crate::quant::{Format, Products, blocks_format, blocks_products};
+use crate::quant::{Format, Layout, Products, blocks_format, blocks_layout, blocks_products};
 use crate::tensor::fail;
 use crate::{DType, DotDims, Shape, Tensor};
 
@@ -66,9 +66,12 @@ pub fn dot(x: Tensor, w: Tensor, axis: &str) -> Tensor {
     let n = rest.count() as i64;
     let x2 = x.transpose(perm.as_slice()).reshape(&[n, cols]);
     let products = blocks_products(&ws).unwrap_or_default();
-    let attrs = Attrs::new()
+    let mut attrs = Attrs::new()
         .with("format", format.name())
         .with("products", products.name());
+    if blocks_layout(&ws) == Some(Layout::Panels) {
+        attrs = attrs.with(LAYOUT, PANELS);
+    }
     let y2 = QUANT_DOT.call(&[x2, w], &attrs)[0];
     let rows_tag = ws.tag(0).map_or("", |t| t.as_str());
     let out = rest
@@ -96,6 +99,16 @@ fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
             "wants f32 [n, cols] and u8 [rows, row_bytes], got {x} and {w}"
         ));
     }
+    if layout_attr(attrs)? == Layout::Panels
+        && (format != Format::F32 || w.dims()[0] % radix_quant::PANEL_ROWS as i64 != 0)
+    {
+        return Err(format!(
+            "panels hold F32 rows in whole panels of {}, not {} rows of {}",
+            radix_quant::PANEL_ROWS,
+            w.dims()[0],
+            format.name()
+        ));
+    }
     let cols = usize::try_from(x.dims()[1]).map_err(|e| e.to_string())?;
     let row_bytes = format.row_bytes(cols).map_err(|e| e.to_string())?;
     if w.dims()[1] as usize != row_bytes {
@@ -106,6 +119,24 @@ fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
         ));
     }
     Ok(vec![Shape::new(DType::F32, &[x.dims()[0], w.dims()[0]])])
+}
+
+/// The attribute naming the weights' [`Layout`] where it is not
+/// [`Layout::Rows`] (so the programs of row-major weights print as before).
+const LAYOUT: &str = "layout";
+
+/// [`LAYOUT`]'s value for [`Layout::Panels`].
+const PANELS: &str = "panels";
+
+/// The `layout` attribute as a [`Layout`] (absent: [`Layout::Rows`]).
+fn layout_attr(attrs: &Attrs) -> Result<Layout, String> {
+    match attrs.get(LAYOUT) {
+        None => Ok(Layout::Rows),
+        Some(_) => match attrs.str(LAYOUT)? {
+            PANELS => Ok(Layout::Panels),
+            other => Err(format!("no layout {other:?} (only {PANELS:?})")),
+        },
+    }
 }
 
 /// The `format` attribute as a [`Format`].
@@ -134,6 +165,10 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
         isa: Isa::best(),
         parallel: radix_quant::SpinPool::global(),
     };
+    if layout_attr(k.attrs())? == Layout::Panels {
+        return radix_quant::matmul_panels_with(&config, w, rows, cols, n, x, y)
+            .map_err(|e| e.to_string());
+    }
     let products = k.attrs().str("products")?;
     let products = Products::from_name(products)
         .ok_or_else(|| format!("no products {products:?} (int8 or exact)"))?;

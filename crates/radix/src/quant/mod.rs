@@ -26,6 +26,24 @@ const TAG_PREFIX: &str = "blocks:";
 /// What a blocks axis's tag ends with when its products are [`Products::Exact`].
 const EXACT_SUFFIX: &str = ":exact";
 
+/// What a blocks axis's tag ends with when its F32 rows are packed in
+/// panels ([`Layout::Panels`]).
+const PANELS_SUFFIX: &str = ":panels";
+
+/// The order of a blocks matrix's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Layout {
+    /// Row after row, as files store them.
+    #[default]
+    Rows,
+    /// F32 only: panels of [`radix_quant::PANEL_ROWS`] rows with each
+    /// column's 16 weights side by side ([`radix_quant::pack_panels`]),
+    /// packed once at load so that a prompt's products take a vector of
+    /// weights per load and nothing is rearranged per call. The shape is
+    /// the row-major one (`[rows, cols × 4]`); only the tag differs.
+    Panels,
+}
+
 /// How the CPU kernels multiply a blocks matrix by f32 activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Products {
@@ -112,6 +130,45 @@ pub fn blocks_shape_with(
     ))
 }
 
+/// An F32 matrix of `rows` (an axis `(tag, size)`, a multiple of
+/// [`radix_quant::PANEL_ROWS`]) by `cols` packed in panels
+/// ([`Layout::Panels`]): `u8 [rows, cols × 4]`, the last axis tagged
+/// `blocks:F32:panels`.
+///
+/// ```
+/// use radix::quant::{Format, Layout, blocks_format, blocks_layout, panels_shape};
+/// let s = panels_shape(("out", 32), 8).unwrap();
+/// assert_eq!(blocks_format(&s), Some((Format::F32, 8)));
+/// assert_eq!(blocks_layout(&s), Some(Layout::Panels));
+/// assert!(panels_shape(("out", 20), 8).is_err());
+/// ```
+pub fn panels_shape(rows: (&str, i64), cols: i64) -> Result<Shape, String> {
+    if rows.1 < 0 || rows.1 % radix_quant::PANEL_ROWS as i64 != 0 {
+        return Err(format!(
+            "{} rows are not a whole number of {}-row panels",
+            rows.1,
+            radix_quant::PANEL_ROWS
+        ));
+    }
+    let rows_major = blocks_shape(Format::F32, rows, cols)?;
+    let tag = format!("{TAG_PREFIX}{}{PANELS_SUFFIX}", Format::F32.name());
+    Ok(Shape::tagged(
+        DType::U8,
+        &[rows, (tag.as_str(), rows_major.dims()[1])],
+    ))
+}
+
+/// The order of a blocks shape's bytes, or `None` for any other shape.
+pub fn blocks_layout(shape: &Shape) -> Option<Layout> {
+    blocks_format(shape)?;
+    let tag = shape.tag(shape.rank() - 1)?.as_str();
+    Some(if tag.ends_with(PANELS_SUFFIX) {
+        Layout::Panels
+    } else {
+        Layout::Rows
+    })
+}
+
 /// The block format of a blocks shape ([`blocks_shape`]) and the number of
 /// elements in each row, or `None` for any other shape.
 pub fn blocks_format(shape: &Shape) -> Option<(Format, i64)> {
@@ -121,6 +178,11 @@ pub fn blocks_format(shape: &Shape) -> Option<(Format, i64)> {
     let last = shape.rank() - 1;
     let name = shape.tag(last)?.as_str().strip_prefix(TAG_PREFIX)?;
     let name = name.strip_suffix(EXACT_SUFFIX).unwrap_or(name);
+    let name = match name.strip_suffix(PANELS_SUFFIX) {
+        Some(f32) if f32 == Format::F32.name() => f32,
+        Some(_) => return None,
+        None => name,
+    };
     let format = Format::from_name(name)?;
     let cols = format.row_cols(shape.dims()[last] as usize)?;
     Some((format, cols as i64))

@@ -6,7 +6,7 @@
 use std::sync::LazyLock;
 
 use crate::custom_call::{Attrs, CustomCall, Kernel};
-use crate::quant::{Format, blocks_format};
+use crate::quant::{Format, Layout, blocks_format, blocks_layout};
 use crate::tensor::fail;
 use crate::{DType, Shape, Tensor};
 
@@ -30,8 +30,10 @@ static QUANT_ROWS: LazyLock<CustomCall> = LazyLock::new(|| {
 #[track_caller]
 pub fn rows(table: Tensor, ids: Tensor, tag: &str) -> Tensor {
     let (ts, is) = (table.shape(), ids.shape());
-    let Some((format, cols)) = blocks_format(&ts).filter(|_| ts.rank() == 2) else {
-        let msg = format!("wants a [rows, row_bytes] blocks table, got {ts}");
+    let row_major = blocks_layout(&ts) == Some(Layout::Rows);
+    let Some((format, cols)) = blocks_format(&ts).filter(|_| ts.rank() == 2 && row_major) else {
+        let msg =
+            format!("wants a [rows, row_bytes] blocks table with its rows in order, got {ts}");
         return fail("quant_rows", msg, &[table, ids], ts);
     };
     let out = is

@@ -17,7 +17,7 @@
 
 use std::ops::Range;
 
-use crate::quant::{Format, blocks_format};
+use crate::quant::{Format, Layout, blocks_format, blocks_layout};
 use crate::tensor::fail;
 use crate::{DType, Shape, Tensor};
 
@@ -57,6 +57,14 @@ pub fn dequantize(blocks: Tensor, tag: &str) -> Tensor {
     let n_blocks = s.dims()[last] / block_bytes;
     let b = blocks.reshape(&[rows, n_blocks, block_bytes]);
     let values = match format {
+        Format::F32 if blocks_layout(&s) == Some(Layout::Panels) => {
+            // Panels of 16 rows, element k of each row side by side: back
+            // to one row after another.
+            let panel = radix_quant::PANEL_ROWS as i64;
+            b.bitcast(DType::F32)
+                .reshape(&[rows / panel, n_blocks, panel])
+                .transpose([0, 2, 1].as_slice())
+        }
         Format::F32 => b.bitcast(DType::F32),
         Format::F16 => b.bitcast(DType::F16).convert(DType::F32),
         // The bits moved into the top half of a u32, as `radix_quant`
