@@ -23,9 +23,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use radix::io::{Safetensors, WeightStore};
-use radix::nn::{
-    Embedding, LayerNorm, Linear, MatrixFormat, attention, load_weights, padding_mask,
-};
+use radix::nn::{Embedding, LayerNorm, Linear, MatrixFormat, load_weights, padded_attention};
 use radix::{Buffer, Bufferized, Compiled, DType, Module, Platform, Shape, Size, Tensor};
 use radix_text::Tokenizer;
 use serde::Deserialize;
@@ -183,10 +181,10 @@ impl BertAttention {
         }
     }
 
-    /// `norm(x + attention(x))` for `x` `(b, s, d)`; `mask` (bools `(b, k)`)
-    /// hides padding keys.
+    /// `norm(x + attention(x))` for `x` `(b, s, d)` whose row `b` has
+    /// `lengths[b]` tokens (`lengths` tagged `(b)`), the padding after them.
     #[track_caller]
-    pub fn forward(&self, x: Tensor, mask: Tensor) -> Tensor {
+    pub fn forward(&self, x: Tensor, lengths: Tensor) -> Tensor {
         assert_tags(x, &["b", "s", "d"]);
         let heads = |l: &Linear, s: &str| {
             l.forward(x)
@@ -196,7 +194,7 @@ impl BertAttention {
         let q = heads(&self.query, "q");
         let k = heads(&self.key, "k");
         let v = heads(&self.value, "k");
-        let a = attention(q, k, v, Some(mask));
+        let a = padded_attention(q, k, v, lengths);
         let a = a.merge_axes(["h", "hd"], "d").rename("q", "s");
         self.norm.forward(x + self.output.forward(a))
     }
@@ -230,10 +228,11 @@ impl BertLayer {
         }
     }
 
-    /// The layer on `x` `(b, s, d)` with padding `mask` (bools `(b, k)`).
+    /// The layer on `x` `(b, s, d)` whose row `b` has `lengths[b]` tokens
+    /// (`lengths` tagged `(b)`), the padding after them.
     #[track_caller]
-    pub fn forward(&self, x: Tensor, mask: Tensor) -> Tensor {
-        let x = self.attention.forward(x, mask);
+    pub fn forward(&self, x: Tensor, lengths: Tensor) -> Tensor {
+        let x = self.attention.forward(x, lengths);
         let y = self.down.forward(self.up.forward(x).gelu_erf());
         self.norm.forward(x + y)
     }
@@ -261,13 +260,14 @@ impl Bert {
     }
 
     /// The last hidden states `(b, s, d)` of token ids `(b, s)` (i32) with
-    /// `valid` `(b, s)` (f32: 1 for tokens, 0 for padding).
+    /// `valid` `(b, s)` (f32: 1 for tokens, 0 for padding, the tokens of a
+    /// row first, as [`TokenBatch`] pads them).
     #[track_caller]
     pub fn forward(&self, ids: Tensor, valid: Tensor) -> Tensor {
-        let mask = padding_mask(valid.rename("s", "k"));
+        let lengths = valid.sum("s").convert(DType::I32);
         let mut x = self.embeddings.forward(ids);
         for layer in &self.layers {
-            x = layer.forward(x, mask);
+            x = layer.forward(x, lengths);
         }
         x
     }

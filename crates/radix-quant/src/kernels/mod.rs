@@ -14,7 +14,10 @@ use std::sync::Mutex;
 
 use crate::{Error, Format, Parallel, ScopedThreads};
 
-pub use panels::{PANEL_ROWS, matmul_panels_with, pack_panels, unpack_panels};
+pub use panels::{
+    PANEL_ROWS, matmul_panels_f32_with, matmul_panels_with, pack_panels, pack_panels_f32,
+    unpack_panels,
+};
 
 /// An instruction set the kernels can use. Only [`Isa::SCALAR`] can be named;
 /// the others come from [`Isa::best`] and [`Isa::available`], which detect

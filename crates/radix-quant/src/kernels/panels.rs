@@ -32,33 +32,53 @@ const TOKENS_PER_CHUNK: usize = 256;
 /// [`PANEL_ROWS`] and `row_major` holds `rows × cols` f32s.
 pub fn pack_panels(rows: usize, cols: usize, row_major: &[u8]) -> Result<Vec<u8>, Error> {
     check_panels(rows, cols, row_major.len())?;
-    let mut out = vec![0u8; row_major.len()];
-    let row_bytes = cols * 4;
-    for (p, panel) in out.chunks_exact_mut(PANEL_ROWS * row_bytes).enumerate() {
-        for j in 0..PANEL_ROWS {
-            let row = &row_major[(p * PANEL_ROWS + j) * row_bytes..][..row_bytes];
-            for (k, w) in row.chunks_exact(4).enumerate() {
-                panel[(k * PANEL_ROWS + j) * 4..][..4].copy_from_slice(w);
-            }
-        }
-    }
-    Ok(out)
+    let (values, _) = row_major.as_chunks::<4>();
+    let mut out = vec![[0u8; 4]; values.len()];
+    pack(cols, values, &mut out);
+    Ok(out.into_flattened())
 }
 
 /// [`pack_panels`] undone: the row-major bytes of packed `panels`.
 pub fn unpack_panels(rows: usize, cols: usize, panels: &[u8]) -> Result<Vec<u8>, Error> {
     check_panels(rows, cols, panels.len())?;
-    let mut out = vec![0u8; panels.len()];
-    let row_bytes = cols * 4;
-    for (p, panel) in panels.chunks_exact(PANEL_ROWS * row_bytes).enumerate() {
+    let (values, _) = panels.as_chunks::<4>();
+    let mut out = vec![[0u8; 4]; values.len()];
+    for (p, panel) in values.chunks_exact(PANEL_ROWS * cols).enumerate() {
         for j in 0..PANEL_ROWS {
-            let row = &mut out[(p * PANEL_ROWS + j) * row_bytes..][..row_bytes];
-            for (k, w) in row.chunks_exact_mut(4).enumerate() {
-                w.copy_from_slice(&panel[(k * PANEL_ROWS + j) * 4..][..4]);
+            let row = &mut out[(p * PANEL_ROWS + j) * cols..][..cols];
+            for (k, w) in row.iter_mut().enumerate() {
+                *w = panel[k * PANEL_ROWS + j];
             }
         }
     }
-    Ok(out)
+    Ok(out.into_flattened())
+}
+
+/// [`pack_panels`] of f32s: the panels of the row-major `rows × cols`
+/// matrix `row_major` written into `out` (of the same length).
+pub fn pack_panels_f32(
+    rows: usize,
+    cols: usize,
+    row_major: &[f32],
+    out: &mut [f32],
+) -> Result<(), Error> {
+    check_panels(rows, cols, row_major.len() * 4)?;
+    check_len("panels", out.len(), row_major.len())?;
+    pack(cols, row_major, out);
+    Ok(())
+}
+
+/// The panels of whole panels of rows `row_major` (each `cols` long) into
+/// `out`, element by element.
+fn pack<T: Copy>(cols: usize, row_major: &[T], out: &mut [T]) {
+    for (p, panel) in out.chunks_exact_mut(PANEL_ROWS * cols).enumerate() {
+        for j in 0..PANEL_ROWS {
+            let row = &row_major[(p * PANEL_ROWS + j) * cols..][..cols];
+            for (k, &w) in row.iter().enumerate() {
+                panel[k * PANEL_ROWS + j] = w;
+            }
+        }
+    }
 }
 
 fn check_panels(rows: usize, cols: usize, bytes: usize) -> Result<(), Error> {
@@ -86,6 +106,20 @@ pub fn matmul_panels_with(
     y: &mut [f32],
 ) -> Result<(), Error> {
     check_panels(rows, cols, panels.len())?;
+    matmul_panels_f32_with(config, &as_f32(panels), rows, cols, n_tokens, x, y)
+}
+
+/// [`matmul_panels_with`] of panels held as f32s.
+pub fn matmul_panels_f32_with(
+    config: &Config,
+    weights: &[f32],
+    rows: usize,
+    cols: usize,
+    n_tokens: usize,
+    x: &[f32],
+    y: &mut [f32],
+) -> Result<(), Error> {
+    check_panels(rows, cols, weights.len() * 4)?;
     check_len("x", x.len(), product("x", n_tokens, cols)?)?;
     check_len("y", y.len(), product("y", n_tokens, rows)?)?;
     if cols == 0 {
@@ -96,8 +130,6 @@ pub fn matmul_panels_with(
     if rows == 0 || n_tokens == 0 {
         return Ok(());
     }
-    let weights = as_f32(panels);
-    let weights = &weights[..];
     let n_tasks = config.parallel.n_threads() * config.parallel.tasks_per_thread().max(1);
     let panel_len = PANEL_ROWS * cols;
     let n_panels = rows / PANEL_ROWS;
@@ -202,6 +234,9 @@ mod simd {
 
     use super::PANEL_ROWS;
 
+    /// Columns ahead of the step at which the panels' weights are asked for.
+    const PREFETCH_K: usize = 8;
+
     /// Defines `$name(w, cols, x, out, stride, first)`: every panel of `w`
     /// times every token of `x`, in steps of up to `$panels` panels ×
     /// `$tokens` tokens (`$panels × (16 / $width) × $tokens` accumulators,
@@ -228,7 +263,13 @@ mod simd {
                 );
                 let mut p = 0;
                 while p < n_panels {
-                    let np = if n_panels - p >= $panels { $panels } else { 1 };
+                    // Two panels where three do not fit (a head's 32
+                    // values in attention): twice the accumulators of one.
+                    let np = match n_panels - p {
+                        left if left >= $panels => $panels,
+                        left if left >= 2 && $panels > 2 => 2,
+                        _ => 1,
+                    };
                     let w = &w[p * panel..(p + np) * panel];
                     let at = first + p * PANEL_ROWS;
                     let mut t = 0;
@@ -242,7 +283,7 @@ mod simd {
                         let out = &mut out[t * stride..];
                         // SAFETY: the caller detected the target features;
                         // `$step` asserts the lengths it reads and writes.
-                        #[allow(unreachable_patterns)] // where `$panels` is 1
+                        #[allow(unreachable_patterns)] // where `$panels` is 1 or 2
                         unsafe {
                             match (np, nt) {
                                 ($panels, $tokens) => {
@@ -251,6 +292,10 @@ mod simd {
                                 ($panels, 4) => $step::<$panels, 4>(w, x, out, stride, at),
                                 ($panels, 2) => $step::<$panels, 2>(w, x, out, stride, at),
                                 ($panels, _) => $step::<$panels, 1>(w, x, out, stride, at),
+                                (2, $tokens) => $step::<2, $tokens>(w, x, out, stride, at),
+                                (2, 4) => $step::<2, 4>(w, x, out, stride, at),
+                                (2, 2) => $step::<2, 2>(w, x, out, stride, at),
+                                (2, _) => $step::<2, 1>(w, x, out, stride, at),
                                 (_, $tokens) => $step::<1, $tokens>(w, x, out, stride, at),
                                 (_, 4) => $step::<1, 4>(w, x, out, stride, at),
                                 (_, 2) => $step::<1, 2>(w, x, out, stride, at),
@@ -281,6 +326,13 @@ mod simd {
                 assert!(out.len() >= (NT - 1) * stride + at + NP * PANEL_ROWS);
                 let mut acc = [[[$setzero(); PER_PANEL]; NP]; NT];
                 for k in 0..cols {
+                    for p in 0..NP {
+                        let ahead = p * panel + (k + PREFETCH_K) * PANEL_ROWS;
+                        if ahead < w.len() {
+                            // SAFETY: in bounds; a prefetch reads nothing.
+                            unsafe { _mm_prefetch::<_MM_HINT_T0>(w.as_ptr().add(ahead).cast()) };
+                        }
+                    }
                     let mut wv = [[$setzero(); PER_PANEL]; NP];
                     for p in 0..NP {
                         for v in 0..PER_PANEL {

@@ -17,6 +17,7 @@ mod embedding;
 mod linear;
 mod mlp;
 mod norm;
+mod padded_attention;
 mod rope;
 
 /// The axis tags the layers use, as constants (`x.dot(w, tags::D)`).
@@ -47,6 +48,7 @@ pub use embedding::Embedding;
 pub use linear::Linear;
 pub use mlp::{GatedMlp, Mlp};
 pub use norm::{LayerNorm, RmsNorm};
+pub use padded_attention::padded_attention;
 pub use rope::{RopeLayout, RopeScaling, Rotary};
 
 use crate::io::WeightStore;

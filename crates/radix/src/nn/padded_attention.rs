@@ -1,0 +1,321 @@
+//! Attention of every query of a row over that row's first keys, the rest
+//! padding (an encoder's batch of sentences, BERT's padding mask): the
+//! custom call `radix.padded_attention`, whose kernel multiplies each
+//! (row, head) as two matrix products on radix-quant's panels, and whose
+//! fallback is [`attention`] with a [`padding_mask`](super::padding_mask).
+//!
+//! In the kernel a head's keys are packed in panels of 16 (the "weights"
+//! of the scores `q·kᵀ`) and its values transposed into panels (the weights
+//! of `p·v`), so both products run the same multiply-add chains as a linear
+//! layer's, and the softmax between them is one pass of vectorized
+//! exponentials. In XLA the same attention is a dozen small operations
+//! (transposes, two batched dots, four for the softmax), each a dispatch
+//! of its own: for one sentence of 16 tokens, that dispatch cost more than
+//! the arithmetic.
+
+use std::sync::{LazyLock, Mutex};
+
+use radix_quant::{Config, Isa, PANEL_ROWS, Serial, matmul_panels_f32_with};
+
+use crate::custom_call::{Attrs, CustomCall, Kernel};
+use crate::nn::attention;
+use crate::nn::tags::{B, H, HD, K, Q};
+use crate::tensor::fail;
+use crate::{DType, Shape, Tensor};
+
+/// `q [b, q, h, hd] f32`, `k` and `v` `[b, k, kv, hd] f32` and each row's
+/// count of valid keys `[b] i32`: `[b, q, h, hd] f32`.
+static PADDED_ATTENTION: LazyLock<CustomCall> = LazyLock::new(|| {
+    CustomCall::builder("radix.padded_attention", 1, shape_rule, kernel)
+        .fallback(|x, _| vec![masked(x[0], x[1], x[2], x[3])])
+        .derivative(|x, _, g, _| {
+            // The fallback's: the kernel computes the same function.
+            let (q, k, v, lengths) = (x[0], x[1], x[2], x[3]);
+            let f = |qkv: &(Tensor, Tensor, Tensor), lengths: &Tensor| {
+                masked(qkv.0, qkv.1, qkv.2, *lengths)
+            };
+            let (_, (dq, dk, dv)) = crate::vjp(f, &(q, k, v), &lengths, &g[0]);
+            vec![dq, dk, dv, Tensor::zeros(lengths.shape())]
+        })
+        .register()
+        .expect("radix.padded_attention is declared once")
+});
+
+/// Attention of queries `q` `(b, q, h, hd)` over keys and values `(b, k,
+/// h, hd)` where row `b` has `lengths[b]` valid keys, the first ones (the
+/// rest is padding, as a batch of sentences padded at their ends): every
+/// query of a row reads that row's valid keys, with the scores scaled by
+/// `1 / sqrt(hd)`. `lengths` is tagged `(b)`, any integer dtype; a row with
+/// no valid key gets the mean of all values, as [`attention`] gives a query
+/// that may read no key. The result has `q`'s shape.
+///
+/// On the CPU plugin this is one kernel; elsewhere it is [`attention`] with
+/// the keys past each row's length masked.
+#[track_caller]
+pub fn padded_attention(q: Tensor, k: Tensor, v: Tensor, lengths: Tensor) -> Tensor {
+    let (qs, ks, ls) = (q.shape(), k.shape(), lengths.shape());
+    let tagged = |s: Shape, tags: &[&str]| {
+        s.rank() == tags.len() && tags.iter().all(|&t| s.axis(t).is_some())
+    };
+    let lengths_ok = tagged(ls, &[B]) && ls.dtype().is_integer();
+    if !tagged(qs, &[B, Q, H, HD]) || !tagged(ks, &[B, K, H, HD]) || !lengths_ok {
+        let msg = format!(
+            "wants q (b, q, h, hd), keys and values (b, k, h, hd) and integer lengths (b), got {qs}, {ks} and {ls}"
+        );
+        return fail("padded_attention", msg, &[q, k, v, lengths], qs);
+    }
+    let q = q.transpose([B, Q, H, HD]);
+    let (k, v) = (k.transpose([B, K, H, HD]), v.transpose([B, K, H, HD]));
+    PADDED_ATTENTION.call(&[q, k, v, lengths.convert(DType::I32)], &Attrs::new())[0]
+}
+
+/// The fallback: [`attention`] with the keys at or past each row's length
+/// hidden.
+fn masked(q: Tensor, k: Tensor, v: Tensor, lengths: Tensor) -> Tensor {
+    let k_pos = Tensor::iota(
+        Shape::tagged(DType::I32, &[(B, k.dim(B)), (K, k.dim(K))]),
+        K,
+    );
+    let mask = k_pos.lt(lengths.broadcast(k_pos.shape()));
+    attention(q, k, v, Some(mask))
+}
+
+fn shape_rule(s: &[Shape], _: &Attrs) -> Result<Vec<Shape>, String> {
+    let [q, k, v, lengths] = s else {
+        return Err(format!(
+            "wants q, k, v and lengths, got {} operands",
+            s.len()
+        ));
+    };
+    let f32_rank4 = |s: &Shape| s.rank() == 4 && s.dtype() == DType::F32;
+    if !f32_rank4(q) || !f32_rank4(k) || k != v {
+        return Err(format!(
+            "wants f32 q, k and v of rank 4, k and v alike, got {q}, {k} and {v}"
+        ));
+    }
+    let (qd, kd) = (q.dims(), k.dims());
+    if kd[0] != qd[0] || kd[3] != qd[3] || kd[2] == 0 || qd[2] % kd[2] != 0 {
+        return Err(format!(
+            "q {q} does not fit the keys {k}: rows, head width, or heads not a multiple of the keys'"
+        ));
+    }
+    if lengths.dtype() != DType::I32 || lengths.dims() != [qd[0]] {
+        return Err(format!("wants i32 lengths [{}], got {lengths}", qd[0]));
+    }
+    Ok(vec![*q])
+}
+
+/// The sizes of one call.
+#[derive(Clone, Copy)]
+struct Dims {
+    n_q: usize,
+    n_k: usize,
+    heads: usize,
+    kv_heads: usize,
+    hd: usize,
+}
+
+fn kernel(k: &Kernel<'_>) -> Result<(), String> {
+    let (qs, ks) = (
+        k.input_shape(0).ok_or("no q")?,
+        k.input_shape(1).ok_or("no keys")?,
+    );
+    let (qd, kd) = (qs.dims(), ks.dims());
+    let d = Dims {
+        n_q: qd[1] as usize,
+        n_k: kd[1] as usize,
+        heads: qd[2] as usize,
+        kv_heads: kd[2] as usize,
+        hd: qd[3] as usize,
+    };
+    let (q, keys, values) = (k.input::<f32>(0)?, k.input::<f32>(1)?, k.input::<f32>(2)?);
+    let lengths = k.input::<i32>(3)?;
+    let out = k.output::<f32>(0)?;
+    if out.is_empty() {
+        return Ok(());
+    }
+    // A task per (row, head); its outputs are one `hd` chunk per query,
+    // strided by the heads, so each chunk has its lock.
+    let parts: Vec<Mutex<&mut [f32]>> = out.chunks_exact_mut(d.hd).map(Mutex::new).collect();
+    let run = |task: usize| {
+        let (row, head) = (task / d.heads, task % d.heads);
+        let kv_head = head / (d.heads / d.kv_heads);
+        let seen = usize::try_from(lengths[row]).unwrap_or(0).min(d.n_k);
+        let o = attend(&d, (row, head, kv_head), seen, q, keys, values);
+        for (j, o) in o
+            .chunks_exact(d.hd.next_multiple_of(PANEL_ROWS))
+            .enumerate()
+        {
+            let mut part = parts[(row * d.n_q + j) * d.heads + head]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            part.copy_from_slice(&o[..d.hd]);
+        }
+    };
+    radix_quant::SpinPool::global().try_run(lengths.len() * d.heads, &run)
+}
+
+/// One head of one row: `softmax(q kᵀ / sqrt(hd)) v` over the first `seen`
+/// keys, `[n_q, hd rounded up to a panel]` (the padding columns zero). A
+/// row with no valid key (`seen == 0`) gets the mean of all values, as a
+/// query that may read no key does in [`attention`].
+fn attend(
+    d: &Dims,
+    (row, head, kv_head): (usize, usize, usize),
+    seen: usize,
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+) -> Vec<f32> {
+    let (uniform, seen) = match seen {
+        0 => (true, d.n_k),
+        n => (false, n),
+    };
+    let config = Config {
+        isa: Isa::best(),
+        parallel: &Serial,
+    };
+    let (hd, n_q) = (d.hd, d.n_q);
+    let n_keys = seen.next_multiple_of(PANEL_ROWS);
+    let hd_rows = hd.next_multiple_of(PANEL_ROWS);
+    let key_at = |p: usize| ((row * d.n_k + p) * d.kv_heads + kv_head) * hd;
+    // The keys as panels of a `n_keys × hd` matrix (zero past `seen`), and
+    // the values transposed as panels of a `hd_rows × n_keys` one: element
+    // (r, c) of a `cols`-wide matrix lies at `(r / 16) * 16 * cols + c * 16
+    // + r % 16`.
+    let at = |r: usize, c: usize, cols: usize| {
+        (r / PANEL_ROWS) * PANEL_ROWS * cols + c * PANEL_ROWS + r % PANEL_ROWS
+    };
+    let mut k_panels = vec![0.0f32; n_keys * hd];
+    let mut v_panels = vec![0.0f32; hd_rows * n_keys];
+    for p in 0..seen {
+        let (k, v) = (&keys[key_at(p)..][..hd], &values[key_at(p)..][..hd]);
+        for c in 0..hd {
+            k_panels[at(p, c, hd)] = k[c];
+            v_panels[at(c, p, n_keys)] = v[c];
+        }
+    }
+    let mut x = vec![0.0f32; n_q * hd];
+    for (j, x) in x.chunks_exact_mut(hd).enumerate() {
+        x.copy_from_slice(&q[((row * n_q + j) * d.heads + head) * hd..][..hd]);
+    }
+    let mut scores = vec![0.0f32; n_q * n_keys];
+    if !uniform {
+        matmul_panels_f32_with(&config, &k_panels, n_keys, hd, n_q, &x, &mut scores)
+            .expect("the panels' shapes are built here");
+    }
+    let scale = (1.0 / (hd as f64).sqrt()) as f32;
+    for s in scores.chunks_exact_mut(n_keys) {
+        let (valid, padding) = s.split_at_mut(seen);
+        softmax_best(valid, scale);
+        padding.fill(0.0);
+    }
+    let mut o = vec![0.0f32; n_q * hd_rows];
+    matmul_panels_f32_with(&config, &v_panels, hd_rows, n_keys, n_q, &scores, &mut o)
+        .expect("the panels' shapes are built here");
+    o
+}
+
+/// [`softmax`] compiled for AVX2 and FMA where the CPU has them (its loops
+/// then run eight lanes at a time), else as portable code.
+fn softmax_best(s: &mut [f32], scale: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has AVX2 and FMA, checked just above.
+        return unsafe { softmax_avx2(s, scale) };
+    }
+    softmax(s, scale)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn softmax_avx2(s: &mut [f32], scale: f32) {
+    softmax(s, scale)
+}
+
+/// `s` scaled by `scale`, then softmax: `exp(s − max) / Σ`. The max and
+/// the sum are taken in [`LANES`] partial results, so that every loop runs
+/// in vector lanes (a single running sum would order every addition).
+#[inline(always)]
+fn softmax(s: &mut [f32], scale: f32) {
+    let mut max = [f32::NEG_INFINITY; LANES];
+    let (chunks, tail) = s.as_chunks::<LANES>();
+    for c in chunks {
+        for l in 0..LANES {
+            let v = c[l] * scale;
+            max[l] = if v > max[l] { v } else { max[l] };
+        }
+    }
+    let max = tail
+        .iter()
+        .map(|&v| v * scale)
+        .chain(max)
+        .fold(f32::NEG_INFINITY, f32::max);
+    for v in s.iter_mut() {
+        *v = exp(*v * scale - max);
+    }
+    let mut sum = [0.0f32; LANES];
+    let (chunks, tail) = s.as_chunks::<LANES>();
+    for c in chunks {
+        for l in 0..LANES {
+            sum[l] += c[l];
+        }
+    }
+    let sum: f32 = sum.iter().sum::<f32>() + tail.iter().sum::<f32>();
+    let inv = 1.0 / sum;
+    s.iter_mut().for_each(|v| *v *= inv);
+}
+
+/// Partial results of [`softmax`]'s max and sum: two AVX2 vectors.
+const LANES: usize = 16;
+
+/// `e^x` within 2 ulp for `x` in f32's normal range (the smallest normal
+/// below it, the largest finite value above): Cody and Waite's reduction
+/// `x = n ln 2 + r`, then Cephes' `expf` polynomial in `r`, and `2^n` built
+/// from its bits. `n` is rounded by adding and subtracting `1.5 · 2^23`,
+/// which leaves it in the low bits of the sum: no branch and no float to
+/// integer conversion (whose saturation Rust checks lane by lane), so a
+/// loop over a slice runs in vector lanes.
+#[inline(always)]
+fn exp(x: f32) -> f32 {
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    const ROUND: f32 = 12_582_912.0;
+    let x = x.clamp(-87.336_55, 88.376_26);
+    let m = x * std::f32::consts::LOG2_E + ROUND;
+    let n = m - ROUND;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let p = 1.987_569_1e-4;
+    let p = p * r + 1.398_199_9e-3;
+    let p = p * r + 8.333_452e-3;
+    let p = p * r + 4.166_579_6e-2;
+    let p = p * r + 1.666_666_5e-1;
+    let p = p * r + 0.5;
+    let y = p * r * r + r + 1.0;
+    // The low bits of `m` hold `n`: 2^n's exponent field is `n + 127`.
+    let two_n = (m.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127)) << 23;
+    y * f32::from_bits(two_n)
+}
+
+#[cfg(test)]
+mod tests {
+    /// The exponential against f64's at the ends of its range and between.
+    #[test]
+    fn exp_is_within_two_ulp() {
+        let mut x = -87.0f32;
+        while x < 88.0 {
+            let want = f64::from(x).exp();
+            let got = f64::from(super::exp(x));
+            let ulp = f64::from(f32::EPSILON) * want;
+            assert!(
+                (got - want).abs() <= 2.0 * ulp,
+                "exp({x}) = {got}, want {want}"
+            );
+            x += 0.0137;
+        }
+        assert_eq!(super::exp(0.0), 1.0);
+        assert!(super::exp(-1000.0) <= f32::MIN_POSITIVE * 1.01);
+        assert!(super::exp(1000.0).is_finite() && super::exp(1000.0) > 1e38);
+        assert!(super::exp(f32::NAN).is_nan());
+    }
+}
