@@ -14,6 +14,7 @@
 mod attention;
 mod cached_attention;
 mod embedding;
+mod layer_norm;
 mod linear;
 mod mlp;
 mod norm;

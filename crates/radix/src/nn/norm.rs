@@ -39,14 +39,11 @@ impl LayerNorm {
         }
     }
 
-    /// Normalises `x` over the axis.
+    /// Normalises `x` over the axis: on the CPU plugin one kernel
+    /// (`radix.layer_norm`), elsewhere the formula in ops.
     #[track_caller]
     pub fn forward(&self, x: Tensor) -> Tensor {
-        let d = self.dim.as_str();
-        let centered = x - broadcast_like(x.mean(d), x);
-        let var = (centered * centered).mean(d);
-        let inv = broadcast_like((var + self.eps).rsqrt(), x);
-        centered * inv * broadcast_like(self.weight, x) + broadcast_like(self.bias, x)
+        super::layer_norm::layer_norm(x, self.weight, self.bias, self.dim.as_str(), self.eps)
     }
 }
 

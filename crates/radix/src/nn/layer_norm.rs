@@ -1,0 +1,168 @@
+//! [`LayerNorm`](super::LayerNorm)'s arithmetic as the custom call
+//! `radix.layer_norm`: one kernel per call on the CPU plugin, where XLA runs
+//! five operations (two reductions, each with the operation that feeds it,
+//! and the scaling), each a dispatch of its own; for the 16 tokens of a
+//! sentence that dispatch costs more than the arithmetic. Elsewhere, and
+//! for derivatives, the same formula in ops ([`traced`]).
+
+use std::sync::{LazyLock, Mutex};
+
+use crate::custom_call::{Attrs, CustomCall, Kernel};
+use crate::nn::broadcast_like;
+use crate::{DType, Shape, Tensor};
+
+/// `x [n, d] f32` normalized along `d`, times `weight [d]` plus `bias [d]`;
+/// attribute `eps` (f32).
+static LAYER_NORM: LazyLock<CustomCall> = LazyLock::new(|| {
+    CustomCall::builder("radix.layer_norm", 1, shape_rule, kernel)
+        .fallback(|x, attrs| vec![traced(x[0], x[1], x[2], LAST, eps(attrs))])
+        .derivative(|x, _, g, attrs| {
+            // The fallback's: the kernel computes the same function.
+            let eps = eps(attrs);
+            let f = |xwb: &(Tensor, Tensor, Tensor), _: &()| traced(xwb.0, xwb.1, xwb.2, LAST, eps);
+            let (_, (dx, dw, db)) = crate::vjp(f, &(x[0], x[1], x[2]), &(), &g[0]);
+            vec![dx, dw, db]
+        })
+        .register()
+        .expect("radix.layer_norm is declared once")
+});
+
+/// The tags the call gives the normalized axis and the others, flattened.
+const LAST: &str = "__norm";
+const ROWS: &str = "__rows";
+
+fn eps(attrs: &Attrs) -> f64 {
+    f64::from(attrs.f32("eps").unwrap_or(0.0))
+}
+
+/// `(x - mean) / sqrt(var + eps) * weight + bias` over `x`'s axis `axis`
+/// (biased variance), `weight` and `bias` tagged `axis`.
+#[track_caller]
+pub(super) fn layer_norm(x: Tensor, weight: Tensor, bias: Tensor, axis: &str, eps: f64) -> Tensor {
+    let xs = x.shape();
+    let (Some(at), DType::F32) = (xs.axis(axis), xs.dtype()) else {
+        return traced(x, weight, bias, axis, eps);
+    };
+    let mut perm: Vec<usize> = (0..xs.rank()).filter(|&i| i != at).collect();
+    perm.push(at);
+    let d = xs.dims()[at];
+    let rows = xs.count() as i64 / d.max(1);
+    let flat = x
+        .transpose(perm.as_slice())
+        .reshape(&[rows, d])
+        .with_tags(&[ROWS, LAST]);
+    let w = weight.rename(axis, LAST);
+    let b = bias.rename(axis, LAST);
+    let attrs = Attrs::new().with("eps", eps as f32);
+    let y = LAYER_NORM.call(&[flat, w, b], &attrs)[0];
+    let moved = x.transpose(perm.as_slice()).shape();
+    let back: Vec<usize> = (0..xs.rank())
+        .map(|i| match i.cmp(&at) {
+            std::cmp::Ordering::Less => i,
+            std::cmp::Ordering::Equal => xs.rank() - 1,
+            std::cmp::Ordering::Greater => i - 1,
+        })
+        .collect();
+    y.reshape_to(moved).transpose(back.as_slice())
+}
+
+/// The formula in ops.
+#[track_caller]
+pub(super) fn traced(x: Tensor, weight: Tensor, bias: Tensor, axis: &str, eps: f64) -> Tensor {
+    let centered = x - broadcast_like(x.mean(axis), x);
+    let var = (centered * centered).mean(axis);
+    let inv = broadcast_like((var + eps).rsqrt(), x);
+    centered * inv * broadcast_like(weight, x) + broadcast_like(bias, x)
+}
+
+fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
+    attrs.f32("eps")?;
+    let [x, w, b] = s else {
+        return Err(format!(
+            "wants x, weight and bias, got {} operands",
+            s.len()
+        ));
+    };
+    let f32s = [x, w, b].iter().all(|s| s.dtype() == DType::F32);
+    if !f32s || x.rank() != 2 || w.rank() != 1 || w.dims() != b.dims() || w.dims()[0] != x.dims()[1]
+    {
+        return Err(format!(
+            "wants f32 x [n, d], weight [d] and bias [d], got {x}, {w} and {b}"
+        ));
+    }
+    Ok(vec![*x])
+}
+
+/// Rows a task normalizes at least: fewer would cost more to hand over than
+/// to compute.
+const MIN_TASK_ELEMENTS: usize = 16 * 1024;
+
+fn kernel(k: &Kernel<'_>) -> Result<(), String> {
+    let eps = k.attrs().f32("eps")?;
+    let (x, w, b) = (k.input::<f32>(0)?, k.input::<f32>(1)?, k.input::<f32>(2)?);
+    let y = k.output::<f32>(0)?;
+    let d = w.len();
+    if d == 0 || y.is_empty() {
+        return Ok(());
+    }
+    let rows = y.len() / d;
+    let per_task = (MIN_TASK_ELEMENTS / d).clamp(1, rows);
+    let parts: Vec<Mutex<&mut [f32]>> = y.chunks_mut(per_task * d).map(Mutex::new).collect();
+    let run = |task: usize| {
+        let mut y = parts[task].lock().unwrap_or_else(|e| e.into_inner());
+        let x = &x[task * per_task * d..][..y.len()];
+        for (x, y) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)) {
+            normalize_best(x, w, b, eps, y);
+        }
+    };
+    radix_quant::SpinPool::global().try_run(parts.len(), &run)
+}
+
+/// [`normalize`] compiled for AVX2 and FMA where the CPU has them (its
+/// loops then run eight lanes at a time), else as portable code.
+fn normalize_best(x: &[f32], w: &[f32], b: &[f32], eps: f32, y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has AVX2 and FMA, checked just above.
+        return unsafe { normalize_avx2(x, w, b, eps, y) };
+    }
+    normalize(x, w, b, eps, y)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn normalize_avx2(x: &[f32], w: &[f32], b: &[f32], eps: f32, y: &mut [f32]) {
+    normalize(x, w, b, eps, y)
+}
+
+/// Partial sums of [`normalize`]'s two means: two AVX2 vectors.
+const LANES: usize = 16;
+
+/// One row: its mean, then the mean of its squared deviations (in
+/// [`LANES`] partial sums, so that the loops run in vector lanes), then
+/// `(x − mean) · rsqrt(var + eps) · w + b`.
+#[inline(always)]
+fn normalize(x: &[f32], w: &[f32], b: &[f32], eps: f32, y: &mut [f32]) {
+    let n = x.len() as f32;
+    let (chunks, tail) = x.as_chunks::<LANES>();
+    let mut acc = [0.0f32; LANES];
+    for c in chunks {
+        for l in 0..LANES {
+            acc[l] += c[l];
+        }
+    }
+    let mean = (acc.iter().sum::<f32>() + tail.iter().sum::<f32>()) / n;
+    let mut acc = [0.0f32; LANES];
+    for c in chunks {
+        for l in 0..LANES {
+            let t = c[l] - mean;
+            acc[l] += t * t;
+        }
+    }
+    let tail: f32 = tail.iter().map(|&v| (v - mean) * (v - mean)).sum();
+    let var = (acc.iter().sum::<f32>() + tail) / n;
+    let inv = 1.0 / (var + eps).sqrt();
+    for (((y, &x), &w), &b) in y.iter_mut().zip(x).zip(w).zip(b) {
+        *y = (x - mean) * inv * w + b;
+    }
+}
