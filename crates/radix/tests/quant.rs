@@ -233,6 +233,69 @@ fn dot_of_panels_equals_the_row_major_products() {
     assert!(err.to_string().contains("rows in order"), "{err}");
 }
 
+/// `dot_bias` is `dot` plus the bias on every token, through the
+/// interpreter, the kernels (row-major blocks and F32 panels) and the
+/// in-graph fallback; a bias of the wrong size is a trace error.
+#[test]
+fn dot_bias_adds_the_bias_to_every_token() {
+    let mut rng = Rng(0x1405_7B7E_F767_814F);
+    let (rows, cols) = (16, 64);
+    let x: Vec<f32> = (0..3 * cols).map(|_| rng.unit()).collect();
+    let bias: Vec<f32> = (0..rows).map(|_| rng.unit()).collect();
+    let f32_rows = matrix(Format::F32, rows, cols, &mut rng);
+    let weights = [
+        (
+            blocks_shape(Format::Q4_0, ("out", rows as i64), cols as i64).expect("blocks"),
+            matrix(Format::Q4_0, rows, cols, &mut rng),
+        ),
+        (
+            panels_shape(("out", rows as i64), cols as i64).expect("panels"),
+            radix_quant::pack_panels(rows, cols, &f32_rows).expect("panels"),
+        ),
+    ];
+    for (shape, bytes) in weights {
+        let inputs = [
+            Literal::from_bytes(shape, &bytes),
+            f32_literal(&x, &[("s", 3), ("d", cols as i64)]),
+            f32_literal(&bias, &[("out", rows as i64)]),
+        ];
+        let program = trace_fn(&inputs, |t| {
+            let plain = radix::quant::dot(t[1], t[0], "d");
+            (plain, radix::quant::dot_bias(t[1], t[0], t[2], "d"))
+        })
+        .expect("trace");
+        let interp: Vec<Vec<f32>> = program
+            .interpret(&inputs)
+            .iter()
+            .map(|l| l.to_vec::<f32>())
+            .collect();
+        let native = run(program.clone(), &inputs, CustomCallMode::Native);
+        let fallback = run(program, &inputs, CustomCallMode::Fallback);
+        for (what, got) in [
+            ("interpreter", interp),
+            ("kernels", native),
+            ("fallback", fallback),
+        ] {
+            // The same products, then one f32 add each.
+            let want: Vec<f32> = got[0]
+                .iter()
+                .enumerate()
+                .map(|(i, y)| y + bias[i % rows])
+                .collect();
+            assert_eq!(got[1], want, "{shape} {what}");
+        }
+    }
+    let w = blocks_shape(Format::Q4_0, ("out", 4), 32).expect("blocks");
+    let inputs = [
+        Literal::from_bytes(w, &vec![0; w.byte_size()]),
+        f32_literal(&[0.0; 32], &[("d", 32)]),
+        f32_literal(&[0.0; 3], &[("out", 3)]),
+    ];
+    let err = trace_fn(&inputs, |t| radix::quant::dot_bias(t[1], t[0], t[2], "d"))
+        .expect_err("3 values for 4 rows");
+    assert!(err.to_string().contains("bias"), "{err}");
+}
+
 /// Rows of a 7-row table by ids `[2, 3]`, including -1 and 9 (clamped).
 fn check_rows(format: Format, rng: &mut Rng) {
     let (n_rows, cols) = (7, 2 * format.block_len().max(32));

@@ -1,6 +1,7 @@
 //! `Linear`: `y = x W^T + b` contracting one tagged axis.
 
 use crate::nn::{broadcast_like, dot_matrix, param};
+use crate::quant::blocks_format;
 use crate::{Module, Tag, Tensor};
 
 /// A dense layer: contracts `x`'s axis tagged `in` with a weight stored
@@ -54,10 +55,16 @@ impl Linear {
     /// `x` with its `in` axis replaced by an `out` axis (placed last).
     #[track_caller]
     pub fn forward(&self, x: Tensor) -> Tensor {
-        let y = dot_matrix(x, self.weight, self.input.as_str());
+        let input = self.input.as_str();
+        let blocks = blocks_format(&self.weight.shape()).is_some();
         let y = match self.bias {
-            Some(b) => y + broadcast_like(b, y),
-            None => y,
+            // The kernel adds the bias to the products it writes.
+            Some(b) if blocks => crate::quant::dot_bias(x, self.weight, b, input),
+            Some(b) => {
+                let y = dot_matrix(x, self.weight, input);
+                y + broadcast_like(b, y)
+            }
+            None => dot_matrix(x, self.weight, input),
         };
         y.rename(OUT, self.output.as_str())
     }

@@ -18,12 +18,13 @@ use crate::{DType, DotDims, Shape, Tensor};
 const COLS: &str = "__cols";
 
 /// `x [n, cols] f32` times the blocks `w [rows, row_bytes]` (format in the
-/// `format` attribute), contracting `cols`: `[n, rows] f32`.
+/// `format` attribute), contracting `cols`, plus the optional third operand
+/// `bias [rows] f32` on every row: `[n, rows] f32`.
 static QUANT_DOT: LazyLock<CustomCall> = LazyLock::new(|| {
     CustomCall::builder("radix.quant_dot", 1, shape_rule, kernel)
         .fallback(|x, _| {
             let w = crate::quant::dequantize(x[1], COLS);
-            vec![x[0].dot_general(
+            let y = x[0].dot_general(
                 w,
                 DotDims {
                     lhs_batch: vec![],
@@ -31,7 +32,11 @@ static QUANT_DOT: LazyLock<CustomCall> = LazyLock::new(|| {
                     lhs_contract: vec![1],
                     rhs_contract: vec![1],
                 },
-            )]
+            );
+            match x.get(2) {
+                Some(&bias) => vec![y + bias.broadcast_in_dim(y.shape(), &[1])],
+                None => vec![y],
+            }
         })
         .register()
         .expect("radix.quant_dot is declared once")
@@ -48,6 +53,30 @@ static QUANT_DOT: LazyLock<CustomCall> = LazyLock::new(|| {
 /// the blocks are decoded in the graph first.
 #[track_caller]
 pub fn dot(x: Tensor, w: Tensor, axis: &str) -> Tensor {
+    dot_and_add(x, w, None, axis)
+}
+
+/// [`dot`] plus `bias` (f32, one value per row of `w`) on every output, in
+/// the same call: on the CPU plugin the kernel adds it to the products it
+/// has just written, where a separate add would be an operation of its own
+/// (a linear layer's bias).
+#[track_caller]
+pub fn dot_bias(x: Tensor, w: Tensor, bias: Tensor, axis: &str) -> Tensor {
+    let (bs, rows) = (bias.shape(), w.shape().dims().first().copied());
+    if bs.rank() != 1 || bs.dtype() != DType::F32 || Some(bs.dims()[0]) != rows {
+        let msg = format!("wants an f32 bias of {rows:?} values, got {bs}");
+        return fail(
+            "quant_dot",
+            msg,
+            &[x, w, bias],
+            x.shape().with_dtype(DType::F32),
+        );
+    }
+    dot_and_add(x, w, Some(bias), axis)
+}
+
+#[track_caller]
+fn dot_and_add(x: Tensor, w: Tensor, bias: Option<Tensor>, axis: &str) -> Tensor {
     let xs = x.shape();
     let ws = w.shape();
     let (Some((format, cols)), Some(at)) = (blocks_format(&ws), xs.axis(axis)) else {
@@ -72,7 +101,10 @@ pub fn dot(x: Tensor, w: Tensor, axis: &str) -> Tensor {
     if blocks_layout(&ws) == Some(Layout::Panels) {
         attrs = attrs.with(LAYOUT, PANELS);
     }
-    let y2 = QUANT_DOT.call(&[x2, w], &attrs)[0];
+    let y2 = match bias {
+        Some(b) => QUANT_DOT.call(&[x2, w, b.reshape(&[ws.dims()[0]])], &attrs)[0],
+        None => QUANT_DOT.call(&[x2, w], &attrs)[0],
+    };
     let rows_tag = ws.tag(0).map_or("", |t| t.as_str());
     let out = rest
         .insert_axis(rest.rank(), ws.dims()[0], rows_tag)
@@ -88,12 +120,25 @@ pub fn dot(x: Tensor, w: Tensor, axis: &str) -> Tensor {
     }
 }
 
-/// `[n, cols] f32` and `[rows, row_bytes] u8` in `format` give `[n, rows] f32`.
+/// `[n, cols] f32` and `[rows, row_bytes] u8` in `format` (and a bias
+/// `[rows] f32`) give `[n, rows] f32`.
 fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
     let format = format_attr(attrs)?;
-    let [x, w] = s else {
-        return Err(format!("wants x and the blocks, got {} operands", s.len()));
+    let (x, w, bias) = match s {
+        [x, w] => (x, w, None),
+        [x, w, b] => (x, w, Some(b)),
+        _ => {
+            return Err(format!(
+                "wants x, the blocks and an optional bias, got {} operands",
+                s.len()
+            ));
+        }
     };
+    if let Some(b) = bias
+        && (b.rank() != 1 || b.dtype() != DType::F32 || b.dims()[0] != w.dims()[0])
+    {
+        return Err(format!("wants an f32 bias [{}], got {b}", w.dims()[0]));
+    }
     if x.rank() != 2 || w.rank() != 2 || x.dtype() != DType::F32 || w.dtype() != DType::U8 {
         return Err(format!(
             "wants f32 [n, cols] and u8 [rows, row_bytes], got {x} and {w}"
@@ -165,8 +210,28 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
         isa: Isa::best(),
         parallel: radix_quant::SpinPool::global(),
     };
+    products(k, &config, (format, w, rows, cols), (n, x), y)?;
+    if k.input_shape(2).is_some() {
+        let bias = k.input::<f32>(2)?;
+        for y in y.chunks_exact_mut(rows.max(1)) {
+            for (y, b) in y.iter_mut().zip(bias) {
+                *y += b;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The products of `kernel`'s call into `y`.
+fn products(
+    k: &Kernel<'_>,
+    config: &Config,
+    (format, w, rows, cols): (Format, &[u8], usize, usize),
+    (n, x): (usize, &[f32]),
+    y: &mut [f32],
+) -> Result<(), String> {
     if layout_attr(k.attrs())? == Layout::Panels {
-        return radix_quant::matmul_panels_with(&config, w, rows, cols, n, x, y)
+        return radix_quant::matmul_panels_with(config, w, rows, cols, n, x, y)
             .map_err(|e| e.to_string());
     }
     let products = k.attrs().str("products")?;
@@ -175,11 +240,11 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
     // Int8: a decode step's (or a batch's) dots, or a prompt's tiled integer
     // products where the CPU has them (`radix_quant::DOT_MAX_TOKENS`).
     let res = if products == Products::Int8 {
-        radix_quant::matmul_q8_with(&config, format, w, rows, cols, n, x, y)
+        radix_quant::matmul_q8_with(config, format, w, rows, cols, n, x, y)
     } else if n == 1 {
-        radix_quant::matvec_with(&config, format, w, rows, cols, x, y)
+        radix_quant::matvec_with(config, format, w, rows, cols, x, y)
     } else {
-        radix_quant::matmul_with(&config, format, w, rows, cols, n, x, y)
+        radix_quant::matmul_with(config, format, w, rows, cols, n, x, y)
     };
     res.map_err(|e| e.to_string())
 }

@@ -13,7 +13,7 @@ mod dot;
 mod rows;
 mod unpack;
 
-pub use dot::dot;
+pub use dot::{dot, dot_bias};
 pub use radix_quant::Format;
 pub use rows::rows;
 pub use unpack::dequantize;
