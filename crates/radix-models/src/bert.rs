@@ -196,7 +196,7 @@ impl BertAttention {
         let v = heads(&self.value, "k");
         let a = padded_attention(q, k, v, lengths);
         let a = a.merge_axes(["h", "hd"], "d").rename("q", "s");
-        self.norm.forward(x + self.output.forward(a))
+        self.norm.forward_residual(x, self.output.forward(a))
     }
 }
 
@@ -234,7 +234,7 @@ impl BertLayer {
     pub fn forward(&self, x: Tensor, lengths: Tensor) -> Tensor {
         let x = self.attention.forward(x, lengths);
         let y = self.down.forward(self.up.forward(x).gelu_erf());
-        self.norm.forward(x + y)
+        self.norm.forward_residual(x, y)
     }
 }
 

@@ -1,7 +1,8 @@
 //! `nn::LayerNorm` (the custom call `radix.layer_norm`) against the norm
 //! computed in f64 here, over the last axis and over a middle one, through
-//! the interpreter, the CPU plugin's kernel and the in-graph fallback; and
-//! its gradient against the formula's written in ops.
+//! the interpreter, the CPU plugin's kernel and the in-graph fallback; its
+//! residual form against the norm of the sum; and its gradient against the
+//! formula's written in ops.
 
 mod blocks;
 
@@ -114,4 +115,45 @@ fn gradient_is_the_formulas() {
         let tol = Tol::sum(DType::F32, A * D * C, 16.0);
         assert_all_close(what, &a.to_vec::<f32>(), &b.to_vec::<f32>(), tol);
     }
+}
+
+/// `forward_residual(x, r)` is `forward(x + r)`, bit for bit, every way it
+/// runs (the kernel sums as XLA's add does, then normalizes the same), and
+/// its gradient reaches the residual.
+#[test]
+fn residual_form_is_the_norm_of_the_sum() {
+    let mut rng = Rng(0x1405_7B7E_F767_814F);
+    let (_, [x, w, b]) = inputs(&mut rng);
+    let r: Vec<f32> = (0..A * D * C).map(|_| rng.unit()).collect();
+    let r = f32_literal(&r, &[("a", A as i64), ("d", D as i64), ("c", C as i64)]);
+    let inputs = [x, w, b, r];
+    let program = trace_fn(&inputs, |t| {
+        let n = norm(t[1], t[2]);
+        (n.forward_residual(t[0], t[3]), n.forward(t[0] + t[3]))
+    })
+    .expect("trace");
+    for mode in [CustomCallMode::Native, CustomCallMode::Fallback] {
+        let out = run_program_with(program.clone(), &inputs, mode).expect("compile and run");
+        assert_eq!(out[0].to_vec::<f32>(), out[1].to_vec::<f32>(), "{mode:?}");
+    }
+    let interp = program.interpret(&inputs);
+    assert_eq!(
+        interp[0].to_vec::<f32>(),
+        interp[1].to_vec::<f32>(),
+        "interpreter"
+    );
+    let grads = trace_fn(&inputs, |t| {
+        let loss = |xr: &(Tensor, Tensor), wb: &(Tensor, Tensor)| {
+            let y = norm(wb.0, wb.1).forward_residual(xr.0, xr.1);
+            (y * y * y).sum(["a", "d", "c"])
+        };
+        let one = Tensor::scalar(1.0, DType::F32);
+        let (_, (dx, dr)) = radix::vjp(loss, &(t[0], t[3]), &(t[1], t[2]), &one);
+        (dx, dr)
+    })
+    .expect("trace");
+    let out = run_program_with(grads, &inputs, CustomCallMode::Native).expect("compile and run");
+    // d(x + r)/dx = d(x + r)/dr: the same gradient.
+    assert_eq!(out[0].to_vec::<f32>(), out[1].to_vec::<f32>());
+    assert!(out[1].to_vec::<f32>().iter().any(|&g| g != 0.0));
 }

@@ -11,17 +11,18 @@ use crate::custom_call::{Attrs, CustomCall, Kernel};
 use crate::nn::broadcast_like;
 use crate::{DType, Shape, Tensor};
 
-/// `x [n, d] f32` normalized along `d`, times `weight [d]` plus `bias [d]`;
-/// attribute `eps` (f32).
+/// `x [n, d] f32` (plus the optional fourth operand `residual [n, d]`)
+/// normalized along `d`, times `weight [d]` plus `bias [d]`; attribute
+/// `eps` (f32).
 static LAYER_NORM: LazyLock<CustomCall> = LazyLock::new(|| {
     CustomCall::builder("radix.layer_norm", 1, shape_rule, kernel)
-        .fallback(|x, attrs| vec![traced(x[0], x[1], x[2], LAST, eps(attrs))])
+        .fallback(|x, attrs| vec![traced(summed(x), x[1], x[2], LAST, eps(attrs))])
         .derivative(|x, _, g, attrs| {
             // The fallback's: the kernel computes the same function.
             let eps = eps(attrs);
-            let f = |xwb: &(Tensor, Tensor, Tensor), _: &()| traced(xwb.0, xwb.1, xwb.2, LAST, eps);
-            let (_, (dx, dw, db)) = crate::vjp(f, &(x[0], x[1], x[2]), &(), &g[0]);
-            vec![dx, dw, db]
+            let f = |x: &Vec<Tensor>, _: &()| traced(summed(x), x[1], x[2], LAST, eps);
+            let (_, dx) = crate::vjp(f, &x.to_vec(), &(), &g[0]);
+            dx
         })
         .register()
         .expect("radix.layer_norm is declared once")
@@ -35,26 +36,47 @@ fn eps(attrs: &Attrs) -> f64 {
     f64::from(attrs.f32("eps").unwrap_or(0.0))
 }
 
+/// The call's `x`, plus its residual where it has one.
+fn summed(x: &[Tensor]) -> Tensor {
+    match x.get(3) {
+        Some(&r) => x[0] + r,
+        None => x[0],
+    }
+}
+
 /// `(x - mean) / sqrt(var + eps) * weight + bias` over `x`'s axis `axis`
-/// (biased variance), `weight` and `bias` tagged `axis`.
+/// (biased variance), `weight` and `bias` tagged `axis`; with a `residual`
+/// (`x`'s shape), the norm of `x + residual`, summed in the same call.
 #[track_caller]
-pub(super) fn layer_norm(x: Tensor, weight: Tensor, bias: Tensor, axis: &str, eps: f64) -> Tensor {
+pub(super) fn layer_norm(
+    x: Tensor,
+    residual: Option<Tensor>,
+    (weight, bias): (Tensor, Tensor),
+    axis: &str,
+    eps: f64,
+) -> Tensor {
     let xs = x.shape();
-    let (Some(at), DType::F32) = (xs.axis(axis), xs.dtype()) else {
+    let same = residual.is_none_or(|r| r.shape() == xs);
+    let (Some(at), DType::F32, true) = (xs.axis(axis), xs.dtype(), same) else {
+        let x = residual.map_or(x, |r| x + r);
         return traced(x, weight, bias, axis, eps);
     };
     let mut perm: Vec<usize> = (0..xs.rank()).filter(|&i| i != at).collect();
     perm.push(at);
     let d = xs.dims()[at];
     let rows = xs.count() as i64 / d.max(1);
-    let flat = x
-        .transpose(perm.as_slice())
-        .reshape(&[rows, d])
-        .with_tags(&[ROWS, LAST]);
+    let flat = |x: Tensor| {
+        x.transpose(perm.as_slice())
+            .reshape(&[rows, d])
+            .with_tags(&[ROWS, LAST])
+    };
     let w = weight.rename(axis, LAST);
     let b = bias.rename(axis, LAST);
     let attrs = Attrs::new().with("eps", eps as f32);
-    let y = LAYER_NORM.call(&[flat, w, b], &attrs)[0];
+    let y = match residual {
+        Some(r) => LAYER_NORM.call(&[flat(x), w, b, flat(r)], &attrs)[0],
+        None => LAYER_NORM.call(&[flat(x), w, b], &attrs)[0],
+    };
     let moved = x.transpose(perm.as_slice()).shape();
     let back: Vec<usize> = (0..xs.rank())
         .map(|i| match i.cmp(&at) {
@@ -77,11 +99,14 @@ pub(super) fn traced(x: Tensor, weight: Tensor, bias: Tensor, axis: &str, eps: f
 
 fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
     attrs.f32("eps")?;
-    let [x, w, b] = s else {
-        return Err(format!(
-            "wants x, weight and bias, got {} operands",
-            s.len()
-        ));
+    let (x, w, b) = match s {
+        [x, w, b] => (x, w, b),
+        [x, w, b, r] if r == x => (x, w, b),
+        _ => {
+            return Err(format!(
+                "wants x, weight, bias and an optional residual of x's shape, got {s:?}"
+            ));
+        }
     };
     let f32s = [x, w, b].iter().all(|s| s.dtype() == DType::F32);
     if !f32s || x.rank() != 2 || w.rank() != 1 || w.dims() != b.dims() || w.dims()[0] != x.dims()[1]
@@ -108,11 +133,21 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
     let rows = y.len() / d;
     let per_task = (MIN_TASK_ELEMENTS / d).clamp(1, rows);
     let parts: Vec<Mutex<&mut [f32]>> = y.chunks_mut(per_task * d).map(Mutex::new).collect();
+    let residual = match k.input_shape(3) {
+        Some(_) => Some(k.input::<f32>(3)?),
+        None => None,
+    };
     let run = |task: usize| {
         let mut y = parts[task].lock().unwrap_or_else(|e| e.into_inner());
-        let x = &x[task * per_task * d..][..y.len()];
-        for (x, y) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)) {
-            normalize_best(x, w, b, eps, y);
+        let (first, len) = (task * per_task * d, y.len());
+        y.copy_from_slice(&x[first..][..len]);
+        if let Some(r) = residual {
+            for (y, r) in y.iter_mut().zip(&r[first..]) {
+                *y += r;
+            }
+        }
+        for y in y.chunks_exact_mut(d) {
+            normalize_best(y, w, b, eps);
         }
     };
     radix_quant::SpinPool::global().try_run(parts.len(), &run)
@@ -120,29 +155,29 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
 
 /// [`normalize`] compiled for AVX2 and FMA where the CPU has them (its
 /// loops then run eight lanes at a time), else as portable code.
-fn normalize_best(x: &[f32], w: &[f32], b: &[f32], eps: f32, y: &mut [f32]) {
+fn normalize_best(y: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
         // SAFETY: the CPU has AVX2 and FMA, checked just above.
-        return unsafe { normalize_avx2(x, w, b, eps, y) };
+        return unsafe { normalize_avx2(y, w, b, eps) };
     }
-    normalize(x, w, b, eps, y)
+    normalize(y, w, b, eps)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn normalize_avx2(x: &[f32], w: &[f32], b: &[f32], eps: f32, y: &mut [f32]) {
-    normalize(x, w, b, eps, y)
+fn normalize_avx2(y: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+    normalize(y, w, b, eps)
 }
 
 /// Partial sums of [`normalize`]'s two means: two AVX2 vectors.
 const LANES: usize = 16;
 
-/// One row: its mean, then the mean of its squared deviations (in
-/// [`LANES`] partial sums, so that the loops run in vector lanes), then
-/// `(x − mean) · rsqrt(var + eps) · w + b`.
+/// One row `x`, in place: its mean, then the mean of its squared
+/// deviations (in [`LANES`] partial sums, so that the loops run in vector
+/// lanes), then `(x − mean) · rsqrt(var + eps) · w + b`.
 #[inline(always)]
-fn normalize(x: &[f32], w: &[f32], b: &[f32], eps: f32, y: &mut [f32]) {
+fn normalize(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
     let n = x.len() as f32;
     let (chunks, tail) = x.as_chunks::<LANES>();
     let mut acc = [0.0f32; LANES];
@@ -162,7 +197,7 @@ fn normalize(x: &[f32], w: &[f32], b: &[f32], eps: f32, y: &mut [f32]) {
     let tail: f32 = tail.iter().map(|&v| (v - mean) * (v - mean)).sum();
     let var = (acc.iter().sum::<f32>() + tail) / n;
     let inv = 1.0 / (var + eps).sqrt();
-    for (((y, &x), &w), &b) in y.iter_mut().zip(x).zip(w).zip(b) {
-        *y = (x - mean) * inv * w + b;
+    for ((x, &w), &b) in x.iter_mut().zip(w).zip(b) {
+        *x = (*x - mean) * inv * w + b;
     }
 }

@@ -43,7 +43,17 @@ impl LayerNorm {
     /// (`radix.layer_norm`), elsewhere the formula in ops.
     #[track_caller]
     pub fn forward(&self, x: Tensor) -> Tensor {
-        super::layer_norm::layer_norm(x, self.weight, self.bias, self.dim.as_str(), self.eps)
+        let params = (self.weight, self.bias);
+        super::layer_norm::layer_norm(x, None, params, self.dim.as_str(), self.eps)
+    }
+
+    /// Normalises `x + residual` (a residual connection and the norm after
+    /// it, post-norm as BERT): the same as `forward(x + residual)`, with
+    /// the sum taken in the norm's kernel on the CPU plugin.
+    #[track_caller]
+    pub fn forward_residual(&self, x: Tensor, residual: Tensor) -> Tensor {
+        let params = (self.weight, self.bias);
+        super::layer_norm::layer_norm(x, Some(residual), params, self.dim.as_str(), self.eps)
     }
 }
 
