@@ -211,15 +211,30 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
         parallel: radix_quant::SpinPool::global(),
     };
     products(k, &config, (format, w, rows, cols), (n, x), y)?;
-    if k.input_shape(2).is_some() {
-        let bias = k.input::<f32>(2)?;
-        for y in y.chunks_exact_mut(rows.max(1)) {
+    if k.input_shape(2).is_some() && rows > 0 {
+        add_bias(k.input::<f32>(2)?, y)?;
+    }
+    Ok(())
+}
+
+/// The least outputs a task of [`add_bias`] takes: fewer cost more to hand
+/// over than to add.
+const MIN_BIAS_TASK: usize = 64 * 1024;
+
+/// `bias` added to every row of `y` (its rows are `bias.len()` long), a
+/// prompt's rows split over the kernel workers.
+fn add_bias(bias: &[f32], y: &mut [f32]) -> Result<(), String> {
+    let per_task = (MIN_BIAS_TASK / bias.len()).max(1) * bias.len();
+    let parts: Vec<std::sync::Mutex<&mut [f32]>> =
+        y.chunks_mut(per_task).map(std::sync::Mutex::new).collect();
+    radix_quant::SpinPool::global().try_run(parts.len(), &|task| {
+        let mut part = parts[task].lock().unwrap_or_else(|e| e.into_inner());
+        for y in part.chunks_exact_mut(bias.len()) {
             for (y, b) in y.iter_mut().zip(bias) {
                 *y += b;
             }
         }
-    }
-    Ok(())
+    })
 }
 
 /// The products of `kernel`'s call into `y`.
