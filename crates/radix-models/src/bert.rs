@@ -374,10 +374,11 @@ pub struct EmbedderConfig {
 impl EmbedderConfig {
     /// Powers of two: batches 1..=32 and lengths 16..=256 (all-MiniLM-L6-v2's
     /// `max_seq_length`), and every matrix through radix's CPU kernels
-    /// ([`MatrixFormat::Kernels`]): measured on a 2-core Xeon (AVX-512),
-    /// 218 sentences/s against 145 through XLA's dot for one sentence of 16
-    /// tokens (which packs every weight matrix again on each call), 54
-    /// against 53 for 32 of 128, in half the resident memory.
+    /// ([`MatrixFormat::Kernels`], f32 matrices packed in panels at load):
+    /// measured on a 2-core Xeon (AVX-512), 308 sentences/s against 125
+    /// through XLA's dot for one sentence of 16 tokens (which packs every
+    /// weight matrix again on each call), 69.7 against 70.0 for 32 of 128,
+    /// in 267 MiB against 354 (BENCHMARKS §4).
     pub fn minilm() -> EmbedderConfig {
         EmbedderConfig {
             batch_buckets: vec![1, 2, 4, 8, 16, 32],

@@ -234,7 +234,9 @@ mod simd {
 
     use super::PANEL_ROWS;
 
-    /// Columns ahead of the step at which the panels' weights are asked for.
+    /// Columns ahead of the step at which the panels' weights are asked for:
+    /// measured in criterion over MiniLM's 36 matrices at 16 tokens (42 MB,
+    /// from L3), 1.82 ms without, 1.66 at 8, 1.77 at 32 columns.
     const PREFETCH_K: usize = 8;
 
     /// Defines `$name(w, cols, x, out, stride, first)`: every panel of `w`
