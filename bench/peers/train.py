@@ -24,7 +24,9 @@ args = ap.parse_args()
 rng = np.random.default_rng(0)
 BATCH, WINDOW, D, H, KV, FFN, VOC, LAYERS = 128, 65, 64, 4, 2, 192, 256, 2
 HD = D // H
-images = rng.integers(0, 256, size=(BATCH, 784)).astype(np.float32) / 255
+# u8 pixels, as radix's MLP takes them (it scales them to [0, 1] in its
+# step), so that both steps do the same work.
+images = rng.integers(0, 256, size=(BATCH, 784)).astype(np.uint8)
 labels = rng.integers(0, 10, size=BATCH)
 ids = rng.integers(0, 256, size=WINDOW)
 normal = lambda *s: (rng.normal(size=s) / np.sqrt(s[-1])).astype(np.float32)
@@ -71,7 +73,8 @@ def cross_entropy(logits, targets, o):
     return -(logp * onehot).sum(-1).mean()
 
 
-def mlp_loss(p, x, y, o):
+def mlp_loss(p, pixels, y, o):
+    x = o.to_f32(pixels) / 255
     h = o.relu(x @ p["w0"].T + p["b0"])
     return cross_entropy(h @ p["w1"].T + p["b1"], y, o)
 
@@ -118,7 +121,8 @@ if args.system == "jax":
         r.add(name, "ms", [time_per_call(args.steps_per_sample, once) * 1e3 for _ in range(args.samples)])
 
     o = Ops(jnp, "keepdims", max_last=lambda x: x.max(-1, keepdims=True), repeat=jnp.repeat,
-            softmax=lambda s: jax.nn.softmax(s, -1), silu=jax.nn.silu, relu=jax.nn.relu, mask=jnp.asarray(mask), cos=jnp.asarray(cos), sin=jnp.asarray(sin))
+            softmax=lambda s: jax.nn.softmax(s, -1), silu=jax.nn.silu, relu=jax.nn.relu,
+            to_f32=lambda x: x.astype(jnp.float32), mask=jnp.asarray(mask), cos=jnp.asarray(cos), sin=jnp.asarray(sin))
     timed(f"{args.system} train mnist", lambda p, x, y: mlp_loss(p, x, y, o), mlp0, jnp.asarray(images), jnp.asarray(labels))
     timed(f"{args.system} train lm", lambda p, ids: llama_loss(p, ids, o), lm0, jnp.asarray(ids))
     r.meta.update(jax=jax.__version__, devices=str(jax.devices()))
@@ -141,7 +145,8 @@ else:
 
     o = Ops(torch, "keepdim", max_last=lambda x: x.max(-1, keepdim=True)[0],
             repeat=lambda x, n, axis: x.repeat_interleave(n, axis), softmax=lambda s: torch.softmax(s, -1),
-            silu=torch.nn.functional.silu, relu=torch.relu, mask=torch.tensor(mask), cos=torch.tensor(cos),
+            silu=torch.nn.functional.silu, relu=torch.relu, to_f32=lambda x: x.float(),
+            mask=torch.tensor(mask), cos=torch.tensor(cos),
             sin=torch.tensor(sin))
     timed(f"{args.system} train mnist", lambda p, x, y: mlp_loss(p, x, y, o), mlp0, torch.tensor(images), torch.tensor(labels))
     timed(f"{args.system} train lm", lambda p, ids: llama_loss(p, ids, o), lm0, torch.tensor(ids))
