@@ -544,14 +544,7 @@ fn matmul_lanes_by_tokens(
 ) {
     let isa = config.isa;
     let tile_rows = TokenLanes::tile_rows(isa, cols);
-    let parts: Vec<Mutex<(&[f32], &mut [f32])>> = x
-        .chunks(per_task * cols)
-        .zip(y.chunks_mut(per_task * rows))
-        .map(Mutex::new)
-        .collect();
-    config.parallel.run(parts.len(), &|task| {
-        let mut part = parts[task].lock().unwrap_or_else(|e| e.into_inner());
-        let (x, y) = &mut *part;
+    for_token_tasks(config, (x, cols), (y, rows), per_task, &|x, y| {
         let lanes = TokenLanes::new(isa, x, cols, x.len() / cols);
         let mut decoded = Vec::new();
         for first in (0..rows).step_by(tile_rows) {
@@ -564,6 +557,28 @@ fn matmul_lanes_by_tokens(
             };
             dot_tile_lanes(isa, &tile, &lanes, y, rows);
         }
+    });
+}
+
+/// `task(x, y)` on the pool for consecutive chunks of `per_task` tokens:
+/// `x` (each token `cols` long) and `y` (each `rows` long) cut alike, so
+/// each task writes whole rows of `y`.
+fn for_token_tasks(
+    config: &Config,
+    (x, cols): (&[f32], usize),
+    (y, rows): (&mut [f32], usize),
+    per_task: usize,
+    task: &(dyn Fn(&[f32], &mut [f32]) + Sync),
+) {
+    let parts: Vec<Mutex<(&[f32], &mut [f32])>> = x
+        .chunks(per_task * cols)
+        .zip(y.chunks_mut(per_task * rows))
+        .map(Mutex::new)
+        .collect();
+    config.parallel.run(parts.len(), &|i| {
+        let mut part = parts[i].lock().unwrap_or_else(|e| e.into_inner());
+        let (x, y) = &mut *part;
+        task(x, y);
     });
 }
 

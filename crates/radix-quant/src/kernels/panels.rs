@@ -14,9 +14,7 @@
 //! zero, as on the row-major lanes path, so every instruction set (and the
 //! scalar reference, `f32::mul_add`) gives the same bits.
 
-use std::sync::Mutex;
-
-use super::{Config, Isa, Kind, check_len, product};
+use super::{Config, Isa, Kind, check_len, for_row_tasks, for_token_tasks, product};
 use crate::Error;
 
 /// Rows in a panel: one AVX-512 vector of f32, two of AVX2.
@@ -130,42 +128,28 @@ pub fn matmul_panels_f32_with(
     if rows == 0 || n_tokens == 0 {
         return Ok(());
     }
-    let n_tasks = config.parallel.n_threads() * config.parallel.tasks_per_thread().max(1);
-    let panel_len = PANEL_ROWS * cols;
-    let n_panels = rows / PANEL_ROWS;
     let isa = config.isa;
     if n_tokens >= TOKENS_PER_CHUNK * config.parallel.n_threads() {
         // By tokens: each task writes whole rows of `y`.
+        let n_tasks = config.parallel.n_threads() * config.parallel.tasks_per_thread().max(1);
         let per_task = n_tokens.div_ceil(n_tasks.max(1));
-        let parts: Vec<Mutex<(&[f32], &mut [f32])>> = x
-            .chunks(per_task * cols)
-            .zip(y.chunks_mut(per_task * rows))
-            .map(Mutex::new)
-            .collect();
-        config.parallel.run(parts.len(), &|task| {
-            let mut part = parts[task].lock().unwrap_or_else(|e| e.into_inner());
-            let (x, y) = &mut *part;
-            run(isa, weights, cols, x, y, rows, 0);
+        for_token_tasks(config, (x, cols), (y, rows), per_task, &|x, y| {
+            run(isa, weights, cols, x, y, rows, 0)
         });
         return Ok(());
     }
-    // By panels: each task computes a band of columns of `y` into a buffer
-    // of its own, copied in under the lock (tiny beside the products).
-    let by_size = (rows * cols * 4 / config.parallel.min_task_bytes().max(1)).max(1);
-    let per_task = n_panels.div_ceil(n_tasks.clamp(1, by_size));
-    let y = Mutex::new(y);
-    config.parallel.run(n_panels.div_ceil(per_task), &|task| {
-        let first = task * per_task;
-        let band = per_task.min(n_panels - first) * PANEL_ROWS;
-        let w = &weights[first * panel_len..][..band * cols];
-        let mut out = vec![0.0f32; n_tokens * band];
-        run(isa, w, cols, x, &mut out, band, 0);
-        let mut y = y.lock().unwrap_or_else(|e| e.into_inner());
-        let first_row = first * PANEL_ROWS;
-        for t in 0..n_tokens {
-            y[t * rows + first_row..][..band].copy_from_slice(&out[t * band..][..band]);
-        }
-    });
+    // By panels: each task a band of whole panels.
+    let row_bytes = cols * 4;
+    for_row_tasks(
+        config,
+        (rows, row_bytes, PANEL_ROWS),
+        n_tokens,
+        y,
+        &|first, n_rows, out| {
+            let w = &weights[first * cols..][..n_rows * cols];
+            run(isa, w, cols, x, out, n_rows, 0)
+        },
+    );
     Ok(())
 }
 
