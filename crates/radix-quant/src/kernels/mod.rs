@@ -465,12 +465,7 @@ pub fn matmul_with(
     y: &mut [f32],
 ) -> Result<(), Error> {
     let row_bytes = check_matmul(format, weights, (rows, cols, n_tokens), x, y)?;
-    if cols == 0 {
-        // Empty dots.
-        y.fill(0.0);
-        return Ok(());
-    }
-    if rows == 0 || n_tokens == 0 {
+    if no_products(rows, cols, n_tokens, y) {
         return Ok(());
     }
     let isa = config.isa;
@@ -516,6 +511,15 @@ pub fn matmul_with(
         },
     );
     Ok(())
+}
+
+/// Whether a product of these sizes has nothing to multiply: `y` is then
+/// done (zeros for rows of no columns, empty dots).
+fn no_products(rows: usize, cols: usize, n_tokens: usize, y: &mut [f32]) -> bool {
+    if cols == 0 {
+        y.fill(0.0);
+    }
+    cols == 0 || rows == 0 || n_tokens == 0
 }
 
 /// Tokens per task where [`matmul_with`] splits a prompt by tokens rather

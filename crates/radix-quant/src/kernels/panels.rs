@@ -14,7 +14,7 @@
 //! zero, as on the row-major lanes path, so every instruction set (and the
 //! scalar reference, `f32::mul_add`) gives the same bits.
 
-use super::{Config, Isa, Kind, check_len, for_row_tasks, for_token_tasks, product};
+use super::{Config, Isa, Kind, check_len, for_row_tasks, for_token_tasks, no_products, product};
 use crate::Error;
 
 /// Rows in a panel: one AVX-512 vector of f32, two of AVX2.
@@ -120,12 +120,7 @@ pub fn matmul_panels_f32_with(
     check_panels(rows, cols, weights.len() * 4)?;
     check_len("x", x.len(), product("x", n_tokens, cols)?)?;
     check_len("y", y.len(), product("y", n_tokens, rows)?)?;
-    if cols == 0 {
-        // Empty dots.
-        y.fill(0.0);
-        return Ok(());
-    }
-    if rows == 0 || n_tokens == 0 {
+    if no_products(rows, cols, n_tokens, y) {
         return Ok(());
     }
     let isa = config.isa;
