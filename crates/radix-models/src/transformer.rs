@@ -281,6 +281,17 @@ impl Attention {
             q * self.rescale
         };
         let (k, v) = (k.rename("s", "k"), v.rename("s", "k"));
+        if step.cache.k.dim("k") == 0 {
+            // A cache of no positions (a training loss's forward): the
+            // step's own keys, each query those up to its position. XLA
+            // then sees plain attention, which it differentiates as JAX's
+            // program, with no cache written or kernel called.
+            let (q_pos, k_pos) = (pos.rename("s", "q"), pos.rename("s", "k"));
+            let mask = nn::window_mask(q_pos, k_pos, self.window);
+            let out = nn::attention(q.rename("s", "q"), k, v, Some(mask));
+            let out = out.merge_axes(["h", "hd"], "d").rename("q", "s");
+            return (self.o.forward(out), step.cache);
+        }
         let cache = step.cache.write(step.start, k, v);
         // Reads the step's rows of the cache (a batch's cache may hold more:
         // free slots after the running sequences), each query the positions
@@ -364,13 +375,15 @@ impl<B: Layer> Decoder<B> {
     /// The mean cross-entropy of next-token prediction over token `ids`
     /// `(b, s)`, `b` sequences of `s` tokens: position `i`'s logits
     /// against token `i + 1` of the same row (the loss a language model
-    /// trains on; the caches start empty).
+    /// trains on). Its layers get caches of no positions, so each attends
+    /// over the window's own keys in ops ([`nn::attention`]), writing no
+    /// cache.
     pub fn next_token_loss(&self, ids: Tensor) -> Tensor {
         let (b, s) = (ids.dim("b"), ids.dim("s"));
         let zero = Tensor::scalar(0.0, DType::I32);
         let (kv, hd) = (self.cfg.n_kv_heads, self.cfg.head_dim);
         let caches: Vec<KvCache> = (0..self.layers.len())
-            .map(|_| KvCache::zeros(KvCache::shape(b, s, kv, hd, DType::F32)))
+            .map(|_| KvCache::zeros(KvCache::shape(b, 0, kv, hd, DType::F32)))
             .collect();
         let (x, _) = crate::generate::hidden(self, ids, zero, caches);
         let logits = self.logits(x).slice("s", 0..s - 1);

@@ -68,6 +68,18 @@ pub fn causal_mask(q_pos: Tensor, k_pos: Tensor) -> Tensor {
     k_pos.broadcast(grid).le(q_pos.broadcast(grid))
 }
 
+/// [`causal_mask`], and with a `window` of `w` positions only the last `w`
+/// keys up to each query's position (a sliding-window layer's mask).
+#[track_caller]
+pub fn window_mask(q_pos: Tensor, k_pos: Tensor, window: Option<i64>) -> Tensor {
+    let mask = causal_mask(q_pos, k_pos);
+    match window {
+        // Keys within the last `w` positions: q_pos <= k_pos + w - 1.
+        Some(w) if w > 0 => mask.and(causal_mask(k_pos + (w - 1) as f64, q_pos)),
+        _ => mask,
+    }
+}
+
 /// Bools tagged `(b, k)` from `valid` (ones for real tokens, zeros for padding,
 /// any integer or float dtype): keys that are padding are hidden.
 #[track_caller]

@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 
 use crate::custom_call::{Attrs, CustomCall, Kernel};
 use crate::nn::tags::{B, H, HD, K, Q};
-use crate::nn::{KvCache, attention, causal_mask};
+use crate::nn::{KvCache, attention, window_mask};
 use crate::tensor::fail;
 use crate::{DType, Shape, Tensor};
 
@@ -80,13 +80,7 @@ fn masked(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, window: i64) -> Tensor
         (k, v)
     };
     let k_pos = Tensor::iota(Shape::tagged(DType::I32, &[(K, k.dim(K))]), K);
-    let mask = causal_mask(q_pos, k_pos);
-    let mask = match window {
-        // Keys within the last `w` positions: q_pos <= k_pos + w - 1.
-        w if w > 0 => mask.and(causal_mask(k_pos + (w - 1) as f64, q_pos)),
-        _ => mask,
-    };
-    attention(q, k, v, Some(mask))
+    attention(q, k, v, Some(window_mask(q_pos, k_pos, Some(window))))
 }
 
 fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {

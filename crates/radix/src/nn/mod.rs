@@ -43,7 +43,7 @@ pub mod tags {
     pub const VOC: &str = "voc";
 }
 
-pub use attention::{KvCache, attention, causal_mask, padding_mask};
+pub use attention::{KvCache, attention, causal_mask, padding_mask, window_mask};
 pub use cached_attention::cached_attention;
 pub use embedding::Embedding;
 pub use linear::Linear;
