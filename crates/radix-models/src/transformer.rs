@@ -281,23 +281,21 @@ impl Attention {
             q * self.rescale
         };
         let (k, v) = (k.rename("s", "k"), v.rename("s", "k"));
-        if step.cache.k.dim("k") == 0 {
+        let (q, q_pos) = (q.rename("s", "q"), pos.rename("s", "q"));
+        let (out, cache) = if step.cache.k.dim("k") == 0 {
             // A cache of no positions (a training loss's forward): the
             // step's own keys, each query those up to its position. XLA
             // then sees plain attention, which it differentiates as JAX's
             // program, with no cache written or kernel called.
-            let (q_pos, k_pos) = (pos.rename("s", "q"), pos.rename("s", "k"));
-            let mask = nn::window_mask(q_pos, k_pos, self.window);
-            let out = nn::attention(q.rename("s", "q"), k, v, Some(mask));
-            let out = out.merge_axes(["h", "hd"], "d").rename("q", "s");
-            return (self.o.forward(out), step.cache);
-        }
-        let cache = step.cache.write(step.start, k, v);
-        // Reads the step's rows of the cache (a batch's cache may hold more:
-        // free slots after the running sequences), each query the positions
-        // up to its own (and within the window).
-        let q_pos = pos.rename("s", "q");
-        let out = nn::cached_attention(q.rename("s", "q"), q_pos, cache, self.window);
+            let mask = nn::window_mask(q_pos, pos.rename("s", "k"), self.window);
+            (nn::attention(q, k, v, Some(mask)), step.cache)
+        } else {
+            let cache = step.cache.write(step.start, k, v);
+            // Reads the step's rows of the cache (a batch's cache may hold
+            // more: free slots after the running sequences), each query the
+            // positions up to its own (and within the window).
+            (nn::cached_attention(q, q_pos, cache, self.window), cache)
+        };
         let out = out.merge_axes(["h", "hd"], "d").rename("q", "s");
         (self.o.forward(out), cache)
     }

@@ -266,6 +266,27 @@ impl SpinPool {
     }
 }
 
+impl SpinPool {
+    /// [`SpinPool::try_run`] with a task per consecutive `chunk_len`-long
+    /// chunk of `data` (the last may be shorter): `task(k, chunk)` for
+    /// chunk `k`, each chunk used by its task alone.
+    pub fn try_run_chunks<T: Send>(
+        &self,
+        data: &mut [T],
+        chunk_len: usize,
+        task: &(dyn Fn(usize, &mut [T]) + Sync),
+    ) -> Result<(), String> {
+        let parts: Vec<std::sync::Mutex<&mut [T]>> = data
+            .chunks_mut(chunk_len.max(1))
+            .map(std::sync::Mutex::new)
+            .collect();
+        self.try_run(parts.len(), &|k| {
+            let mut part = parts[k].lock().unwrap_or_else(|e| e.into_inner());
+            task(k, &mut part)
+        })
+    }
+}
+
 /// A worker: joins each new job, spins for [`SPIN`] after it, then sleeps
 /// until the next.
 fn worker(shared: &Shared) {
@@ -383,6 +404,21 @@ mod tests {
                 });
             }
         });
+    }
+
+    /// Each chunk goes to one task, with its index; the last is shorter.
+    #[test]
+    fn spin_pool_runs_a_task_per_chunk() {
+        let pool = SpinPool::new(2);
+        let mut data = vec![0usize; 23];
+        pool.try_run_chunks(&mut data, 5, &|k, chunk| {
+            for v in chunk.iter_mut() {
+                *v += k + 1;
+            }
+        })
+        .expect("no task panics");
+        let want: Vec<usize> = (0..23).map(|i| i / 5 + 1).collect();
+        assert_eq!(data, want);
     }
 
     /// A worker that slept past its spin wakes for the next job.

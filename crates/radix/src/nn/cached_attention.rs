@@ -7,6 +7,7 @@
 use std::sync::LazyLock;
 
 use crate::custom_call::{Attrs, CustomCall, Kernel};
+use crate::nn::has_axes;
 use crate::nn::tags::{B, H, HD, K, Q};
 use crate::nn::{KvCache, attention, window_mask};
 use crate::tensor::fail;
@@ -50,10 +51,7 @@ static CACHED_ATTENTION: LazyLock<CustomCall> = LazyLock::new(|| {
 #[track_caller]
 pub fn cached_attention(q: Tensor, q_pos: Tensor, cache: KvCache, window: Option<i64>) -> Tensor {
     let (qs, ks, ps) = (q.shape(), cache.k.shape(), q_pos.shape());
-    let tagged = |s: Shape, tags: &[&str]| {
-        s.rank() == tags.len() && tags.iter().all(|&t| s.axis(t).is_some())
-    };
-    if !tagged(qs, &[B, Q, H, HD]) || !tagged(ks, &[B, K, H, HD]) || !tagged(ps, &[B, Q]) {
+    if !has_axes(qs, &[B, Q, H, HD]) || !has_axes(ks, &[B, K, H, HD]) || !has_axes(ps, &[B, Q]) {
         let msg = format!(
             "wants q (b, q, h, hd), a cache (b, k, h, hd) and positions (b, q), got {qs}, {ks} and {ps}"
         );

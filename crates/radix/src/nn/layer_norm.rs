@@ -5,7 +5,7 @@
 //! sentence that dispatch costs more than the arithmetic. Elsewhere, and
 //! for derivatives, the same formula in ops ([`traced`]).
 
-use std::sync::{LazyLock, Mutex};
+use std::sync::LazyLock;
 
 use crate::custom_call::{Attrs, CustomCall, Kernel};
 use crate::nn::broadcast_like;
@@ -78,13 +78,11 @@ pub(super) fn layer_norm(
         None => LAYER_NORM.call(&[flat(x), w, b], &attrs)[0],
     };
     let moved = x.transpose(perm.as_slice()).shape();
-    let back: Vec<usize> = (0..xs.rank())
-        .map(|i| match i.cmp(&at) {
-            std::cmp::Ordering::Less => i,
-            std::cmp::Ordering::Equal => xs.rank() - 1,
-            std::cmp::Ordering::Greater => i - 1,
-        })
-        .collect();
+    // The inverse of `perm`: axis `perm[i]` of `x` is axis `i` of `moved`.
+    let mut back = vec![0; perm.len()];
+    for (i, &p) in perm.iter().enumerate() {
+        back[p] = i;
+    }
     y.reshape_to(moved).transpose(back.as_slice())
 }
 
@@ -131,16 +129,14 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
         return Ok(());
     }
     let rows = y.len() / d;
-    let per_task = (MIN_TASK_ELEMENTS / d).clamp(1, rows);
-    let parts: Vec<Mutex<&mut [f32]>> = y.chunks_mut(per_task * d).map(Mutex::new).collect();
+    let per_task = (MIN_TASK_ELEMENTS / d).clamp(1, rows) * d;
     let residual = match k.input_shape(3) {
         Some(_) => Some(k.input::<f32>(3)?),
         None => None,
     };
-    let run = |task: usize| {
-        let mut y = parts[task].lock().unwrap_or_else(|e| e.into_inner());
-        let (first, len) = (task * per_task * d, y.len());
-        y.copy_from_slice(&x[first..][..len]);
+    radix_quant::SpinPool::global().try_run_chunks(y, per_task, &|task, y| {
+        let first = task * per_task;
+        y.copy_from_slice(&x[first..][..y.len()]);
         if let Some(r) = residual {
             for (y, r) in y.iter_mut().zip(&r[first..]) {
                 *y += r;
@@ -149,8 +145,7 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
         for y in y.chunks_exact_mut(d) {
             normalize_best(y, w, b, eps);
         }
-    };
-    radix_quant::SpinPool::global().try_run(parts.len(), &run)
+    })
 }
 
 /// [`normalize`] compiled for AVX2 and FMA where the CPU has them (its

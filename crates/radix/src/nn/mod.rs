@@ -258,6 +258,11 @@ pub(crate) fn dot_matrix(x: Tensor, w: Tensor, axis: &str) -> Tensor {
     }
 }
 
+/// Whether shape `s` has exactly the axes tagged `tags`, in any order.
+pub(crate) fn has_axes(s: Shape, tags: &[&str]) -> bool {
+    s.rank() == tags.len() && tags.iter().all(|&t| s.axis(t).is_some())
+}
+
 /// `t` (whose axes are all tagged and present in `like`) broadcast to
 /// `like`'s dims, in `like`'s axis order.
 #[track_caller]

@@ -19,6 +19,7 @@ use radix_quant::{Config, Isa, PANEL_ROWS, Serial, matmul_panels_f32_with};
 
 use crate::custom_call::{Attrs, CustomCall, Kernel};
 use crate::nn::attention;
+use crate::nn::has_axes;
 use crate::nn::tags::{B, H, HD, K, Q};
 use crate::tensor::fail;
 use crate::{DType, Shape, Tensor};
@@ -54,11 +55,8 @@ static PADDED_ATTENTION: LazyLock<CustomCall> = LazyLock::new(|| {
 #[track_caller]
 pub fn padded_attention(q: Tensor, k: Tensor, v: Tensor, lengths: Tensor) -> Tensor {
     let (qs, ks, ls) = (q.shape(), k.shape(), lengths.shape());
-    let tagged = |s: Shape, tags: &[&str]| {
-        s.rank() == tags.len() && tags.iter().all(|&t| s.axis(t).is_some())
-    };
-    let lengths_ok = tagged(ls, &[B]) && ls.dtype().is_integer();
-    if !tagged(qs, &[B, Q, H, HD]) || !tagged(ks, &[B, K, H, HD]) || !lengths_ok {
+    let lengths_ok = has_axes(ls, &[B]) && ls.dtype().is_integer();
+    if !has_axes(qs, &[B, Q, H, HD]) || !has_axes(ks, &[B, K, H, HD]) || !lengths_ok {
         let msg = format!(
             "wants q (b, q, h, hd), keys and values (b, k, h, hd) and integer lengths (b), got {qs}, {ks} and {ls}"
         );

@@ -225,10 +225,7 @@ const MIN_BIAS_TASK: usize = 64 * 1024;
 /// prompt's rows split over the kernel workers.
 fn add_bias(bias: &[f32], y: &mut [f32]) -> Result<(), String> {
     let per_task = (MIN_BIAS_TASK / bias.len()).max(1) * bias.len();
-    let parts: Vec<std::sync::Mutex<&mut [f32]>> =
-        y.chunks_mut(per_task).map(std::sync::Mutex::new).collect();
-    radix_quant::SpinPool::global().try_run(parts.len(), &|task| {
-        let mut part = parts[task].lock().unwrap_or_else(|e| e.into_inner());
+    radix_quant::SpinPool::global().try_run_chunks(y, per_task, &|_, part| {
         for y in part.chunks_exact_mut(bias.len()) {
             for (y, b) in y.iter_mut().zip(bias) {
                 *y += b;
