@@ -30,6 +30,7 @@
 //! does not depend on the values.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use radix_quant::testing::Rng;
 use radix_quant::{
     Config, DOT_MAX_TOKENS, Format, Isa, Parallel, ScopedThreads, Serial, SpinPool, dequantize,
     matmul_panels_with, matmul_q8_with, matmul_with, matvec_q8_with, matvec_with, pack_panels,
@@ -40,14 +41,8 @@ const SHAPES: [(usize, usize); 4] = [(576, 576), (1536, 576), (576, 1536), (4915
 /// Random blocks whose f16 fields (the first two or four bytes of a Q4_1 or
 /// Q8_0 block) hold small finite scales.
 fn random_blocks(format: Format, n_blocks: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed;
-    let mut next = move || {
-        // xorshift64*: deterministic and dependency-free.
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) as u32
-    };
+    let mut rng = Rng(seed);
+    let mut next = move || (rng.next() >> 32) as u32;
     let mut bytes = Vec::with_capacity(n_blocks * format.block_bytes());
     for _ in 0..n_blocks {
         let mut block: Vec<u8> = (0..format.block_bytes()).map(|_| next() as u8).collect();

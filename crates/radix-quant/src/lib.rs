@@ -31,6 +31,7 @@ mod dequantize;
 mod error;
 mod format;
 mod kernels;
+pub mod testing;
 mod threads;
 
 pub use activations::quantize_q8_0;

@@ -30,8 +30,8 @@ use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::processors::template::TemplateProcessing;
 use tokenizers::{AddedToken, DecoderWrapper, SplitDelimiterBehavior};
 
-use radix::io::Gguf;
-use radix::io::gguf::GgufValue;
+use radix_io::Gguf;
+use radix_io::gguf::GgufValue;
 
 use crate::{Error, Result};
 

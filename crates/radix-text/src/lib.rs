@@ -5,7 +5,7 @@
 //!
 //! This crate sits above the core `radix` crate, which knows nothing of text:
 //! a user tracing a model does not compile the `tokenizers` crate. It only
-//! reads GGUF metadata through [`radix::io::Gguf`]; it knows nothing of
+//! reads GGUF metadata through [`radix_io::Gguf`]; it knows nothing of
 //! tracing, devices or models.
 
 #![warn(missing_docs)]

@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use radix::io::Gguf;
-use radix::io::gguf::GgufValue;
+use radix_io::Gguf;
+use radix_io::gguf::GgufValue;
 
 use crate::chat::{ChatMessage, ChatTemplate};
 use crate::gguf_vocab::{self, GgufVocab, TURN_ENDS};

@@ -4,14 +4,14 @@
 //! for a gemma file that ships none), and a template using what HF templates
 //! use beyond plain Jinja.
 
-#[path = "../../radix/tests/io_common/mod.rs"]
+#[path = "../../radix-io/tests/common/mod.rs"]
 mod common;
 mod gemma3_vocab;
 
 use std::path::Path;
 
 use common::smollm2_gguf;
-use radix::io::Gguf;
+use radix_io::Gguf;
 use radix_text::{ChatMessage, ChatTemplate, TemplateOrigin, Tokenizer};
 
 fn reference() -> serde_json::Value {

@@ -8,7 +8,7 @@
 //! tensors committed as fixtures; and the errors for vocabularies radix cannot
 //! build. SmolLM2's byte-level BPE is checked in `tokenizer.rs`.
 
-#[path = "../../radix/tests/io_common/mod.rs"]
+#[path = "../../radix-io/tests/common/mod.rs"]
 mod common;
 mod gemma3_vocab;
 
@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use common::write;
 use gemma3_vocab::{fixtures, gemma3_vocab, unzip};
-use radix::io::Gguf;
+use radix_io::Gguf;
 use radix_text::{ChatMessage, TemplateOrigin, Tokenizer, turn_end_ids};
 
 fn reference(path: &Path) -> serde_json::Value {
@@ -187,7 +187,7 @@ fn vocabularies_of_unknown_kinds_are_errors_naming_file_key_and_value() {
     let path = write(
         dir.path(),
         "t5.gguf",
-        &radix::testing::gguf_with_strings(&[("tokenizer.ggml.model", "t5")]),
+        &radix_io::gguf::strings_only_file(&[("tokenizer.ggml.model", "t5")]),
     );
     let msg = Tokenizer::from_gguf(&Gguf::open(&path).unwrap())
         .unwrap_err()
@@ -200,7 +200,7 @@ fn vocabularies_of_unknown_kinds_are_errors_naming_file_key_and_value() {
     let path = write(
         dir.path(),
         "bare.gguf",
-        &radix::testing::gguf_with_strings(&[("tokenizer.ggml.model", "llama")]),
+        &radix_io::gguf::strings_only_file(&[("tokenizer.ggml.model", "llama")]),
     );
     let msg = Tokenizer::from_gguf(&Gguf::open(&path).unwrap())
         .unwrap_err()

@@ -4,12 +4,13 @@
 //! the ChatML chat template.
 
 // The model files and reference outputs, found as the `radix` io tests find them.
-#[path = "../../radix/tests/io_common/mod.rs"]
+#[path = "../../radix-io/tests/common/mod.rs"]
 mod common;
 mod gemma3_vocab;
 
-use common::{Rng, minilm_dir, reference_dir, reference_json, smollm2_gguf, write};
-use radix::io::Gguf;
+use common::{minilm_dir, reference_dir, reference_json, smollm2_gguf, write};
+use radix_io::Gguf;
+use radix_quant::testing::Rng;
 use radix_text::{ChatMessage, Tokenizer};
 
 fn smollm2() -> Tokenizer {

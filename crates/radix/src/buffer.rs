@@ -87,7 +87,7 @@ impl Buffer {
             put(
                 platform.client(),
                 bytes,
-                shape.dtype().element_type(),
+                crate::dtype::element_type(shape.dtype()),
                 dims,
                 device,
             )

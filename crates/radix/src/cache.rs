@@ -541,7 +541,7 @@ fn matches_program(exe: &LoadedExecutable, program: &Program) -> Result<(), Stri
         let Some((ty, dims)) = exe.parameter_shape(i) else {
             continue;
         };
-        let want = arg.shape.dtype().element_type();
+        let want = crate::dtype::element_type(arg.shape.dtype());
         if ty.is_some_and(|t| t != want) || dims != arg.shape.dims() {
             return Err(format!(
                 "its parameter {i} is {ty:?}{dims:?}, the program's {} is {}",

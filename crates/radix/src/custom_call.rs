@@ -335,7 +335,11 @@ impl CustomCall {
                     let view = |b: radix_pjrt::custom_call::FfiBuffer<'_>| {
                         let dtype = b
                             .dtype()
-                            .and_then(|t| DType::ALL.into_iter().find(|d| d.element_type() == t))
+                            .and_then(|t| {
+                                DType::ALL
+                                    .into_iter()
+                                    .find(|&d| crate::dtype::element_type(d) == t)
+                            })
                             .ok_or("a buffer of an element type radix does not model")?;
                         Ok::<_, String>(View {
                             shape: Shape::new(dtype, b.dims()),

@@ -30,7 +30,6 @@ pub mod dump;
 mod error;
 mod exe;
 pub mod host_callback;
-pub mod io;
 pub mod ir;
 mod literal;
 pub mod module;
@@ -57,6 +56,8 @@ pub use dump::{DumpConfig, XlaDump};
 pub use error::{Error, Result, TraceError};
 pub use exe::{Compiled, Executable};
 pub use host_callback::host_callback;
+/// Host arrays and the model files that hold them (the `radix-io` crate).
+pub use radix_io as io;
 
 pub use ir::ops::dot::DotDims;
 pub use ir::ops::shape_ops::{PadSpec, SliceRange, SliceSpec};

@@ -253,21 +253,3 @@ pub fn check(
     assert_eq!(got.shape(), interp.shape());
     got
 }
-
-/// A GGUF v3 file holding only string metadata (`kv`) and no tensors: the
-/// smallest file that reaches a loader's metadata checks.
-pub fn gguf_with_strings(kv: &[(&str, &str)]) -> Vec<u8> {
-    let mut g = b"GGUF".to_vec();
-    g.extend(3u32.to_le_bytes());
-    g.extend(0u64.to_le_bytes());
-    g.extend((kv.len() as u64).to_le_bytes());
-    for (k, v) in kv {
-        g.extend((k.len() as u64).to_le_bytes());
-        g.extend(k.as_bytes());
-        // Value type 8: a string.
-        g.extend(8u32.to_le_bytes());
-        g.extend((v.len() as u64).to_le_bytes());
-        g.extend(v.as_bytes());
-    }
-    g
-}

@@ -173,7 +173,7 @@ fn gguf_files() {
     );
     w(
         "t5.gguf",
-        &radix::testing::gguf_with_strings(&[("tokenizer.ggml.model", "t5")]),
+        &radix::io::gguf::strings_only_file(&[("tokenizer.ggml.model", "t5")]),
     );
     std::fs::create_dir(d.join("empty_folder")).unwrap();
 

@@ -54,12 +54,12 @@ fn tokenizer_files() {
     write(
         d,
         "no_tokens.gguf",
-        radix::testing::gguf_with_strings(&[("tokenizer.ggml.model", "gpt2")]),
+        radix::io::gguf::strings_only_file(&[("tokenizer.ggml.model", "gpt2")]),
     );
     write(
         d,
         "token_string.gguf",
-        radix::testing::gguf_with_strings(&[
+        radix::io::gguf::strings_only_file(&[
             ("tokenizer.ggml.model", "llama"),
             ("tokenizer.ggml.tokens", "not an array"),
         ]),

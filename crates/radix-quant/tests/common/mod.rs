@@ -5,23 +5,7 @@
 
 use radix_quant::{Format, Parallel, ScopedThreads, dequantize};
 
-/// Deterministic bytes from a seed (xorshift64*), so a failing proptest case
-/// is reproduced by its seed alone.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform in [-1, 1).
-    pub fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-}
+pub use radix_quant::testing::Rng;
 
 /// What the code bytes of a random block hold.
 #[derive(Debug, Clone, Copy)]

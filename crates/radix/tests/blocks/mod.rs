@@ -5,10 +5,7 @@
 
 use radix::quant::Format;
 
-#[path = "../io_common/mod.rs"]
-mod io_common;
-
-pub use io_common::Rng;
+pub use radix_quant::testing::Rng;
 
 /// What the blocks of a test hold.
 #[derive(Debug, Clone, Copy)]

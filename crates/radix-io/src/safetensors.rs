@@ -8,8 +8,8 @@ use std::sync::Arc;
 use memmap2::Mmap;
 use safetensors::Dtype as StDtype;
 
-use super::{Error, HostTensor, Result, TensorSource};
 use crate::DType;
+use crate::{Error, HostTensor, Result, TensorSource};
 
 /// The safetensors dtypes radix reads, for error messages.
 const SUPPORTED: &str =

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use memmap2::Mmap;
 
-use super::{Error, Result};
 use crate::{DType, Element};
+use crate::{Error, Result};
 
 /// A dense row-major array in host memory: a dtype, dims and bytes that are
 /// either owned or a window into a memory-mapped file.

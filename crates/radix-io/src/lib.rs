@@ -1,11 +1,13 @@
-//! Reading weights from model files.
+//! Host arrays and the files that hold them: element types ([`DType`],
+//! [`Element`]) and reading weights from model files.
 //!
-//! This module does IO and nothing else: it knows the file formats (safetensors,
+//! This crate does IO and nothing else: it knows the file formats (safetensors,
 //! GGUF) and hands back host arrays ([`HostTensor`]) and GGUF metadata, but
 //! knows nothing of tracing, devices, model structure or text (tokenizers
-//! live in the `radix-text` crate). Models
-//! look their weights up by name through a [`WeightStore`], which maps the names a
-//! model uses to the names a file uses.
+//! live in the `radix-text` crate, which reads GGUF metadata through this
+//! one without linking the compiler). `radix` re-exports it as `radix::io`.
+//! Models look their weights up by name through a [`WeightStore`], which
+//! maps the names a model uses to the names a file uses.
 //!
 //! Invariants:
 //! - Files are memory-mapped; a tensor stored in a dtype radix has is handed out
@@ -14,12 +16,16 @@
 //! - Every malformed input (truncated, corrupt, unsupported) is an [`Error`] that
 //!   names the file; nothing here panics on file contents.
 
+#![warn(missing_docs)]
+
+pub mod dtype;
 mod error;
 pub mod gguf;
 pub mod safetensors;
 mod store;
 mod tensor;
 
+pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use gguf::Gguf;
 pub use safetensors::Safetensors;

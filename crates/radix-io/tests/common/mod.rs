@@ -64,27 +64,6 @@ pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     path
 }
 
-/// A small deterministic generator (xorshift64*) for corruption fuzzing.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// Uniform in [-1, 1).
-    pub fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 fn from_env_or_fetch(var: &str, package: &Package, rel: &str) -> PathBuf {
     if let Some(p) = std::env::var_os(var).filter(|p| !p.is_empty()) {
         return PathBuf::from(p);

@@ -1,13 +1,14 @@
 //! safetensors loading: the real MiniLM file, sharded checkpoints, host array
 //! views, and corrupt or truncated files.
 
-mod io_common;
+mod common;
 
 use std::path::Path;
 
-use io_common::{Rng, minilm_dir, write};
-use radix::DType;
-use radix::io::{Error, HostTensor, Safetensors, TensorSource, WeightStore};
+use common::{minilm_dir, write};
+use radix_io::DType;
+use radix_io::{Error, HostTensor, Safetensors, TensorSource, WeightStore};
+use radix_quant::testing::Rng;
 use safetensors::Dtype;
 use safetensors::tensor::TensorView;
 

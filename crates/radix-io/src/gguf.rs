@@ -15,9 +15,9 @@ use std::sync::Arc;
 
 use memmap2::Mmap;
 
-use super::{Error, HostTensor, Result, TensorSource};
 use crate::DType;
-use crate::quant::Format;
+use crate::{Error, HostTensor, Result, TensorSource};
+use radix_quant::Format;
 
 /// The ggml types radix reads, for error messages.
 const SUPPORTED: &str = "supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K";
@@ -660,4 +660,22 @@ impl<'a> Reader<'a> {
             t => return Err(format!("unknown value type {t}")),
         })
     }
+}
+
+/// A GGUF v3 file holding only string metadata (`kv`) and no tensors: the
+/// smallest file that reaches a loader's metadata checks.
+pub fn strings_only_file(kv: &[(&str, &str)]) -> Vec<u8> {
+    let mut g = b"GGUF".to_vec();
+    g.extend(3u32.to_le_bytes());
+    g.extend(0u64.to_le_bytes());
+    g.extend((kv.len() as u64).to_le_bytes());
+    for (k, v) in kv {
+        g.extend((k.len() as u64).to_le_bytes());
+        g.extend(k.as_bytes());
+        // Value type 8: a string.
+        g.extend(8u32.to_le_bytes());
+        g.extend((v.len() as u64).to_le_bytes());
+        g.extend(v.as_bytes());
+    }
+    g
 }

@@ -2,14 +2,15 @@
 //! weights, synthetic files for every supported type and value type, and
 //! corrupt or truncated files.
 
-mod io_common;
+mod common;
 
 use std::collections::BTreeMap;
 
+use common::{reference_dir, smollm2_gguf, write};
 use half::{bf16, f16};
-use io_common::{Rng, reference_dir, smollm2_gguf, write};
-use radix::io::gguf::{GgmlType, GgufValue};
-use radix::io::{Error, Gguf, Safetensors, WeightStore};
+use radix_io::gguf::{GgmlType, GgufValue};
+use radix_io::{Error, Gguf, Safetensors, WeightStore};
+use radix_quant::testing::Rng;
 
 /// Opens `bytes` as a GGUF file in a temporary folder.
 fn open_bytes(bytes: &[u8]) -> (tempfile::TempDir, Result<Gguf, Error>) {
@@ -229,7 +230,7 @@ fn synthetic_tensors_of_every_supported_type() {
     assert_eq!(g.tensor_info("q4_1").unwrap().ty, GgmlType::Q4_1);
     for (name, v) in &want {
         let t = g.tensor(name).unwrap().unwrap();
-        assert_eq!(t.dtype(), radix::DType::F32, "{name}");
+        assert_eq!(t.dtype(), radix_io::DType::F32, "{name}");
         assert_eq!(&t.to_f32_vec(), v, "{name}");
         assert_eq!(t.as_slice::<f32>().unwrap(), &v[..], "{name}");
     }

@@ -2,9 +2,9 @@
 
 use std::path::Path;
 
-use super::{Error, Gguf, HostTensor, Result, Safetensors};
 use crate::DType;
-use crate::quant::Format;
+use crate::{Error, Gguf, HostTensor, Result, Safetensors};
+use radix_quant::Format;
 
 /// A file of named tensors: [`Safetensors`] and [`Gguf`] are sources.
 pub trait TensorSource: Send + Sync {
@@ -61,8 +61,8 @@ fn float_format(dtype: DType) -> Option<Format> {
 /// names its files use, across one or more sources searched in order.
 ///
 /// ```no_run
-/// # fn main() -> radix::io::Result<()> {
-/// use radix::io::{Gguf, WeightStore};
+/// # fn main() -> radix_io::Result<()> {
+/// use radix_io::{Gguf, WeightStore};
 /// let gguf = Gguf::open("SmolLM2-135M-Instruct.Q4_1.gguf".as_ref())?;
 /// let store = WeightStore::new(vec![Box::new(gguf)], |name: &str| name.replace("layers.", "blk."));
 /// let norm = store.get("layers.0.attn_norm.weight", &[576])?;
