@@ -7,8 +7,7 @@
 //! codes per block), so `dequantize(Format::Q8_0, ..)` shows exactly which
 //! values a kernel multiplied.
 
-use half::f16;
-
+use crate::blocks::{BlockQ8_0, F16, blocks_mut};
 use crate::{Error, Format};
 
 /// Quantizes `x` (whole 32-element blocks) into Q8_0 blocks in `out`: per
@@ -33,7 +32,7 @@ pub fn quantize_q8_0(x: &[f32], out: &mut [u8]) -> Result<(), Error> {
 /// compiled for wider vectors.
 #[inline(always)]
 pub(crate) fn quantize_blocks(x: &[f32], out: &mut [u8]) {
-    for (x, block) in x.chunks_exact(32).zip(out.chunks_exact_mut(34)) {
+    for (x, block) in x.chunks_exact(32).zip(blocks_mut::<BlockQ8_0>(out)) {
         // Eight running maxima, not one: a single chain of `max` waits on
         // each step's latency; the maximum is the same in any order.
         let mut lanes = [0.0f32; 8];
@@ -45,8 +44,8 @@ pub(crate) fn quantize_blocks(x: &[f32], out: &mut [u8]) {
         let amax = lanes.into_iter().fold(0.0f32, f32::max);
         let d = amax / 127.0;
         let id = if d == 0.0 { 0.0 } else { 1.0 / d };
-        block[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
-        for (q, &v) in block[2..].iter_mut().zip(x) {
+        block.d = F16::from_f32(d);
+        for (q, &v) in block.qs.iter_mut().zip(x) {
             *q = round_half_away(v * id) as i8 as u8;
         }
     }

@@ -8,6 +8,10 @@
 //! the package's own output). The SIMD kernels decode the same way, so they differ
 //! from this only in the order of their sums.
 
+use crate::blocks::{
+    BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ5_0, BlockQ5_1, BlockQ5_K, BlockQ6_K, BlockQ8_0, F16,
+    block,
+};
 use crate::{Error, Format};
 
 /// Decodes whole blocks of `format` from `bytes` into `out`, which must hold
@@ -38,77 +42,81 @@ pub fn dequantize(format: Format, bytes: &[u8], out: &mut [f32]) -> Result<(), E
     Ok(())
 }
 
-/// Decodes one block; `block` and `out` have the format's block sizes.
-pub(crate) fn dequantize_block(format: Format, block: &[u8], out: &mut [f32]) {
+/// Decodes one block; `bytes` and `out` have the format's block sizes.
+pub(crate) fn dequantize_block(format: Format, bytes: &[u8], out: &mut [f32]) {
     match format {
-        Format::F32 => out[0] = f32::from_le_bytes([block[0], block[1], block[2], block[3]]),
-        Format::F16 => out[0] = f16_at(block, 0),
-        Format::BF16 => out[0] = f32::from_bits(u32::from(u16_at(block, 0)) << 16),
+        Format::F32 => out[0] = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]),
+        Format::F16 => out[0] = F16([bytes[0], bytes[1]]).to_f32(),
+        Format::BF16 => out[0] = f32::from_bits(u32::from_le_bytes([0, 0, bytes[0], bytes[1]])),
         Format::Q8_0 => {
-            let d = f16_at(block, 0);
-            for (o, &q) in block32(out).iter_mut().zip(&block[2..34]) {
+            let b: &BlockQ8_0 = block(bytes);
+            let d = b.d.to_f32();
+            for (o, &q) in block32(out).iter_mut().zip(&b.qs) {
                 *o = f32::from(q as i8) * d;
             }
         }
         Format::Q4_0 => {
-            let d = f16_at(block, 0);
+            let b: &BlockQ4_0 = block(bytes);
+            let d = b.d.to_f32();
             let (lo, hi) = block32(out).split_at_mut(16);
-            for ((lo, hi), &q) in lo.iter_mut().zip(hi).zip(&block[2..18]) {
+            for ((lo, hi), &q) in lo.iter_mut().zip(hi).zip(&b.qs) {
                 *lo = d * (f32::from(q & 0xF) - 8.0);
                 *hi = d * (f32::from(q >> 4) - 8.0);
             }
         }
         Format::Q4_1 => {
-            let (d, m) = (f16_at(block, 0), f16_at(block, 2));
+            let b: &BlockQ4_1 = block(bytes);
+            let (d, m) = (b.d.to_f32(), b.m.to_f32());
             let (lo, hi) = block32(out).split_at_mut(16);
-            for ((lo, hi), &q) in lo.iter_mut().zip(hi).zip(&block[4..20]) {
+            for ((lo, hi), &q) in lo.iter_mut().zip(hi).zip(&b.qs) {
                 *lo = d * f32::from(q & 0xF) + m;
                 *hi = d * f32::from(q >> 4) + m;
             }
         }
         Format::Q5_0 => {
-            let d = f16_at(block, 0);
-            let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+            let b: &BlockQ5_0 = block(bytes);
+            let (d, qh) = (b.d.to_f32(), u32::from_le_bytes(b.qh));
             for (j, o) in block32(out).iter_mut().enumerate() {
-                *o = d * (f32::from(five_bits(&block[6..22], qh, j)) - 16.0);
+                *o = d * (f32::from(five_bits(&b.qs, qh, j)) - 16.0);
             }
         }
         Format::Q5_1 => {
-            let (d, m) = (f16_at(block, 0), f16_at(block, 2));
-            let qh = u32::from_le_bytes([block[4], block[5], block[6], block[7]]);
+            let b: &BlockQ5_1 = block(bytes);
+            let (d, m) = (b.d.to_f32(), b.m.to_f32());
+            let qh = u32::from_le_bytes(b.qh);
             for (j, o) in block32(out).iter_mut().enumerate() {
-                *o = d * f32::from(five_bits(&block[8..24], qh, j)) + m;
+                *o = d * f32::from(five_bits(&b.qs, qh, j)) + m;
             }
         }
         Format::Q4_K => {
-            let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
-            let (scales, qs) = (&block[4..16], &block[16..144]);
+            let b: &BlockQ4_K = block(bytes);
+            let (d, dmin) = (b.d.to_f32(), b.dmin.to_f32());
             for (s, out) in out.chunks_exact_mut(32).enumerate() {
-                let (sc, m) = k_scale_min(scales, s);
+                let (sc, m) = k_scale_min(&b.scales, s);
                 let (d1, m1) = (d * f32::from(sc), dmin * f32::from(m));
                 for (l, o) in out.iter_mut().enumerate() {
-                    *o = d1 * f32::from(k_nibble(qs, s, l)) - m1;
+                    *o = d1 * f32::from(k_nibble(&b.qs, s, l)) - m1;
                 }
             }
         }
         Format::Q5_K => {
-            let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
-            let (scales, qh, qs) = (&block[4..16], &block[16..48], &block[48..176]);
+            let b: &BlockQ5_K = block(bytes);
+            let (d, dmin) = (b.d.to_f32(), b.dmin.to_f32());
             for (s, out) in out.chunks_exact_mut(32).enumerate() {
-                let (sc, m) = k_scale_min(scales, s);
+                let (sc, m) = k_scale_min(&b.scales, s);
                 let (d1, m1) = (d * f32::from(sc), dmin * f32::from(m));
                 for (l, o) in out.iter_mut().enumerate() {
-                    let q = k_nibble(qs, s, l) | ((qh[l] >> s) & 1) << 4;
+                    let q = k_nibble(&b.qs, s, l) | ((b.qh[l] >> s) & 1) << 4;
                     *o = d1 * f32::from(q) - m1;
                 }
             }
         }
         Format::Q6_K => {
-            let (ql, qh, scales) = (&block[0..128], &block[128..192], &block[192..208]);
-            let d = f16_at(block, 208);
+            let b: &BlockQ6_K = block(bytes);
+            let d = b.d.to_f32();
             for (e, o) in out.iter_mut().enumerate() {
-                let d1 = d * f32::from(scales[e / 16] as i8);
-                *o = d1 * f32::from(q6_code(ql, qh, e) as i8 - 32);
+                let d1 = d * f32::from(b.scales[e / 16] as i8);
+                *o = d1 * f32::from(q6_code(&b.ql, &b.qh, e) as i8 - 32);
             }
         }
     }
@@ -118,17 +126,6 @@ pub(crate) fn dequantize_block(format: Format, block: &[u8], out: &mut [f32]) {
 /// bounds checks.
 fn block32(out: &mut [f32]) -> &mut [f32; 32] {
     out.try_into().expect("a 32-element block")
-}
-
-/// The little-endian u16 at byte `at`.
-pub(crate) fn u16_at(block: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([block[at], block[at + 1]])
-}
-
-/// The f16 at byte `at`, widened (exactly) to f32.
-#[inline(always)]
-pub(crate) fn f16_at(block: &[u8], at: usize) -> f32 {
-    f16_to_f32(u16_at(block, at))
 }
 
 /// `f16::from_bits(h).to_f32()`, in a few integer and float operations that

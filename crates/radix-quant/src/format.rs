@@ -2,10 +2,10 @@
 //!
 //! A quantized tensor is a sequence of blocks, each `block_len` consecutive
 //! elements of a row packed into `block_bytes` bytes (scales first or last, then
-//! codes; `dequantize.rs` spells out each layout). The sizes and ids are those of
+//! codes; `blocks.rs` declares each layout). The sizes and ids are those of
 //! ggml's `ggml-common.h` and the `gguf` Python package's `GGML_QUANT_SIZES`.
 
-use crate::Error;
+use crate::{Error, blocks};
 
 /// Elements in a K-quant super-block (ggml's `QK_K`).
 pub const QK_K: usize = 256;
@@ -117,14 +117,14 @@ impl Format {
         match self {
             Format::F32 => 4,
             Format::F16 | Format::BF16 => 2,
-            Format::Q8_0 => 2 + 32,
-            Format::Q4_0 => 2 + 16,
-            Format::Q4_1 => 2 + 2 + 16,
-            Format::Q5_0 => 2 + 4 + 16,
-            Format::Q5_1 => 2 + 2 + 4 + 16,
-            Format::Q4_K => 2 + 2 + 12 + QK_K / 2,
-            Format::Q5_K => 2 + 2 + 12 + QK_K / 8 + QK_K / 2,
-            Format::Q6_K => QK_K / 2 + QK_K / 4 + QK_K / 16 + 2,
+            Format::Q8_0 => size_of::<blocks::BlockQ8_0>(),
+            Format::Q4_0 => size_of::<blocks::BlockQ4_0>(),
+            Format::Q4_1 => size_of::<blocks::BlockQ4_1>(),
+            Format::Q5_0 => size_of::<blocks::BlockQ5_0>(),
+            Format::Q5_1 => size_of::<blocks::BlockQ5_1>(),
+            Format::Q4_K => size_of::<blocks::BlockQ4_K>(),
+            Format::Q5_K => size_of::<blocks::BlockQ5_K>(),
+            Format::Q6_K => size_of::<blocks::BlockQ6_K>(),
         }
     }
 

@@ -27,6 +27,7 @@
 //! AVX-512: 9 ms for 96 MB, `benches/matvec.rs`'s `token` group).
 
 mod activations;
+pub mod blocks;
 mod dequantize;
 mod error;
 mod format;

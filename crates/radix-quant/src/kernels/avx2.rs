@@ -52,7 +52,10 @@ mod imp {
 
     use super::super::{Q8Activations, Tile, TokenLanes};
     use crate::Format;
-    use crate::dequantize::{dequantize_block, k_scale_min, u16_at};
+    use crate::blocks::{
+        BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ5_0, BlockQ5_1, BlockQ5_K, BlockQ6_K, BlockQ8_0, F16,
+    };
+    use crate::dequantize::{dequantize_block, k_scale_min};
 
     pub(in crate::kernels) fn detected() -> bool {
         is_x86_feature_detected!("avx2")
@@ -125,14 +128,14 @@ mod imp {
     /// accumulators: indexing an array of them by block parity put them in
     /// memory, a store-to-load chain per block.
     macro_rules! q8_kernel {
-        ($dot:ident, $bytes:literal, $codes:ident, $min:expr) => {
+        ($dot:ident, $block:ty, $codes:ident, $min:expr) => {
             #[target_feature(enable = "avx2,fma,f16c")]
             fn $dot(row: &[u8], x: &Q8Activations) -> f32 {
                 // A closure inherits the function's target features.
                 let block =
-                    |w: &[u8], xb: &[u8], [dx, sum]: [f32; 2], acc: __m256, min_acc: f32| {
-                        let (w, xb): (&[u8; $bytes], &[u8; 34]) = (sub(w, 0), sub(xb, 0));
-                        let qx = load_u8x32(sub(xb, 2));
+                    |w: &[u8], xb: &BlockQ8_0, [dx, sum]: [f32; 2], acc: __m256, min_acc: f32| {
+                        let w: &$block = bytemuck::from_bytes(w);
+                        let qx = load_u8x32(&xb.qs);
                         let (qw, signed) = $codes(w);
                         let (qw, qx) = if signed {
                             (_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw))
@@ -141,67 +144,71 @@ mod imp {
                         };
                         let ones = _mm256_set1_epi16(1);
                         let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(qw, qx), ones);
-                        let dd = _mm256_set1_ps(f16_at(w, 0) * dx);
+                        let dd = _mm256_set1_ps(f16_widen(w.d) * dx);
                         let acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(dot), acc);
-                        let min: Option<usize> = $min;
+                        let min: Option<F16> = ($min)(w);
                         match min {
-                            Some(at) => (acc, min_acc + f16_at(w, at) * sum),
+                            Some(m) => (acc, min_acc + f16_widen(m) * sum),
                             None => (acc, min_acc),
                         }
                     };
                 let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
                 let (mut min0, mut min1) = (0.0f32, 0.0f32);
-                let pairs = row.chunks_exact(2 * $bytes);
-                let (w_rest, x_rest) =
-                    (pairs.remainder(), &x.blocks[row.len() / $bytes / 2 * 68..]);
-                let xs = x.blocks.chunks_exact(68).zip(x.scales.chunks_exact(2));
+                let bytes = size_of::<$block>();
+                let pairs = row.chunks_exact(2 * bytes);
+                let w_rest = pairs.remainder();
+                let xs = x.blocks.chunks_exact(2).zip(x.scales.chunks_exact(2));
                 for (w, (xb, s)) in pairs.zip(xs) {
-                    (acc0, min0) = block(&w[..$bytes], &xb[..34], s[0], acc0, min0);
-                    (acc1, min1) = block(&w[$bytes..], &xb[34..], s[1], acc1, min1);
+                    (acc0, min0) = block(&w[..bytes], &xb[0], s[0], acc0, min0);
+                    (acc1, min1) = block(&w[bytes..], &xb[1], s[1], acc1, min1);
                 }
                 if !w_rest.is_empty() {
-                    let s = x.scales[x.scales.len() - 1];
-                    (acc0, min0) = block(w_rest, x_rest, s, acc0, min0);
+                    let last = x.blocks.len() - 1;
+                    (acc0, min0) = block(w_rest, &x.blocks[last], x.scales[last], acc0, min0);
                 }
                 hsum(_mm256_add_ps(acc0, acc1)) + (min0 + min1)
             }
         };
     }
 
-    q8_kernel!(dot_q8_q8_0, 34, codes_q8_0, None);
-    q8_kernel!(dot_q8_q4_0, 18, codes_q4_0, None);
-    q8_kernel!(dot_q8_q4_1, 20, codes_q4_1, Some(2));
-    q8_kernel!(dot_q8_q5_0, 22, codes_q5_0, None);
-    q8_kernel!(dot_q8_q5_1, 24, codes_q5_1, Some(2));
+    q8_kernel!(dot_q8_q8_0, BlockQ8_0, codes_q8_0, |_| None);
+    q8_kernel!(dot_q8_q4_0, BlockQ4_0, codes_q4_0, |_| None);
+    q8_kernel!(dot_q8_q4_1, BlockQ4_1, codes_q4_1, |b: &BlockQ4_1| Some(
+        b.m
+    ));
+    q8_kernel!(dot_q8_q5_0, BlockQ5_0, codes_q5_0, |_| None);
+    q8_kernel!(dot_q8_q5_1, BlockQ5_1, codes_q5_1, |b: &BlockQ5_1| Some(
+        b.m
+    ));
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn codes_q8_0(b: &[u8; 34]) -> (__m256i, bool) {
-        (load_u8x32(sub(b, 2)), true)
+    fn codes_q8_0(b: &BlockQ8_0) -> (__m256i, bool) {
+        (load_u8x32(&b.qs), true)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn codes_q4_0(b: &[u8; 18]) -> (__m256i, bool) {
-        let (lo, hi) = nibbles(load_u8x16(sub(b, 2)));
+    fn codes_q4_0(b: &BlockQ4_0) -> (__m256i, bool) {
+        let (lo, hi) = nibbles(load_u8x16(&b.qs));
         let q = _mm256_set_m128i(hi, lo);
         (_mm256_sub_epi8(q, _mm256_set1_epi8(8)), true)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn codes_q4_1(b: &[u8; 20]) -> (__m256i, bool) {
-        let (lo, hi) = nibbles(load_u8x16(sub(b, 4)));
+    fn codes_q4_1(b: &BlockQ4_1) -> (__m256i, bool) {
+        let (lo, hi) = nibbles(load_u8x16(&b.qs));
         (_mm256_set_m128i(hi, lo), false)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn codes_q5_0(b: &[u8; 22]) -> (__m256i, bool) {
-        let (lo, hi) = five_bits(load_u8x16(sub(b, 6)), sub(b, 2));
+    fn codes_q5_0(b: &BlockQ5_0) -> (__m256i, bool) {
+        let (lo, hi) = five_bits(load_u8x16(&b.qs), &b.qh);
         let q = _mm256_set_m128i(hi, lo);
         (_mm256_sub_epi8(q, _mm256_set1_epi8(16)), true)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn codes_q5_1(b: &[u8; 24]) -> (__m256i, bool) {
-        let (lo, hi) = five_bits(load_u8x16(sub(b, 8)), sub(b, 4));
+    fn codes_q5_1(b: &BlockQ5_1) -> (__m256i, bool) {
+        let (lo, hi) = five_bits(load_u8x16(&b.qs), &b.qh);
         (_mm256_set_m128i(hi, lo), false)
     }
 
@@ -210,15 +217,15 @@ mod imp {
     /// formats come as 32-element "blocks" too, and their last `cols % 32`
     /// elements go through the scalar reference.
     macro_rules! row_dot {
-        ($dot:ident, $decode:ident, $format:expr, $bytes:literal, $len:literal) => {
+        ($dot:ident, $decode:ident, $format:expr, $block:ty, $len:literal) => {
             #[target_feature(enable = "avx2,fma,f16c")]
             fn $dot(row: &[u8], x: &[f32]) -> f32 {
                 let mut acc = [_mm256_setzero_ps(); 4];
-                let blocks = row.chunks_exact($bytes);
+                let blocks = row.chunks_exact(size_of::<$block>());
                 let xs = x.chunks_exact($len);
                 let tail = tail_dot($format, blocks.remainder(), xs.remainder());
                 for (block, x) in blocks.zip(xs) {
-                    let block: &[u8; $bytes] = sub(block, 0);
+                    let block: &$block = bytemuck::from_bytes(block);
                     for (g, x) in x.chunks_exact(32).enumerate() {
                         let w = $decode(block, g);
                         for k in 0..4 {
@@ -237,13 +244,13 @@ mod imp {
     /// Per format, a dequantizer over a row of whole blocks, as [`row_dot`]
     /// reads them.
     macro_rules! row_dequantize {
-        ($deq:ident, $decode:ident, $format:expr, $bytes:literal, $len:literal) => {
+        ($deq:ident, $decode:ident, $format:expr, $block:ty, $len:literal) => {
             #[target_feature(enable = "avx2,fma,f16c")]
             fn $deq(row: &[u8], out: &mut [f32]) {
-                let mut blocks = row.chunks_exact($bytes);
+                let mut blocks = row.chunks_exact(size_of::<$block>());
                 let mut outs = out.chunks_exact_mut($len);
                 for (block, out) in (&mut blocks).zip(&mut outs) {
-                    let block: &[u8; $bytes] = sub(block, 0);
+                    let block: &$block = bytemuck::from_bytes(block);
                     for (g, out) in out.chunks_exact_mut(32).enumerate() {
                         let w = $decode(block, g);
                         for k in 0..4 {
@@ -264,37 +271,38 @@ mod imp {
     /// sums, and blocks alternate between two pairs of accumulators, so no
     /// chain of dependent multiply-adds is longer than two per block.
     macro_rules! scaled_dot {
-        ($dot:ident, $bytes:literal, $codes:ident, $min:expr) => {
+        ($dot:ident, $block:ty, $codes:ident, $min:expr) => {
             #[target_feature(enable = "avx2,fma,f16c")]
             fn $dot(row: &[u8], x: &[f32]) -> f32 {
                 // A closure inherits the function's target features.
                 let block = |w: &[u8], x: &[f32], [acc, min_acc]: [__m256; 2]| {
-                    let (w, x): (&[u8; $bytes], &[f32; 32]) = (sub(w, 0), sub(x, 0));
+                    let (w, x): (&$block, &[f32; 32]) = (bytemuck::from_bytes(w), sub(x, 0));
                     let q = $codes(w);
                     let x = [0, 1, 2, 3].map(|k| load_ps(sub(x, 8 * k)));
                     let qx = _mm256_add_ps(
                         _mm256_fmadd_ps(q[1], x[1], _mm256_mul_ps(q[0], x[0])),
                         _mm256_fmadd_ps(q[3], x[3], _mm256_mul_ps(q[2], x[2])),
                     );
-                    let acc = _mm256_fmadd_ps(f16_splat(w, 0), qx, acc);
-                    let min: Option<usize> = $min;
+                    let acc = _mm256_fmadd_ps(f16_splat(w.d), qx, acc);
+                    let min: Option<F16> = ($min)(w);
                     match min {
-                        Some(at) => {
+                        Some(m) => {
                             let sx =
                                 _mm256_add_ps(_mm256_add_ps(x[0], x[1]), _mm256_add_ps(x[2], x[3]));
-                            [acc, _mm256_fmadd_ps(f16_splat(w, at), sx, min_acc)]
+                            [acc, _mm256_fmadd_ps(f16_splat(m), sx, min_acc)]
                         }
                         None => [acc, min_acc],
                     }
                 };
                 let zero = [_mm256_setzero_ps(); 2];
                 let (mut even, mut odd) = (zero, zero);
-                let pairs = row.chunks_exact(2 * $bytes);
+                let bytes = size_of::<$block>();
+                let pairs = row.chunks_exact(2 * bytes);
                 let xs = x.chunks_exact(64);
                 let (w_rest, x_rest) = (pairs.remainder(), xs.remainder());
                 for (w, x) in pairs.zip(xs) {
-                    even = block(&w[..$bytes], &x[..32], even);
-                    odd = block(&w[$bytes..], &x[32..], odd);
+                    even = block(&w[..bytes], &x[..32], even);
+                    odd = block(&w[bytes..], &x[32..], odd);
                 }
                 if !w_rest.is_empty() {
                     even = block(w_rest, x_rest, even);
@@ -305,61 +313,65 @@ mod imp {
         };
     }
 
-    row_dot!(dot_f32, decode_f32, Format::F32, 128, 32);
-    row_dot!(dot_f16, decode_f16, Format::F16, 64, 32);
-    row_dot!(dot_bf16, decode_bf16, Format::BF16, 64, 32);
-    scaled_dot!(dot_q8_0, 34, codes_ps_q8_0, None);
-    scaled_dot!(dot_q4_0, 18, codes_ps_q4_0, None);
-    scaled_dot!(dot_q4_1, 20, codes_ps_q4_1, Some(2));
-    scaled_dot!(dot_q5_0, 22, codes_ps_q5_0, None);
-    scaled_dot!(dot_q5_1, 24, codes_ps_q5_1, Some(2));
-    row_dot!(dot_q4_k, decode_q4_k, Format::Q4_K, 144, 256);
-    row_dot!(dot_q5_k, decode_q5_k, Format::Q5_K, 176, 256);
-    row_dot!(dot_q6_k, decode_q6_k, Format::Q6_K, 210, 256);
+    row_dot!(dot_f32, decode_f32, Format::F32, [u8; 128], 32);
+    row_dot!(dot_f16, decode_f16, Format::F16, [u8; 64], 32);
+    row_dot!(dot_bf16, decode_bf16, Format::BF16, [u8; 64], 32);
+    scaled_dot!(dot_q8_0, BlockQ8_0, codes_ps_q8_0, |_| None);
+    scaled_dot!(dot_q4_0, BlockQ4_0, codes_ps_q4_0, |_| None);
+    scaled_dot!(dot_q4_1, BlockQ4_1, codes_ps_q4_1, |b: &BlockQ4_1| Some(
+        b.m
+    ));
+    scaled_dot!(dot_q5_0, BlockQ5_0, codes_ps_q5_0, |_| None);
+    scaled_dot!(dot_q5_1, BlockQ5_1, codes_ps_q5_1, |b: &BlockQ5_1| Some(
+        b.m
+    ));
+    row_dot!(dot_q4_k, decode_q4_k, Format::Q4_K, BlockQ4_K, 256);
+    row_dot!(dot_q5_k, decode_q5_k, Format::Q5_K, BlockQ5_K, 256);
+    row_dot!(dot_q6_k, decode_q6_k, Format::Q6_K, BlockQ6_K, 256);
 
-    row_dequantize!(deq_f32, decode_f32, Format::F32, 128, 32);
-    row_dequantize!(deq_f16, decode_f16, Format::F16, 64, 32);
-    row_dequantize!(deq_bf16, decode_bf16, Format::BF16, 64, 32);
-    row_dequantize!(deq_q8_0, decode_q8_0, Format::Q8_0, 34, 32);
-    row_dequantize!(deq_q4_0, decode_q4_0, Format::Q4_0, 18, 32);
-    row_dequantize!(deq_q4_1, decode_q4_1, Format::Q4_1, 20, 32);
-    row_dequantize!(deq_q5_0, decode_q5_0, Format::Q5_0, 22, 32);
-    row_dequantize!(deq_q5_1, decode_q5_1, Format::Q5_1, 24, 32);
-    row_dequantize!(deq_q4_k, decode_q4_k, Format::Q4_K, 144, 256);
-    row_dequantize!(deq_q5_k, decode_q5_k, Format::Q5_K, 176, 256);
-    row_dequantize!(deq_q6_k, decode_q6_k, Format::Q6_K, 210, 256);
+    row_dequantize!(deq_f32, decode_f32, Format::F32, [u8; 128], 32);
+    row_dequantize!(deq_f16, decode_f16, Format::F16, [u8; 64], 32);
+    row_dequantize!(deq_bf16, decode_bf16, Format::BF16, [u8; 64], 32);
+    row_dequantize!(deq_q8_0, decode_q8_0, Format::Q8_0, BlockQ8_0, 32);
+    row_dequantize!(deq_q4_0, decode_q4_0, Format::Q4_0, BlockQ4_0, 32);
+    row_dequantize!(deq_q4_1, decode_q4_1, Format::Q4_1, BlockQ4_1, 32);
+    row_dequantize!(deq_q5_0, decode_q5_0, Format::Q5_0, BlockQ5_0, 32);
+    row_dequantize!(deq_q5_1, decode_q5_1, Format::Q5_1, BlockQ5_1, 32);
+    row_dequantize!(deq_q4_k, decode_q4_k, Format::Q4_K, BlockQ4_K, 256);
+    row_dequantize!(deq_q5_k, decode_q5_k, Format::Q5_K, BlockQ5_K, 256);
+    row_dequantize!(deq_q6_k, decode_q6_k, Format::Q6_K, BlockQ6_K, 256);
 
     // The codes of a 32-element block as f32, before its scale (and
     // minimum): what `scaled_dot` multiplies.
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn codes_ps_q8_0(b: &[u8; 34]) -> W32 {
-        i8x32_to_ps(load_u8x16(sub(b, 2)), load_u8x16(sub(b, 18)))
+    fn codes_ps_q8_0(b: &BlockQ8_0) -> W32 {
+        i8x32_to_ps(load_u8x16(sub(&b.qs, 0)), load_u8x16(sub(&b.qs, 16)))
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn codes_ps_q4_0(b: &[u8; 18]) -> W32 {
-        let (lo, hi) = nibbles(load_u8x16(sub(b, 2)));
+    fn codes_ps_q4_0(b: &BlockQ4_0) -> W32 {
+        let (lo, hi) = nibbles(load_u8x16(&b.qs));
         let eight = _mm_set1_epi8(8);
         i8x32_to_ps(_mm_sub_epi8(lo, eight), _mm_sub_epi8(hi, eight))
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn codes_ps_q4_1(b: &[u8; 20]) -> W32 {
-        let (lo, hi) = nibbles(load_u8x16(sub(b, 4)));
+    fn codes_ps_q4_1(b: &BlockQ4_1) -> W32 {
+        let (lo, hi) = nibbles(load_u8x16(&b.qs));
         u8x32_to_ps(lo, hi)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn codes_ps_q5_0(b: &[u8; 22]) -> W32 {
-        let (lo, hi) = five_bits(load_u8x16(sub(b, 6)), sub(b, 2));
+    fn codes_ps_q5_0(b: &BlockQ5_0) -> W32 {
+        let (lo, hi) = five_bits(load_u8x16(&b.qs), &b.qh);
         let sixteen = _mm_set1_epi8(16);
         i8x32_to_ps(_mm_sub_epi8(lo, sixteen), _mm_sub_epi8(hi, sixteen))
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn codes_ps_q5_1(b: &[u8; 24]) -> W32 {
-        let (lo, hi) = five_bits(load_u8x16(sub(b, 8)), sub(b, 4));
+    fn codes_ps_q5_1(b: &BlockQ5_1) -> W32 {
+        let (lo, hi) = five_bits(load_u8x16(&b.qs), &b.qh);
         u8x32_to_ps(lo, hi)
     }
 
@@ -408,86 +420,86 @@ mod imp {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn decode_q8_0(b: &[u8; 34], _: usize) -> W32 {
-        let d = f16_splat(b, 0);
+    fn decode_q8_0(b: &BlockQ8_0, _: usize) -> W32 {
+        let d = f16_splat(b.d);
         let q = |k: usize| {
-            let q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load_u8x8(sub(b, 2 + 8 * k))));
+            let q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load_u8x8(sub(&b.qs, 8 * k))));
             _mm256_mul_ps(q, d)
         };
         [q(0), q(1), q(2), q(3)]
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn decode_q4_0(b: &[u8; 18], _: usize) -> W32 {
-        let d = f16_splat(b, 0);
-        let (lo, hi) = nibbles(load_u8x16(sub(b, 2)));
+    fn decode_q4_0(b: &BlockQ4_0, _: usize) -> W32 {
+        let d = f16_splat(b.d);
+        let (lo, hi) = nibbles(load_u8x16(&b.qs));
         let eight = _mm_set1_epi8(8);
         let q = i8x32_to_ps(_mm_sub_epi8(lo, eight), _mm_sub_epi8(hi, eight));
         q.map(|q| _mm256_mul_ps(d, q))
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn decode_q4_1(b: &[u8; 20], _: usize) -> W32 {
-        let (d, m) = (f16_splat(b, 0), f16_splat(b, 2));
-        let (lo, hi) = nibbles(load_u8x16(sub(b, 4)));
+    fn decode_q4_1(b: &BlockQ4_1, _: usize) -> W32 {
+        let (d, m) = (f16_splat(b.d), f16_splat(b.m));
+        let (lo, hi) = nibbles(load_u8x16(&b.qs));
         u8x32_to_ps(lo, hi).map(|q| _mm256_add_ps(_mm256_mul_ps(d, q), m))
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn decode_q5_0(b: &[u8; 22], _: usize) -> W32 {
-        let d = f16_splat(b, 0);
-        let (lo, hi) = five_bits(load_u8x16(sub(b, 6)), sub(b, 2));
+    fn decode_q5_0(b: &BlockQ5_0, _: usize) -> W32 {
+        let d = f16_splat(b.d);
+        let (lo, hi) = five_bits(load_u8x16(&b.qs), &b.qh);
         let sixteen = _mm_set1_epi8(16);
         let q = i8x32_to_ps(_mm_sub_epi8(lo, sixteen), _mm_sub_epi8(hi, sixteen));
         q.map(|q| _mm256_mul_ps(d, q))
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn decode_q5_1(b: &[u8; 24], _: usize) -> W32 {
-        let (d, m) = (f16_splat(b, 0), f16_splat(b, 2));
-        let (lo, hi) = five_bits(load_u8x16(sub(b, 8)), sub(b, 4));
+    fn decode_q5_1(b: &BlockQ5_1, _: usize) -> W32 {
+        let (d, m) = (f16_splat(b.d), f16_splat(b.m));
+        let (lo, hi) = five_bits(load_u8x16(&b.qs), &b.qh);
         u8x32_to_ps(lo, hi).map(|q| _mm256_add_ps(_mm256_mul_ps(d, q), m))
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn decode_q4_k(b: &[u8; 144], g: usize) -> W32 {
-        let (d1, m1) = k_scales(b, g);
-        let q = k_low_bits(sub(b, 16 + 32 * (g / 2)), g);
+    fn decode_q4_k(b: &BlockQ4_K, g: usize) -> W32 {
+        let (d1, m1) = k_scales(b.d, b.dmin, &b.scales, g);
+        let q = k_low_bits(sub(&b.qs, 32 * (g / 2)), g);
         split_u8x32_to_ps(q).map(|q| _mm256_sub_ps(_mm256_mul_ps(d1, q), m1))
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn decode_q5_k(b: &[u8; 176], g: usize) -> W32 {
-        let (d1, m1) = k_scales(b, g);
-        let low = k_low_bits(sub(b, 48 + 32 * (g / 2)), g);
+    fn decode_q5_k(b: &BlockQ5_K, g: usize) -> W32 {
+        let (d1, m1) = k_scales(b.d, b.dmin, &b.scales, g);
+        let low = k_low_bits(sub(&b.qs, 32 * (g / 2)), g);
         // Bit `g` of each qh byte is bit 4 of that element's code. Shifting
         // 16-bit lanes moves no wanted bit across a byte once masked to bit 0.
-        let qh = load_u8x32(sub(b, 16));
+        let qh = load_u8x32(&b.qh);
         let high = _mm256_and_si256(_mm256_srl_epi16(qh, shift(g)), _mm256_set1_epi8(1));
         let q = _mm256_or_si256(low, _mm256_slli_epi16::<4>(high));
         split_u8x32_to_ps(q).map(|q| _mm256_sub_ps(_mm256_mul_ps(d1, q), m1))
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn decode_q6_k(b: &[u8; 210], g: usize) -> W32 {
+    fn decode_q6_k(b: &BlockQ6_K, g: usize) -> W32 {
         // Group g is elements 128h + 32k + l (l < 32) of the super-block: low
         // nibbles of ql[64h + 32(k % 2) + l] shifted by 4(k / 2), top bits
         // 2k..2k + 2 of qh[32h + l]; scales 8h + 2k (l < 16) and the next.
         let (h, k) = (g / 4, g % 4);
-        let ql = load_u8x32(sub(b, 64 * h + 32 * (k % 2)));
+        let ql = load_u8x32(sub(&b.ql, 64 * h + 32 * (k % 2)));
         let low = _mm256_and_si256(
             _mm256_srl_epi16(ql, shift(4 * (k / 2))),
             _mm256_set1_epi8(0xF),
         );
-        let qh = load_u8x32(sub(b, 128 + 32 * h));
+        let qh = load_u8x32(sub(&b.qh, 32 * h));
         let high = _mm256_and_si256(_mm256_srl_epi16(qh, shift(2 * k)), _mm256_set1_epi8(3));
         let q = _mm256_or_si256(low, _mm256_slli_epi16::<4>(high));
         let q = _mm256_sub_epi8(q, _mm256_set1_epi8(32));
         let q = i8x32_to_ps(_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q));
-        let d = f16_at(b, 208);
-        let sc = 192 + 8 * h + 2 * k;
-        let d1 = _mm256_set1_ps(d * f32::from(b[sc] as i8));
-        let d2 = _mm256_set1_ps(d * f32::from(b[sc + 1] as i8));
+        let d = f16_widen(b.d);
+        let sc = 8 * h + 2 * k;
+        let d1 = _mm256_set1_ps(d * f32::from(b.scales[sc] as i8));
+        let d2 = _mm256_set1_ps(d * f32::from(b.scales[sc + 1] as i8));
         [
             _mm256_mul_ps(d1, q[0]),
             _mm256_mul_ps(d1, q[1]),
@@ -499,10 +511,10 @@ mod imp {
     /// The scale `d·sc` and minimum `dmin·m` of sub-block `g` of a Q4_K or
     /// Q5_K super-block, rounded to f32 as the reference rounds them.
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn k_scales(b: &[u8], g: usize) -> (__m256, __m256) {
-        let (sc, m) = k_scale_min(&b[4..16], g);
-        let d1 = f16_at(b, 0) * f32::from(sc);
-        let m1 = f16_at(b, 2) * f32::from(m);
+    fn k_scales(d: F16, dmin: F16, scales: &[u8; 12], g: usize) -> (__m256, __m256) {
+        let (sc, m) = k_scale_min(scales, g);
+        let d1 = f16_widen(d) * f32::from(sc);
+        let m1 = f16_widen(dmin) * f32::from(m);
         (_mm256_set1_ps(d1), _mm256_set1_ps(m1))
     }
 
@@ -580,17 +592,17 @@ mod imp {
         u8x32_to_ps(_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q))
     }
 
-    /// The f16 at byte `at`, widened by F16C (exact, like `half`'s software
-    /// path, which would branch on every block) and copied to all 8 lanes.
+    /// `h` widened by F16C (exact, like `half`'s software path, which would
+    /// branch on every block) and copied to all 8 lanes.
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn f16_splat(b: &[u8], at: usize) -> __m256 {
-        _mm256_cvtph_ps(_mm_set1_epi16(u16_at(b, at) as i16))
+    fn f16_splat(h: F16) -> __m256 {
+        _mm256_cvtph_ps(_mm_set1_epi16(h.bits() as i16))
     }
 
-    /// The f16 at byte `at`, widened by F16C.
+    /// `h` widened by F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn f16_at(b: &[u8], at: usize) -> f32 {
-        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(u16_at(b, at)))))
+    fn f16_widen(h: F16) -> f32 {
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h.bits()))))
     }
 
     /// The sum of the 8 lanes.

@@ -24,6 +24,7 @@
 //! blocks, then high nibbles.
 
 use super::Q8Activations;
+use crate::blocks::BlockQ8_0;
 
 /// The bytes [`pair_codes`] writes for `n_blocks` blocks: 64 a pair, an
 /// odd last block paired with zeros.
@@ -31,17 +32,17 @@ pub(super) fn pair_codes_len(n_blocks: usize) -> usize {
     n_blocks.div_ceil(2) * 64
 }
 
-/// The codes of Q8_0 `blocks` (34 bytes each) in pair order: for blocks
-/// `2k` and `2k + 1`, 64 bytes `x[2k][0..16]`, `x[2k+1][0..16]`,
-/// `x[2k][16..32]`, `x[2k+1][16..32]`; zeros stand in for a missing
-/// `2k + 1`. `out` has [`pair_codes_len`] bytes.
-pub(super) fn pair_codes(blocks: &[u8], out: &mut [u8]) {
+/// The codes of Q8_0 `blocks` in pair order: for blocks `2k` and `2k + 1`,
+/// 64 bytes `x[2k][0..16]`, `x[2k+1][0..16]`, `x[2k][16..32]`,
+/// `x[2k+1][16..32]`; zeros stand in for a missing `2k + 1`. `out` has
+/// [`pair_codes_len`] bytes.
+pub(super) fn pair_codes(blocks: &[BlockQ8_0], out: &mut [u8]) {
     out.fill(0);
-    for (b, block) in blocks.chunks_exact(34).enumerate() {
+    for (b, block) in blocks.iter().enumerate() {
         let pair = &mut out[b / 2 * 64..][..64];
         let at = (b % 2) * 16;
-        pair[at..at + 16].copy_from_slice(&block[2..18]);
-        pair[32 + at..32 + at + 16].copy_from_slice(&block[18..34]);
+        pair[at..at + 16].copy_from_slice(&block.qs[..16]);
+        pair[32 + at..32 + at + 16].copy_from_slice(&block.qs[16..]);
     }
 }
 
@@ -57,8 +58,18 @@ pub(super) fn dot_row_q8(_: crate::Format, _: &[u8], _: &Q8Activations) -> f32 {
 mod imp {
     use std::arch::x86_64::*;
 
+    use std::mem::offset_of;
+
     use super::Q8Activations;
     use crate::Format;
+    use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
+
+    // `dot` gathers each block's first four bytes as its scale `d` and, for
+    // Q4_1 and Q5_1, its minimum `m` right after.
+    const _: () = assert!(offset_of!(BlockQ8_0, d) == 0 && offset_of!(BlockQ4_0, d) == 0);
+    const _: () = assert!(offset_of!(BlockQ5_0, d) == 0);
+    const _: () = assert!(offset_of!(BlockQ4_1, d) == 0 && offset_of!(BlockQ4_1, m) == 2);
+    const _: () = assert!(offset_of!(BlockQ5_1, d) == 0 && offset_of!(BlockQ5_1, m) == 2);
 
     // The formats as const parameters of `dot`.
     const Q8_0: u8 = 0;
@@ -87,11 +98,11 @@ mod imp {
 
     const fn block_bytes(f: u8) -> usize {
         match f {
-            Q8_0 => 34,
-            Q4_0 => 18,
-            Q4_1 => 20,
-            Q5_0 => 22,
-            _ => 24,
+            Q8_0 => size_of::<BlockQ8_0>(),
+            Q4_0 => size_of::<BlockQ4_0>(),
+            Q4_1 => size_of::<BlockQ4_1>(),
+            Q5_0 => size_of::<BlockQ5_0>(),
+            _ => size_of::<BlockQ5_1>(),
         }
     }
 
@@ -184,17 +195,18 @@ mod imp {
                     Some(s) => _mm256_loadu2_m128i(s.add(at).cast(), first.add(at).cast()),
                     None => _mm256_zextsi128_si256(_mm_loadu_si128(first.add(at).cast())),
                 };
-                let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(half(2)), half(18));
+                let qs = offset_of!(BlockQ8_0, qs);
+                let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(half(qs)), half(qs + 16));
                 let negative = _mm512_movepi8_mask(w);
                 let xv = _mm512_mask_sub_epi8(xv, negative, zero, xv);
                 return _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(w), xv);
             }
             // The 16 bytes of packed nibbles, and the 32 high bits of Q5_*.
             let (qs_at, qh_at) = match F {
-                Q4_0 => (2, None),
-                Q4_1 => (4, None),
-                Q5_0 => (6, Some(2)),
-                _ => (8, Some(4)),
+                Q4_0 => (offset_of!(BlockQ4_0, qs), None),
+                Q4_1 => (offset_of!(BlockQ4_1, qs), None),
+                Q5_0 => (offset_of!(BlockQ5_0, qs), Some(offset_of!(BlockQ5_0, qh))),
+                _ => (offset_of!(BlockQ5_1, qs), Some(offset_of!(BlockQ5_1, qh))),
             };
             let q = match second {
                 Some(s) => _mm256_loadu2_m128i(s.add(qs_at).cast(), first.add(qs_at).cast()),

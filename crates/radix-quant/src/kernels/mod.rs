@@ -12,6 +12,7 @@ mod scalar;
 
 use std::sync::Mutex;
 
+use crate::blocks::BlockQ8_0;
 use crate::{Error, Format, Parallel, ScopedThreads};
 
 pub use panels::{
@@ -199,17 +200,16 @@ pub fn matmul_q8_with(
     }
     // Per block, the scale as f32 (converted once, not once per row) and the
     // sum of the dequantized activations, which Q4_1's and Q5_1's minimums multiply.
+    let blocks: &[BlockQ8_0] = crate::blocks::blocks(&blocks);
     let scales: Vec<[f32; 2]> = blocks
-        .chunks_exact(34)
+        .iter()
         .map(|b| {
-            let d = crate::dequantize::f16_at(b, 0);
-            [
-                d,
-                d * b[2..].iter().map(|&q| i32::from(q as i8)).sum::<i32>() as f32,
-            ]
+            let d = b.d.to_f32();
+            let sum: i32 = b.qs.iter().map(|&q| i32::from(q as i8)).sum();
+            [d, d * sum as f32]
         })
         .collect();
-    let n_blocks = block_bytes / 34;
+    let n_blocks = block_bytes / size_of::<BlockQ8_0>();
     let isa = config.isa;
     // The codes again in the order the VNNI dot reads them.
     let pairs_len = match isa.0 {
@@ -219,7 +219,7 @@ pub fn matmul_q8_with(
     let mut pairs = vec![0u8; n_tokens * pairs_len];
     if pairs_len > 0 {
         for (xq, out) in blocks
-            .chunks_exact(block_bytes.max(1))
+            .chunks_exact(n_blocks.max(1))
             .zip(pairs.chunks_exact_mut(pairs_len))
         {
             dot_vnni::pair_codes(xq, out);
@@ -227,7 +227,7 @@ pub fn matmul_q8_with(
     }
     let tokens: Vec<Q8Activations> = (0..n_tokens)
         .map(|t| Q8Activations {
-            blocks: &blocks[t * block_bytes..][..block_bytes],
+            blocks: &blocks[t * n_blocks..][..n_blocks],
             scales: &scales[t * n_blocks..][..n_blocks],
             pairs: &pairs[t * pairs_len..][..pairs_len],
         })
@@ -361,7 +361,7 @@ const Q8_FORMATS: [Format; 5] = [
 
 /// `x` as Q8_0 blocks, and per block its scale and the sum of its values.
 struct Q8Activations<'a> {
-    blocks: &'a [u8],
+    blocks: &'a [BlockQ8_0],
     scales: &'a [[f32; 2]],
     /// The blocks' codes in `dot_vnni`'s pair order, for `Kind::Avx512Vnni`
     /// (empty otherwise).

@@ -29,7 +29,11 @@
 //! starts at `-128·Σq` (exact) to take that back.
 
 use crate::Format;
-use crate::dequantize::{f16_at, k_scale_min};
+use crate::blocks::{
+    Block, BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ5_0, BlockQ5_1, BlockQ5_K, BlockQ6_K, BlockQ8_0,
+    F16, blocks,
+};
+use crate::dequantize::k_scale_min;
 
 /// Rows of a weight tile, all multiplied at once by the inner kernel.
 pub(super) const TILE_ROWS: usize = 8;
@@ -128,12 +132,12 @@ impl Group<'_> {
     #[inline(always)]
     pub(super) fn pack(&mut self, x: &[f32]) {
         let cols = self.cols;
-        let mut blocks = vec![0u8; cols / 32 * 34];
+        let mut bytes = vec![0u8; cols / 32 * size_of::<BlockQ8_0>()];
         for (lane, x) in x.chunks_exact(cols).enumerate() {
-            crate::activations::quantize_blocks(x, &mut blocks);
-            for (b, block) in blocks.chunks_exact(34).enumerate() {
-                let d = f16_at(block, 0);
-                let codes = &block[2..];
+            crate::activations::quantize_blocks(x, &mut bytes);
+            for (b, block) in blocks::<BlockQ8_0>(&bytes).iter().enumerate() {
+                let d = block.d.to_f32();
+                let codes = &block.qs;
                 self.dx[b * LANES + lane] = d;
                 self.sx[b * LANES + lane] =
                     d * codes.iter().map(|&q| i32::from(q as i8)).sum::<i32>() as f32;
@@ -216,45 +220,45 @@ impl CodeTile {
 #[inline(always)]
 fn decode_row(format: Format, row: &[u8], q: &mut [i8], d: &mut [f32], m: &mut [f32]) {
     match format {
-        Format::Q8_0 => each_block(format, row, q, d, m, |b, q, d, m| {
-            (d[0], m[0]) = (f16_at(b, 0), 0.0);
-            for (q, &c) in q.iter_mut().zip(&b[2..34]) {
+        Format::Q8_0 => each_block(row, q, d, m, |b: &BlockQ8_0, q, d, m| {
+            (d[0], m[0]) = (b.d.to_f32(), 0.0);
+            for (q, &c) in q.iter_mut().zip(&b.qs) {
                 *q = c as i8;
             }
         }),
-        Format::Q4_0 => each_block(format, row, q, d, m, |b, q, d, m| {
-            (d[0], m[0]) = (f16_at(b, 0), 0.0);
-            nibbles(&b[2..18], q, 8);
+        Format::Q4_0 => each_block(row, q, d, m, |b: &BlockQ4_0, q, d, m| {
+            (d[0], m[0]) = (b.d.to_f32(), 0.0);
+            nibbles(&b.qs, q, 8);
         }),
-        Format::Q4_1 => each_block(format, row, q, d, m, |b, q, d, m| {
-            (d[0], m[0]) = (f16_at(b, 0), f16_at(b, 2));
-            nibbles(&b[4..20], q, 0);
+        Format::Q4_1 => each_block(row, q, d, m, |b: &BlockQ4_1, q, d, m| {
+            (d[0], m[0]) = (b.d.to_f32(), b.m.to_f32());
+            nibbles(&b.qs, q, 0);
         }),
-        Format::Q5_0 => each_block(format, row, q, d, m, |b, q, d, m| {
-            (d[0], m[0]) = (f16_at(b, 0), 0.0);
-            five_bit_codes(&b[2..22], q, 16);
+        Format::Q5_0 => each_block(row, q, d, m, |b: &BlockQ5_0, q, d, m| {
+            (d[0], m[0]) = (b.d.to_f32(), 0.0);
+            five_bit_codes(&b.qs, &b.qh, q, 16);
         }),
-        Format::Q5_1 => each_block(format, row, q, d, m, |b, q, d, m| {
-            (d[0], m[0]) = (f16_at(b, 0), f16_at(b, 2));
-            five_bit_codes(&b[4..24], q, 0);
+        Format::Q5_1 => each_block(row, q, d, m, |b: &BlockQ5_1, q, d, m| {
+            (d[0], m[0]) = (b.d.to_f32(), b.m.to_f32());
+            five_bit_codes(&b.qs, &b.qh, q, 0);
         }),
-        Format::Q4_K => each_block(format, row, q, d, m, |b, q, d, m| {
-            k_scales(b, d, m);
-            k_nibbles(&b[16..144], q);
+        Format::Q4_K => each_block(row, q, d, m, |b: &BlockQ4_K, q, d, m| {
+            k_scales((b.d, b.dmin, &b.scales), d, m);
+            k_nibbles(&b.qs, q);
         }),
-        Format::Q5_K => each_block(format, row, q, d, m, |b, q, d, m| {
-            k_scales(b, d, m);
-            k_nibbles(&b[48..176], q);
-            let qh = &b[16..48];
+        Format::Q5_K => each_block(row, q, d, m, |b: &BlockQ5_K, q, d, m| {
+            k_scales((b.d, b.dmin, &b.scales), d, m);
+            k_nibbles(&b.qs, q);
+            let qh = &b.qh;
             for (s, q) in q.chunks_exact_mut(32).enumerate() {
                 for (q, &h) in q.iter_mut().zip(qh) {
                     *q |= (((h >> s) & 1) << 4) as i8;
                 }
             }
         }),
-        Format::Q6_K => each_block(format, row, q, d, m, |b, q, d, m| {
-            let (ql, qh, scales) = (&b[0..128], &b[128..192], &b[192..208]);
-            let dd = f16_at(b, 208);
+        Format::Q6_K => each_block(row, q, d, m, |b: &BlockQ6_K, q, d, m| {
+            let (ql, qh, scales) = (&b.ql, &b.qh, &b.scales);
+            let dd = b.d.to_f32();
             for ((d, m), &sc) in d.iter_mut().zip(m.iter_mut()).zip(scales) {
                 (*d, *m) = (dd * f32::from(sc as i8), 0.0);
             }
@@ -278,17 +282,17 @@ fn decode_row(format: Format, row: &[u8], q: &mut [i8], d: &mut [f32], m: &mut [
 /// `decode(block, q, d, m)` for each block of the row and its share of the
 /// codes, scales and minimums.
 #[inline(always)]
-fn each_block(
-    format: Format,
+fn each_block<B: Block>(
     row: &[u8],
     q: &mut [i8],
     d: &mut [f32],
     m: &mut [f32],
-    decode: impl Fn(&[u8], &mut [i8], &mut [f32], &mut [f32]),
+    decode: impl Fn(&B, &mut [i8], &mut [f32], &mut [f32]),
 ) {
+    let format = B::FORMAT;
     let per_block = format.block_len() / Codes::of(format).map_or(1, |c| c.sub);
-    for ((b, q), (d, m)) in row
-        .chunks_exact(format.block_bytes())
+    for ((b, q), (d, m)) in blocks::<B>(row)
+        .iter()
         .zip(q.chunks_exact_mut(format.block_len()))
         .zip(
             d.chunks_exact_mut(per_block)
@@ -309,14 +313,15 @@ fn nibbles(qs: &[u8], q: &mut [i8], zero: i8) {
     }
 }
 
-/// A 5-bit block's codes (`qh`'s 4 bytes, then 16 of nibbles) minus `zero`:
-/// the nibbles as in [`nibbles`], and bit 4 of eight codes at a time from
-/// one byte of `qh` through [`SPREAD`], instead of a shift per code.
+/// A 5-bit block's codes (16 bytes of nibbles `qs` and the fifth bits
+/// `qh`) minus `zero`: the nibbles as in [`nibbles`], and bit 4 of eight
+/// codes at a time from one byte of `qh` through [`SPREAD`], instead of a
+/// shift per code.
 #[inline(always)]
-fn five_bit_codes(b: &[u8], q: &mut [i8], zero: i8) {
+fn five_bit_codes(qs: &[u8; 16], qh: &[u8; 4], q: &mut [i8], zero: i8) {
     let mut codes = [0i8; 32];
-    nibbles(&b[4..20], &mut codes, 0);
-    for (eight, &h) in codes.chunks_exact_mut(8).zip(&b[..4]) {
+    nibbles(qs, &mut codes, 0);
+    for (eight, &h) in codes.chunks_exact_mut(8).zip(qh) {
         for (c, bit) in eight.iter_mut().zip(SPREAD[usize::from(h)].to_le_bytes()) {
             *c |= bit as i8;
         }
@@ -359,10 +364,10 @@ fn k_nibbles(qs: &[u8], q: &mut [i8]) {
 /// A Q4_K or Q5_K super-block's 8 sub-block scales `d·sc` and minimums
 /// `-dmin·m`.
 #[inline(always)]
-fn k_scales(b: &[u8], d: &mut [f32], m: &mut [f32]) {
-    let (dd, dmin) = (f16_at(b, 0), f16_at(b, 2));
+fn k_scales((dd, dmin, scales): (F16, F16, &[u8; 12]), d: &mut [f32], m: &mut [f32]) {
+    let (dd, dmin) = (dd.to_f32(), dmin.to_f32());
     for (s, (d, m)) in d.iter_mut().zip(m.iter_mut()).enumerate() {
-        let (sc, mn) = k_scale_min(&b[4..16], s);
+        let (sc, mn) = k_scale_min(scales, s);
         (*d, *m) = (dd * f32::from(sc), -(dmin * f32::from(mn)));
     }
 }

@@ -3,7 +3,8 @@
 
 use super::{Q8Activations, Tile};
 use crate::Format;
-use crate::dequantize::{dequantize_block, f16_at, five_bits};
+use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, block};
+use crate::dequantize::{dequantize_block, five_bits};
 use crate::format::QK_K;
 
 /// Partial sums per dot, as an 8-lane vector would keep them.
@@ -71,43 +72,46 @@ fn dot(w: &[f32], x: &[f32]) -> f32 {
 /// scales, plus Q4_1's or Q5_1's minimum times the activations' block sum.
 pub(super) fn dot_row_q8(format: Format, row: &[u8], x: &Q8Activations) -> f32 {
     let mut acc = 0.0f32;
-    let blocks = row.chunks_exact(format.block_bytes());
-    for ((w, xb), &[dx, sum]) in blocks.zip(x.blocks.chunks_exact(34)).zip(x.scales) {
-        let qx = xb[2..34].iter().map(|&q| i32::from(q as i8));
-        let dd = f16_at(w, 0) * dx;
+    let bytes = row.chunks_exact(format.block_bytes());
+    for ((w, xb), &[dx, sum]) in bytes.zip(x.blocks).zip(x.scales) {
+        let qx = xb.qs.iter().map(|&q| i32::from(q as i8));
         acc += match format {
             Format::Q8_0 => {
-                dd * w[2..34]
-                    .iter()
-                    .zip(qx)
-                    .map(|(&q, x)| i32::from(q as i8) * x)
-                    .sum::<i32>() as f32
+                let w: &BlockQ8_0 = block(w);
+                let dot = w.qs.iter().zip(qx).map(|(&q, x)| i32::from(q as i8) * x);
+                w.d.to_f32() * dx * dot.sum::<i32>() as f32
             }
             Format::Q4_0 => {
-                dd * codes4(&w[2..18])
-                    .zip(qx)
-                    .map(|(q, x)| (q - 8) * x)
-                    .sum::<i32>() as f32
+                let w: &BlockQ4_0 = block(w);
+                let dot = codes4(&w.qs).zip(qx).map(|(q, x)| (q - 8) * x);
+                w.d.to_f32() * dx * dot.sum::<i32>() as f32
             }
             Format::Q4_1 => {
-                let dot = codes4(&w[4..20]).zip(qx).map(|(q, x)| q * x).sum::<i32>();
-                dd * dot as f32 + f16_at(w, 2) * sum
+                let w: &BlockQ4_1 = block(w);
+                let dot = codes4(&w.qs).zip(qx).map(|(q, x)| q * x).sum::<i32>();
+                w.d.to_f32() * dx * dot as f32 + w.m.to_f32() * sum
             }
             Format::Q5_0 => {
-                let qh = u32::from_le_bytes([w[2], w[3], w[4], w[5]]);
-                let codes = (0..32).map(|j| i32::from(five_bits(&w[6..22], qh, j)));
-                dd * codes.zip(qx).map(|(q, x)| (q - 16) * x).sum::<i32>() as f32
+                let w: &BlockQ5_0 = block(w);
+                let codes = codes5(&w.qs, w.qh);
+                let dot = codes.zip(qx).map(|(q, x)| (q - 16) * x);
+                w.d.to_f32() * dx * dot.sum::<i32>() as f32
             }
             Format::Q5_1 => {
-                let qh = u32::from_le_bytes([w[4], w[5], w[6], w[7]]);
-                let codes = (0..32).map(|j| i32::from(five_bits(&w[8..24], qh, j)));
-                let dot = codes.zip(qx).map(|(q, x)| q * x).sum::<i32>();
-                dd * dot as f32 + f16_at(w, 2) * sum
+                let w: &BlockQ5_1 = block(w);
+                let dot = codes5(&w.qs, w.qh).zip(qx).map(|(q, x)| q * x).sum::<i32>();
+                w.d.to_f32() * dx * dot as f32 + w.m.to_f32() * sum
             }
             _ => unreachable!("matvec_q8_with sends only its Q8_FORMATS here"),
         };
     }
     acc
+}
+
+/// The 32 codes of a 5-bit block in element order.
+fn codes5(qs: &[u8; 16], qh: [u8; 4]) -> impl Iterator<Item = i32> + '_ {
+    let qh = u32::from_le_bytes(qh);
+    (0..32).map(move |j| i32::from(five_bits(qs, qh, j)))
 }
 
 /// The 32 codes of a 4-bit block in element order: low nibbles, then high.

@@ -17,16 +17,6 @@ pub enum Codes {
     AllZeros,
 }
 
-/// Byte offsets of the f16 scale fields of a block (GGUF layouts).
-pub fn f16_fields(format: Format) -> &'static [usize] {
-    match format {
-        Format::Q8_0 | Format::Q4_0 | Format::Q5_0 => &[0],
-        Format::Q4_1 | Format::Q5_1 | Format::Q4_K | Format::Q5_K => &[0, 2],
-        Format::Q6_K => &[208],
-        Format::F32 | Format::F16 | Format::BF16 => &[],
-    }
-}
-
 /// `rows × cols` random weights in `format`: code bytes as `codes` says,
 /// scales small random f16 (`scale = 0.0` makes them all zero).
 pub fn random_weights(
@@ -57,7 +47,7 @@ pub fn random_weights(
                 })
                 .collect(),
         };
-        for &at in f16_fields(format) {
+        for at in radix_quant::blocks::f16_offsets(format) {
             let d = half::f16::from_f32(scale * 0.05 * rng.unit());
             block[at..at + 2].copy_from_slice(&d.to_le_bytes());
         }

@@ -17,6 +17,11 @@
 
 use std::ops::Range;
 
+use radix_quant::blocks::{
+    Block, BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ5_0, BlockQ5_1, BlockQ5_K, BlockQ6_K, BlockQ8_0,
+    F16, field_range,
+};
+
 use crate::quant::{Format, Layout, blocks_format, blocks_layout};
 use crate::tensor::fail;
 use crate::{DType, Shape, Tensor};
@@ -75,59 +80,81 @@ pub fn dequantize(blocks: Tensor, tag: &str) -> Tensor {
             .shift_left(Tensor::scalar(16.0, DType::U32))
             .bitcast(DType::F32),
         Format::Q8_0 => {
-            let d = f16_at(b, 0);
-            let q = bytes(b, 2..34).bitcast(DType::I8).convert(DType::F32);
+            let d = f16(b, |x: &BlockQ8_0| &x.d);
+            let q = field(b, |x: &BlockQ8_0| &x.qs).bitcast(DType::I8);
+            let q = q.convert(DType::F32);
             q * spread(d, &q.dims())
         }
         Format::Q4_0 => {
-            let d = f16_at(b, 0);
-            let q = four_bit_codes(bytes(b, 2..18)).convert(DType::F32);
+            let d = f16(b, |x: &BlockQ4_0| &x.d);
+            let q = four_bit_codes(field(b, |x: &BlockQ4_0| &x.qs)).convert(DType::F32);
             spread(d, &q.dims()) * (q - 8.0)
         }
         Format::Q4_1 => {
-            let (d, m) = (f16_at(b, 0), f16_at(b, 2));
-            let q = four_bit_codes(bytes(b, 4..20)).convert(DType::F32);
+            let (d, m) = (f16(b, |x: &BlockQ4_1| &x.d), f16(b, |x: &BlockQ4_1| &x.m));
+            let q = four_bit_codes(field(b, |x: &BlockQ4_1| &x.qs)).convert(DType::F32);
             spread(d, &q.dims()) * q + spread(m, &q.dims())
         }
         Format::Q5_0 => {
-            let d = f16_at(b, 0);
-            let q = five_bit_codes(b, 2, 6).convert(DType::F32);
+            let d = f16(b, |x: &BlockQ5_0| &x.d);
+            let (qh, qs) = (
+                field(b, |x: &BlockQ5_0| &x.qh),
+                field(b, |x: &BlockQ5_0| &x.qs),
+            );
+            let q = five_bit_codes(qh, qs).convert(DType::F32);
             spread(d, &q.dims()) * (q - 16.0)
         }
         Format::Q5_1 => {
-            let (d, m) = (f16_at(b, 0), f16_at(b, 2));
-            let q = five_bit_codes(b, 4, 8).convert(DType::F32);
+            let (d, m) = (f16(b, |x: &BlockQ5_1| &x.d), f16(b, |x: &BlockQ5_1| &x.m));
+            let (qh, qs) = (
+                field(b, |x: &BlockQ5_1| &x.qh),
+                field(b, |x: &BlockQ5_1| &x.qs),
+            );
+            let q = five_bit_codes(qh, qs).convert(DType::F32);
             spread(d, &q.dims()) * q + spread(m, &q.dims())
         }
-        Format::Q4_K => k_quant(b, k_nibbles(bytes(b, 16..144))),
+        Format::Q4_K => {
+            let q = k_nibbles(field(b, |x: &BlockQ4_K| &x.qs));
+            let (d, dmin) = (
+                f16(b, |x: &BlockQ4_K| &x.d),
+                f16(b, |x: &BlockQ4_K| &x.dmin),
+            );
+            k_quant((d, dmin, field(b, |x: &BlockQ4_K| &x.scales)), q)
+        }
         Format::Q5_K => {
-            let q = k_nibbles(bytes(b, 48..176));
+            let q = k_nibbles(field(b, |x: &BlockQ5_K| &x.qs));
             // Bit 4 of element `l` of sub-block `s` is bit `s` of qh[l].
             let dims = q.dims();
-            let qh = bytes(b, 16..48).broadcast_in_dim(Shape::new(DType::U8, &dims), &[0, 1, 3]);
+            let qh = field(b, |x: &BlockQ5_K| &x.qh);
+            let qh = qh.broadcast_in_dim(Shape::new(DType::U8, &dims), &[0, 1, 3]);
             let s = Tensor::iota(Shape::new(DType::U8, &dims), 2);
             let high = qh
                 .shift_right_logical(s)
                 .and(Tensor::scalar(1.0, DType::U8))
                 .shift_left(Tensor::scalar(4.0, DType::U8));
-            k_quant(b, q.or(high))
+            let (d, dmin) = (
+                f16(b, |x: &BlockQ5_K| &x.d),
+                f16(b, |x: &BlockQ5_K| &x.dmin),
+            );
+            k_quant((d, dmin, field(b, |x: &BlockQ5_K| &x.scales)), q.or(high))
         }
         Format::Q6_K => q6_k(b, rows, n_blocks),
     };
     values.reshape_to(out)
 }
 
-/// Bytes `range` of every block: `u8 [rows, n_blocks, range.len()]`.
+/// One field of every block `B` in `b` (`u8 [rows, n_blocks, bytes]`), at
+/// the bytes its `#[repr(C)]` type puts it: `u8 [rows, n_blocks, size]`.
 #[track_caller]
-fn bytes(b: Tensor, range: Range<i64>) -> Tensor {
-    b.slice(2, range)
+fn field<B: Block, F>(b: Tensor, f: impl Fn(&B) -> &F) -> Tensor {
+    let Range { start, end } = field_range(f);
+    b.slice(2, start as i64..end as i64)
 }
 
-/// The little-endian f16 at byte `at` of every block, widened (exactly) to
-/// f32: `[rows, n_blocks]`.
+/// An f16 field of every block, widened (exactly) to f32: `[rows, n_blocks]`.
 #[track_caller]
-fn f16_at(b: Tensor, at: i64) -> Tensor {
-    bytes(b, at..at + 2).bitcast(DType::F16).convert(DType::F32)
+fn f16<B: Block>(b: Tensor, f: impl Fn(&B) -> &F16) -> Tensor {
+    field(b, f).bitcast(DType::F16).convert(DType::F32)
 }
 
 /// `x` repeated along new trailing axes up to `dims` (one value per block
@@ -155,13 +182,13 @@ fn four_bit_codes(qs: Tensor) -> Tensor {
 }
 
 /// The 32 five-bit codes of a Q5_0/Q5_1 block: the nibbles of the 16 bytes
-/// at `qs_at`, plus bit `j` of the little-endian u32 at `qh_at` as bit 4 of
+/// `qs`, plus bit `j` of the little-endian u32 `qh` (4 bytes) as bit 4 of
 /// code `j`. `u32 [rows, n_blocks, 32]`.
 #[track_caller]
-fn five_bit_codes(b: Tensor, qh_at: i64, qs_at: i64) -> Tensor {
-    let q = four_bit_codes(bytes(b, qs_at..qs_at + 16)).convert(DType::U32);
+fn five_bit_codes(qh: Tensor, qs: Tensor) -> Tensor {
+    let q = four_bit_codes(qs).convert(DType::U32);
     let dims = q.dims();
-    let qh = spread(bytes(b, qh_at..qh_at + 4).bitcast(DType::U32), &dims);
+    let qh = spread(qh.bitcast(DType::U32), &dims);
     let j = Tensor::iota(Shape::new(DType::U32, &dims), 2);
     let high = qh
         .shift_right_logical(j)
@@ -181,13 +208,13 @@ fn k_nibbles(qs: Tensor) -> Tensor {
     Tensor::concatenate(&[lo, hi], 3).reshape(&[d[0], d[1], 8, 32])
 }
 
-/// A Q4_K/Q5_K super-block from its codes `q` (`u8 [rows, n_blocks, 8,
-/// 32]`): `d·sc·q − dmin·m` per sub-block, with `d·sc` and `dmin·m` rounded
-/// to f32 first. `f32 [rows, n_blocks, 8, 32]`.
+/// A Q4_K/Q5_K super-block from its scales `d` and `dmin` (f32 `[rows,
+/// n_blocks]`), its 12 bytes of packed sub-block scales and its codes `q`
+/// (`u8 [rows, n_blocks, 8, 32]`): `d·sc·q − dmin·m` per sub-block, with
+/// `d·sc` and `dmin·m` rounded to f32 first. `f32 [rows, n_blocks, 8, 32]`.
 #[track_caller]
-fn k_quant(b: Tensor, q: Tensor) -> Tensor {
-    let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
-    let (sc, m) = k_scales_mins(bytes(b, 4..16));
+fn k_quant((d, dmin, scales): (Tensor, Tensor, Tensor), q: Tensor) -> Tensor {
+    let (sc, m) = k_scales_mins(scales);
     let per_sub = sc.dims();
     let d1 = spread(d, &per_sub) * sc.convert(DType::F32);
     let m1 = spread(dmin, &per_sub) * m.convert(DType::F32);
@@ -234,12 +261,12 @@ fn top2(x: Tensor) -> Tensor {
 #[track_caller]
 fn q6_k(b: Tensor, rows: i64, n_blocks: i64) -> Tensor {
     // Low nibbles as [h, k / 2, k % 2, l]: the low halves of the bytes first.
-    let ql = bytes(b, 0..128).reshape(&[rows, n_blocks, 2, 1, 2, 32]);
+    let ql = field(b, |x: &BlockQ6_K| &x.ql).reshape(&[rows, n_blocks, 2, 1, 2, 32]);
     let (lo, hi) = nibbles(ql);
     let low = Tensor::concatenate(&[lo, hi], 3).reshape(&[rows, n_blocks, 256]);
     // Top bits as [h, k, l]: bits 2k..2k + 2 of qh[32h + l].
     let by_k = Shape::new(DType::U8, &[rows, n_blocks, 2, 4, 32]);
-    let qh = bytes(b, 128..192)
+    let qh = field(b, |x: &BlockQ6_K| &x.qh)
         .reshape(&[rows, n_blocks, 2, 32])
         .broadcast_in_dim(by_k, &[0, 1, 2, 4]);
     let shift = Tensor::iota(by_k, 3) * 2.0;
@@ -249,7 +276,8 @@ fn q6_k(b: Tensor, rows: i64, n_blocks: i64) -> Tensor {
         .reshape(&[rows, n_blocks, 256]);
     let code = low.or(high.shift_left(Tensor::scalar(4.0, DType::U8)));
     let q = (code.convert(DType::F32) - 32.0).reshape(&[rows, n_blocks, 16, 16]);
-    let sc = bytes(b, 192..208).bitcast(DType::I8).convert(DType::F32);
-    let d1 = spread(f16_at(b, 208), &sc.dims()) * sc;
+    let sc = field(b, |x: &BlockQ6_K| &x.scales).bitcast(DType::I8);
+    let sc = sc.convert(DType::F32);
+    let d1 = spread(f16(b, |x: &BlockQ6_K| &x.d), &sc.dims()) * sc;
     spread(d1, &q.dims()) * q
 }

@@ -31,16 +31,6 @@ pub const KINDS: [Kind; 5] = [
     Kind::ExtremeScales,
 ];
 
-/// Byte offsets of the f16 scale fields of a block (GGUF layouts).
-pub fn f16_fields(format: Format) -> &'static [usize] {
-    match format {
-        Format::Q8_0 | Format::Q4_0 | Format::Q5_0 => &[0],
-        Format::Q4_1 | Format::Q5_1 | Format::Q4_K | Format::Q5_K => &[0, 2],
-        Format::Q6_K => &[208],
-        Format::F32 | Format::F16 | Format::BF16 => &[],
-    }
-}
-
 /// One block of `format`. Scales are finite f16s as `kind` says. F32, F16
 /// and BF16 blocks are one finite element: random bits (`Random`), the most
 /// negative value (`AllOnes`), +0 (`AllZeros`), -0 (`ZeroScales`) or a
@@ -81,7 +71,7 @@ pub fn block(format: Format, kind: Kind, rng: &mut Rng) -> Vec<u8> {
         .collect();
     // ±65504, ±2^-24, the largest subnormal, the smallest normal.
     const EXTREMES: [u16; 6] = [0x7BFF, 0xFBFF, 0x0001, 0x8001, 0x03FF, 0x0400];
-    for &at in f16_fields(format) {
+    for at in radix_quant::blocks::f16_offsets(format) {
         let d = match kind {
             Kind::ZeroScales => (rng.next() as u16 & 1) << 15,
             Kind::ExtremeScales => EXTREMES[rng.next() as usize % EXTREMES.len()],
