@@ -131,6 +131,7 @@ pub(crate) fn layers<M: CausalLm>(
             start,
         };
         (x, *cache) = radix::call(
+            "block",
             |(b, x, pos, step)| M::block(b, *x, *pos, *step),
             &(block.clone(), x, pos, step),
         );

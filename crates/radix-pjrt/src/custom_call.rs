@@ -35,8 +35,10 @@ pub const NAME_ATTR: &str = "radix.name";
 pub type Handler = dyn Fn(&CallFrame<'_>) -> std::result::Result<(), String> + Send + Sync;
 
 /// An attribute value a handler receives: the types XLA's FFI encodes and
-/// radix emits.
-#[derive(Debug, Clone, PartialEq)]
+/// radix emits. Two values are equal when their bits are (a kernel given
+/// either reads the same bytes): a NaN equals itself, `0.0` is not `-0.0`;
+/// so equality is an `Eq` and hashing agrees with it.
+#[derive(Debug, Clone)]
 pub enum AttrValue {
     /// `true` / `false` (`i1`).
     Bool(bool),
@@ -58,6 +60,43 @@ pub enum AttrValue {
     F32s(Vec<f32>),
     /// `array<f64: ...>`.
     F64s(Vec<f64>),
+}
+
+impl AttrValue {
+    /// The variant and its payload as integers: floats by their bits.
+    fn bits(&self) -> (u8, Vec<u64>, Option<&str>) {
+        let ints = |xs: &mut dyn Iterator<Item = u64>| xs.collect::<Vec<u64>>();
+        match self {
+            AttrValue::Bool(b) => (0, vec![u64::from(*b)], None),
+            AttrValue::I32(x) => (1, vec![*x as u64], None),
+            AttrValue::I64(x) => (2, vec![*x as u64], None),
+            AttrValue::F32(x) => (3, vec![u64::from(x.to_bits())], None),
+            AttrValue::F64(x) => (4, vec![x.to_bits()], None),
+            AttrValue::Str(s) => (5, vec![], Some(s)),
+            AttrValue::I32s(xs) => (6, ints(&mut xs.iter().map(|&x| x as u64)), None),
+            AttrValue::I64s(xs) => (7, ints(&mut xs.iter().map(|&x| x as u64)), None),
+            AttrValue::F32s(xs) => (
+                8,
+                ints(&mut xs.iter().map(|x| u64::from(x.to_bits()))),
+                None,
+            ),
+            AttrValue::F64s(xs) => (9, ints(&mut xs.iter().map(|x| x.to_bits())), None),
+        }
+    }
+}
+
+impl PartialEq for AttrValue {
+    fn eq(&self, other: &AttrValue) -> bool {
+        self.bits() == other.bits()
+    }
+}
+
+impl Eq for AttrValue {}
+
+impl std::hash::Hash for AttrValue {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.bits().hash(h);
+    }
 }
 
 macro_rules! attr_from {

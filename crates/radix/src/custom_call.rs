@@ -87,7 +87,7 @@ pub enum CustomCallMode {
 
 /// The attributes of one call, sorted by name: what its kernel reads
 /// through [`Kernel::attrs`] and the `backend_config` it is printed with.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Attrs {
     entries: Vec<(String, AttrValue)>,
 }

@@ -136,9 +136,9 @@ impl Program {
         for (i, r) in self.results.iter().enumerate() {
             fits(&format!("result {i} ({})", r.path), &r.shape)?;
         }
-        for n in &self.function.nodes {
+        let f = &self.function;
+        for (n, l) in f.nodes.iter().zip(&f.locs) {
             if n.op == crate::ir::Op::Sharding {
-                let l = n.loc;
                 fits(
                     &format!("the constraint at {}:{}", l.file(), l.line()),
                     &n.shape,

@@ -37,6 +37,7 @@ fn check_layers(n: usize, scales: &[f64], n_funcs: usize) -> String {
         let mut x = t[0];
         for i in 0..n {
             x = call(
+                "layer",
                 layer,
                 &Layer {
                     w: t[1],
@@ -62,6 +63,23 @@ fn thirty_layers_emit_one_body() {
     assert_eq!(text.matches("stablehlo.dot_general").count(), 1, "{text}");
     // Plain parameters that change the body give distinct functions.
     check_layers(4, &[1.0, 0.5], 2);
+    // The caller's name, then the body's structural hash.
+    assert!(text.contains("func.func private @layer_"), "{text}");
+}
+
+#[test]
+fn equal_bodies_traced_at_different_lines_are_one_function() {
+    // Two closures (two types, two source lines) with the same body: the
+    // name and the identity come from the structure, not from where or
+    // through which Rust function it was traced.
+    let program = trace_fn(&inputs(), |t| {
+        let a = call("block", |x: &Tensor| x.tanh() * *x, &t[0]);
+        call("block", |x: &Tensor| x.tanh() * *x, &a)
+    })
+    .unwrap();
+    let text = program.optimize().stablehlo_without_locations();
+    assert_eq!(text.matches("func.func private").count(), 1, "{text}");
+    assert_eq!(text.matches("\"func.call\"").count(), 2, "{text}");
 }
 
 #[test]
@@ -71,6 +89,7 @@ fn calls_compute_like_inline_code() {
         &inputs(),
         |t| {
             let x = call(
+                "layer",
                 layer,
                 &Layer {
                     w: t[1],
@@ -79,6 +98,7 @@ fn calls_compute_like_inline_code() {
                 },
             );
             call(
+                "layer",
                 layer,
                 &Layer {
                     w: t[1],

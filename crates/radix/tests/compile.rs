@@ -172,7 +172,7 @@ fn trace_leaves_nested_functions_as_traced() {
     }
     let s = Shape::new(DType::F32, &[2]);
     let f = |x: Tensor| {
-        let y = radix::call(body, &x);
+        let y = radix::call("body", body, &x);
         radix::while_(
             &[y],
             |s| s[0].max(0).lt(Tensor::scalar(10.0, DType::F32)),

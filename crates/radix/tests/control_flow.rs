@@ -130,7 +130,7 @@ fn a_capture_in_a_hermetic_block_is_an_error() {
     }
     let err = trace_fn(&x, |x| {
         OUTER.with(|o| o.set(Some(x[0])));
-        radix::call(|y: &Tensor| *y + outer_of(), &x[0])
+        radix::call("outer", |y: &Tensor| *y + outer_of(), &x[0])
     })
     .unwrap_err();
     let msg = err.to_string();

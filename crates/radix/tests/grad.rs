@@ -260,8 +260,8 @@ fn the_derivative_of_a_call_is_a_call() {
         tagged(&[("s", 2), ("i", 3)], 30),
     ];
     let f = |v: &[Tensor]| {
-        let h = radix::call(layer, &(Layer { w: v[0] }, v[2]));
-        let h = radix::call(layer, &(Layer { w: v[1] }, h));
+        let h = radix::call("layer", layer, &(Layer { w: v[0] }, v[2]));
+        let h = radix::call("layer", layer, &(Layer { w: v[1] }, h));
         loss(h)
     };
     check(&inputs, f);

@@ -143,9 +143,9 @@ fn stack(v: &[Tensor], n: usize, checkpointed: bool) -> Tensor {
     for (k, &w) in v[..n].iter().enumerate() {
         let args = (Block { w }, h);
         h = if checkpointed {
-            radix::checkpoint(block, &args)
+            radix::checkpoint("block", block, &args)
         } else {
-            radix::call(block, &args)
+            radix::call("block", block, &args)
         };
         h = h * (1.0 + 0.01 * k as f64);
     }

@@ -178,6 +178,20 @@ fn common_subexpressions_merge() {
 }
 
 #[test]
+fn reductions_with_equal_bodies_merge_wherever_traced() {
+    // Two user bodies on two lines (two closures): the ops are equal by
+    // structure, so CSE keeps one reduce.
+    let p = program(|x| {
+        let zero = || Tensor::scalar(0.0, DType::F32);
+        let a = radix::reduce(&[x], &[zero()], 1, |a, b| vec![a[0] + b[0]])[0];
+        let b = radix::reduce(&[x], &[zero()], 1, |a, b| vec![a[0] + b[0]])[0];
+        a * b
+    });
+    let text = p.stablehlo_without_locations();
+    assert_eq!(text.matches("stablehlo.reduce").count(), 1, "{text}");
+}
+
+#[test]
 fn commutative_operands_take_one_order() {
     // `e + t` and `t + e` are one node: the module has one add.
     let both = program(|x| {
@@ -201,8 +215,8 @@ fn commutative_operands_take_one_order() {
         expect![[r#"
             module @radix {
               func.func @main(%arg0: tensor<2x3xf32>) -> (tensor<2x3xf32>) {
-                %0 = "stablehlo.tanh"(%arg0) : (tensor<2x3xf32>) -> tensor<2x3xf32>
-                %1 = "stablehlo.exponential"(%arg0) : (tensor<2x3xf32>) -> tensor<2x3xf32>
+                %0 = "stablehlo.exponential"(%arg0) : (tensor<2x3xf32>) -> tensor<2x3xf32>
+                %1 = "stablehlo.tanh"(%arg0) : (tensor<2x3xf32>) -> tensor<2x3xf32>
                 %2 = "stablehlo.add"(%0, %1) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
                 %3 = "stablehlo.maximum"(%arg0, %2) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
                 %4 = "stablehlo.constant"() {value = dense<"0x00000040"> : tensor<2x3xf32>} : () -> tensor<2x3xf32>

@@ -21,10 +21,14 @@ pub fn top2_margin(logits: &[f32]) -> f32 {
     first - second
 }
 
-/// Checks that greedy ids `got` equal `want`. At the first step where they
-/// differ, `margin(k)` is radix's top-2 logit margin there (of the logits
-/// `got[k]` was picked from), and the failure names it: under [`NEAR_TIE`]
-/// as a near tie, which roundoff may decide, else as a real difference.
+/// Checks that greedy ids `got` equal `want`, up to a near tie. At the
+/// first step where they differ, `margin(k)` is radix's top-2 logit margin
+/// there (of the logits `got[k]` was picked from). Under [`NEAR_TIE`] the two
+/// ids are equally good picks, which roundoff decides (another XLA fusion,
+/// another instruction set, an f16 cache): from there on the two sequences
+/// continue different texts, so the comparison ends at that step, reported
+/// with its margin on stderr. Otherwise the difference is real and fails,
+/// naming the margin.
 #[track_caller]
 pub fn assert_greedy_eq(what: &str, got: &[u32], want: &[u32], margin: impl FnOnce(usize) -> f32) {
     let Some(k) = (0..got.len().min(want.len())).find(|&k| got[k] != want[k]) else {
@@ -33,12 +37,13 @@ pub fn assert_greedy_eq(what: &str, got: &[u32], want: &[u32], margin: impl FnOn
     };
     let m = margin(k);
     if m < NEAR_TIE {
-        panic!(
-            "{what}: greedy ids differ at step {k} ({} here, {} expected; equal before) at a \
-             near tie: radix's top two logits there are {m:.2e} apart (under {NEAR_TIE:.0e}), \
-             so roundoff may decide it\n got: {got:?}\nwant: {want:?}",
+        eprintln!(
+            "{what}: greedy ids part at step {k} ({} here, {} expected; equal before) at a near \
+             tie: radix's top two logits there are {m:.2e} apart (under {NEAR_TIE:.0e}), so \
+             roundoff decides it; compared up to there\n got: {got:?}\nwant: {want:?}",
             got[k], want[k]
         );
+        return;
     }
     panic!(
         "{what}: greedy ids differ at step {k} ({} here, {} expected; equal before), where \

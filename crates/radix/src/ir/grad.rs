@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use crate::ir::ops::control_grad::{self, Saved};
 use crate::ir::ops::{Binary, Compare, Unary};
-use crate::ir::{Function, Node, Op, ValueId};
+use crate::ir::{Function, Loc, Node, Op, ValueId};
 use crate::literal::encode;
 use crate::{DType, Shape};
 
@@ -68,23 +68,23 @@ pub(crate) fn joint(f: &Function, n_wrt: usize) -> Result<Joint, GradError> {
         }
     }
     let mut g = Function::default();
-    let loc = f.nodes.first().map_or(Location::caller(), |n| n.loc);
+    let loc = f.locs.first().copied().unwrap_or(Location::caller());
     let mut e = Emitter::new(&mut g, loc);
     let mut map: Vec<ValueId> = Vec::with_capacity(f.nodes.len());
     let mut saved: Vec<Option<Saved>> = (0..f.nodes.len()).map(|_| None).collect();
     for (i, n) in f.nodes.iter().enumerate() {
         let node = mapped(n, &map);
         let id = if live[i] && active[i] {
-            e.at(n, f);
+            e.at(ValueId(i as u32), f);
             match control_grad::save(&mut e, &node)? {
                 Some((id, s)) => {
                     saved[i] = Some(s);
                     id
                 }
-                None => e.f.push(node),
+                None => e.f.push(node, f.locs[i]),
             }
         } else {
-            e.f.push(node)
+            e.f.push(node, f.locs[i])
         };
         map.push(id);
     }
@@ -121,7 +121,7 @@ pub(crate) fn joint(f: &Function, n_wrt: usize) -> Result<Joint, GradError> {
             }
             _ => {}
         }
-        e.at(n, f);
+        e.at(ValueId(i as u32), f);
         let node = mapped(n, &map);
         let res = match &saved[i] {
             Some(s) => control_grad::restore(&mut e, s, &node, &cts[i])?,
@@ -156,7 +156,6 @@ fn mapped(n: &Node, map: &[ValueId]) -> Node {
         op: n.op.clone(),
         args: n.args.iter().map(|a| map[a.0 as usize]).collect(),
         shape: n.shape,
-        loc: n.loc,
     }
 }
 
@@ -211,17 +210,19 @@ impl<'f> Emitter<'f> {
     /// `args[k]`; its results.
     pub(crate) fn inline(&mut self, g: &Function, args: &[ValueId]) -> Vec<ValueId> {
         let mut map: Vec<ValueId> = Vec::with_capacity(g.nodes.len());
-        for n in &g.nodes {
+        for (n, &loc) in g.nodes.iter().zip(&g.locs) {
             let id = match n.op {
                 Op::Parameter(k) => args[k],
                 _ => {
                     let a: Vec<ValueId> = n.args.iter().map(|a| map[a.0 as usize]).collect();
-                    self.f.push(Node {
-                        op: n.op.clone(),
-                        args: a,
-                        shape: n.shape,
-                        loc: n.loc,
-                    })
+                    self.f.push(
+                        Node {
+                            op: n.op.clone(),
+                            args: a,
+                            shape: n.shape,
+                        },
+                        loc,
+                    )
                 }
             };
             map.push(id);
@@ -229,11 +230,17 @@ impl<'f> Emitter<'f> {
         g.results.iter().map(|r| map[r.0 as usize]).collect()
     }
 
-    /// Locates the nodes emitted next at `n` (a node of `f`), whose rule runs.
-    fn at(&mut self, n: &Node, f: &Function) {
-        self.loc = n.loc;
+    /// Locates the nodes emitted next at node `id` of `f`, whose rule runs.
+    fn at(&mut self, id: ValueId, f: &Function) {
+        let n = f.node(id);
+        self.loc = f.loc(id);
         self.op = n.op.name();
         self.shapes = n.args.iter().map(|&a| f.node(a).shape).collect();
+    }
+
+    /// Where the nodes emitted now are located.
+    pub(crate) fn loc(&self) -> Loc {
+        self.loc
     }
 
     /// Sets the results of the function being built.
@@ -258,12 +265,14 @@ impl<'f> Emitter<'f> {
 
     /// Appends `op` applied to `args`, producing `shape`.
     pub(crate) fn emit(&mut self, op: Op, args: &[ValueId], shape: Shape) -> ValueId {
-        self.f.push(Node {
-            op,
-            args: args.to_vec(),
-            shape,
-            loc: self.loc,
-        })
+        self.f.push(
+            Node {
+                op,
+                args: args.to_vec(),
+                shape,
+            },
+            self.loc,
+        )
     }
 
     /// Appends parameter `index` of `shape`.
@@ -431,20 +440,24 @@ pub(crate) fn scalar_body(dtype: DType, op: Binary, loc: &'static Location<'stat
     let s = Shape::scalar(dtype);
     let mut f = Function::default();
     for i in 0..2 {
-        let p = f.push(Node {
-            op: Op::Parameter(i),
-            args: vec![],
-            shape: s,
+        let p = f.push(
+            Node {
+                op: Op::Parameter(i),
+                args: vec![],
+                shape: s,
+            },
             loc,
-        });
+        );
         f.params.push(p);
     }
-    let r = f.push(Node {
-        op: op.into(),
-        args: f.params.clone(),
-        shape: s,
+    let r = f.push(
+        Node {
+            op: op.into(),
+            args: f.params.clone(),
+            shape: s,
+        },
         loc,
-    });
+    );
     f.results.push(r);
     f
 }

@@ -29,24 +29,33 @@ use crate::Shape;
 
 pub(crate) use ops::Op;
 
+/// A source location a node was traced at.
+pub(crate) type Loc = &'static Location<'static>;
+
 /// The id of a node (and of the value it produces) in its function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct ValueId(pub(crate) u32);
 
-/// One op application.
-#[derive(Debug, Clone, PartialEq)]
+/// One op application. Its identity is structural: two nodes are equal
+/// (and hash equal) when their ops, operands and shapes are, wherever they
+/// were traced; the source location lives beside it ([`Function::locs`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Node {
     pub(crate) op: Op,
     pub(crate) args: Vec<ValueId>,
     pub(crate) shape: Shape,
-    pub(crate) loc: &'static Location<'static>,
 }
 
-/// A traced function: nodes in creation order, parameters, results, and
-/// the side-effecting nodes, which are kept even when no result needs them.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// A traced function: nodes in creation order with their source locations,
+/// parameters, results, and the side-effecting nodes, which are kept even
+/// when no result needs them. Equality and hashing are structural: they
+/// ignore the locations.
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Function {
     pub(crate) nodes: Vec<Node>,
+    /// Where each node was traced, by id (printed as `loc(...)`, named in
+    /// errors; never part of what the function computes).
+    pub(crate) locs: Vec<Loc>,
     pub(crate) params: Vec<ValueId>,
     pub(crate) results: Vec<ValueId>,
     /// `(value, parameter index)` pairs recorded by `reuse_buffer`
@@ -58,42 +67,64 @@ pub(crate) struct Function {
 }
 
 impl Function {
+    /// What equality and hashing compare: everything but the locations.
+    #[allow(clippy::type_complexity)]
+    fn structure(
+        &self,
+    ) -> (
+        &[Node],
+        &[ValueId],
+        &[ValueId],
+        &[(ValueId, usize)],
+        &[ValueId],
+    ) {
+        let f = self;
+        (&f.nodes, &f.params, &f.results, &f.reuses, &f.effects)
+    }
+}
+
+impl PartialEq for Function {
+    fn eq(&self, other: &Function) -> bool {
+        self.structure() == other.structure()
+    }
+}
+
+impl Eq for Function {}
+
+impl std::hash::Hash for Function {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.structure().hash(h);
+    }
+}
+
+impl Function {
     pub(crate) fn node(&self, id: ValueId) -> &Node {
         &self.nodes[id.0 as usize]
     }
 
-    /// A hash of what the function computes: its nodes (ops, operands,
-    /// shapes; constants by their bytes), results and side effects, not
-    /// their source locations. Equal functions hash equal; `call` names a
-    /// body by it instead of printing it.
+    /// Where node `id` was traced.
+    pub(crate) fn loc(&self, id: ValueId) -> Loc {
+        self.locs[id.0 as usize]
+    }
+
+    /// A hash of what the function computes ([`Hash`] through xxh64 with a
+    /// fixed seed: the same in every run and build). Equal functions hash
+    /// equal; `call` names a body by it instead of printing it.
     pub(crate) fn structural_hash(&self) -> u64 {
         use std::hash::{Hash, Hasher};
         let mut h = xxhash_rust::xxh64::Xxh64::new(0);
-        for n in &self.nodes {
-            match &n.op {
-                Op::Constant(bytes) => {
-                    h.write(b"constant");
-                    h.write(bytes);
-                }
-                op => {
-                    let mut w = HashWriter(&mut h);
-                    let _ = std::fmt::Write::write_fmt(&mut w, format_args!("{op:?}"));
-                }
-            }
-            n.args.hash(&mut h);
-            n.shape.hash(&mut h);
-        }
-        self.results.hash(&mut h);
-        self.effects.hash(&mut h);
+        self.hash(&mut h);
         h.finish()
     }
 
-    pub(crate) fn push(&mut self, node: Node) -> ValueId {
+    /// Appends `node`, traced at `loc`.
+    pub(crate) fn push(&mut self, node: Node, loc: Loc) -> ValueId {
         let id = ValueId(self.nodes.len() as u32);
         if node.op.has_side_effect() {
             self.effects.push(id);
         }
         self.nodes.push(node);
+        self.locs.push(loc);
         id
     }
 
@@ -113,12 +144,15 @@ impl Function {
     }
 }
 
-/// Feeds formatted text into a hasher without building the string.
-pub(crate) struct HashWriter<'h, H: std::hash::Hasher>(pub(crate) &'h mut H);
-
-impl<H: std::hash::Hasher> std::fmt::Write for HashWriter<'_, H> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.write(s.as_bytes());
-        Ok(())
-    }
+/// The name a private function is printed under: `name` with every
+/// character that is not an ASCII letter or digit made `_`, then the body's
+/// [`Function::structural_hash`]. Equal bodies get equal names in every run
+/// and build (the executable cache hashes the printed module), different
+/// ones different names.
+pub(crate) fn private_name(name: &str, body: &Function) -> std::sync::Arc<str> {
+    let base: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("{}_{:016x}", base.trim_matches('_'), body.structural_hash()).into()
 }

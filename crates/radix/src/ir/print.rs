@@ -61,7 +61,7 @@ pub(crate) fn print_module_signed(f: &Function, locs: Locations, sig: &Signature
             out,
             "{name}: {}{attrs}{}",
             tensor_type(&node.shape),
-            ctx.loc_of(node.loc)
+            ctx.loc_of(f.loc(p))
         );
         names[p.0 as usize] = name;
     }
@@ -88,27 +88,6 @@ pub(crate) fn print_module_signed(f: &Function, locs: Locations, sig: &Signature
     }
     res.push_str(&out);
     res
-}
-
-/// The text of `f` as a private function `@f` with the functions it calls,
-/// without locations: what tells two traced bodies apart.
-pub(crate) fn print_function(f: &Function) -> String {
-    let ctx = Ctx {
-        locs: Locations::Omit,
-        funcs: RefCell::new(BTreeMap::new()),
-        mesh: None,
-    };
-    let mut names = vec![String::new(); f.nodes.len()];
-    let mut out = String::new();
-    for (i, &p) in f.params.iter().enumerate() {
-        let _ = write!(out, "%arg{i}: {}, ", tensor_type(&f.node(p).shape));
-        names[p.0 as usize] = format!("%arg{i}");
-    }
-    print_body(&ctx, &mut out, f, &mut names, "%", "func.return");
-    for text in ctx.funcs.into_inner().into_values() {
-        out.push_str(&text);
-    }
-    out
 }
 
 /// What printing a module shares: the location mode and the private
@@ -163,7 +142,7 @@ fn print_body(
             args: &args,
             arg_shapes: &arg_shapes,
             shape: node.shape,
-            loc: ctx.loc_of(node.loc),
+            loc: ctx.loc_of(f.locs[i]),
         };
         node.op.print(&mut p);
         names[i] = name;

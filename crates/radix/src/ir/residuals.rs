@@ -100,10 +100,8 @@ pub(crate) fn split(f: &Function, n_wrt: usize, reads: Reads) -> Result<Split, G
     free_used.sort();
 
     let mut bwd = Function::default();
-    let loc = j
-        .nodes
-        .first()
-        .map_or(std::panic::Location::caller(), |n| n.loc);
+    let loc = j.locs.first().copied();
+    let loc = loc.unwrap_or(std::panic::Location::caller());
     let mut map: HashMap<ValueId, ValueId> = HashMap::new();
     {
         let mut e = Emitter::new(&mut bwd, loc);
@@ -124,12 +122,14 @@ pub(crate) fn split(f: &Function, n_wrt: usize, reads: Reads) -> Result<Split, G
     }
     let copy = |bwd: &mut Function, map: &mut HashMap<ValueId, ValueId>, i: usize| {
         let n = &j.nodes[i];
-        let id = bwd.push(Node {
-            op: n.op.clone(),
-            args: n.args.iter().map(|a| map[a]).collect(),
-            shape: n.shape,
-            loc: n.loc,
-        });
+        let id = bwd.push(
+            Node {
+                op: n.op.clone(),
+                args: n.args.iter().map(|a| map[a]).collect(),
+                shape: n.shape,
+            },
+            j.locs[i],
+        );
         map.insert(ValueId(i as u32), id);
     };
     for i in 0..boundary {
@@ -149,6 +149,7 @@ pub(crate) fn split(f: &Function, n_wrt: usize, reads: Reads) -> Result<Split, G
     fwd_results.extend(&residuals);
     let fwd = Function {
         nodes: j.nodes[..boundary].to_vec(),
+        locs: j.locs[..boundary].to_vec(),
         params: j.params[..n_params].to_vec(),
         results: fwd_results,
         reuses: vec![],
@@ -171,10 +172,8 @@ pub(crate) fn split(f: &Function, n_wrt: usize, reads: Reads) -> Result<Split, G
 /// results (a branch of an `if` giving the other branch's residuals, or
 /// the other branch's cotangents).
 pub(crate) fn with_zeros(mut f: Function, at: usize, shapes: &[Shape]) -> Function {
-    let loc = f
-        .nodes
-        .first()
-        .map_or(std::panic::Location::caller(), |n| n.loc);
+    let loc = f.locs.first().copied();
+    let loc = loc.unwrap_or(std::panic::Location::caller());
     let zeros: Vec<ValueId> = {
         let mut e = Emitter::new(&mut f, loc);
         shapes.iter().map(|&s| e.zeros(s)).collect()

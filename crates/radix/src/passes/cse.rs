@@ -14,8 +14,7 @@ use std::hash::{Hash, Hasher};
 
 use xxhash_rust::xxh64::Xxh64;
 
-use crate::ir::HashWriter;
-use crate::ir::{Function, Node, Op, ValueId};
+use crate::ir::{Function, Loc, Node, Op, ValueId};
 
 /// The nodes seen so far, by a structural hash of their op, operands and
 /// shape.
@@ -28,39 +27,37 @@ pub(crate) struct Table {
 }
 
 impl Table {
-    /// Pushes `node` onto `f` without looking for an equal one (a parameter
-    /// or a poisoned value). Every node of `f` goes through the table.
-    pub(crate) fn push(&mut self, f: &mut Function, node: Node) -> ValueId {
+    /// Pushes `node` (traced at `loc`) onto `f` without looking for an
+    /// equal one (a parameter or a poisoned value). Every node of `f` goes
+    /// through the table.
+    pub(crate) fn push(&mut self, f: &mut Function, node: Node, loc: Loc) -> ValueId {
         let key = self.key(&node);
-        self.push_hashed(f, node, key)
+        self.push_hashed(f, node, loc, key)
     }
 
-    /// The id of a node equal to `node` already in `f`, or of `node` pushed
-    /// onto `f`. A commutative op's operands are ordered canonically first.
-    pub(crate) fn intern(&mut self, f: &mut Function, mut node: Node) -> ValueId {
+    /// The id of a node equal to `node` already in `f` (which keeps its
+    /// location), or of `node` pushed onto `f` at `loc`. A commutative op's
+    /// operands are ordered canonically first.
+    pub(crate) fn intern(&mut self, f: &mut Function, mut node: Node, loc: Loc) -> ValueId {
         if node.op.has_side_effect() {
             // Each side effect happens once per occurrence: never merged.
-            return self.push(f, node);
+            return self.push(f, node, loc);
         }
         if node.op.is_commutative() {
             node.args.sort_by_key(|&a| self.rank(f, a));
         }
         let key = self.key(&node);
         let bucket = self.buckets.entry(key).or_default();
-        let same = |id: &&ValueId| {
-            let n = f.node(**id);
-            n.op == node.op && n.args == node.args && n.shape == node.shape
-        };
-        if let Some(&id) = bucket.iter().find(same) {
+        if let Some(&id) = bucket.iter().find(|id| *f.node(**id) == node) {
             return id;
         }
-        let id = self.push_hashed(f, node, key);
+        let id = self.push_hashed(f, node, loc, key);
         self.buckets.entry(key).or_default().push(id);
         id
     }
 
-    fn push_hashed(&mut self, f: &mut Function, node: Node, key: u64) -> ValueId {
-        let id = f.push(node);
+    fn push_hashed(&mut self, f: &mut Function, node: Node, loc: Loc, key: u64) -> ValueId {
+        let id = f.push(node, loc);
         assert_eq!(
             id.0 as usize,
             self.hashes.len(),
@@ -82,21 +79,14 @@ impl Table {
         }
     }
 
-    /// A structural hash of what makes two nodes equal. The op is hashed
-    /// through its `Debug` form, so ops need no `Hash` (some carry floats);
-    /// equality is then checked with `PartialEq`. A constant's bytes are
-    /// hashed as bytes: formatting large tables byte by byte was most of the
-    /// tracing time. xxh64 with a fixed seed keeps it equal across runs and
-    /// builds, since the operand order it decides is printed.
+    /// A structural hash of what makes two nodes equal: the op's own
+    /// [`Hash`] (bodies by their nodes, attributes and constants by their
+    /// bits), each operand through its structural hash, the shape. xxh64
+    /// with a fixed seed keeps it equal across runs and builds, since the
+    /// operand order it decides is printed.
     fn key(&self, node: &Node) -> u64 {
         let mut h = Xxh64::new(0);
-        if let Op::Constant(bytes) = &node.op {
-            h.write(b"constant");
-            h.write(bytes);
-        } else {
-            let mut w = HashWriter(&mut h);
-            let _ = std::fmt::Write::write_fmt(&mut w, format_args!("{:?}", node.op));
-        }
+        node.op.hash(&mut h);
         for a in &node.args {
             h.write_u64(self.hashes[a.0 as usize]);
         }

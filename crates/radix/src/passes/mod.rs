@@ -31,7 +31,7 @@ pub(crate) fn optimize(f: &Function) -> Function {
     let mut out = Function::default();
     let mut renamed: Vec<ValueId> = Vec::with_capacity(f.nodes.len());
     let mut table = cse::Table::default();
-    for node in &f.nodes {
+    for (node, &loc) in f.nodes.iter().zip(&f.locs) {
         let mut node = node.clone();
         // Bodies come from the tracer as traced, like the top level: each is
         // optimized on its own before CSE compares its op whole.
@@ -42,11 +42,11 @@ pub(crate) fn optimize(f: &Function) -> Function {
             *a = renamed[a.0 as usize];
         }
         let id = if matches!(node.op, Op::Parameter(_) | Op::Poison) {
-            table.push(&mut out, node)
+            table.push(&mut out, node, loc)
         } else {
             match canonicalize::simplify(&out, node) {
                 canonicalize::Simplified::Value(v) => v,
-                canonicalize::Simplified::Node(n) => table.intern(&mut out, n),
+                canonicalize::Simplified::Node(n) => table.intern(&mut out, n, loc),
             }
         };
         renamed.push(id);

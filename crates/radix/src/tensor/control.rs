@@ -16,7 +16,6 @@ use crate::ir::Op;
 use crate::module::Module;
 use crate::tensor::{Block, emit, fail, trace_hermetic_block, trace_open_block};
 use crate::{DType, Shape, Tensor};
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 /// Repeats `body` on a state of tensors, starting from `init`, while `cond`
@@ -218,15 +217,16 @@ pub fn if_(
     multi(op, &args, &shapes)
 }
 
-/// Calls `f` on `args` through a private function (`func.call`): the body
-/// is emitted once per distinct body and argument shapes (tags and sharding
+/// Calls `f` on `args` through a private function (`func.call`) printed
+/// as `@{name}_{hash}`, where the hash is the body's structure: the body is
+/// emitted once per distinct body and argument shapes (tags and sharding
 /// included), however often it is called, so a stack of equal layers emits
-/// one function. `f` is traced as a hermetic block: it may use only `args`
-/// (tensors and plain values alike, whose values shape the body). The
-/// results keep their tags.
+/// one function, under the same name in every run and build. `f` is traced
+/// as a hermetic block: it may use only `args` (tensors and plain values
+/// alike, whose values shape the body). The results keep their tags.
 #[track_caller]
-pub fn call<A: Module + Clone, O: Module + Clone>(f: fn(&A) -> O, args: &A) -> O {
-    called(f, args, false)
+pub fn call<A: Module + Clone, O: Module + Clone>(name: &str, f: fn(&A) -> O, args: &A) -> O {
+    called(name, f, args, false)
 }
 
 /// [`call`], rematerialized under [`crate::grad`] (`jax.checkpoint`): the
@@ -245,8 +245,9 @@ pub fn call<A: Module + Clone, O: Module + Clone>(f: fn(&A) -> O, args: &A) -> O
 /// }
 /// let x = Literal::from_slice(&[0.5f64, -1.0], &[2]);
 /// let out = run(&[x], |xs| {
-///     let plain = radix::grad(|x: &Tensor, _: &()| radix::call(block, x).sum(0), &xs[0], &());
-///     let remat = radix::grad(|x: &Tensor, _: &()| radix::checkpoint(block, x).sum(0), &xs[0], &());
+///     let plain = radix::grad(|x: &Tensor, _: &()| radix::call("block", block, x).sum(0), &xs[0], &());
+///     let remat =
+///         radix::grad(|x: &Tensor, _: &()| radix::checkpoint("block", block, x).sum(0), &xs[0], &());
 ///     (plain, remat)
 /// })?;
 /// let want: Vec<f64> = out[0].data().to_vec();
@@ -255,13 +256,18 @@ pub fn call<A: Module + Clone, O: Module + Clone>(f: fn(&A) -> O, args: &A) -> O
 /// # }
 /// ```
 #[track_caller]
-pub fn checkpoint<A: Module + Clone, O: Module + Clone>(f: fn(&A) -> O, args: &A) -> O {
-    called(f, args, true)
+pub fn checkpoint<A: Module + Clone, O: Module + Clone>(name: &str, f: fn(&A) -> O, args: &A) -> O {
+    called(name, f, args, true)
 }
 
 /// [`call`] or [`checkpoint`].
 #[track_caller]
-fn called<A: Module + Clone, O: Module + Clone>(f: fn(&A) -> O, args: &A, checkpoint: bool) -> O {
+fn called<A: Module + Clone, O: Module + Clone>(
+    name: &str,
+    f: fn(&A) -> O,
+    args: &A,
+    checkpoint: bool,
+) -> O {
     let tensors = crate::module::tensors(args);
     let shapes: Vec<Shape> = tensors.iter().map(|t| t.1.shape()).collect();
     let mut out: Option<O> = None;
@@ -282,25 +288,12 @@ fn called<A: Module + Clone, O: Module + Clone>(f: fn(&A) -> O, args: &A, checkp
         out = Some(o);
         res
     });
-    let poisoned = function.nodes.iter().any(|n| n.op == Op::Poison);
-    let body = if poisoned {
-        0
-    } else {
-        function.structural_hash()
-    };
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    body.hash(&mut h);
-    shapes.hash(&mut h);
-    let base: String = std::any::type_name_of_val(&f)
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    let name = format!("{}_{:08x}", base.trim_matches('_'), h.finish() as u32);
+    let name = crate::ir::private_name(name, &function);
     let result_shapes: Vec<Shape> = results.iter().map(|r| r.shape()).collect();
     let inputs: Vec<Tensor> = tensors.iter().map(|t| t.1).collect();
     let res = multi(
         Op::Call {
-            name: name.into(),
+            name,
             f: Arc::new(function),
             checkpoint,
         },

@@ -9,7 +9,6 @@
 //! enclosing code, which are passed to the call as arguments and, like
 //! `args`, are not differentiated.
 
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use crate::error::TraceError;
@@ -142,12 +141,8 @@ where
             }
             Ok(joint) => {
                 inputs.extend(cts);
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                joint.structural_hash().hash(&mut h);
-                shapes.hash(&mut h);
-                let name = format!("vjp_{:08x}", h.finish() as u32);
                 let op = Op::Call {
-                    name: name.into(),
+                    name: crate::ir::private_name("vjp", &joint),
                     f: Arc::new(joint),
                     checkpoint: false,
                 };

@@ -450,9 +450,8 @@ fn push_at(
             op,
             args: args.iter().map(|a| a.value()).collect(),
             shape,
-            loc,
         };
-        let id = b.function.push(node);
+        let id = b.function.push(node, loc);
         then(&mut b.function, id);
         Tensor {
             id: id.0,

@@ -134,8 +134,7 @@ impl Tensor {
         self.reduce_window(init, window, Tensor::maximum)
     }
 
-    /// A one-operand reduction with the binary `op` as body, traced at a
-    /// fixed place so that equal reductions compare equal (CSE).
+    /// A one-operand reduction with the binary `op` as body.
     #[track_caller]
     fn builtin(self, name: &'static str, axes: &impl Axes, init: f64, op: Binary) -> Tensor {
         if self.dtype() == DType::Bool {
@@ -146,8 +145,8 @@ impl Tensor {
     }
 }
 
-/// The body `op(acc, x)` over scalars of `dtype`. Not `track_caller`, so
-/// built-in bodies are located here and equal wherever they are used.
+/// The body `op(acc, x)` over scalars of `dtype` (equal reductions compare
+/// equal wherever they are traced: bodies compare by structure, not place).
 fn binary_body(dtype: DType, op: Binary) -> Block {
     scalar_block("reduce body", &[dtype], 2, |s| {
         vec![emit(op.into(), &s[..2], Shape::scalar(dtype))]

@@ -254,7 +254,7 @@ fn save_loop(
     let stacked = stacked_shapes(e, &s.residuals, max_trips)?;
     let index = Shape::scalar(DType::I32);
     let carried: Vec<Shape> = [&states[..], &[index], &stacked[..]].concat();
-    let loc = node.loc;
+    let loc = e.loc();
 
     let mut new_cond = Function::default();
     {
@@ -349,7 +349,7 @@ fn restore_loop(
     let free_shapes: Vec<Shape> = free.iter().map(|&v| e.shape(v)).collect();
     let index = Shape::scalar(DType::I32);
     let carried: Vec<Shape> = [&[index], &states[..], &cap_shapes[..]].concat();
-    let loc = node.loc;
+    let loc = e.loc();
 
     let mut cond = Function::default();
     {

@@ -11,7 +11,6 @@ use crate::ir::{Function, Node, Op};
 use crate::literal::Literal;
 use radix_pjrt::custom_call::NAME_ATTR;
 use std::fmt::Write;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 /// One use of a custom call: the call, its attributes, its result shapes
@@ -43,8 +42,19 @@ impl PartialEq for Site {
     }
 }
 
+impl Eq for Site {}
+
+impl std::hash::Hash for Site {
+    // The declaration by its name and version (equal sites share one
+    // declaration); the fallback and derivative follow from the rest.
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        (self.call.name(), self.call.version()).hash(h);
+        self.attrs.hash(h);
+        self.results.hash(h);
+    }
+}
+
 impl std::fmt::Debug for Site {
-    // What CSE hashes: the fallback and derivative follow from the rest.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{:?} {:?} {:?}", self.call, self.attrs, self.results)
     }
@@ -191,27 +201,20 @@ pub(crate) fn eval(site: &Site, args: &[&Literal]) -> Vec<Literal> {
 /// blocks and fallbacks too.
 pub(crate) fn replace_by_fallbacks(f: &Function) -> Function {
     let mut out = Function::default();
-    for node in &f.nodes {
+    for (node, &loc) in f.nodes.iter().zip(&f.locs) {
         let op = match &node.op {
             Op::CustomCall(site) => {
                 let body = replace_by_fallbacks(site.fallback.as_ref().expect("checked"));
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                crate::ir::print::print_function(&body).hash(&mut h);
-                let base: String = site
-                    .call
-                    .name()
-                    .chars()
-                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-                    .collect();
+                let name = format!("{}_fallback", site.call.name());
                 Op::Call {
-                    name: format!("{base}_fallback_{:08x}", h.finish() as u32).into(),
+                    name: crate::ir::private_name(&name, &body),
                     f: Arc::new(body),
                     checkpoint: false,
                 }
             }
             op => op.map_bodies(&replace_by_fallbacks),
         };
-        out.push(Node { op, ..node.clone() });
+        out.push(Node { op, ..node.clone() }, loc);
     }
     out.params = f.params.clone();
     out.results = f.results.clone();
@@ -243,16 +246,10 @@ pub(crate) fn vjp(
         args.push(ct.unwrap_or_else(|| e.zeros(site.results[k])));
     }
     let shapes: Vec<Shape> = d.results.iter().map(|&r| d.node(r).shape).collect();
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    d.structural_hash().hash(&mut h);
-    let name = format!(
-        "{}_vjp_{:08x}",
-        site.call.name().replace(['.', '$'], "_"),
-        h.finish() as u32
-    );
+    let name = crate::ir::private_name(&format!("{}_vjp", site.call.name()), d);
     let call = e.emit(
         Op::Call {
-            name: name.into(),
+            name,
             f: d.clone(),
             checkpoint: false,
         },

@@ -201,7 +201,7 @@ pub(crate) fn vjp(
         }
         Op::Gather(a) => {
             let zeros = e.zeros(xs);
-            let update = scalar_body(xs.dtype(), Binary::Add, node.loc);
+            let update = scalar_body(xs.dtype(), Binary::Add, e.loc());
             let scatter = Op::Scatter {
                 axis: *a,
                 update: std::sync::Arc::new(update),

@@ -29,8 +29,10 @@ pub use elementwise::{Binary, Compare, Unary};
 pub use reduce::Window;
 pub use sort::Order;
 
-/// An op of the IR: a small closed set of StableHLO primitives.
-#[derive(Debug, Clone, PartialEq)]
+/// An op of the IR: a small closed set of StableHLO primitives. Equality
+/// and hashing are structural (bodies compare by their nodes, never their
+/// locations), so equal ops merge in CSE wherever they were traced.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum Op {
     /// Argument `i` of the function.
     Parameter(usize),

@@ -93,12 +93,14 @@ pub(crate) fn vjp(
     // The comparator with two more (ignored) parameters for the iota.
     let mut with_iota = (**comparator).clone();
     for k in 0..2 {
-        let p = with_iota.push(Node {
-            op: Op::Parameter(2 * n + k),
-            args: vec![],
-            shape: Shape::scalar(DType::I32),
-            loc: node.loc,
-        });
+        let p = with_iota.push(
+            Node {
+                op: Op::Parameter(2 * n + k),
+                args: vec![],
+                shape: Shape::scalar(DType::I32),
+            },
+            e.loc(),
+        );
         with_iota.params.push(p);
     }
     let mut args = node.args.clone();
@@ -122,7 +124,7 @@ pub(crate) fn vjp(
             dtypes.push(s.dtype());
         }
     }
-    let by_perm = first_ascending(&dtypes, node.loc);
+    let by_perm = first_ascending(&dtypes, e.loc());
     let undone = e.emit(
         Op::Sort {
             comparator: Arc::new(by_perm),
@@ -155,20 +157,24 @@ fn first_ascending(dtypes: &[DType], loc: &'static std::panic::Location<'static>
         .iter()
         .enumerate()
     {
-        let p = f.push(Node {
-            op: Op::Parameter(i),
-            args: vec![],
-            shape: Shape::scalar(*d),
+        let p = f.push(
+            Node {
+                op: Op::Parameter(i),
+                args: vec![],
+                shape: Shape::scalar(*d),
+            },
             loc,
-        });
+        );
         f.params.push(p);
     }
-    let lt = f.push(Node {
-        op: Compare::Lt.into(),
-        args: vec![f.params[0], f.params[1]],
-        shape: Shape::scalar(DType::Bool),
+    let lt = f.push(
+        Node {
+            op: Compare::Lt.into(),
+            args: vec![f.params[0], f.params[1]],
+            shape: Shape::scalar(DType::Bool),
+        },
         loc,
-    });
+    );
     f.results.push(lt);
     f
 }
