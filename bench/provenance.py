@@ -25,6 +25,7 @@ SECTIONS = {
     "files": ("§5e three files beside llama-bench", ["files-*"]),
     "serve": ("§5c serving", ["serve-*"]),
     "train": ("§6 training", ["train-*"]),
+    "mpi": ("§7 all-reduce", ["mpi-*"]),
     "profile-trace": ("the trace profile", ["profile-trace"]),
     "profile-decode": ("the decode profile", ["profile-decode"]),
 }

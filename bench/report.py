@@ -214,6 +214,22 @@ def train_section(w, runs, g):
                  ("PyTorch (autograd)", g(f"torch train {model}"))], r, True, True) + "\n")
 
 
+def mpi_section(w, runs, g):
+    """Section 7: an all-reduce between processes, radix vs mpi4py."""
+    r = g("radix all_reduce 4 MiB 2 ranks")
+    if not r:
+        return
+    w("## 7. A 4 MiB all-reduce between 2 processes\n")
+    w(provenance.stamp_line(runs, "mpi"))
+    w("The sum of an f32 vector of 4 MiB held by each of 2 processes on this machine, the same mpich "
+      "build (the `mpich` wheel radix pins). radix: `radix::collective::all_reduce` inside a compiled "
+      "program (its kernel calls MPI through `radix_mpi`: a reduce-scatter and an all-gather, folded in "
+      "rank order so every rank gets the same bits), the input on the device (`radix-bench all-reduce`). "
+      "mpi4py: `comm.Allreduce` of numpy arrays (`bench/peers/mpi_allreduce.py`). Milliseconds per "
+      "all-reduce on rank 0, lower is better.\n")
+    w(table([("radix", r), ("mpi4py `Allreduce`", g("mpi4py Allreduce 4 MiB 2 ranks"))], r, True) + "\n")
+
+
 def serve_section(w, runs):
     """§5c: `radix serve` and llama-server under the same load (bench/serve_load.py)."""
     r, l = meta(runs, "serve-radix"), meta(runs, "serve-llama-server")
@@ -416,6 +432,11 @@ def main(results, out=os.path.join(ROOT, "BENCHMARKS.md")):
         if mine and jax:
             target(f"training step, {name}, vs JAX (issue 17)", f"{fmt(mine.median)} vs {fmt(jax.median)} ms "
                    f"({mine.median / jax.median:.2f}×)", "≤ 1× (radix ≥ JAX)", mine.median <= jax.median)
+    mine, peer = g("radix all_reduce 4 MiB 2 ranks"), g("mpi4py Allreduce 4 MiB 2 ranks")
+    if mine and peer:
+        target("4 MiB all-reduce, 2 processes, vs mpi4py (issue 26)",
+               f"{fmt(mine.median)} vs {fmt(peer.median)} ms ({mine.median / peer.median:.2f}×)",
+               "≤ 1.2×", mine.median <= 1.2 * peer.median)
     before, after = g("before warm wall"), g("per-block warm wall")
     if before and after:
         target("warm `radix generate` wall vs before (issue 11)",
@@ -565,6 +586,7 @@ def main(results, out=os.path.join(ROOT, "BENCHMARKS.md")):
     shared_prefix_section(w, runs)
     files_section(w, runs, g)
     train_section(w, runs, g)
+    mpi_section(w, runs, g)
 
     narrative.write(w, results, g, os.path.join(HERE, "analysis.md"), runs)
     profiles = sorted(glob.glob(os.path.join(results, "profile-*.txt")))

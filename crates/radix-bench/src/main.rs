@@ -9,6 +9,7 @@
 //! Every timed loop runs after a warm-up call, so compilation is never timed
 //! except in `warm-start`, which times nothing else.
 
+mod all_reduce;
 mod llama_program;
 mod measure;
 mod train;
@@ -84,6 +85,19 @@ enum Command {
     },
     /// SmolLM2 prefill and decode tokens/s.
     Smollm2(Smollm2Args),
+    /// An f32 all-reduce (sum) between processes on this machine, inside a
+    /// compiled program: started as a job of `ranks` processes.
+    AllReduce {
+        #[arg(long, default_value_t = 2)]
+        ranks: usize,
+        /// The vector's size.
+        #[arg(long, default_value_t = 4)]
+        mib: usize,
+        #[arg(long, default_value_t = 20)]
+        samples: usize,
+        #[arg(long, default_value_t = 20)]
+        calls_per_sample: usize,
+    },
     /// One training step (loss, gradient, AdamW update, weights donated):
     /// the MNIST MLP on 128 images and the small llama of
     /// `examples/train_lm.rs` on 64 next tokens.
@@ -151,6 +165,23 @@ fn main() -> Result<()> {
             samples,
             steps_per_sample,
         } => train::train(samples, steps_per_sample)?,
+        Command::AllReduce {
+            ranks,
+            mib,
+            samples,
+            calls_per_sample,
+        } => {
+            let args = all_reduce::Args {
+                ranks,
+                mib,
+                samples,
+                calls_per_sample,
+            };
+            match all_reduce::all_reduce_bench(&args)? {
+                Some(report) => report,
+                None => return Ok(()),
+            }
+        }
     };
     println!("{}", report.finish());
     Ok(())

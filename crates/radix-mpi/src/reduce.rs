@@ -60,6 +60,7 @@ macro_rules! ints {
     ($($t:ty),*) => {$(
         impl sealed::Sealed for $t {}
         impl Elem for $t {
+            #[inline]
             fn add(a: Self, b: Self) -> Self { a.wrapping_add(b) }
             fn max(a: Self, b: Self) -> Self { Ord::max(a, b) }
             fn min(a: Self, b: Self) -> Self { Ord::min(a, b) }
@@ -73,6 +74,7 @@ macro_rules! floats {
     ($($t:ty as $w:ty => $to:expr, $from:expr);*) => {$(
         impl sealed::Sealed for $t {}
         impl Elem for $t {
+            #[inline]
             fn add(a: Self, b: Self) -> Self { $from($to(a) + $to(b)) }
             fn max(a: Self, b: Self) -> Self {
                 if $to(a).is_nan() || $to(a) >= $to(b) { a } else { b }
@@ -98,20 +100,33 @@ pub fn fold<T: Elem>(op: ReduceOp, parts: &[&[T]], out: &mut [T]) {
     let Some((first, rest)) = parts.split_first() else {
         return;
     };
-    out.copy_from_slice(first);
-    let f: fn(T, T) -> T = match op {
-        ReduceOp::Sum | ReduceOp::Mean => T::add,
-        ReduceOp::Max => T::max,
-        ReduceOp::Min => T::min,
-    };
-    for part in rest {
-        for (o, &x) in out.iter_mut().zip(part.iter()) {
-            *o = f(*o, x);
-        }
+    // One loop per op, each with its function inlined (through a pointer,
+    // a call per element kept f32 sums from vectorizing).
+    match op {
+        ReduceOp::Sum | ReduceOp::Mean => combine(out, first, rest, T::add),
+        ReduceOp::Max => combine(out, first, rest, T::max),
+        ReduceOp::Min => combine(out, first, rest, T::min),
     }
     if op == ReduceOp::Mean {
         for o in out.iter_mut() {
             *o = T::div(*o, parts.len());
+        }
+    }
+}
+
+/// `out = f(…f(f(first, rest[0]), rest[1])…)` elementwise: the first two
+/// parts in one pass (no copy of `first` first), then each further one.
+fn combine<T: Elem>(out: &mut [T], first: &[T], rest: &[&[T]], f: impl Fn(T, T) -> T) {
+    let Some((second, more)) = rest.split_first() else {
+        out.copy_from_slice(first);
+        return;
+    };
+    for ((o, &a), &b) in out.iter_mut().zip(first).zip(second.iter()) {
+        *o = f(a, b);
+    }
+    for part in more {
+        for (o, &x) in out.iter_mut().zip(part.iter()) {
+            *o = f(*o, x);
         }
     }
 }

@@ -18,6 +18,10 @@ use crate::error::{Error, Result};
 use crate::library::Mpi;
 use crate::reduce::{Elem, ReduceOp, bytes, bytes_mut, elems, fold};
 
+/// How long a rank polls its requests without sleeping: longer than a
+/// large collective takes between processes that are all in it.
+const SPIN: Duration = Duration::from_millis(20);
+
 /// Messages are cut into pieces of at most this many bytes (MPI counts are
 /// C `int`s).
 const PIECE: usize = 1 << 30;
@@ -34,7 +38,14 @@ pub struct World {
     mpi: Option<Connected>,
     /// The first failure; once set, no MPI call is made again.
     failure: Mutex<Option<Error>>,
+    /// Buffers of finished exchanges, for the next ones: a fresh buffer of
+    /// megabytes is a page fault per page (most of a large all-reduce's
+    /// time, measured), a reused one none.
+    spare: Mutex<Vec<Aligned>>,
 }
+
+/// At most this many buffers wait in [`World::spare`].
+const SPARE_BUFFERS: usize = 16;
 
 struct Connected {
     mpi: Mpi,
@@ -80,12 +91,6 @@ impl Aligned {
         }
     }
 
-    fn from(data: &[u8]) -> Aligned {
-        let mut a = Aligned::zeroed(data.len());
-        a.bytes_mut().copy_from_slice(data);
-        a
-    }
-
     fn bytes(&self) -> &[u8] {
         &bytes(&self.words)[..self.len]
     }
@@ -117,6 +122,7 @@ impl World {
                 timeout,
                 mpi: None,
                 failure: Mutex::new(None),
+                spare: Mutex::new(vec![]),
             });
         }
         let mpi = Mpi::open(&crate::fetch::library_path()?)?;
@@ -163,6 +169,7 @@ impl World {
                 lock: Mutex::new(()),
             }),
             failure: Mutex::new(None),
+            spare: Mutex::new(vec![]),
         })
     }
 
@@ -201,9 +208,10 @@ impl World {
         let got = self.exchange(what, site, &sends, recvs)?;
         let n = x.len();
         out[self.rank * n..][..n].copy_from_slice(x);
-        for (p, data) in got {
+        for (p, data) in &got {
             out[p * n..][..n].copy_from_slice(elems(data.bytes()));
         }
+        self.recycle(got.into_iter().map(|g| g.1));
         Ok(())
     }
 
@@ -241,6 +249,7 @@ impl World {
             })
             .collect();
         fold(op, &parts, &mut out[mine.clone()]);
+        self.recycle(got.into_iter().map(|g| g.1));
         let folded = &out[mine.clone()];
         let sends: Vec<(usize, &[u8])> = self.others().map(|p| (p, bytes(folded))).collect();
         let recvs = self
@@ -248,9 +257,10 @@ impl World {
             .map(|p| (p, block(p).len() * size_of::<T>()))
             .collect();
         let got = self.exchange(what, site, &sends, recvs)?;
-        for (p, data) in got {
-            out[block(p)].copy_from_slice(elems(data.bytes()));
+        for (p, data) in &got {
+            out[block(*p)].copy_from_slice(elems(data.bytes()));
         }
+        self.recycle(got.into_iter().map(|g| g.1));
         Ok(())
     }
 
@@ -298,9 +308,10 @@ impl World {
         let recvs = self.others().map(|p| (p, n * size_of::<T>())).collect();
         let got = self.exchange(what, site, &sends, recvs)?;
         out[self.rank * n..][..n].copy_from_slice(block(self.rank));
-        for (p, data) in got {
+        for (p, data) in &got {
             out[p * n..][..n].copy_from_slice(elems(data.bytes()));
         }
+        self.recycle(got.into_iter().map(|g| g.1));
         Ok(())
     }
 
@@ -338,6 +349,7 @@ impl World {
             Some(s) if s == self.rank => out.copy_from_slice(x),
             Some(_) => out.copy_from_slice(elems(got[0].1.bytes())),
         }
+        self.recycle(got.into_iter().map(|g| g.1));
         Ok(())
     }
 
@@ -357,10 +369,42 @@ impl World {
         }
     }
 
+    /// A buffer of `len` bytes (contents unspecified): a spare one that is
+    /// large enough, else a new one.
+    fn buffer(&self, len: usize) -> Aligned {
+        let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+        match spare.iter().position(|b| b.words.len() * 8 >= len) {
+            Some(i) => {
+                let mut b = spare.swap_remove(i);
+                b.len = len;
+                b
+            }
+            None => Aligned::zeroed(len),
+        }
+    }
+
+    /// `data` copied into a buffer of the exchange's own.
+    fn buffer_of(&self, data: &[u8]) -> Aligned {
+        let mut b = self.buffer(data.len());
+        b.bytes_mut().copy_from_slice(data);
+        b
+    }
+
+    /// Keeps `buffers` for later exchanges (up to [`SPARE_BUFFERS`]).
+    fn recycle(&self, buffers: impl IntoIterator<Item = Aligned>) {
+        let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+        for b in buffers {
+            if spare.len() < SPARE_BUFFERS {
+                spare.push(b);
+            }
+        }
+    }
+
     /// Sends each `(peer, data)` and receives `len` bytes from each
     /// `(peer, len)`, all with the tag of `site`, within the deadline.
     /// Buffers are the exchange's own: after a timeout MPI may still use
-    /// them, so they are leaked rather than freed.
+    /// them, so they are leaked rather than freed. The caller gives the
+    /// received ones back through [`World::recycle`].
     fn exchange(
         &self,
         what: &str,
@@ -400,9 +444,9 @@ impl World {
         let mpi = &c.mpi;
         let mut out: Vec<(usize, Aligned)> = recvs
             .iter()
-            .map(|&(p, len)| (p, Aligned::zeroed(len)))
+            .map(|&(p, len)| (p, self.buffer(len)))
             .collect();
-        let mut outgoing: Vec<Aligned> = sends.iter().map(|(_, d)| Aligned::from(d)).collect();
+        let mut outgoing: Vec<Aligned> = sends.iter().map(|(_, d)| self.buffer_of(d)).collect();
         // (peer, request) for every piece of every message.
         let mut requests: Vec<(usize, abi::Request)> = vec![];
         let posted = (|| {
@@ -451,7 +495,10 @@ impl World {
         })();
         let res = posted.and_then(|()| self.wait(c, what, &mut requests));
         match res {
-            Ok(()) => Ok(out),
+            Ok(()) => {
+                self.recycle(outgoing);
+                Ok(out)
+            }
             Err(e) => {
                 let _guard = c.lock.lock().unwrap_or_else(|e| e.into_inner());
                 for (_, r) in &mut requests {
@@ -468,8 +515,8 @@ impl World {
         }
     }
 
-    /// Waits for every request, polling (spinning briefly, then sleeping a
-    /// little longer each time) until the deadline.
+    /// Waits for every request, polling (spinning for [`SPIN`], then
+    /// sleeping a little longer each time) until the deadline.
     fn wait(
         &self,
         c: &Connected,
@@ -511,12 +558,16 @@ impl World {
                     seconds: self.timeout.as_secs(),
                 });
             }
-            polls += 1;
-            if polls < 200 {
+            // Spin first: a large message between processes moves only
+            // while some MPI call runs on each side (MPICH's shared-memory
+            // transport copies it through a ring of cells), so every sleep
+            // stalls it. Only a peer that is late (still computing, or
+            // dead) makes a rank sleep, a little longer each time.
+            if start.elapsed() < SPIN {
                 std::thread::yield_now();
             } else {
-                let us = (polls - 200).min(1000) as u64;
-                std::thread::sleep(Duration::from_micros(20 + us));
+                polls += 1;
+                std::thread::sleep(Duration::from_micros(20 + u64::from(polls.min(1000))));
             }
         }
     }
