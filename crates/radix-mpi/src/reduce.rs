@@ -147,6 +147,15 @@ pub(crate) fn elems<T: Elem>(bytes: &[u8]) -> &[T] {
     unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), n) }
 }
 
+/// `bytes` as writable `T`s, checked as [`elems`] checks.
+pub(crate) fn elems_mut<T: Elem>(bytes: &mut [u8]) -> &mut [T] {
+    let n = bytes.len() / std::mem::size_of::<T>();
+    assert!(n * std::mem::size_of::<T>() == bytes.len());
+    assert!((bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>()));
+    // SAFETY: length and alignment checked; every bit pattern is a `T`.
+    unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<T>(), n) }
+}
+
 /// `xs` as writable bytes.
 pub(crate) fn bytes_mut<T: Elem>(xs: &mut [T]) -> &mut [u8] {
     // SAFETY: `Elem` types have no padding and every bit pattern is a `T`.

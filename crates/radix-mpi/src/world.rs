@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crate::abi;
 use crate::error::{Error, Result};
 use crate::library::Mpi;
-use crate::reduce::{Elem, ReduceOp, bytes, bytes_mut, elems, fold};
+use crate::reduce::{Elem, ReduceOp, bytes, bytes_mut, elems, elems_mut, fold};
 
 /// How long a rank polls its requests without sleeping: longer than a
 /// large collective takes between processes that are all in it.
@@ -248,15 +248,19 @@ impl World {
                 None => &x[mine.clone()],
             })
             .collect();
-        fold(op, &parts, &mut out[mine.clone()]);
+        // Folded straight into the buffer that goes to every peer, and
+        // copied into `out` while they read it.
+        let mut folded = self.buffer(mine.len() * size_of::<T>());
+        fold(op, &parts, elems_mut(folded.bytes_mut()));
         self.recycle(got.into_iter().map(|g| g.1));
-        let folded = &out[mine.clone()];
-        let sends: Vec<(usize, &[u8])> = self.others().map(|p| (p, bytes(folded))).collect();
+        let targets = self.others().map(|p| (p, 0)).collect();
         let recvs = self
             .others()
             .map(|p| (p, block(p).len() * size_of::<T>()))
             .collect();
-        let got = self.exchange(what, site, &sends, recvs)?;
+        let got = self.exchange_owned(what, site, vec![folded], targets, recvs, |sent| {
+            out[mine.clone()].copy_from_slice(elems(sent[0].bytes()));
+        })?;
         for (p, data) in &got {
             out[block(*p)].copy_from_slice(elems(data.bytes()));
         }
@@ -402,9 +406,10 @@ impl World {
 
     /// Sends each `(peer, data)` and receives `len` bytes from each
     /// `(peer, len)`, all with the tag of `site`, within the deadline.
-    /// Buffers are the exchange's own: after a timeout MPI may still use
-    /// them, so they are leaked rather than freed. The caller gives the
-    /// received ones back through [`World::recycle`].
+    /// Buffers are the exchange's own (the data is copied into them first):
+    /// after a timeout MPI may still use them, so they are leaked rather
+    /// than freed. The caller gives the received ones back through
+    /// [`World::recycle`].
     fn exchange(
         &self,
         what: &str,
@@ -412,10 +417,30 @@ impl World {
         sends: &[(usize, &[u8])],
         recvs: Vec<(usize, usize)>,
     ) -> Result<Vec<(usize, Aligned)>> {
+        let outgoing = sends.iter().map(|(_, d)| self.buffer_of(d)).collect();
+        let targets = sends.iter().enumerate().map(|(i, s)| (s.0, i)).collect();
+        self.exchange_owned(what, site, outgoing, targets, recvs, |_| {})
+    }
+
+    /// [`World::exchange`] of buffers the exchange already owns: each
+    /// `(peer, i)` of `targets` sends `outgoing[i]` to `peer`. `meanwhile`
+    /// runs once every message is posted, while the peers read and write
+    /// (it sees the outgoing buffers).
+    fn exchange_owned(
+        &self,
+        what: &str,
+        site: u32,
+        outgoing: Vec<Aligned>,
+        targets: Vec<(usize, usize)>,
+        recvs: Vec<(usize, usize)>,
+        meanwhile: impl FnOnce(&[Aligned]),
+    ) -> Result<Vec<(usize, Aligned)>> {
         if let Some(e) = &*self.failure.lock().unwrap_or_else(|e| e.into_inner()) {
             return Err(Error::Broken(e.to_string()));
         }
-        if sends.is_empty() && recvs.is_empty() {
+        if targets.is_empty() && recvs.is_empty() {
+            meanwhile(&outgoing);
+            self.recycle(outgoing);
             return Ok(vec![]);
         }
         let Some(c) = &self.mpi else {
@@ -425,7 +450,7 @@ impl World {
             });
         };
         let tag = (site % (c.tag_ub + 1)) as c_int;
-        let res = self.post_and_wait(c, what, tag, sends, recvs);
+        let res = self.post_and_wait(c, what, tag, (outgoing, targets), recvs, meanwhile);
         if let Err(e) = &res {
             let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
             failure.get_or_insert_with(|| e.clone());
@@ -438,15 +463,15 @@ impl World {
         c: &Connected,
         what: &str,
         tag: c_int,
-        sends: &[(usize, &[u8])],
+        (outgoing, targets): (Vec<Aligned>, Vec<(usize, usize)>),
         recvs: Vec<(usize, usize)>,
+        meanwhile: impl FnOnce(&[Aligned]),
     ) -> Result<Vec<(usize, Aligned)>> {
         let mpi = &c.mpi;
         let mut out: Vec<(usize, Aligned)> = recvs
             .iter()
             .map(|&(p, len)| (p, self.buffer(len)))
             .collect();
-        let mut outgoing: Vec<Aligned> = sends.iter().map(|(_, d)| self.buffer_of(d)).collect();
         // (peer, request) for every piece of every message.
         let mut requests: Vec<(usize, abi::Request)> = vec![];
         let posted = (|| {
@@ -472,8 +497,8 @@ impl World {
                     requests.push((peer, r));
                 }
             }
-            for ((peer, _), buf) in sends.iter().zip(&mut outgoing) {
-                for piece in buf.bytes().chunks(PIECE) {
+            for &(peer, i) in &targets {
+                for piece in outgoing[i].bytes().chunks(PIECE) {
                     let mut r = abi::REQUEST_NULL;
                     // SAFETY: as above.
                     let code = unsafe {
@@ -481,19 +506,22 @@ impl World {
                             piece.as_ptr().cast(),
                             piece.len() as c_int,
                             abi::BYTE,
-                            *peer as c_int,
+                            peer as c_int,
                             tag,
                             abi::COMM_WORLD,
                             &mut r,
                         )
                     };
                     mpi.check("MPI_Isend", code)?;
-                    requests.push((*peer, r));
+                    requests.push((peer, r));
                 }
             }
             Ok(())
         })();
-        let res = posted.and_then(|()| self.wait(c, what, &mut requests));
+        let res = posted.and_then(|()| {
+            meanwhile(&outgoing);
+            self.wait(c, what, &mut requests)
+        });
         match res {
             Ok(()) => {
                 self.recycle(outgoing);
