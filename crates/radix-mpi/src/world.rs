@@ -38,10 +38,30 @@ pub struct World {
     mpi: Option<Connected>,
     /// The first failure; once set, no MPI call is made again.
     failure: Mutex<Option<Error>>,
+    /// Whether the collectives may send from and receive into the caller's
+    /// memory ([`World::local`]), instead of copies of their own.
+    local: bool,
     /// Buffers of finished exchanges, for the next ones: a fresh buffer of
     /// megabytes is a page fault per page (most of a large all-reduce's
     /// time, measured), a reused one none.
     spare: Mutex<Vec<Aligned>>,
+}
+
+/// Whether MPI touches a rank's memory only inside the MPI calls that rank
+/// makes: every rank on this host (hydra's `MPI_LOCALNRANKS`; shared
+/// memory and cross-memory attach move the data, no network card writes
+/// on its own) and no asynchronous progress thread. Then nothing can touch
+/// a buffer after an exchange that failed returned (this process makes no
+/// MPI call again), and the collectives may use the caller's memory.
+/// `RADIX_MPI_STAGED=1` turns it off (how the copies are tested on one
+/// host).
+fn local(size: usize) -> bool {
+    let set = |v: &str| std::env::var(v).is_ok_and(|s| !matches!(s.trim(), "" | "0"));
+    let ranks_here = std::env::var("MPI_LOCALNRANKS").ok();
+    ranks_here.and_then(|s| s.trim().parse::<usize>().ok()) == Some(size)
+        && !set("MPIR_CVAR_ASYNC_PROGRESS")
+        && !set("MPICH_ASYNC_PROGRESS")
+        && !set("RADIX_MPI_STAGED")
 }
 
 /// At most this many buffers wait in [`World::spare`].
@@ -122,6 +142,7 @@ impl World {
                 timeout,
                 mpi: None,
                 failure: Mutex::new(None),
+                local: false,
                 spare: Mutex::new(vec![]),
             });
         }
@@ -169,6 +190,7 @@ impl World {
                 lock: Mutex::new(()),
             }),
             failure: Mutex::new(None),
+            local: local(size as usize),
             spare: Mutex::new(vec![]),
         })
     }
@@ -233,6 +255,9 @@ impl World {
         let (n, me, len) = (self.size, self.rank, x.len());
         let block = |p: usize| p * len / n..(p + 1) * len / n;
         let mine = block(me);
+        if self.local {
+            return self.all_reduce_in_place(site, op, x, out);
+        }
         // Both phases use the site's tag: a peer's second message to this
         // rank cannot overtake its first (MPI orders messages between two
         // ranks with one tag), and this rank posts the first receive first.
@@ -266,6 +291,56 @@ impl World {
         }
         self.recycle(got.into_iter().map(|g| g.1));
         Ok(())
+    }
+
+    /// [`World::all_reduce`] without copies of its own ([`World::local`]):
+    /// the peers' shares of this rank's block arrive in spare buffers
+    /// straight from their `x`, are folded into `out`, and the folded
+    /// blocks go from each rank's `out` straight into the others'.
+    fn all_reduce_in_place<T: Elem>(
+        &self,
+        site: u32,
+        op: ReduceOp,
+        x: &[T],
+        out: &mut [T],
+    ) -> Result<()> {
+        let what = "all_reduce";
+        let (n, me, len) = (self.size, self.rank, x.len());
+        let block = |p: usize| p * len / n..(p + 1) * len / n;
+        let mine = block(me);
+        let mut shares: Vec<(usize, Aligned)> = self
+            .others()
+            .map(|p| (p, self.buffer(mine.len() * size_of::<T>())))
+            .collect();
+        let sends: Vec<(usize, &[u8])> = self.others().map(|p| (p, bytes(&x[block(p)]))).collect();
+        let mut recvs: Vec<(usize, &mut [u8])> = shares
+            .iter_mut()
+            .map(|(p, b)| (*p, b.bytes_mut()))
+            .collect();
+        self.exchange_on(what, site, &sends, &mut recvs)?;
+        let parts: Vec<&[T]> = (0..n)
+            .map(|p| match shares.iter().find(|s| s.0 == p) {
+                Some((_, data)) => elems(data.bytes()),
+                None => &x[mine.clone()],
+            })
+            .collect();
+        fold(op, &parts, &mut out[mine.clone()]);
+        self.recycle(shares.into_iter().map(|s| s.1));
+        // `out` cut into the ranks' blocks: this rank's is sent, the
+        // others' are received in place.
+        let (mut rest, mut folded): (&mut [T], &[T]) = (out, &[]);
+        let mut recvs: Vec<(usize, &mut [u8])> = vec![];
+        for p in 0..n {
+            let (chunk, tail) = rest.split_at_mut(block(p).len());
+            rest = tail;
+            if p == me {
+                folded = chunk;
+            } else {
+                recvs.push((p, bytes_mut(chunk)));
+            }
+        }
+        let sends: Vec<(usize, &[u8])> = self.others().map(|p| (p, bytes(folded))).collect();
+        self.exchange_on(what, site, &sends, &mut recvs)
     }
 
     /// `x` holds `size` blocks as long as `out`; `out` = block `rank` of
@@ -435,13 +510,44 @@ impl World {
         recvs: Vec<(usize, usize)>,
         meanwhile: impl FnOnce(&[Aligned]),
     ) -> Result<Vec<(usize, Aligned)>> {
-        if let Some(e) = &*self.failure.lock().unwrap_or_else(|e| e.into_inner()) {
-            return Err(Error::Broken(e.to_string()));
-        }
-        if targets.is_empty() && recvs.is_empty() {
+        if targets.is_empty() && recvs.is_empty() && self.failure().is_none() {
             meanwhile(&outgoing);
             self.recycle(outgoing);
             return Ok(vec![]);
+        }
+        let (c, tag) = self.connected(what, site)?;
+        let res = self.post_and_wait(c, what, tag, (outgoing, targets), recvs, meanwhile);
+        self.record(res)
+    }
+
+    /// [`World::exchange`] on the caller's memory: only where nothing can
+    /// touch it after a failure ([`World::local`]).
+    fn exchange_on(
+        &self,
+        what: &str,
+        site: u32,
+        sends: &[(usize, &[u8])],
+        recvs: &mut [(usize, &mut [u8])],
+    ) -> Result<()> {
+        debug_assert!(self.local);
+        let (c, tag) = self.connected(what, site)?;
+        let res = self.post_and_wait_on(c, what, tag, sends, recvs, || {});
+        self.record(res)
+    }
+
+    /// The first failure, if any.
+    fn failure(&self) -> Option<Error> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// MPI and the tag of `site`, unless a failure broke the world or the
+    /// process has no peers.
+    fn connected(&self, what: &str, site: u32) -> Result<(&Connected, c_int)> {
+        if let Some(e) = self.failure() {
+            return Err(Error::Broken(e.to_string()));
         }
         let Some(c) = &self.mpi else {
             return Err(Error::Invalid {
@@ -449,8 +555,11 @@ impl World {
                 reason: "a process started alone has no peers to exchange with".into(),
             });
         };
-        let tag = (site % (c.tag_ub + 1)) as c_int;
-        let res = self.post_and_wait(c, what, tag, (outgoing, targets), recvs, meanwhile);
+        Ok((c, (site % (c.tag_ub + 1)) as c_int))
+    }
+
+    /// `res`, its error kept as the world's failure.
+    fn record<R>(&self, res: Result<R>) -> Result<R> {
         if let Err(e) = &res {
             let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
             failure.get_or_insert_with(|| e.clone());
@@ -467,21 +576,59 @@ impl World {
         recvs: Vec<(usize, usize)>,
         meanwhile: impl FnOnce(&[Aligned]),
     ) -> Result<Vec<(usize, Aligned)>> {
-        let mpi = &c.mpi;
         let mut out: Vec<(usize, Aligned)> = recvs
             .iter()
             .map(|&(p, len)| (p, self.buffer(len)))
             .collect();
+        let res = {
+            let sends: Vec<(usize, &[u8])> = targets
+                .iter()
+                .map(|&(p, i)| (p, outgoing[i].bytes()))
+                .collect();
+            let mut recvs: Vec<(usize, &mut [u8])> =
+                out.iter_mut().map(|(p, b)| (*p, b.bytes_mut())).collect();
+            self.post_and_wait_on(c, what, tag, &sends, &mut recvs, || meanwhile(&outgoing))
+        };
+        match res {
+            Ok(()) => {
+                self.recycle(outgoing);
+                Ok(out)
+            }
+            Err(e) => {
+                // MPI may still write into or read from these.
+                std::mem::forget(out);
+                std::mem::forget(outgoing);
+                Err(e)
+            }
+        }
+    }
+
+    /// Posts a receive into each `(peer, buffer)` of `recvs` and a send of
+    /// each `(peer, data)` of `sends`, runs `meanwhile`, and waits for them
+    /// all. After a failure the requests are cancelled, but MPI may still
+    /// use the memory: the caller leaks buffers it owns, and passes memory
+    /// it does not own only where nothing can touch it afterwards
+    /// ([`World::local`]).
+    fn post_and_wait_on(
+        &self,
+        c: &Connected,
+        what: &str,
+        tag: c_int,
+        sends: &[(usize, &[u8])],
+        recvs: &mut [(usize, &mut [u8])],
+        meanwhile: impl FnOnce(),
+    ) -> Result<()> {
+        let mpi = &c.mpi;
         // (peer, request) for every piece of every message.
         let mut requests: Vec<(usize, abi::Request)> = vec![];
         let posted = (|| {
             let _guard = c.lock.lock().unwrap_or_else(|e| e.into_inner());
-            for (peer, buf) in out.iter_mut() {
+            for (peer, buf) in recvs.iter_mut() {
                 let peer = *peer;
-                for piece in buf.bytes_mut().chunks_mut(PIECE) {
+                for piece in buf.chunks_mut(PIECE) {
                     let mut r = abi::REQUEST_NULL;
                     // SAFETY: the piece stays allocated until the request
-                    // completes (or forever, after a failure).
+                    // completes (or, after a failure, as the caller ensures).
                     let code = unsafe {
                         (mpi.irecv)(
                             piece.as_mut_ptr().cast(),
@@ -497,8 +644,8 @@ impl World {
                     requests.push((peer, r));
                 }
             }
-            for &(peer, i) in &targets {
-                for piece in outgoing[i].bytes().chunks(PIECE) {
+            for &(peer, data) in sends {
+                for piece in data.chunks(PIECE) {
                     let mut r = abi::REQUEST_NULL;
                     // SAFETY: as above.
                     let code = unsafe {
@@ -519,28 +666,19 @@ impl World {
             Ok(())
         })();
         let res = posted.and_then(|()| {
-            meanwhile(&outgoing);
+            meanwhile();
             self.wait(c, what, &mut requests)
         });
-        match res {
-            Ok(()) => {
-                self.recycle(outgoing);
-                Ok(out)
-            }
-            Err(e) => {
-                let _guard = c.lock.lock().unwrap_or_else(|e| e.into_inner());
-                for (_, r) in &mut requests {
-                    if *r != abi::REQUEST_NULL {
-                        // SAFETY: a request this exchange posted.
-                        unsafe { (mpi.cancel)(r) };
-                    }
+        if res.is_err() {
+            let _guard = c.lock.lock().unwrap_or_else(|e| e.into_inner());
+            for (_, r) in &mut requests {
+                if *r != abi::REQUEST_NULL {
+                    // SAFETY: a request this exchange posted.
+                    unsafe { (mpi.cancel)(r) };
                 }
-                // MPI may still write into or read from these.
-                std::mem::forget(out);
-                std::mem::forget(outgoing);
-                Err(e)
             }
         }
+        res
     }
 
     /// Waits for every request, polling (spinning for [`SPIN`], then

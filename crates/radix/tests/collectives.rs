@@ -47,14 +47,15 @@ fn run_job(name: &str, n: usize, env: &[(&str, &str)], ranks: &[usize]) {
 
 /// The body of a test that runs as 2 and 3 ranks.
 fn as_jobs(name: &str, body: impl FnOnce()) {
+    as_jobs_with(name, &[], body);
+}
+
+/// [`as_jobs`] with more variables in the ranks' environment.
+fn as_jobs_with(name: &str, env: &[(&str, &str)], body: impl FnOnce()) {
     if !launched() {
+        let env = [&[("RADIX_MPI_TIMEOUT", "60")], env].concat();
         for n in [2, 3] {
-            run_job(
-                name,
-                n,
-                &[("RADIX_MPI_TIMEOUT", "60")],
-                &(0..n).collect::<Vec<_>>(),
-            );
+            run_job(name, n, &env, &(0..n).collect::<Vec<_>>());
         }
         return;
     }
@@ -166,6 +167,18 @@ fn collectives_equal_the_reference_bit_for_bit() {
     as_jobs("collectives_equal_the_reference_bit_for_bit", || {
         every_collective::<f32>();
         every_collective::<bf16>();
+        every_collective::<i32>();
+    });
+}
+
+/// The ranks of these jobs share this host, so the collectives use the
+/// caller's memory; with `RADIX_MPI_STAGED` they copy into buffers of their
+/// own, as across hosts, and must give the same bits.
+#[test]
+fn staged_collectives_equal_the_reference_bit_for_bit() {
+    let name = "staged_collectives_equal_the_reference_bit_for_bit";
+    as_jobs_with(name, &[("RADIX_MPI_STAGED", "1")], || {
+        every_collective::<f32>();
         every_collective::<i32>();
     });
 }
