@@ -252,12 +252,11 @@ impl World {
     ) -> Result<()> {
         let what = "all_reduce";
         self.check_len(what, out.len(), x.len())?;
-        let (n, me, len) = (self.size, self.rank, x.len());
-        let block = |p: usize| p * len / n..(p + 1) * len / n;
-        let mine = block(me);
         if self.local {
             return self.all_reduce_in_place(site, op, x, out);
         }
+        let block = |p: usize| self.block(x.len(), p);
+        let mine = block(self.rank);
         // Both phases use the site's tag: a peer's second message to this
         // rank cannot overtake its first (MPI orders messages between two
         // ranks with one tag), and this rank posts the first receive first.
@@ -267,16 +266,10 @@ impl World {
             .map(|p| (p, mine.len() * size_of::<T>()))
             .collect();
         let got = self.exchange(what, site, &sends, recvs)?;
-        let parts: Vec<&[T]> = (0..n)
-            .map(|p| match got.iter().find(|g| g.0 == p) {
-                Some((_, data)) => elems(data.bytes()),
-                None => &x[mine.clone()],
-            })
-            .collect();
         // Folded straight into the buffer that goes to every peer, and
         // copied into `out` while they read it.
         let mut folded = self.buffer(mine.len() * size_of::<T>());
-        fold(op, &parts, elems_mut(folded.bytes_mut()));
+        self.fold_shares(op, &x[mine.clone()], &got, elems_mut(folded.bytes_mut()));
         self.recycle(got.into_iter().map(|g| g.1));
         let targets = self.others().map(|p| (p, 0)).collect();
         let recvs = self
@@ -305,8 +298,8 @@ impl World {
         out: &mut [T],
     ) -> Result<()> {
         let what = "all_reduce";
-        let (n, me, len) = (self.size, self.rank, x.len());
-        let block = |p: usize| p * len / n..(p + 1) * len / n;
+        let (n, me) = (self.size, self.rank);
+        let block = |p: usize| self.block(x.len(), p);
         let mine = block(me);
         let mut shares: Vec<(usize, Aligned)> = self
             .others()
@@ -318,13 +311,7 @@ impl World {
             .map(|(p, b)| (*p, b.bytes_mut()))
             .collect();
         self.exchange_on(what, site, &sends, &mut recvs)?;
-        let parts: Vec<&[T]> = (0..n)
-            .map(|p| match shares.iter().find(|s| s.0 == p) {
-                Some((_, data)) => elems(data.bytes()),
-                None => &x[mine.clone()],
-            })
-            .collect();
-        fold(op, &parts, &mut out[mine.clone()]);
+        self.fold_shares(op, &x[mine.clone()], &shares, &mut out[mine.clone()]);
         self.recycle(shares.into_iter().map(|s| s.1));
         // `out` cut into the ranks' blocks: this rank's is sent, the
         // others' are received in place.
@@ -341,6 +328,30 @@ impl World {
         }
         let sends: Vec<(usize, &[u8])> = self.others().map(|p| (p, bytes(folded))).collect();
         self.exchange_on(what, site, &sends, &mut recvs)
+    }
+
+    /// Block `p` of `len` values cut into one block per rank (of lengths
+    /// differing by at most one), as the all-reduce cuts its input.
+    fn block(&self, len: usize, p: usize) -> std::ops::Range<usize> {
+        p * len / self.size..(p + 1) * len / self.size
+    }
+
+    /// This rank's block of an all-reduce: its own share `own` and the
+    /// peers' `shares` (by rank) folded in rank order into `out`.
+    fn fold_shares<T: Elem>(
+        &self,
+        op: ReduceOp,
+        own: &[T],
+        shares: &[(usize, Aligned)],
+        out: &mut [T],
+    ) {
+        let parts: Vec<&[T]> = (0..self.size)
+            .map(|p| match shares.iter().find(|s| s.0 == p) {
+                Some((_, data)) => elems(data.bytes()),
+                None => own,
+            })
+            .collect();
+        fold(op, &parts, out);
     }
 
     /// `x` holds `size` blocks as long as `out`; `out` = block `rank` of
