@@ -28,7 +28,7 @@ use crate::{Error, Result};
 /// A decoder a [`Generator`] can run, as its three parts: the embedding of
 /// the tokens, a stack of blocks of one type (each with its layer's cache)
 /// and the head that turns one position into logits.
-pub trait CausalLm: Module + Clone {
+pub trait CausalLm: Module + Clone + Sync {
     /// One layer.
     type Block: Module + Clone;
 
@@ -188,6 +188,61 @@ enum StepExe<M: CausalLm> {
         blocks: Vec<(String, BlockExe<M>)>,
         head: Compiled<M, (Tensor, Tensor), Tensor>,
     },
+}
+
+/// The executable that makes a prefill's empty caches of `capacity`
+/// positions, compiled or loaded.
+fn empty_caches_exe<M: CausalLm>(
+    platform: &Platform,
+    model: &M,
+    capacity: usize,
+) -> Result<Compiled<(), (), Vec<KvCache>>> {
+    let shapes = model.cache_shapes(capacity);
+    let no_inputs = ();
+    Ok(radix::compile_fn(platform, &no_inputs, |()| {
+        empty_caches(&shapes)
+    })?)
+}
+
+/// The executables of steps over `len` tokens as `plan` runs them, with
+/// caches of `capacity` positions, compiled or loaded.
+fn step_exe<M: CausalLm>(
+    platform: &Platform,
+    model: &M,
+    plan: Plan,
+    capacity: usize,
+    len: usize,
+) -> Result<StepExe<M>> {
+    let exe = match plan {
+        Plan::OneProgram => {
+            let inputs = one_program_inputs(model, len, capacity);
+            StepExe::OneProgram(radix::compile(platform, model, &inputs, one_program_step)?)
+        }
+        Plan::PerBlock => {
+            let (ids, start, last) = step_inputs(len);
+            let embed = radix::compile(platform, model, &(ids, start), |m, (ids, start)| {
+                m.embed(ids, start)
+            })?;
+            let [x, pos] = [0, 1].map(|i| Tensor::param(embed.program().results()[i].shape));
+            let cache = KvCache::param(model.cache_shapes(capacity)[0]);
+            let inputs = (x, pos, Step { cache, start });
+            let mut blocks: Vec<(String, BlockExe<M>)> = vec![];
+            for b in model.blocks() {
+                let key = block_key::<M>(b);
+                if !blocks.iter().any(|(k, _)| *k == key) {
+                    let exe = radix::compile(platform, b, &inputs, block_step::<M>)?;
+                    blocks.push((key, exe));
+                }
+            }
+            let head = radix::compile(platform, model, &(x, last), |m, (x, last)| m.head(x, last))?;
+            StepExe::PerBlock {
+                embed,
+                blocks,
+                head,
+            }
+        }
+    };
+    Ok(exe)
 }
 
 fn step_inputs(len: usize) -> StepInputs {
@@ -460,9 +515,45 @@ impl<M: CausalLm> Generator<M> {
     /// [`Generator::prefill`] and [`Generator::decode`] only run.
     pub fn compile(&mut self, n: usize) -> Result<()> {
         let len = self.bucket(n)?;
-        self.ensure_empty()?;
-        self.ensure_step(len)?;
-        self.ensure_step(1)
+        let lens: Vec<usize> = [len, 1]
+            .into_iter()
+            .filter(|l| !self.steps.contains_key(l))
+            .collect();
+        // Each executable is loaded (or compiled) on a thread of its own:
+        // a load is mostly the plugin's own work, one thread each, and the
+        // first token waits for all of them.
+        let (platform, model, capacity, plan) =
+            (&self.platform, &self.model, self.capacity, self.plan);
+        let (empty, steps) = std::thread::scope(|scope| {
+            let empty = self
+                .empty
+                .is_none()
+                .then(|| scope.spawn(move || empty_caches_exe(platform, model, capacity)));
+            let steps: Vec<_> = lens
+                .iter()
+                .map(|&l| {
+                    (
+                        l,
+                        scope.spawn(move || step_exe(platform, model, plan, capacity, l)),
+                    )
+                })
+                .collect();
+            fn join<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            }
+            let empty = empty.map(join).transpose();
+            let steps: Vec<(usize, Result<StepExe<M>>)> =
+                steps.into_iter().map(|(l, h)| (l, join(h))).collect();
+            (empty, steps)
+        });
+        if let Some(exe) = empty? {
+            self.empty = Some(exe);
+        }
+        for (l, exe) in steps {
+            self.steps.insert(l, exe?);
+        }
+        Ok(())
     }
 
     /// The prompt bucket of `n` tokens (the largest of the steps that
@@ -480,10 +571,11 @@ impl<M: CausalLm> Generator<M> {
 
     fn ensure_empty(&mut self) -> Result<()> {
         if self.empty.is_none() {
-            let shapes = self.model.cache_shapes(self.capacity);
-            let no_inputs = ();
-            let exe = radix::compile_fn(&self.platform, &no_inputs, |()| empty_caches(&shapes))?;
-            self.empty = Some(exe);
+            self.empty = Some(empty_caches_exe(
+                &self.platform,
+                &self.model,
+                self.capacity,
+            )?);
         }
         Ok(())
     }
@@ -491,41 +583,10 @@ impl<M: CausalLm> Generator<M> {
     /// Compiles the executables of steps over `len` tokens unless they are
     /// there.
     fn ensure_step(&mut self, len: usize) -> Result<()> {
-        if self.steps.contains_key(&len) {
-            return Ok(());
+        if !self.steps.contains_key(&len) {
+            let exe = step_exe(&self.platform, &self.model, self.plan, self.capacity, len)?;
+            self.steps.insert(len, exe);
         }
-        let (platform, model) = (&self.platform, &self.model);
-        let exe = match self.plan {
-            Plan::OneProgram => {
-                let inputs = one_program_inputs(model, len, self.capacity);
-                StepExe::OneProgram(radix::compile(platform, model, &inputs, one_program_step)?)
-            }
-            Plan::PerBlock => {
-                let (ids, start, last) = step_inputs(len);
-                let embed = radix::compile(platform, model, &(ids, start), |m, (ids, start)| {
-                    m.embed(ids, start)
-                })?;
-                let [x, pos] = [0, 1].map(|i| Tensor::param(embed.program().results()[i].shape));
-                let cache = KvCache::param(model.cache_shapes(self.capacity)[0]);
-                let inputs = (x, pos, Step { cache, start });
-                let mut blocks: Vec<(String, BlockExe<M>)> = vec![];
-                for b in model.blocks() {
-                    let key = block_key::<M>(b);
-                    if !blocks.iter().any(|(k, _)| *k == key) {
-                        let exe = radix::compile(platform, b, &inputs, block_step::<M>)?;
-                        blocks.push((key, exe));
-                    }
-                }
-                let head =
-                    radix::compile(platform, model, &(x, last), |m, (x, last)| m.head(x, last))?;
-                StepExe::PerBlock {
-                    embed,
-                    blocks,
-                    head,
-                }
-            }
-        };
-        self.steps.insert(len, exe);
         Ok(())
     }
 

@@ -302,7 +302,7 @@ impl Attention {
 }
 
 /// One block of a decoder, as each architecture's file defines it.
-pub trait Layer: Module + Clone {
+pub trait Layer: Module + Clone + Sync {
     /// Layer `layer`'s parameters.
     fn new(cfg: &DecoderConfig, layer: usize) -> Self;
 
