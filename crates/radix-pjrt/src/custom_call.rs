@@ -65,7 +65,6 @@ pub enum AttrValue {
 impl AttrValue {
     /// The variant and its payload as integers: floats by their bits.
     fn bits(&self) -> (u8, Vec<u64>, Option<&str>) {
-        let ints = |xs: &mut dyn Iterator<Item = u64>| xs.collect::<Vec<u64>>();
         match self {
             AttrValue::Bool(b) => (0, vec![u64::from(*b)], None),
             AttrValue::I32(x) => (1, vec![*x as u64], None),
@@ -73,14 +72,10 @@ impl AttrValue {
             AttrValue::F32(x) => (3, vec![u64::from(x.to_bits())], None),
             AttrValue::F64(x) => (4, vec![x.to_bits()], None),
             AttrValue::Str(s) => (5, vec![], Some(s)),
-            AttrValue::I32s(xs) => (6, ints(&mut xs.iter().map(|&x| x as u64)), None),
-            AttrValue::I64s(xs) => (7, ints(&mut xs.iter().map(|&x| x as u64)), None),
-            AttrValue::F32s(xs) => (
-                8,
-                ints(&mut xs.iter().map(|x| u64::from(x.to_bits()))),
-                None,
-            ),
-            AttrValue::F64s(xs) => (9, ints(&mut xs.iter().map(|x| x.to_bits())), None),
+            AttrValue::I32s(xs) => (6, xs.iter().map(|&x| x as u64).collect(), None),
+            AttrValue::I64s(xs) => (7, xs.iter().map(|&x| x as u64).collect(), None),
+            AttrValue::F32s(xs) => (8, xs.iter().map(|x| u64::from(x.to_bits())).collect(), None),
+            AttrValue::F64s(xs) => (9, xs.iter().map(|x| x.to_bits()).collect(), None),
         }
     }
 }

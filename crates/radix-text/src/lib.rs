@@ -3,10 +3,11 @@
 //! SentencePiece), and the chat templates of instruct models
 //! ([`ChatTemplate`], rendered with a Jinja engine; [`Tokenizer::chat_prompt`]).
 //!
-//! This crate sits above the core `radix` crate, which knows nothing of text:
-//! a user tracing a model does not compile the `tokenizers` crate. It only
-//! reads GGUF metadata through [`radix_io::Gguf`]; it knows nothing of
-//! tracing, devices or models.
+//! This crate sits beside the core `radix` crate, which knows nothing of
+//! text: a user tracing a model does not compile the `tokenizers` crate, and
+//! a user of the tokenizers does not compile the compiler. It reads GGUF
+//! metadata through [`radix_io::Gguf`] and knows nothing of tracing, devices
+//! or models.
 
 #![warn(missing_docs)]
 
