@@ -31,15 +31,29 @@ pub fn top2_margin(logits: &[f32]) -> f32 {
 /// naming the margin.
 #[track_caller]
 pub fn assert_greedy_eq(what: &str, got: &[u32], want: &[u32], margin: impl FnOnce(usize) -> f32) {
+    assert_greedy_eq_within(what, got, want, margin, NEAR_TIE);
+}
+
+/// [`assert_greedy_eq`] where a margin under `near_tie` is a near tie: for
+/// computations known to differ by more than [`NEAR_TIE`] (the 8-bit
+/// products of steps of other lengths).
+#[track_caller]
+pub fn assert_greedy_eq_within(
+    what: &str,
+    got: &[u32],
+    want: &[u32],
+    margin: impl FnOnce(usize) -> f32,
+    near_tie: f32,
+) {
     let Some(k) = (0..got.len().min(want.len())).find(|&k| got[k] != want[k]) else {
         assert_eq!(got, want, "{what}: greedy ids of other lengths");
         return;
     };
     let m = margin(k);
-    if m < NEAR_TIE {
+    if m < near_tie {
         eprintln!(
             "{what}: greedy ids part at step {k} ({} here, {} expected; equal before) at a near \
-             tie: radix's top two logits there are {m:.2e} apart (under {NEAR_TIE:.0e}), so \
+             tie: radix's top two logits there are {m:.2e} apart (under {near_tie:.0e}), so \
              roundoff decides it; compared up to there\n got: {got:?}\nwant: {want:?}",
             got[k], want[k]
         );
