@@ -363,7 +363,16 @@ impl ExecutableCache {
         }
         let mut secret = [0u8; 32];
         std::fs::File::open("/dev/urandom")?.read_exact(&mut secret)?;
-        let tmp = self.dir.join(format!(".secret.{}.tmp", std::process::id()));
+        // A name of its own per call: threads of one process storing their
+        // first entries at once each make a secret, and with one name per
+        // process one thread's removal of the file left another's link
+        // without its source (its store failed).
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let tmp = self.dir.join(format!(
+            ".secret.{}.{}.tmp",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create(true)

@@ -172,6 +172,33 @@ fn concurrent_compiles_of_one_module_all_succeed() {
     );
 }
 
+/// Threads of one process storing their first entries into a new folder at
+/// once (as a model's executables, compiled on threads of their own, do)
+/// all store them: each makes the folder's secret under a name of its own,
+/// and the first one linked is everyone's.
+#[test]
+fn first_entries_stored_at_once_by_threads_all_land() {
+    let key = |k: u8| CacheKey::from_parts(&k.to_string(), &[], "", (0, 0), "");
+    for _ in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ExecutableCache::new(dir.path());
+        let barrier = std::sync::Barrier::new(8);
+        std::thread::scope(|s| {
+            for k in 0..8u8 {
+                let (cache, barrier) = (&cache, &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    cache.store(key(k), &[k; 64]).unwrap();
+                });
+            }
+        });
+        assert_eq!(cache.list().unwrap().len(), 8);
+        for k in 0..8u8 {
+            assert_eq!(cache.load(key(k)).unwrap().unwrap().unwrap(), [k; 64]);
+        }
+    }
+}
+
 /// The child side of [`concurrent_compiles_of_one_module_all_succeed`],
 /// run only by it (ignored, so not counted as a test of its own).
 #[test]
