@@ -5,12 +5,12 @@
 //! [`toktrie::TokTrie`] of the model's own vocabulary: each token's bytes as
 //! the tokenizer decodes them.
 //!
-//! A [`Vocabulary`] is built once per tokenizer (the trie and llguidance's
-//! shared tables); each request compiles its [`Grammar`] into a
+//! A [`Vocabulary`] is built once per tokenizer (the trie, and llguidance's
+//! shared tables when the first grammar needs them); each request compiles its [`Grammar`] into a
 //! [`Constraint`], which follows the tokens as they are picked.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};
@@ -37,7 +37,11 @@ pub enum Grammar {
 /// grammars share. Cheap to clone.
 #[derive(Clone)]
 pub struct Vocabulary {
-    factory: Arc<ParserFactory>,
+    /// Made by the first grammar compiled: llguidance's shared tables take
+    /// ~20 MB for SmolLM2's vocabulary, which a server whose clients never
+    /// ask for structured output should not hold. An error to make it is
+    /// kept and given to every grammar.
+    factory: Arc<OnceLock<std::result::Result<ParserFactory, String>>>,
     env: TokEnv,
 }
 
@@ -57,14 +61,23 @@ impl Vocabulary {
             trie,
             tokenizer: tokenizer.clone(),
         });
-        let mut factory = ParserFactory::new_simple(&env).map_err(|e| {
-            Error::Input(format!("cannot prepare the vocabulary for grammars: {e}"))
-        })?;
-        factory.quiet();
         Ok(Vocabulary {
-            factory: Arc::new(factory),
+            factory: Arc::default(),
             env,
         })
+    }
+
+    /// llguidance's tables over this vocabulary, made on first use.
+    fn factory(&self) -> Result<&ParserFactory> {
+        self.factory
+            .get_or_init(|| {
+                let mut factory = ParserFactory::new_simple(&self.env)
+                    .map_err(|e| format!("cannot prepare the vocabulary for grammars: {e}"))?;
+                factory.quiet();
+                Ok(factory)
+            })
+            .as_ref()
+            .map_err(|e| Error::Input(e.clone()))
     }
 
     /// The bytes token `id` stands for (empty for an id past the
@@ -110,11 +123,11 @@ impl Vocabulary {
         };
         // llguidance turns a panic while compiling into an error itself;
         // this keeps any that escapes from reaching the caller's thread.
-        let parser = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.factory.create_parser(top)
-        }))
-        .map_err(|_| Error::Input("the grammar could not be compiled".into()))?
-        .map_err(|e| Error::Input(e.to_string()))?;
+        let factory = self.factory()?;
+        let parser =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| factory.create_parser(top)))
+                .map_err(|_| Error::Input("the grammar could not be compiled".into()))?
+                .map_err(|e| Error::Input(e.to_string()))?;
         let matcher = Matcher::new(Ok(parser));
         if let Some(e) = matcher.get_error() {
             return Err(Error::Input(e));

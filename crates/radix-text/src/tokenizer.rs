@@ -4,6 +4,7 @@
 //! a turn.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use radix_io::Gguf;
 use radix_io::gguf::GgufValue;
@@ -19,13 +20,20 @@ use crate::{Error, Result};
 /// configure them; they are switched off here, as transformers does by default).
 #[derive(Debug, Clone)]
 pub struct Tokenizer {
-    inner: tokenizers::Tokenizer,
+    /// Shared by clones: a server's request handlers, its generation loop
+    /// and its grammars' vocabulary each hold the tokenizer, which is
+    /// megabytes of tables (SmolLM2's: ~8 MB) never changed once built.
+    inner: Arc<tokenizers::Tokenizer>,
     path: PathBuf,
     bos: Option<u32>,
     eos: Option<u32>,
     /// The end-of-sequence id and the control tokens of [`TURN_ENDS`].
     stops: Vec<u32>,
     chat: Option<ChatTemplate>,
+    /// Counted once: the tokenizers crate counts by building a map of the
+    /// whole vocabulary (a megabyte and ~50,000 strings for SmolLM2's), and
+    /// a server asks on every request.
+    vocab_size: usize,
 }
 
 impl Tokenizer {
@@ -122,7 +130,8 @@ impl Tokenizer {
             }
         }
         Tokenizer {
-            inner,
+            vocab_size: inner.get_vocab_size(true),
+            inner: Arc::new(inner),
             path: path.to_path_buf(),
             bos,
             eos,
@@ -167,7 +176,7 @@ impl Tokenizer {
 
     /// The number of ids, added tokens included.
     pub fn vocab_size(&self) -> usize {
-        self.inner.get_vocab_size(true)
+        self.vocab_size
     }
 
     /// The beginning-of-sequence id, if the file names one.
