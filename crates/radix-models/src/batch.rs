@@ -36,38 +36,18 @@
 use std::collections::HashMap;
 
 use radix::nn::KvCache;
-use radix::{Buffer, Bufferized, Compiled, DType, Module, Platform, Shape, Tensor};
+use radix::{Buffer, Bufferized, Compiled, DType, Platform, Shape, Tensor};
 
-use crate::generate::{Cache, CausalLm, Generator, bucket, in_place, layers};
+use crate::generate::{Cache, CausalLm, Generator, LayerByLayer, bucket};
 use crate::{Error, Result};
 
 /// Each layer's cache of every slot, or of one sequence.
 type Caches = Vec<KvCache>;
 
-/// What a step of the batch takes.
-#[derive(Module, Clone, Debug)]
-struct Rows {
-    /// Token ids `(b, s)`: row `i`'s tokens, then padding.
-    ids: Tensor,
-    /// The position of each row's first token `(b)`.
-    starts: Tensor,
-    /// Each row's last token in `ids` `(b)`: the logits are those after it.
-    lasts: Tensor,
-    /// The slots' caches, a layer each.
-    caches: Caches,
-}
-
-/// What a step of the batch gives.
-#[derive(Module, Clone, Debug)]
-struct Stepped {
-    /// Logits `(b, voc)` after each row's last token.
-    logits: Tensor,
-    /// The slots' caches with the rows' tokens written, in their buffers.
-    caches: Caches,
-}
-
-/// The step of `b` rows of `s` tokens each.
-type RowsStep<M> = Compiled<M, Rows, Stepped>;
+/// The step of `b` rows of `s` tokens each, layer by layer: a bucket's
+/// program holds one layer, not the model (as one program, the four
+/// decode buckets of 16 slots held ~150 MB of a server's memory).
+type RowsStep<M> = LayerByLayer<M>;
 /// The slots' caches, one sequence's caches and the slot to copy them into.
 type Put = Compiled<(), (Caches, Caches, Tensor), Caches>;
 /// The slots' caches and the slots to copy from and to.
@@ -341,18 +321,17 @@ impl<M: CausalLm> Batch<M> {
         }
         let caches = self.take_caches()?;
         let step = &self.steps[&(b, s)];
-        let inputs = RowsWith {
-            ids,
-            starts,
-            lasts,
+        let (logits, caches) = step.run(
+            generator.model(),
+            generator.weights(),
+            (ids, starts, lasts),
             caches,
-        };
-        let out = step.call(generator.weights(), inputs)?;
-        self.caches = Some(out.caches);
+        )?;
+        self.caches = Some(caches);
         for (len, r) in self.lens.iter_mut().zip(rows) {
             *len += r.len();
         }
-        let logits = out.logits.to_vec::<f32>()?;
+        let logits = logits.to_vec::<f32>()?;
         let voc = logits.len() / b;
         Ok(logits.chunks(voc).take(n).map(<[f32]>::to_vec).collect())
     }
@@ -446,7 +425,9 @@ fn copy_rows(all: &[KvCache], rows: &[KvCache], to: Tensor) -> Caches {
 }
 
 /// The step of `b` rows of `s` tokens each over the slots' caches of
-/// shapes `all`.
+/// shapes `all` (a layer each): logits `(b, voc)` after each row's last
+/// token, and the caches with each row's tokens written from its own
+/// position, in their buffers.
 fn compile_rows<M: CausalLm>(
     platform: &Platform,
     model: &M,
@@ -456,39 +437,24 @@ fn compile_rows<M: CausalLm>(
 ) -> Result<RowsStep<M>> {
     let tagged = |dims: &[(&str, i64)]| Tensor::param(Shape::tagged(DType::I32, dims));
     let (b, s) = (b as i64, s as i64);
-    let rows = Rows {
-        ids: tagged(&[("b", b), ("s", s)]),
-        starts: tagged(&[("b", b)]),
-        lasts: tagged(&[("b", b)]),
-        caches: params(all),
-    };
-    Ok(radix::compile(platform, model, &rows, rows_step)?)
+    let (ids, starts, lasts) = (
+        tagged(&[("b", b), ("s", s)]),
+        tagged(&[("b", b)]),
+        tagged(&[("b", b)]),
+    );
+    LayerByLayer::compile(
+        platform,
+        model,
+        (ids, starts, lasts),
+        all[0],
+        |m, (ids, starts)| m.embed_rows(ids, starts),
+        |m, (x, lasts)| m.head(at_lasts(x, lasts), Tensor::scalar(0.0, DType::I32)),
+    )
 }
 
 /// Placeholders of caches of `shapes`.
 fn params(shapes: &[Shape]) -> Caches {
     shapes.iter().map(|&s| KvCache::param(s)).collect()
-}
-
-/// One step over `b` rows of `s` tokens each: logits `(b, voc)` after each
-/// row's last token and the slots' caches with each row's tokens written
-/// from its position, in their own buffers.
-fn rows_step<M: CausalLm>(model: &M, rows: Rows) -> Stepped {
-    let Rows {
-        ids,
-        starts,
-        lasts,
-        caches,
-    } = rows;
-    let (x, pos) = model.embed_rows(ids, starts);
-    let mut written = caches.clone();
-    let x = layers(model, x, pos, starts, &mut written);
-    let written = written.into_iter().zip(caches).map(in_place).collect();
-    let zero = Tensor::scalar(0.0, DType::I32);
-    Stepped {
-        logits: model.head(at_lasts(x, lasts), zero),
-        caches: written,
-    }
 }
 
 /// Row `i` of `x` `(b, s, d)` at position `lasts[i]`, as `(b, 1, d)`: a

@@ -27,9 +27,9 @@ use crate::{Error, Result};
 
 mod executables;
 
+pub(crate) use executables::LayerByLayer;
 use executables::{
-    StepExe, block_key, empty_caches, empty_caches_exe, one_program_inputs, one_program_step,
-    step_exe,
+    StepExe, empty_caches, empty_caches_exe, one_program_inputs, one_program_step, step_exe,
 };
 
 /// A decoder a [`Generator`] can run, as its three parts: the embedding of
@@ -503,27 +503,8 @@ impl<M: CausalLm> Generator<M> {
             StepExe::OneProgram(exe) => {
                 exe.call(&self.weights, ((ids_buf, start, last), caches))?
             }
-            StepExe::PerBlock {
-                embed,
-                blocks,
-                head,
-            } => {
-                let (mut x, pos) = embed.call(&self.weights, (ids_buf, start.clone()))?;
-                let mut written = Vec::with_capacity(caches.len());
-                let layers = M::block_weights(&self.weights);
-                let keys = self.model.blocks().iter().map(block_key::<M>);
-                for ((weights, cache), key) in layers.iter().zip(caches).zip(keys) {
-                    let start = start.clone();
-                    let (_, block) = blocks
-                        .iter()
-                        .find(|(k, _)| *k == key)
-                        .expect("compiled for every key");
-                    let (y, cache) =
-                        block.call(weights, (x, pos.clone(), StepWith { cache, start }))?;
-                    x = y;
-                    written.push(cache);
-                }
-                (head.call(&self.weights, (x, last))?, written)
+            StepExe::PerBlock(exe) => {
+                exe.run(&self.model, &self.weights, (ids_buf, start, last), caches)?
             }
         };
         Ok((logits.to_vec::<f32>()?, caches))

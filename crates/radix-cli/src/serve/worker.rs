@@ -224,7 +224,12 @@ const IN_STEP: usize = 16;
 /// compute a token's activations through programs XLA fuses differently,
 /// and the last-bit differences that leaves move some activations across a
 /// rounding step of their 8-bit codes (SmolLM2's logits for the same token
-/// then differ by up to 0.33, where exact products differ by 3e-5).
+/// then differ by up to 0.33, where exact products differ by 3e-5). Steps
+/// run layer by layer do not remove it: a token at position 19 still got
+/// other bits from a one-token step of 8 rows than alone (of 2 and 4 rows,
+/// the same), and from a step of 8 tokens than of 1, with the 8-bit
+/// products the same for each token up to `DOT_MAX_TOKENS` rows; what is
+/// left is XLA rounding a loop over more rows otherwise.
 fn in_step(matrices: MatrixFormat) -> usize {
     match matrices {
         MatrixFormat::Exact => IN_STEP,

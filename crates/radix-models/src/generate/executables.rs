@@ -1,12 +1,13 @@
 //! The executables a [`Generator`](super::Generator) runs: per step
 //! length, one program holding every layer ([`Plan::OneProgram`]) or an
-//! embedding, a block per kind of layer and a head ([`Plan::PerBlock`]),
-//! compiled or loaded from the executable cache.
+//! embedding, a block per kind of layer and a head ([`Plan::PerBlock`],
+//! [`LayerByLayer`], which the batch's steps run too), compiled or loaded
+//! from the executable cache.
 
 use radix::nn::KvCache;
-use radix::{Compiled, DType, Platform, Shape, Tensor};
+use radix::{Buffer, Bufferized, Compiled, DType, Platform, Shape, Tensor};
 
-use super::{CausalLm, Plan, Step, forward, in_place};
+use super::{CausalLm, Plan, Step, StepWith, forward, in_place};
 use crate::Result;
 
 /// Token ids `(b, s)`, the first position and the position whose logits to
@@ -26,12 +27,87 @@ pub(super) type BlockExe<M> =
 )]
 pub(super) enum StepExe<M: CausalLm> {
     OneProgram(Compiled<M, (StepInputs, Vec<KvCache>), StepOutputs>),
-    PerBlock {
-        embed: Compiled<M, (Tensor, Tensor), (Tensor, Tensor)>,
-        /// By block key ([`block_key`]), in the order the keys first occur.
-        blocks: Vec<(String, BlockExe<M>)>,
-        head: Compiled<M, (Tensor, Tensor), Tensor>,
-    },
+    PerBlock(LayerByLayer<M>),
+}
+
+/// A step as an embedding, one executable per kind of block (run once per
+/// layer with that layer's weights and cache, donated) and a head: `2 +
+/// layers` dispatches, but each program holds one layer, so it compiles,
+/// loads and sits in memory at a thirtieth of a whole model's cost.
+pub(crate) struct LayerByLayer<M: CausalLm> {
+    /// `(ids, start)` to the hidden states and their positions.
+    embed: Compiled<M, (Tensor, Tensor), (Tensor, Tensor)>,
+    /// By block key ([`block_key`]), in the order the keys first occur.
+    blocks: Vec<(String, BlockExe<M>)>,
+    /// `(x, last)` to the logits.
+    head: Compiled<M, (Tensor, Tensor), Tensor>,
+}
+
+impl<M: CausalLm> LayerByLayer<M> {
+    /// Compiles (or loads) the step over `ids` at `start` whose logits are
+    /// those at `last`, each layer writing into a cache of shape `cache`
+    /// from `start`: `embed` and `head` say how the model's ends run (a
+    /// sequence's, or rows' each at its own position).
+    pub(crate) fn compile(
+        platform: &Platform,
+        model: &M,
+        (ids, start, last): StepInputs,
+        cache: Shape,
+        embed: fn(&M, (Tensor, Tensor)) -> (Tensor, Tensor),
+        head: fn(&M, (Tensor, Tensor)) -> Tensor,
+    ) -> Result<LayerByLayer<M>> {
+        let embed = radix::compile(platform, model, &(ids, start), embed)?;
+        let [x, pos] = [0, 1].map(|i| Tensor::param(embed.program().results()[i].shape));
+        let inputs = (
+            x,
+            pos,
+            Step {
+                cache: KvCache::param(cache),
+                start,
+            },
+        );
+        let mut blocks: Vec<(String, BlockExe<M>)> = vec![];
+        for b in model.blocks() {
+            let key = block_key::<M>(b);
+            if !blocks.iter().any(|(k, _)| *k == key) {
+                let exe = radix::compile(platform, b, &inputs, block_step::<M>)?;
+                blocks.push((key, exe));
+            }
+        }
+        let head = radix::compile(platform, model, &(x, last), head)?;
+        Ok(LayerByLayer {
+            embed,
+            blocks,
+            head,
+        })
+    }
+
+    /// Runs the step on `model`'s `weights`: the logits, and `caches` (a
+    /// layer each, donated) with the tokens written.
+    pub(crate) fn run(
+        &self,
+        model: &M,
+        weights: &Bufferized<M>,
+        (ids, start, last): (Buffer, Buffer, Buffer),
+        caches: Bufferized<Vec<KvCache>>,
+    ) -> Result<(Buffer, Bufferized<Vec<KvCache>>)> {
+        let (mut x, pos) = self.embed.call(weights, (ids, start.clone()))?;
+        let mut written = Vec::with_capacity(caches.len());
+        let layers = M::block_weights(weights);
+        let keys = model.blocks().iter().map(block_key::<M>);
+        for ((weights, cache), key) in layers.iter().zip(caches).zip(keys) {
+            let start = start.clone();
+            let (_, block) = self
+                .blocks
+                .iter()
+                .find(|(k, _)| *k == key)
+                .expect("compiled for every key");
+            let (y, cache) = block.call(weights, (x, pos.clone(), StepWith { cache, start }))?;
+            x = y;
+            written.push(cache);
+        }
+        Ok((self.head.call(weights, (x, last))?, written))
+    }
 }
 
 /// The executable that makes a prefill's empty caches of `capacity`
@@ -62,29 +138,14 @@ pub(super) fn step_exe<M: CausalLm>(
             let inputs = one_program_inputs(model, len, capacity);
             StepExe::OneProgram(radix::compile(platform, model, &inputs, one_program_step)?)
         }
-        Plan::PerBlock => {
-            let (ids, start, last) = step_inputs(len);
-            let embed = radix::compile(platform, model, &(ids, start), |m, (ids, start)| {
-                m.embed(ids, start)
-            })?;
-            let [x, pos] = [0, 1].map(|i| Tensor::param(embed.program().results()[i].shape));
-            let cache = KvCache::param(model.cache_shapes(capacity)[0]);
-            let inputs = (x, pos, Step { cache, start });
-            let mut blocks: Vec<(String, BlockExe<M>)> = vec![];
-            for b in model.blocks() {
-                let key = block_key::<M>(b);
-                if !blocks.iter().any(|(k, _)| *k == key) {
-                    let exe = radix::compile(platform, b, &inputs, block_step::<M>)?;
-                    blocks.push((key, exe));
-                }
-            }
-            let head = radix::compile(platform, model, &(x, last), |m, (x, last)| m.head(x, last))?;
-            StepExe::PerBlock {
-                embed,
-                blocks,
-                head,
-            }
-        }
+        Plan::PerBlock => StepExe::PerBlock(LayerByLayer::compile(
+            platform,
+            model,
+            step_inputs(len),
+            model.cache_shapes(capacity)[0],
+            |m, (ids, start)| m.embed(ids, start),
+            |m, (x, last)| m.head(x, last),
+        )?),
     };
     Ok(exe)
 }
@@ -115,7 +176,7 @@ pub(super) fn one_program_step<M: CausalLm>(
 }
 
 /// One layer as a step of its own: its cache is written in place.
-pub(super) fn block_step<M: CausalLm>(
+fn block_step<M: CausalLm>(
     b: &M::Block,
     (x, pos, step): (Tensor, Tensor, Step),
 ) -> (Tensor, KvCache) {
@@ -125,7 +186,7 @@ pub(super) fn block_step<M: CausalLm>(
 
 /// What decides a block's program: its kind and its weights' shapes (a
 /// quantized file may store one layer's matrix in another block format).
-pub(super) fn block_key<M: CausalLm>(block: &M::Block) -> String {
+fn block_key<M: CausalLm>(block: &M::Block) -> String {
     let shapes: Vec<_> = radix::module::tensors(block)
         .into_iter()
         .map(|(_, t)| t.shape())
