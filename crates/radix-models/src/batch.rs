@@ -38,7 +38,7 @@ use std::collections::HashMap;
 use radix::nn::KvCache;
 use radix::{Buffer, Bufferized, Compiled, DType, Platform, Shape, Tensor};
 
-use crate::generate::{Cache, CausalLm, Generator, LayerByLayer, bucket};
+use crate::generate::{Cache, CausalLm, Generator, LayerByLayer, Tokens, TokensWith, bucket};
 use crate::{Error, Result};
 
 /// Each layer's cache of every slot, or of one sequence.
@@ -321,17 +321,17 @@ impl<M: CausalLm> Batch<M> {
         }
         let caches = self.take_caches()?;
         let step = &self.steps[&(b, s)];
-        let (logits, caches) = step.run(
-            generator.model(),
-            generator.weights(),
-            (ids, starts, lasts),
-            caches,
-        )?;
-        self.caches = Some(caches);
+        let tokens = TokensWith {
+            ids,
+            start: starts,
+            last: lasts,
+        };
+        let out = step.run(generator.model(), generator.weights(), tokens, caches)?;
+        self.caches = Some(out.caches);
         for (len, r) in self.lens.iter_mut().zip(rows) {
             *len += r.len();
         }
-        let logits = logits.to_vec::<f32>()?;
+        let logits = out.logits.to_vec::<f32>()?;
         let voc = logits.len() / b;
         Ok(logits.chunks(voc).take(n).map(<[f32]>::to_vec).collect())
     }
@@ -437,15 +437,15 @@ fn compile_rows<M: CausalLm>(
 ) -> Result<RowsStep<M>> {
     let tagged = |dims: &[(&str, i64)]| Tensor::param(Shape::tagged(DType::I32, dims));
     let (b, s) = (b as i64, s as i64);
-    let (ids, starts, lasts) = (
-        tagged(&[("b", b), ("s", s)]),
-        tagged(&[("b", b)]),
-        tagged(&[("b", b)]),
-    );
+    let tokens = Tokens {
+        ids: tagged(&[("b", b), ("s", s)]),
+        start: tagged(&[("b", b)]),
+        last: tagged(&[("b", b)]),
+    };
     LayerByLayer::compile(
         platform,
         model,
-        (ids, starts, lasts),
+        tokens,
         all[0],
         |m, (ids, starts)| m.embed_rows(ids, starts),
         |m, (x, lasts)| m.head(at_lasts(x, lasts), Tensor::scalar(0.0, DType::I32)),

@@ -27,7 +27,7 @@ use crate::{Error, Result};
 
 mod executables;
 
-pub(crate) use executables::LayerByLayer;
+pub(crate) use executables::{LayerByLayer, Tokens, TokensWith};
 use executables::{
     StepExe, empty_caches, empty_caches_exe, one_program_inputs, one_program_step, step_exe,
 };
@@ -494,20 +494,16 @@ impl<M: CausalLm> Generator<M> {
         caches: Bufferized<Vec<KvCache>>,
     ) -> Result<(Vec<f32>, Bufferized<Vec<KvCache>>)> {
         self.ensure_step(ids.len())?;
-        let (ids_buf, start, last) = (
-            self.ids(ids)?,
-            self.i32_scalar(start)?,
-            self.i32_scalar(last)?,
-        );
-        let (logits, caches) = match &self.steps[&ids.len()] {
-            StepExe::OneProgram(exe) => {
-                exe.call(&self.weights, ((ids_buf, start, last), caches))?
-            }
-            StepExe::PerBlock(exe) => {
-                exe.run(&self.model, &self.weights, (ids_buf, start, last), caches)?
-            }
+        let tokens = TokensWith {
+            ids: self.ids(ids)?,
+            start: self.i32_scalar(start)?,
+            last: self.i32_scalar(last)?,
         };
-        Ok((logits.to_vec::<f32>()?, caches))
+        let out = match &self.steps[&ids.len()] {
+            StepExe::OneProgram(exe) => exe.call(&self.weights, (tokens, caches))?,
+            StepExe::PerBlock(exe) => exe.run(&self.model, &self.weights, tokens, caches)?,
+        };
+        Ok((out.logits.to_vec::<f32>()?, out.caches))
     }
 
     /// `-log p(ids[j + 1] | ids[..= j])` for every `j` of `ids` read from

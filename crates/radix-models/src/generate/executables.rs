@@ -5,16 +5,31 @@
 //! from the executable cache.
 
 use radix::nn::KvCache;
-use radix::{Buffer, Bufferized, Compiled, DType, Platform, Shape, Tensor};
+use radix::{Bufferized, Compiled, DType, Module, Platform, Shape, Tensor};
 
 use super::{CausalLm, Plan, Step, StepWith, forward, in_place};
 use crate::Result;
 
-/// Token ids `(b, s)`, the first position and the position whose logits to
-/// return.
-pub(super) type StepInputs = (Tensor, Tensor, Tensor);
-/// The logits and the caches.
-pub(super) type StepOutputs = (Tensor, Vec<KvCache>);
+/// The tokens of a step.
+#[derive(Module, Clone, Copy, Debug)]
+pub(crate) struct Tokens {
+    /// Token ids `(b, s)`.
+    pub ids: Tensor,
+    /// Where they go in the caches: a position (rank-0 `i32`), or one per
+    /// row `(b)`.
+    pub start: Tensor,
+    /// Whose logits to return: a position in `ids`, or one per row.
+    pub last: Tensor,
+}
+
+/// What a step gives.
+#[derive(Module, Clone, Debug)]
+pub(crate) struct Stepped {
+    /// The logits after `last`.
+    pub logits: Tensor,
+    /// The caches, a layer each, with the step's tokens written.
+    pub caches: Vec<KvCache>,
+}
 
 /// One layer as an executable.
 pub(super) type BlockExe<M> =
@@ -26,7 +41,7 @@ pub(super) type BlockExe<M> =
     reason = "a generator holds a few, one per step length"
 )]
 pub(super) enum StepExe<M: CausalLm> {
-    OneProgram(Compiled<M, (StepInputs, Vec<KvCache>), StepOutputs>),
+    OneProgram(Compiled<M, (Tokens, Vec<KvCache>), Stepped>),
     PerBlock(LayerByLayer<M>),
 }
 
@@ -44,14 +59,13 @@ pub(crate) struct LayerByLayer<M: CausalLm> {
 }
 
 impl<M: CausalLm> LayerByLayer<M> {
-    /// Compiles (or loads) the step over `ids` at `start` whose logits are
-    /// those at `last`, each layer writing into a cache of shape `cache`
-    /// from `start`: `embed` and `head` say how the model's ends run (a
-    /// sequence's, or rows' each at its own position).
+    /// Compiles (or loads) the step over `tokens`, each layer writing into
+    /// a cache of shape `cache`: `embed` and `head` say how the model's
+    /// ends run (a sequence's, or rows' each at its own position).
     pub(crate) fn compile(
         platform: &Platform,
         model: &M,
-        (ids, start, last): StepInputs,
+        Tokens { ids, start, last }: Tokens,
         cache: Shape,
         embed: fn(&M, (Tensor, Tensor)) -> (Tensor, Tensor),
         head: fn(&M, (Tensor, Tensor)) -> Tensor,
@@ -82,15 +96,15 @@ impl<M: CausalLm> LayerByLayer<M> {
         })
     }
 
-    /// Runs the step on `model`'s `weights`: the logits, and `caches` (a
-    /// layer each, donated) with the tokens written.
+    /// Runs the step over `tokens` on `model`'s `weights` and `caches` (a
+    /// layer each, donated).
     pub(crate) fn run(
         &self,
         model: &M,
         weights: &Bufferized<M>,
-        (ids, start, last): (Buffer, Buffer, Buffer),
+        TokensWith { ids, start, last }: Bufferized<Tokens>,
         caches: Bufferized<Vec<KvCache>>,
-    ) -> Result<(Buffer, Bufferized<Vec<KvCache>>)> {
+    ) -> Result<Bufferized<Stepped>> {
         let (mut x, pos) = self.embed.call(weights, (ids, start.clone()))?;
         let mut written = Vec::with_capacity(caches.len());
         let layers = M::block_weights(weights);
@@ -106,7 +120,10 @@ impl<M: CausalLm> LayerByLayer<M> {
             x = y;
             written.push(cache);
         }
-        Ok((self.head.call(weights, (x, last))?, written))
+        Ok(SteppedWith {
+            logits: self.head.call(weights, (x, last))?,
+            caches: written,
+        })
     }
 }
 
@@ -150,10 +167,15 @@ pub(super) fn step_exe<M: CausalLm>(
     Ok(exe)
 }
 
-pub(super) fn step_inputs(len: usize) -> StepInputs {
+/// A sequence's step of `len` tokens (placeholders).
+pub(super) fn step_inputs(len: usize) -> Tokens {
     let ids = Tensor::param(Shape::tagged(DType::I32, &[("b", 1), ("s", len as i64)]));
     let scalar = Tensor::param(Shape::scalar(DType::I32));
-    (ids, scalar, scalar)
+    Tokens {
+        ids,
+        start: scalar,
+        last: scalar,
+    }
 }
 
 /// What a step takes: `len` tokens and the caches (placeholders).
@@ -161,7 +183,7 @@ pub(super) fn one_program_inputs<M: CausalLm>(
     model: &M,
     len: usize,
     capacity: usize,
-) -> (StepInputs, Vec<KvCache>) {
+) -> (Tokens, Vec<KvCache>) {
     let caches = model.cache_shapes(capacity).into_iter().map(KvCache::param);
     (step_inputs(len), caches.collect())
 }
@@ -169,10 +191,13 @@ pub(super) fn one_program_inputs<M: CausalLm>(
 /// The whole model as one step: the caches passed in are written in place.
 pub(super) fn one_program_step<M: CausalLm>(
     m: &M,
-    ((ids, start, last), caches): (StepInputs, Vec<KvCache>),
-) -> StepOutputs {
+    (Tokens { ids, start, last }, caches): (Tokens, Vec<KvCache>),
+) -> Stepped {
     let (logits, new) = forward(m, ids, start, last, caches.clone());
-    (logits, new.into_iter().zip(caches).map(in_place).collect())
+    Stepped {
+        logits,
+        caches: new.into_iter().zip(caches).map(in_place).collect(),
+    }
 }
 
 /// One layer as a step of its own: its cache is written in place.
