@@ -394,12 +394,10 @@ impl<M: CausalLm> Generator<M> {
     /// [`Generator::prefill`] and [`Generator::decode`] only run.
     pub fn compile(&mut self, n: usize) -> Result<()> {
         let len = self.bucket(n)?;
-        let mut lens: Vec<usize> = [len, 1]
+        let lens: Vec<usize> = [len, 1]
             .into_iter()
             .filter(|l| !self.steps.contains_key(l))
             .collect();
-        // A one-token prompt is decode's step.
-        lens.dedup();
         // Each executable is loaded (or compiled) on a thread of its own:
         // a load is mostly the plugin's own work, one thread each, and the
         // first token waits for all of them.
