@@ -326,7 +326,7 @@ impl<M: CausalLm> Batch<M> {
             start: starts,
             last: lasts,
         };
-        let out = step.run(generator.model(), generator.weights(), tokens, caches)?;
+        let out = step.run(generator.weights(), tokens, caches)?;
         self.caches = Some(out.caches);
         for (len, r) in self.lens.iter_mut().zip(rows) {
             *len += r.len();

@@ -499,7 +499,7 @@ impl<M: CausalLm> Generator<M> {
         };
         let out = match &self.steps[&ids.len()] {
             StepExe::OneProgram(exe) => exe.call(&self.weights, (tokens, caches))?,
-            StepExe::PerBlock(exe) => exe.run(&self.model, &self.weights, tokens, caches)?,
+            StepExe::PerBlock(exe) => exe.run(&self.weights, tokens, caches)?,
         };
         Ok((out.logits.to_vec::<f32>()?, out.caches))
     }

@@ -52,8 +52,12 @@ pub(super) enum StepExe<M: CausalLm> {
 pub(crate) struct LayerByLayer<M: CausalLm> {
     /// `(ids, start)` to the hidden states and their positions.
     embed: Compiled<M, (Tensor, Tensor), (Tensor, Tensor)>,
-    /// By block key ([`block_key`]), in the order the keys first occur.
-    blocks: Vec<(String, BlockExe<M>)>,
+    /// One per block key ([`block_key`]), in the order the keys first
+    /// occur.
+    blocks: Vec<BlockExe<M>>,
+    /// Per layer, its executable's index in `blocks` (found once here, not
+    /// by formatting every layer's key each step).
+    of_layer: Vec<usize>,
     /// `(x, last)` to the logits.
     head: Compiled<M, (Tensor, Tensor), Tensor>,
 }
@@ -80,27 +84,32 @@ impl<M: CausalLm> LayerByLayer<M> {
                 start,
             },
         );
-        let mut blocks: Vec<(String, BlockExe<M>)> = vec![];
+        let (mut keys, mut blocks, mut of_layer) = (vec![], vec![], vec![]);
         for b in model.blocks() {
             let key = block_key::<M>(b);
-            if !blocks.iter().any(|(k, _)| *k == key) {
-                let exe = radix::compile(platform, b, &inputs, block_step::<M>)?;
-                blocks.push((key, exe));
-            }
+            let i = match keys.iter().position(|k| *k == key) {
+                Some(i) => i,
+                None => {
+                    blocks.push(radix::compile(platform, b, &inputs, block_step::<M>)?);
+                    keys.push(key);
+                    keys.len() - 1
+                }
+            };
+            of_layer.push(i);
         }
         let head = radix::compile(platform, model, &(x, last), head)?;
         Ok(LayerByLayer {
             embed,
             blocks,
+            of_layer,
             head,
         })
     }
 
-    /// Runs the step over `tokens` on `model`'s `weights` and `caches` (a
+    /// Runs the step over `tokens` on the model's `weights` and `caches` (a
     /// layer each, donated).
     pub(crate) fn run(
         &self,
-        model: &M,
         weights: &Bufferized<M>,
         TokensWith { ids, start, last }: Bufferized<Tokens>,
         caches: Bufferized<Vec<KvCache>>,
@@ -108,14 +117,9 @@ impl<M: CausalLm> LayerByLayer<M> {
         let (mut x, pos) = self.embed.call(weights, (ids, start.clone()))?;
         let mut written = Vec::with_capacity(caches.len());
         let layers = M::block_weights(weights);
-        let keys = model.blocks().iter().map(block_key::<M>);
-        for ((weights, cache), key) in layers.iter().zip(caches).zip(keys) {
+        for ((weights, cache), &i) in layers.iter().zip(caches).zip(&self.of_layer) {
             let start = start.clone();
-            let (_, block) = self
-                .blocks
-                .iter()
-                .find(|(k, _)| *k == key)
-                .expect("compiled for every key");
+            let block = &self.blocks[i];
             let (y, cache) = block.call(weights, (x, pos.clone(), StepWith { cache, start }))?;
             x = y;
             written.push(cache);
