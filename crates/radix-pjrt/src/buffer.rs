@@ -299,7 +299,7 @@ impl Buffer {
         &self.client
     }
 
-    fn plugin(&self) -> &Plugin {
+    pub(crate) fn plugin(&self) -> &Plugin {
         &self.client.plugin
     }
 
@@ -407,6 +407,9 @@ impl Buffer {
                 "host slice of {} bytes for a buffer of {size} bytes",
                 out.len()
             )));
+        }
+        if self.copy_from_host_memory(out)? {
+            return Ok(());
         }
         let mut args = ffi::PJRT_Buffer_ToHostBuffer_Args::new();
         args.src = self.raw();

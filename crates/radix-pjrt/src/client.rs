@@ -199,6 +199,11 @@ impl Client {
 }
 
 impl ClientInner {
+    /// Whether this is the CPU plugin, whose device memory is host memory.
+    pub(crate) fn is_cpu(&self) -> bool {
+        self.platform_name == "cpu"
+    }
+
     fn describe(&mut self) -> Result<()> {
         let plugin = self.plugin.clone();
         let p = &*plugin;

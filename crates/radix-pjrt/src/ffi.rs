@@ -291,6 +291,8 @@ args! {
     PJRT_Buffer_Delete_Args { buffer: *mut PJRT_Buffer }
     PJRT_Buffer_IsDeleted_Args { buffer: *mut PJRT_Buffer, is_deleted: bool }
     PJRT_Buffer_UnsafePointer_Args { buffer: *mut PJRT_Buffer, buffer_pointer: usize }
+    PJRT_Buffer_IncreaseExternalReferenceCount_Args { buffer: *mut PJRT_Buffer }
+    PJRT_Buffer_DecreaseExternalReferenceCount_Args { buffer: *mut PJRT_Buffer }
     PJRT_Buffer_ToHostBuffer_Args {
         src: *mut PJRT_Buffer,
         host_layout: *mut c_void,
@@ -429,8 +431,10 @@ pub struct PJRT_Api {
     pub PJRT_Buffer_IsOnCpu: Unused,
     pub PJRT_Buffer_ReadyEvent: Fn<PJRT_Buffer_ReadyEvent_Args>,
     pub PJRT_Buffer_UnsafePointer: Fn<PJRT_Buffer_UnsafePointer_Args>,
-    pub PJRT_Buffer_IncreaseExternalReferenceCount: Unused,
-    pub PJRT_Buffer_DecreaseExternalReferenceCount: Unused,
+    pub PJRT_Buffer_IncreaseExternalReferenceCount:
+        Fn<PJRT_Buffer_IncreaseExternalReferenceCount_Args>,
+    pub PJRT_Buffer_DecreaseExternalReferenceCount:
+        Fn<PJRT_Buffer_DecreaseExternalReferenceCount_Args>,
     pub PJRT_Buffer_OpaqueDeviceMemoryDataPointer: Unused,
 
     pub PJRT_CopyToDeviceStream_Destroy: Unused,

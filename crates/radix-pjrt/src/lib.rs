@@ -42,6 +42,7 @@ macro_rules! call {
 mod buffer;
 mod client;
 pub mod compile_options;
+mod cpu_download;
 pub mod custom_call;
 mod error;
 mod executable;

@@ -14,12 +14,14 @@
 mod attention;
 mod cached_attention;
 mod embedding;
+mod gelu;
 mod layer_norm;
 mod linear;
 mod mlp;
 mod norm;
 mod padded_attention;
 mod rope;
+mod vector_math;
 
 /// The axis tags the layers use, as constants (`x.dot(w, tags::D)`).
 pub mod tags {
@@ -46,6 +48,7 @@ pub mod tags {
 pub use attention::{KvCache, attention, causal_mask, padding_mask, window_mask};
 pub use cached_attention::cached_attention;
 pub use embedding::Embedding;
+pub use gelu::gelu_erf;
 pub use linear::Linear;
 pub use mlp::{GatedMlp, Mlp};
 pub use norm::{LayerNorm, RmsNorm};

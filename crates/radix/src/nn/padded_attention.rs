@@ -21,6 +21,7 @@ use crate::custom_call::{Attrs, CustomCall, Kernel};
 use crate::nn::attention;
 use crate::nn::has_axes;
 use crate::nn::tags::{B, H, HD, K, Q};
+use crate::nn::vector_math::exp;
 use crate::tensor::fail;
 use crate::{DType, Shape, Tensor};
 
@@ -266,54 +267,3 @@ fn softmax(s: &mut [f32], scale: f32) {
 
 /// Partial results of [`softmax`]'s max and sum: two AVX2 vectors.
 const LANES: usize = 16;
-
-/// `e^x` within 2 ulp for `x` in f32's normal range (the smallest normal
-/// below it, the largest finite value above): Cody and Waite's reduction
-/// `x = n ln 2 + r`, then Cephes' `expf` polynomial in `r`, and `2^n` built
-/// from its bits. `n` is rounded by adding and subtracting `1.5 · 2^23`,
-/// which leaves it in the low bits of the sum: no branch and no float to
-/// integer conversion (whose saturation Rust checks lane by lane), so a
-/// loop over a slice runs in vector lanes.
-#[inline(always)]
-fn exp(x: f32) -> f32 {
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    const ROUND: f32 = 12_582_912.0;
-    let x = x.clamp(-87.336_55, 88.376_26);
-    let m = x * std::f32::consts::LOG2_E + ROUND;
-    let n = m - ROUND;
-    let r = x - n * LN2_HI - n * LN2_LO;
-    let p = 1.987_569_1e-4;
-    let p = p * r + 1.398_199_9e-3;
-    let p = p * r + 8.333_452e-3;
-    let p = p * r + 4.166_579_6e-2;
-    let p = p * r + 1.666_666_5e-1;
-    let p = p * r + 0.5;
-    let y = p * r * r + r + 1.0;
-    // The low bits of `m` hold `n`: 2^n's exponent field is `n + 127`.
-    let two_n = (m.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127)) << 23;
-    y * f32::from_bits(two_n)
-}
-
-#[cfg(test)]
-mod tests {
-    /// The exponential against f64's at the ends of its range and between.
-    #[test]
-    fn exp_is_within_two_ulp() {
-        let mut x = -87.0f32;
-        while x < 88.0 {
-            let want = f64::from(x).exp();
-            let got = f64::from(super::exp(x));
-            let ulp = f64::from(f32::EPSILON) * want;
-            assert!(
-                (got - want).abs() <= 2.0 * ulp,
-                "exp({x}) = {got}, want {want}"
-            );
-            x += 0.0137;
-        }
-        assert_eq!(super::exp(0.0), 1.0);
-        assert!(super::exp(-1000.0) <= f32::MIN_POSITIVE * 1.01);
-        assert!(super::exp(1000.0).is_finite() && super::exp(1000.0) > 1e38);
-        assert!(super::exp(f32::NAN).is_nan());
-    }
-}
