@@ -23,9 +23,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use radix::io::{Safetensors, WeightStore};
-use radix::nn::{
-    Embedding, LayerNorm, Linear, MatrixFormat, gelu_erf, load_weights, padded_attention,
-};
+use radix::nn::{Embedding, LayerNorm, Linear, MatrixFormat, load_weights, padded_attention};
 use radix::{Buffer, Bufferized, Compiled, DType, Module, Platform, Shape, Size, Tensor};
 use radix_text::Tokenizer;
 use serde::Deserialize;
@@ -235,7 +233,7 @@ impl BertLayer {
     #[track_caller]
     pub fn forward(&self, x: Tensor, lengths: Tensor) -> Tensor {
         let x = self.attention.forward(x, lengths);
-        let y = self.down.forward(gelu_erf(self.up.forward(x)));
+        let y = self.down.forward(self.up.forward_gelu_erf(x));
         self.norm.forward_residual(x, y)
     }
 }

@@ -233,9 +233,11 @@ fn dot_of_panels_equals_the_row_major_products() {
     assert!(err.to_string().contains("rows in order"), "{err}");
 }
 
-/// `dot_bias` is `dot` plus the bias on every token, through the
-/// interpreter, the kernels (row-major blocks and F32 panels) and the
-/// in-graph fallback; a bias of the wrong size is a trace error.
+/// `dot_bias` is `dot` plus the bias on every token, and
+/// `dot_bias_gelu_erf` is `nn::gelu_erf` of it bit for bit (the same ops
+/// in the same order), through the interpreter, the kernels (row-major
+/// blocks and F32 panels) and the in-graph fallback; a bias of the wrong
+/// size is a trace error.
 #[test]
 fn dot_bias_adds_the_bias_to_every_token() {
     let mut rng = Rng(0x1405_7B7E_F767_814F);
@@ -261,7 +263,9 @@ fn dot_bias_adds_the_bias_to_every_token() {
         ];
         let program = trace_fn(&inputs, |t| {
             let plain = radix::quant::dot(t[1], t[0], "d");
-            (plain, radix::quant::dot_bias(t[1], t[0], t[2], "d"))
+            let biased = radix::quant::dot_bias(t[1], t[0], t[2], "d");
+            let gelu = radix::quant::dot_bias_gelu_erf(t[1], t[0], t[2], "d");
+            (plain, biased, gelu, radix::nn::gelu_erf(biased))
         })
         .expect("trace");
         let interp: Vec<Vec<f32>> = program
@@ -283,6 +287,8 @@ fn dot_bias_adds_the_bias_to_every_token() {
                 .map(|(i, y)| y + bias[i % rows])
                 .collect();
             assert_eq!(got[1], want, "{shape} {what}");
+            assert_eq!(got[2], got[3], "{shape} {what}: the GELU in the call");
+            assert_ne!(got[2], got[1], "{shape} {what}: no GELU");
         }
     }
     let w = blocks_shape(Format::Q4_0, ("out", 4), 32).expect("blocks");

@@ -68,4 +68,20 @@ impl Linear {
         };
         y.rename(OUT, self.output.as_str())
     }
+
+    /// [`gelu_erf`](crate::nn::gelu_erf) of [`Linear::forward`]: for a
+    /// weight in blocks with a bias, one call whose kernel applies the GELU
+    /// in the pass that adds the bias
+    /// ([`dot_bias_gelu_erf`](crate::quant::dot_bias_gelu_erf)); the same
+    /// values either way.
+    #[track_caller]
+    pub fn forward_gelu_erf(&self, x: Tensor) -> Tensor {
+        match self.bias {
+            Some(b) if blocks_format(&self.weight.shape()).is_some() => {
+                crate::quant::dot_bias_gelu_erf(x, self.weight, b, self.input.as_str())
+                    .rename(OUT, self.output.as_str())
+            }
+            _ => crate::nn::gelu_erf(self.forward(x)),
+        }
+    }
 }

@@ -1,8 +1,8 @@
 //! Feed-forward blocks: a GELU MLP (BERT) and a gated MLP (llama's SwiGLU,
 //! Gemma's GeGLU).
 
+use crate::nn::Linear;
 use crate::nn::tags::FF;
-use crate::nn::{Linear, gelu_erf};
 use crate::{Module, Tensor};
 
 /// `down(gelu(up(x)))` with biases, exact (erf) GELU as BERT uses.
@@ -41,7 +41,7 @@ impl Mlp {
     /// Applies the block (`x` keeps its axes; the `dim` axis moves last).
     #[track_caller]
     pub fn forward(&self, x: Tensor) -> Tensor {
-        self.down.forward(gelu_erf(self.up.forward(x)))
+        self.down.forward(self.up.forward_gelu_erf(x))
     }
 }
 

@@ -13,7 +13,7 @@ mod dot;
 mod rows;
 mod unpack;
 
-pub use dot::{dot, dot_bias};
+pub use dot::{dot, dot_bias, dot_bias_gelu_erf};
 pub use radix_quant::Format;
 pub use rows::rows;
 pub use unpack::dequantize;
