@@ -215,14 +215,28 @@ fn attend(
     o
 }
 
-/// [`softmax`] compiled for AVX2 and FMA where the CPU has them (its loops
-/// then run eight lanes at a time), else as portable code.
+/// [`softmax`] compiled for AVX-512 where the CPU has it (its loops then
+/// run sixteen lanes at a time: a prompt's exponentials are a tenth of its
+/// attention), else for AVX2 and FMA (eight lanes), else as portable code;
+/// the same bits every way.
 fn softmax_best(s: &mut [f32], scale: f32) {
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU has AVX2 and FMA, checked just above.
-        return unsafe { softmax_avx2(s, scale) };
+    {
+        if is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512 F, checked just above.
+            return unsafe { softmax_avx512(s, scale) };
+        }
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has AVX2 and FMA, checked just above.
+            return unsafe { softmax_avx2(s, scale) };
+        }
     }
+    softmax(s, scale)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn softmax_avx512(s: &mut [f32], scale: f32) {
     softmax(s, scale)
 }
 
