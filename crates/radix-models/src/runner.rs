@@ -191,6 +191,11 @@ impl Runner {
         each!(self, g => g.compile(n))
     }
 
+    /// See [`Generator::release`].
+    pub fn release(&mut self, n: usize) -> Result<()> {
+        each!(self, g => g.release(n))
+    }
+
     /// See [`Generator::prefill`].
     pub fn prefill(&mut self, ids: &[u32]) -> Result<(Vec<f32>, Cache)> {
         each!(self, g => g.prefill(ids))

@@ -22,6 +22,7 @@ mod conn;
 mod embeddings;
 mod error;
 mod fault;
+mod heap;
 mod job;
 mod metrics;
 mod queue;
@@ -54,6 +55,7 @@ use worker::{Worker, WorkerConfig};
 /// Runs `radix serve` until SIGTERM or Ctrl-C.
 pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
     args.check()?;
+    heap::configure();
     let api_key = args.api_key()?;
     if api_key.is_none() && !is_loopback(&args.host) {
         eprintln!(

@@ -281,7 +281,7 @@ impl Heartbeat {
 }
 
 /// The runner of whatever architecture the model is, compiled for every
-/// prompt bucket, and a batch of `slots`.
+/// prompt bucket (the smallest kept loaded), and a batch of `slots`.
 fn load(
     platform: &Platform,
     model: &Model,
@@ -295,7 +295,14 @@ fn load(
     for &b in buckets {
         runner.compile(b)?;
     }
+    // Every bucket is now in the executable cache; loaded, the longer ones
+    // held ~30 MB that a server of short prompts never used. They load
+    // again (tens of ms, once) when a prompt first needs them.
+    for &b in buckets.iter().skip(1) {
+        runner.release(b)?;
+    }
     let batch = runner.batch(slots)?;
+    super::heap::trim();
     Ok((runner, batch))
 }
 
