@@ -277,16 +277,24 @@ impl ExecutableCache {
         }
     }
 
-    /// Stores `payload` under `key` atomically (temporary file + rename).
-    pub fn store(&self, key: CacheKey, payload: &[u8]) -> std::io::Result<PathBuf> {
+    /// A temporary file's path for `stem`, of its own to this call: the
+    /// process and a counter in its name, so that neither another process
+    /// nor another thread writes or removes it (the sweep of stale entries
+    /// knows it by its leading `.` and trailing `.tmp`).
+    fn tmp_path(&self, stem: &str) -> PathBuf {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
-        untrusted_as_io(radix_pjrt::provision::private_dir(&self.dir))?;
-        let path = self.path(key);
-        let tmp = self.dir.join(format!(
-            ".{key}.{}.{}.tmp",
+        self.dir.join(format!(
+            ".{stem}.{}.{}.tmp",
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
+        ))
+    }
+
+    /// Stores `payload` under `key` atomically (temporary file + rename).
+    pub fn store(&self, key: CacheKey, payload: &[u8]) -> std::io::Result<PathBuf> {
+        untrusted_as_io(radix_pjrt::provision::private_dir(&self.dir))?;
+        let path = self.path(key);
+        let tmp = self.tmp_path(&key.to_string());
         let res = (|| {
             let mut file = std::fs::File::create(&tmp)?;
             file.write_all(&encode(&self.secret()?, key, payload))?;
@@ -367,12 +375,7 @@ impl ExecutableCache {
         // first entries at once each make a secret, and with one name per
         // process one thread's removal of the file left another's link
         // without its source (its store failed).
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let tmp = self.dir.join(format!(
-            ".secret.{}.{}.tmp",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
+        let tmp = self.tmp_path("secret");
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
