@@ -435,16 +435,15 @@ impl<M: CausalLm> Generator<M> {
         Ok(())
     }
 
-    /// Drops the executables of a prompt of `n` tokens (never decode's):
-    /// the next prefill that needs them loads them again, from the
-    /// executable cache where [`Generator::compile`] put them. A server
-    /// compiles every prompt bucket when it starts, so that none compiles
-    /// while it serves, and keeps loaded only those its prompts use.
+    /// Drops the executables of a prompt of `n` tokens (never decode's: a
+    /// prompt's bucket is at least 8): the next prefill that needs them
+    /// loads them again, from the executable cache where
+    /// [`Generator::compile`] put them. A server compiles every prompt
+    /// bucket when it starts, so that none compiles while it serves, and
+    /// keeps loaded only those its prompts use.
     pub fn release(&mut self, n: usize) -> Result<()> {
         let len = self.bucket(n)?;
-        if len != 1 {
-            self.steps.remove(&len);
-        }
+        self.steps.remove(&len);
         Ok(())
     }
 

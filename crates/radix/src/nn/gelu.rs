@@ -51,15 +51,15 @@ fn shape_rule(s: &[Shape], _: &Attrs) -> Result<Vec<Shape>, String> {
     }
 }
 
-/// Elements a task takes at least: fewer would cost more to hand over than
-/// to compute.
-const MIN_TASK_ELEMENTS: usize = 8 * 1024;
+/// Elements a task of GELU takes at least: fewer would cost more to hand
+/// over than to compute.
+pub(crate) const MIN_GELU_TASK: usize = 8 * 1024;
 
 fn kernel(k: &Kernel<'_>) -> Result<(), String> {
     let x = k.input::<f32>(0)?;
     let y = k.output::<f32>(0)?;
-    radix_quant::SpinPool::global().try_run_chunks(y, MIN_TASK_ELEMENTS, &|task, y| {
-        y.copy_from_slice(&x[task * MIN_TASK_ELEMENTS..][..y.len()]);
+    radix_quant::SpinPool::global().try_run_chunks(y, MIN_GELU_TASK, &|task, y| {
+        y.copy_from_slice(&x[task * MIN_GELU_TASK..][..y.len()]);
         gelu_erf_in_place(y);
     })
 }

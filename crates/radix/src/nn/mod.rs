@@ -49,7 +49,7 @@ pub use attention::{KvCache, attention, causal_mask, padding_mask, window_mask};
 pub use cached_attention::cached_attention;
 pub use embedding::Embedding;
 pub use gelu::gelu_erf;
-pub(crate) use gelu::gelu_erf_in_place;
+pub(crate) use gelu::{MIN_GELU_TASK, gelu_erf_in_place};
 pub use linear::Linear;
 pub use mlp::{GatedMlp, Mlp};
 pub use norm::{LayerNorm, RmsNorm};

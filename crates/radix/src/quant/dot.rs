@@ -235,8 +235,11 @@ fn activation_attr(attrs: &Attrs) -> Result<Option<Activation>, String> {
     match attrs.get(ACTIVATION) {
         None => Ok(None),
         Some(_) => match attrs.str(ACTIVATION)? {
-            "gelu_erf" => Ok(Some(Activation::GeluErf)),
-            other => Err(format!("no activation {other:?} (only \"gelu_erf\")")),
+            name if name == Activation::GeluErf.name() => Ok(Some(Activation::GeluErf)),
+            other => Err(format!(
+                "no activation {other:?} (only {:?})",
+                Activation::GeluErf.name()
+            )),
         },
     }
 }
@@ -291,9 +294,9 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
 }
 
 /// The least outputs a task of [`finish`] takes: fewer cost more to hand
-/// over than to add; with an activation (~20 cycles a vector) fewer.
+/// over than to add; with an activation, GELU's own least task
+/// ([`crate::nn::MIN_GELU_TASK`]: ~20 cycles a vector).
 const MIN_FINISH_TASK: usize = 64 * 1024;
-const MIN_ACTIVATION_TASK: usize = 8 * 1024;
 
 /// `bias` added to every row of `y` (its rows are `rows` long), then
 /// `activation`, in one pass; a prompt's rows split over the kernel
@@ -305,7 +308,7 @@ fn finish(
     y: &mut [f32],
 ) -> Result<(), String> {
     let least = match activation {
-        Some(_) => MIN_ACTIVATION_TASK,
+        Some(_) => crate::nn::MIN_GELU_TASK,
         None => MIN_FINISH_TASK,
     };
     let per_task = (least / rows).max(1) * rows;
