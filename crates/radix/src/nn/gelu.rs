@@ -9,7 +9,7 @@
 use std::sync::LazyLock;
 
 use crate::custom_call::{Attrs, CustomCall, Kernel};
-use crate::nn::vector_math::erf;
+use crate::nn::vector_math::{erf, vectorized};
 use crate::{DType, Shape, Tensor};
 
 /// `x f32` (any shape) to `0.5 x (1 + erf(x / √2))`, the same shape.
@@ -64,37 +64,14 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
     })
 }
 
-/// `y` replaced by its GELU: [`gelu`] compiled for AVX-512 where the CPU
-/// has it (its loop then runs sixteen lanes at a time: the division and
-/// the exponential make it compute-bound, ~20 cycles a vector), else for
-/// AVX2 and FMA (eight lanes), else as portable code; the same bits every
-/// way. Also the activation `radix.quant_dot` applies after its bias
-/// ([`crate::quant::dot_bias_gelu_erf`]).
-pub(crate) fn gelu_erf_in_place(y: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has AVX-512 F, checked just above.
-            return unsafe { gelu_avx512(y) };
-        }
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU has AVX2 and FMA, checked just above.
-            return unsafe { gelu_avx2(y) };
-        }
-    }
-    gelu(y)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn gelu_avx512(y: &mut [f32]) {
-    gelu(y)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn gelu_avx2(y: &mut [f32]) {
-    gelu(y)
+vectorized! {
+    /// `y` replaced by its GELU: [`gelu`] compiled for AVX-512 where the
+    /// CPU has it (its loop then runs sixteen lanes at a time: the division
+    /// and the exponential make it compute-bound, ~20 cycles a vector),
+    /// else for AVX2 and FMA (eight lanes), else as portable code; the same
+    /// bits every way. Also the activation `radix.quant_dot` applies after
+    /// its bias ([`crate::quant::dot_bias_gelu_erf`]).
+    pub(crate) fn gelu_erf_in_place, gelu_paths = gelu(y: &mut [f32]);
 }
 
 /// `x · 0.5 · (erf(x / √2) + 1)` for each `x` of `y`, in place, the order
@@ -111,35 +88,25 @@ fn gelu(y: &mut [f32]) {
 mod tests {
     /// The portable loop, the AVX2 one and the AVX-512 one (each where the
     /// CPU has it) agree to the bit: each element is the same sequence of
-    /// f32 operations (Rust contracts no multiply-add into an FMA).
+    /// f32 operations.
     #[test]
     fn every_path_gives_the_same_bits() {
         let x: Vec<f32> = (0..1000).map(|i| (i as f32 - 500.0) * 0.0137).collect();
-        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-        let mut portable = x.clone();
-        super::gelu(&mut portable);
-        assert_eq!(portable[500], 0.0);
-        let mut best = x.clone();
-        super::gelu_erf_in_place(&mut best);
-        assert_eq!(bits(&portable), bits(&best));
-        #[cfg(target_arch = "x86_64")]
-        {
-            let mut paths = vec![];
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-                let mut y = x.clone();
-                // SAFETY: the CPU has AVX2 and FMA, checked just above.
-                unsafe { super::gelu_avx2(&mut y) };
-                assert_eq!(bits(&portable), bits(&y), "avx2");
-                paths.push("avx2");
-            }
-            if is_x86_feature_detected!("avx512f") {
-                let mut y = x.clone();
-                // SAFETY: the CPU has AVX-512 F, checked just above.
-                unsafe { super::gelu_avx512(&mut y) };
-                assert_eq!(bits(&portable), bits(&y), "avx512");
-                paths.push("avx512");
-            }
-            eprintln!("paths checked beside the portable loop: {paths:?}");
+        let run = |f: fn(&mut [f32])| {
+            let mut y = x.clone();
+            f(&mut y);
+            y.iter().map(|f| f.to_bits()).collect::<Vec<_>>()
+        };
+        let portable = run(super::gelu);
+        assert_eq!(f32::from_bits(portable[500]), 0.0);
+        assert_eq!(portable, run(super::gelu_erf_in_place));
+        let paths = super::gelu_paths();
+        for &(name, f) in &paths {
+            assert_eq!(portable, run(f), "{name}");
         }
+        eprintln!(
+            "paths checked: {:?}",
+            paths.iter().map(|p| p.0).collect::<Vec<_>>()
+        );
     }
 }

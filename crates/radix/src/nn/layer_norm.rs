@@ -9,6 +9,7 @@ use std::sync::LazyLock;
 
 use crate::custom_call::{Attrs, CustomCall, Kernel};
 use crate::nn::broadcast_like;
+use crate::nn::vector_math::vectorized;
 use crate::{DType, Shape, Tensor};
 
 /// `x [n, d] f32` (plus the optional fourth operand `residual [n, d]`)
@@ -148,24 +149,14 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
     })
 }
 
-/// [`normalize`] compiled for AVX2 and FMA where the CPU has them (its
-/// loops then run eight lanes at a time), else as portable code.
-fn normalize_best(y: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
-    #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU has AVX2 and FMA, checked just above.
-        return unsafe { normalize_avx2(y, w, b, eps) };
-    }
-    normalize(y, w, b, eps)
+vectorized! {
+    /// [`normalize`] compiled for AVX-512 where the CPU has it (sixteen
+    /// lanes), else for AVX2 and FMA (eight), else as portable code; the
+    /// same bits every way.
+    fn normalize_best, normalize_paths = normalize(y: &mut [f32], w: &[f32], b: &[f32], eps: f32);
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn normalize_avx2(y: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
-    normalize(y, w, b, eps)
-}
-
-/// Partial sums of [`normalize`]'s two means: two AVX2 vectors.
+/// Partial sums of [`normalize`]'s two means: one AVX-512 vector, two of AVX2.
 const LANES: usize = 16;
 
 /// One row `x`, in place: its mean, then the mean of its squared
@@ -194,5 +185,31 @@ fn normalize(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
     let inv = 1.0 / (var + eps).sqrt();
     for ((x, &w), &b) in x.iter_mut().zip(w).zip(b) {
         *x = (*x - mean) * inv * w + b;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every compiled copy of a row's normalization gives the portable
+    /// loop's bits, for a row of MiniLM's width and one with a tail past
+    /// the lanes.
+    #[test]
+    fn every_normalize_path_gives_the_same_bits() {
+        for d in [384, 77] {
+            let x: Vec<f32> = (0..d)
+                .map(|i| ((i * 37) % 101) as f32 * 0.173 - 8.0)
+                .collect();
+            let w: Vec<f32> = (0..d).map(|i| 1.0 + (i % 7) as f32 * 0.01).collect();
+            let b: Vec<f32> = (0..d).map(|i| (i % 5) as f32 * 0.1).collect();
+            let run = |f: fn(&mut [f32], &[f32], &[f32], f32)| {
+                let mut y = x.clone();
+                f(&mut y, &w, &b, 1e-12);
+                y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            };
+            let portable = run(super::normalize);
+            for (name, f) in super::normalize_paths() {
+                assert_eq!(portable, run(f), "{name}, d = {d}");
+            }
+        }
     }
 }

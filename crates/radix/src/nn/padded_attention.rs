@@ -21,7 +21,7 @@ use crate::custom_call::{Attrs, CustomCall, Kernel};
 use crate::nn::attention;
 use crate::nn::has_axes;
 use crate::nn::tags::{B, H, HD, K, Q};
-use crate::nn::vector_math::exp;
+use crate::nn::vector_math::{exp, vectorized};
 use crate::tensor::fail;
 use crate::{DType, Shape, Tensor};
 
@@ -215,35 +215,12 @@ fn attend(
     o
 }
 
-/// [`softmax`] compiled for AVX-512 where the CPU has it (its loops then
-/// run sixteen lanes at a time: a prompt's exponentials are a tenth of its
-/// attention), else for AVX2 and FMA (eight lanes), else as portable code;
-/// the same bits every way.
-fn softmax_best(s: &mut [f32], scale: f32) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has AVX-512 F, checked just above.
-            return unsafe { softmax_avx512(s, scale) };
-        }
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU has AVX2 and FMA, checked just above.
-            return unsafe { softmax_avx2(s, scale) };
-        }
-    }
-    softmax(s, scale)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn softmax_avx512(s: &mut [f32], scale: f32) {
-    softmax(s, scale)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn softmax_avx2(s: &mut [f32], scale: f32) {
-    softmax(s, scale)
+vectorized! {
+    /// [`softmax`] compiled for AVX-512 where the CPU has it (its loops then
+    /// run sixteen lanes at a time: a prompt's exponentials are a tenth of
+    /// its attention), else for AVX2 and FMA (eight lanes), else as portable
+    /// code; the same bits every way.
+    fn softmax_best, softmax_paths = softmax(s: &mut [f32], scale: f32);
 }
 
 /// `s` scaled by `scale`, then softmax: `exp(s − max) / Σ`. The max and
@@ -281,3 +258,24 @@ fn softmax(s: &mut [f32], scale: f32) {
 
 /// Partial results of [`softmax`]'s max and sum: two AVX2 vectors.
 const LANES: usize = 16;
+
+#[cfg(test)]
+mod tests {
+    /// Every compiled copy of the softmax gives the portable loop's bits,
+    /// over rows of a length that leaves a tail past the lanes.
+    #[test]
+    fn every_softmax_path_gives_the_same_bits() {
+        let row: Vec<f32> = (0..77)
+            .map(|i| ((i * 37) % 101) as f32 * 0.173 - 8.0)
+            .collect();
+        let run = |f: fn(&mut [f32], f32)| {
+            let mut s = row.clone();
+            f(&mut s, 0.125);
+            s.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        };
+        let portable = run(super::softmax);
+        for (name, f) in super::softmax_paths() {
+            assert_eq!(portable, run(f), "{name}");
+        }
+    }
+}

@@ -1,7 +1,80 @@
 //! Scalar functions written so that a loop over a slice of them runs in
 //! vector lanes: no branch, no call into libm, no float-to-integer
 //! conversion. The kernels of the custom calls use them inside loops
-//! compiled for AVX2 (`#[target_feature]`), where each call is inlined.
+//! compiled for AVX-512 or AVX2 ([`vectorized!`]), where each call is
+//! inlined.
+
+/// Defines `$best(args)`: the `#[inline(always)]` loop `$portable(args)`
+/// compiled for AVX-512 F where the CPU has it (sixteen f32 lanes), else
+/// for AVX2 and FMA (eight), else as it is; and `$paths()`, every copy the
+/// CPU can run by name (`portable` first), for the tests that check they
+/// give the same bits. They do where the loop is one sequence of f32
+/// operations per element: Rust contracts no multiply-add into an FMA, so
+/// the instruction set changes only how many elements a step takes.
+macro_rules! vectorized {
+    ($(#[$doc:meta])* $vis:vis fn $best:ident, $paths:ident = $portable:ident($($arg:ident: $ty:ty),* $(,)?);) => {
+        $(#[$doc])*
+        $vis fn $best($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                if is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU has AVX-512 F, checked just above.
+                    return unsafe { avx512::$portable($($arg),*) };
+                }
+                if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                    // SAFETY: the CPU has AVX2 and FMA, checked just above.
+                    return unsafe { avx2::$portable($($arg),*) };
+                }
+            }
+            $portable($($arg),*)
+        }
+
+        /// Each compiled copy of the loop this CPU can run, by name.
+        #[cfg(test)]
+        fn $paths() -> Vec<(&'static str, fn($($ty),*))> {
+            let mut paths: Vec<(&'static str, fn($($ty),*))> =
+                vec![("portable", |$($arg: $ty),*| $portable($($arg),*))];
+            #[cfg(target_arch = "x86_64")]
+            {
+                if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                    // SAFETY (in the closure): the CPU has AVX2 and FMA,
+                    // checked just above.
+                    paths.push(("avx2", |$($arg: $ty),*| unsafe { avx2::$portable($($arg),*) }));
+                }
+                if is_x86_feature_detected!("avx512f") {
+                    // SAFETY (in the closure): the CPU has AVX-512 F,
+                    // checked just above.
+                    paths.push(("avx512", |$($arg: $ty),*| unsafe {
+                        avx512::$portable($($arg),*)
+                    }));
+                }
+            }
+            paths
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        mod avx512 {
+            #[allow(unused_imports)]
+            use super::*;
+            #[target_feature(enable = "avx512f")]
+            pub(super) fn $portable($($arg: $ty),*) {
+                super::$portable($($arg),*)
+            }
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        mod avx2 {
+            #[allow(unused_imports)]
+            use super::*;
+            #[target_feature(enable = "avx2,fma")]
+            pub(super) fn $portable($($arg: $ty),*) {
+                super::$portable($($arg),*)
+            }
+        }
+    };
+}
+
+pub(super) use vectorized;
 
 /// `e^x` within 2 ulp for `x` in f32's normal range (the smallest normal
 /// below it, the largest finite value above): Cody and Waite's reduction
