@@ -190,7 +190,7 @@ pub fn cache_key(
     program: &Program,
     config: &CompileConfig,
 ) -> Result<CacheKey> {
-    let options = config.options.to_bytes()?;
+    let options = config.partitioned_options().to_bytes()?;
     let optimized;
     let program = if program.is_optimized() {
         program
@@ -225,7 +225,7 @@ pub fn compile_program_with(
     program: Program,
     config: &CompileConfig,
 ) -> Result<Executable> {
-    let program = program.optimize();
+    let program = program.optimize().with_partitioner(config.partitioner);
     let program = match (platform.mesh(), program.mesh()) {
         (Some(m), None) => program.with_mesh(m.clone())?,
         (p, m) if p != m => {

@@ -10,6 +10,7 @@ use crate::Platform;
 use crate::cache::ExecutableCache;
 use crate::custom_call::CustomCallMode;
 use crate::dump::DumpConfig;
+use crate::sharding::Partitioner;
 
 /// Everything [`crate::compile_program_with`] needs besides the program.
 ///
@@ -40,6 +41,10 @@ pub struct CompileConfig {
     pub dump: Option<DumpConfig>,
     /// Which implementation of custom calls to compile.
     pub custom_calls: CustomCallMode,
+    /// Which partitioner splits a program over the platform's mesh:
+    /// Shardy by default, as JAX and ZML; GSPMD (`mhlo.sharding`) on
+    /// request.
+    pub partitioner: Partitioner,
 }
 
 /// Whether and where compiled executables are cached on disk.
@@ -83,13 +88,23 @@ impl CompileConfig {
             },
             dump: DumpConfig::from_env(),
             custom_calls: CustomCallMode::Native,
+            partitioner: Partitioner::default(),
         }
     }
 
-    /// The options XLA compiles with: [`CompileConfig::options`] plus the
-    /// dump's flags (where the options do not already set them).
-    pub fn compile_options(&self) -> CompileOptions {
+    /// [`CompileConfig::options`] with the Shardy partitioner on where it
+    /// partitions the program (SPMD) with [`Partitioner::Shardy`]: what
+    /// the executable cache's key hashes.
+    pub fn partitioned_options(&self) -> CompileOptions {
         let mut options = self.options.clone();
+        options.use_shardy = options.spmd && self.partitioner == Partitioner::Shardy;
+        options
+    }
+
+    /// The options XLA compiles with: [`CompileConfig::partitioned_options`]
+    /// plus the dump's flags (where the options do not already set them).
+    pub fn compile_options(&self) -> CompileOptions {
+        let mut options = self.partitioned_options();
         if let Some(dump) = &self.dump {
             for (name, value) in dump.env_overrides() {
                 if !options.env_overrides.iter().any(|(n, _)| *n == name) {

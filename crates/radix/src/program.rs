@@ -7,7 +7,7 @@ use crate::error::Error;
 use crate::ir::{Function, Op, interp, print};
 use crate::literal::Literal;
 use crate::passes;
-use crate::sharding::Mesh;
+use crate::sharding::{Mesh, Partitioner};
 use crate::{Result, Shape};
 
 /// One argument or result of a program: its path in the model or input tree
@@ -38,6 +38,8 @@ pub struct Program {
     aliases: Vec<Option<usize>>,
     /// The mesh it is partitioned over (see [`Program::with_mesh`]).
     mesh: Option<Mesh>,
+    /// Whose sharding attributes its text carries.
+    partitioner: Partitioner,
     /// Whether the passes have run.
     optimized: bool,
 }
@@ -61,6 +63,7 @@ impl Program {
             reused,
             aliases,
             mesh: None,
+            partitioner: Partitioner::default(),
             optimized: false,
         }
     }
@@ -112,9 +115,11 @@ impl Program {
         &self.aliases
     }
 
-    /// This program, optimized, partitioned over `mesh`: its text gets `mhlo.sharding`
-    /// and `mhlo.layout_mode` on every argument and result (from their
-    /// shapes' sharding, see [`Shape::shard`]), the module gets
+    /// This program, optimized, partitioned over `mesh`: its text gets a
+    /// sharding (`sdy.sharding`, or GSPMD's `mhlo.sharding`: see
+    /// [`Program::with_partitioner`]) and `mhlo.layout_mode` on every
+    /// argument and result (from their shapes' sharding, see
+    /// [`Shape::shard`]), the module gets the mesh (Shardy's `sdy.mesh`),
     /// `mhlo.num_partitions` and `mhlo.num_replicas`, and sharding
     /// constraints ([`crate::Tensor::shard`]) name the mesh's devices. An
     /// [`Error::Sharding`] names the first argument, result or constraint
@@ -149,6 +154,20 @@ impl Program {
         Ok(self)
     }
 
+    /// The same program with its shardings printed for `partitioner`
+    /// (Shardy by default; [`crate::CompileConfig::partitioner`]).
+    pub fn with_partitioner(self, partitioner: Partitioner) -> Program {
+        Program {
+            partitioner,
+            ..self
+        }
+    }
+
+    /// The partitioner its shardings are printed for.
+    pub fn partitioner(&self) -> Partitioner {
+        self.partitioner
+    }
+
     /// The mesh the program is partitioned over, if any.
     pub fn mesh(&self) -> Option<&Mesh> {
         self.mesh.as_ref()
@@ -167,9 +186,15 @@ impl Program {
             };
         };
         // `with_mesh` checked that every sharding fits.
-        let attrs = |shape: &Shape| {
-            let s = mesh.sharding_of(shape).unwrap_or_else(|e| e);
-            format!("mhlo.sharding = \"{s}\", mhlo.layout_mode = \"default\"")
+        let attrs = |shape: &Shape| match self.partitioner {
+            Partitioner::Shardy => {
+                let s = mesh.sdy_sharding_of(shape).unwrap_or_else(|e| e);
+                format!("sdy.sharding = {s}, mhlo.layout_mode = \"default\"")
+            }
+            Partitioner::Gspmd => {
+                let s = mesh.sharding_of(shape).unwrap_or_else(|e| e);
+                format!("mhlo.sharding = \"{s}\", mhlo.layout_mode = \"default\"")
+            }
         };
         for (a, spec) in arg_attrs.iter_mut().zip(&self.args) {
             *a = if a.is_empty() {
@@ -186,6 +211,7 @@ impl Program {
                 mesh.n_devices()
             ),
             mesh: Some(mesh.clone()),
+            partitioner: self.partitioner,
         }
     }
 

@@ -1,9 +1,13 @@
-//! Sharding strings: how a tensor's axes map onto a mesh of devices, as the
-//! `mhlo.sharding` attribute XLA's SPMD partitioner reads.
+//! Shardings: how a tensor's axes map onto a mesh of devices, as the
+//! attributes XLA's partitioners read: Shardy's (`sdy.mesh`,
+//! `#sdy.sharding`, the default, as JAX and ZML emit) or GSPMD's
+//! (`mhlo.sharding` strings), chosen by [`Partitioner`].
 //!
 //! A [`Mesh`] arranges `N` partitions as a grid (`[4]`, `[2, 2]`). A tensor
 //! axis may be split along one mesh axis; mesh axes no tensor axis uses hold
-//! replicas. The string is HLO's iota tile assignment:
+//! replicas. Shardy names mesh axis `m` `"m{m}"` in a mesh `@mesh` whose
+//! devices are in order: `#sdy.sharding<@mesh, [{"m0"}, {}]>`. GSPMD's
+//! string is HLO's iota tile assignment:
 //! `{devices=[t_0,..,t_r-1(,R)]<=[m_0,..]T(perm)( last_tile_dim_replicate)}`.
 //!
 //! A [`crate::Shape`] marks the mesh axis each of its axes is split along
@@ -16,6 +20,19 @@
 use std::fmt::Write;
 
 use crate::Shape;
+
+/// Which of XLA's partitioners splits a program over its mesh, and so
+/// which sharding attributes radix prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Partitioner {
+    /// Shardy: an `sdy.mesh` in the module, `sdy.sharding` on arguments and
+    /// results, `sdy.sharding_constraint` inside.
+    #[default]
+    Shardy,
+    /// GSPMD: `mhlo.sharding` strings, constraints as `@Sharding` custom
+    /// calls.
+    Gspmd,
+}
 
 /// A grid of partitions: device `d` (in the compile options' device
 /// assignment) sits at the row-major position `d` of `dims`.
@@ -47,27 +64,17 @@ impl Mesh {
     /// twice or does not exist, or a split axis of size `sizes[i]` does not
     /// divide.
     pub fn sharding(&self, axes: &[Option<usize>], sizes: &[i64]) -> Result<String, String> {
+        self.check(axes, sizes)?;
         let mut used = vec![false; self.dims.len()];
         let mut perm = vec![];
         let mut tiles = vec![];
-        for (i, a) in axes.iter().enumerate() {
+        for a in axes {
             match *a {
                 None => tiles.push(1),
                 Some(m) => {
-                    let Some(&n) = self.dims.get(m) else {
-                        return Err(format!("no mesh axis {m} in {:?}", self.dims));
-                    };
-                    if std::mem::replace(&mut used[m], true) {
-                        return Err(format!("mesh axis {m} shards two axes"));
-                    }
-                    if sizes[i] % n as i64 != 0 {
-                        return Err(format!(
-                            "axis {i} of size {} does not split {n} ways",
-                            sizes[i]
-                        ));
-                    }
+                    used[m] = true;
                     perm.push(m);
-                    tiles.push(n);
+                    tiles.push(self.dims[m]);
                 }
             }
         }
@@ -103,10 +110,61 @@ impl Mesh {
         Ok(s)
     }
 
+    /// `Err` unless each split axis names a mesh axis there is, no mesh
+    /// axis splits two, and each split axis of size `sizes[i]` divides.
+    fn check(&self, axes: &[Option<usize>], sizes: &[i64]) -> Result<(), String> {
+        let mut used = vec![false; self.dims.len()];
+        for (i, a) in axes.iter().enumerate() {
+            let Some(m) = *a else { continue };
+            let Some(&n) = self.dims.get(m) else {
+                return Err(format!("no mesh axis {m} in {:?}", self.dims));
+            };
+            if std::mem::replace(&mut used[m], true) {
+                return Err(format!("mesh axis {m} shards two axes"));
+            }
+            if sizes[i] % n as i64 != 0 {
+                return Err(format!(
+                    "axis {i} of size {} does not split {n} ways",
+                    sizes[i]
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The `mhlo.sharding` of `shape` (see [`Mesh::sharding`]).
     pub fn sharding_of(&self, shape: &Shape) -> Result<String, String> {
         self.sharding(&shape.mesh_axes(), shape.dims())
             .map_err(|e| format!("{shape} on mesh {:?}: {e}", self.dims))
+    }
+
+    /// Shardy's sharding of `shape` on the mesh [`Mesh::sdy_mesh`] declares:
+    /// `#sdy.sharding<@mesh, [{"m0"}, {}]>` for rows split along mesh axis 0;
+    /// the same errors as [`Mesh::sharding_of`].
+    pub fn sdy_sharding_of(&self, shape: &Shape) -> Result<String, String> {
+        let axes = shape.mesh_axes();
+        self.check(&axes, shape.dims())
+            .map_err(|e| format!("{shape} on mesh {:?}: {e}", self.dims))?;
+        let dims: Vec<String> = axes
+            .iter()
+            .map(|a| a.map_or("{}".into(), |m| format!("{{\"m{m}\"}}")))
+            .collect();
+        Ok(format!("#sdy.sharding<@mesh, [{}]>", dims.join(", ")))
+    }
+
+    /// The op that declares the mesh to Shardy, `@mesh` with axes `"m0"`,
+    /// `"m1"`, .. of this mesh's sizes, its devices in order.
+    pub fn sdy_mesh(&self) -> String {
+        let axes: Vec<String> = self
+            .dims
+            .iter()
+            .enumerate()
+            .map(|(m, n)| format!("\"m{m}\"={n}"))
+            .collect();
+        format!(
+            "\"sdy.mesh\"() {{mesh = #sdy.mesh<[{}]>, sym_name = \"mesh\"}} : () -> ()",
+            axes.join(", ")
+        )
     }
 
     /// The block of an array of `shape` that device `device` holds: its

@@ -1,10 +1,11 @@
 //! Sharding: programs partitioned over a mesh of 4 CPU devices, buffers
-//! split onto the devices and gathered back, sharding constraints.
+//! split onto the devices and gathered back, sharding constraints; each
+//! partitioned by Shardy (the default) and by GSPMD, with the same results.
 
 use std::sync::OnceLock;
 
 use expect_test::expect;
-use radix::sharding::Mesh;
+use radix::sharding::{Mesh, Partitioner};
 use radix::{
     Buffer, CacheMode, CompileConfig, DType, Error, Executable, Platform, Program, Shape, Tensor,
 };
@@ -30,22 +31,43 @@ fn meshed(dims: &[usize]) -> Platform {
     cpu4().with_mesh(Mesh::new(dims)).unwrap()
 }
 
-/// Compiles `program` for `platform` without the executable cache.
+/// Both partitioners, the default first.
+const PARTITIONERS: [Partitioner; 2] = [Partitioner::Shardy, Partitioner::Gspmd];
+
+/// Compiles `program` for `platform` without the executable cache, with
+/// the default partitioner.
 fn build(platform: &Platform, program: Program) -> radix::Result<Executable> {
+    build_with(platform, program, Partitioner::default())
+}
+
+/// [`build`] with `partitioner`.
+fn build_with(
+    platform: &Platform,
+    program: Program,
+    partitioner: Partitioner,
+) -> radix::Result<Executable> {
     let mut config = CompileConfig::new(platform);
     config.cache = CacheMode::Disabled;
+    config.partitioner = partitioner;
     radix::compile_program_with(platform, program, &config)
 }
 
-/// Runs `f` on `x` (values `0, 1, ..`) on `platform`: the result's values
-/// and shape.
+/// Runs `f` on `x` (values `0, 1, ..`) on `platform`, partitioned by each
+/// partitioner: the result's values and shape, the same both ways.
 fn run(platform: &Platform, x: Shape, f: impl FnOnce(Tensor) -> Tensor) -> (Vec<f32>, Shape) {
     let program = radix::trace_fn(&Tensor::param(x), f).unwrap();
-    let exe = build(platform, program).unwrap();
     let values: Vec<f32> = (0..x.count()).map(|v| v as f32).collect();
     let xb = Buffer::from_slice(platform, &values, x).unwrap();
-    let y = exe.call(&[&xb]).unwrap();
-    (y[0].to_vec::<f32>().unwrap(), y[0].shape())
+    let runs: Vec<(Vec<f32>, Shape)> = PARTITIONERS
+        .iter()
+        .map(|&p| {
+            let exe = build_with(platform, program.clone(), p).unwrap();
+            let y = exe.call(&[&xb]).unwrap();
+            (y[0].to_vec::<f32>().unwrap(), y[0].shape())
+        })
+        .collect();
+    assert_eq!(runs[0], runs[1], "Shardy's run against GSPMD's");
+    runs.into_iter().next().unwrap()
 }
 
 fn rows() -> Shape {
@@ -60,13 +82,20 @@ fn four_device_matmul_equals_the_unsharded_one() {
         let w_param = Tensor::param(w_shape);
         let program =
             radix::trace(&w_param, &Tensor::param(x_shape), |w, x| x.dot(*w, "d")).unwrap();
-        let exe = build(platform, program).unwrap();
         let wb = Buffer::from_slice(platform, &w, w_shape).unwrap();
         let x: Vec<f32> = (0..32).map(|v| v as f32 * 0.5).collect();
         let xb = Buffer::from_slice(platform, &x, x_shape).unwrap();
-        assert_eq!(xb.shards().len(), exe.n_partitions());
-        let y = exe.call(&[&wb, &xb]).unwrap();
-        y[0].to_vec::<f32>().unwrap()
+        let runs: Vec<Vec<f32>> = PARTITIONERS
+            .iter()
+            .map(|&p| {
+                let exe = build_with(platform, program.clone(), p).unwrap();
+                assert_eq!(xb.shards().len(), exe.n_partitions());
+                let y = exe.call(&[&wb, &xb]).unwrap();
+                y[0].to_vec::<f32>().unwrap()
+            })
+            .collect();
+        assert_eq!(runs[0], runs[1], "Shardy's product against GSPMD's");
+        runs[0].clone()
     };
     let whole = matmul(&radix::testing::platform(), rows());
     let sharded = meshed(&[4]);
@@ -127,6 +156,27 @@ fn sharded_text_has_partition_attributes() {
             .contains("mhlo.sharding = \"{dev")
     );
     let program = program.with_mesh(Mesh::new(&[4])).unwrap();
+    expect![[r#"
+        module @radix attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+          "sdy.mesh"() {mesh = #sdy.mesh<["m0"=4]>, sym_name = "mesh"} : () -> ()
+          func.func @main(%arg0: tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"m0"}, {}]>, mhlo.layout_mode = "default"}) -> (tensor<8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"m0"}]>, mhlo.layout_mode = "default"}, tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>, mhlo.layout_mode = "default"}) {
+            %0 = "stablehlo.constant"() {value = dense<"0x00000040"> : tensor<8x4xf32>} : () -> tensor<8x4xf32>
+            %1 = "stablehlo.multiply"(%arg0, %0) : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
+            %2 = "sdy.sharding_constraint"(%1) {sharding = #sdy.sharding<@mesh, [{}, {"m0"}]>} : (tensor<8x4xf32>) -> tensor<8x4xf32>
+            %3 = "stablehlo.constant"() {value = dense<"0x00000000"> : tensor<f32>} : () -> tensor<f32>
+            %4 = "stablehlo.reduce"(%2, %3) ({
+              ^bb0(%r4_0_a0: tensor<f32>, %r4_0_a1: tensor<f32>):
+            %r4_0_0 = "stablehlo.add"(%r4_0_a0, %r4_0_a1) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+            "stablehlo.return"(%r4_0_0) : (tensor<f32>) -> ()
+            }) {dimensions = array<i64: 1>} : (tensor<8x4xf32>, tensor<f32>) -> tensor<8xf32>
+            %5 = "sdy.sharding_constraint"(%4) {sharding = #sdy.sharding<@mesh, [{"m0"}]>} : (tensor<8xf32>) -> tensor<8xf32>
+            %6 = "sdy.sharding_constraint"(%2) {sharding = #sdy.sharding<@mesh, [{}, {}]>} : (tensor<8x4xf32>) -> tensor<8x4xf32>
+            "func.return"(%5, %6) : (tensor<8xf32>, tensor<8x4xf32>) -> ()
+          }
+        }
+    "#]]
+    .assert_eq(&program.stablehlo_without_locations());
+    let program = program.with_partitioner(Partitioner::Gspmd);
     expect![[r#"
         module @radix attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
           func.func @main(%arg0: tensor<8x4xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}", mhlo.layout_mode = "default"}) -> (tensor<8xf32> {mhlo.sharding = "{devices=[4]<=[4]}", mhlo.layout_mode = "default"}, tensor<8x4xf32> {mhlo.sharding = "{replicated}", mhlo.layout_mode = "default"}) {

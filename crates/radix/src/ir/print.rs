@@ -10,7 +10,7 @@ use std::fmt::Write;
 
 use crate::Shape;
 use crate::ir::{Function, Op};
-use crate::sharding::Mesh;
+use crate::sharding::{Mesh, Partitioner};
 
 /// Whether printed ops carry their source locations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +34,8 @@ pub(crate) struct Signature {
     pub(crate) module_attrs: String,
     /// The mesh sharding constraints inside the module are printed for.
     pub(crate) mesh: Option<Mesh>,
+    /// Whose attributes the shardings are printed as.
+    pub(crate) partitioner: Partitioner,
 }
 
 /// The module text of `f` as `@main` with `sig`'s attributes, after the
@@ -43,6 +45,7 @@ pub(crate) fn print_module_signed(f: &Function, locs: Locations, sig: &Signature
         locs,
         funcs: RefCell::new(BTreeMap::new()),
         mesh: sig.mesh.clone(),
+        partitioner: sig.partitioner,
     };
     let mut out = String::with_capacity(f.nodes.len() * 120 + 256);
     let mut names: Vec<String> = vec![String::new(); f.nodes.len()];
@@ -83,6 +86,9 @@ pub(crate) fn print_module_signed(f: &Function, locs: Locations, sig: &Signature
         let _ = write!(res, "attributes {{{}}} ", sig.module_attrs);
     }
     res.push_str("{\n");
+    if let (Some(mesh), Partitioner::Shardy) = (&sig.mesh, sig.partitioner) {
+        let _ = writeln!(res, "  {}", mesh.sdy_mesh());
+    }
     for text in ctx.funcs.into_inner().into_values() {
         res.push_str(&text);
     }
@@ -96,6 +102,7 @@ pub(crate) struct Ctx {
     locs: Locations,
     funcs: RefCell<BTreeMap<String, String>>,
     mesh: Option<Mesh>,
+    partitioner: Partitioner,
 }
 
 impl Ctx {
@@ -200,15 +207,10 @@ impl OpPrinter<'_> {
         let _ = writeln!(o, ") -> {}{}", tensor_type(&self.shape), self.loc);
     }
 
-    /// The `mhlo.sharding` string of `shape` on the module's mesh
-    /// (`{replicated}` without a mesh, or where it does not fit, which
-    /// `Program::with_mesh` reports before printing).
-    pub(crate) fn sharding(&self, shape: &Shape) -> String {
-        self.ctx
-            .mesh
-            .as_ref()
-            .and_then(|m| m.sharding_of(shape).ok())
-            .unwrap_or_else(|| "{replicated}".into())
+    /// The partitioner the module's shardings are printed for, and the
+    /// mesh, if the module has one.
+    pub(crate) fn partitioning(&self) -> (Partitioner, Option<&Mesh>) {
+        (self.ctx.partitioner, self.ctx.mesh.as_ref())
     }
 
     /// The operands' names.

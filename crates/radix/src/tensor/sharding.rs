@@ -1,6 +1,6 @@
-//! Sharding constraints: `stablehlo.custom_call @Sharding` with an
-//! `mhlo.sharding` attribute, which tells XLA's SPMD partitioner how a value
-//! inside the function is split over the devices of the mesh.
+//! Sharding constraints, which tell XLA's partitioner how a value inside
+//! the function is split over the devices of the mesh (printed as Shardy's
+//! `sdy.sharding_constraint` or GSPMD's `@Sharding` custom call).
 //!
 //! These are the methods that record the ops while tracing; the ops' printing
 //! and reference semantics are in `ir/ops/sharding.rs`.

@@ -1,18 +1,34 @@
-//! Sharding constraints: `stablehlo.custom_call @Sharding` with an
-//! `mhlo.sharding` attribute, which tells XLA's SPMD partitioner how a value
-//! inside the function is split over the devices of the mesh: printing and
-//! reference semantics (the identity).
+//! Sharding constraints, which tell XLA's partitioner how a value inside
+//! the function is split over the devices of the mesh: printed as
+//! `sdy.sharding_constraint` (Shardy) or as `stablehlo.custom_call
+//! @Sharding` with an `mhlo.sharding` attribute (GSPMD); reference semantics
+//! (the identity).
 
 use crate::Shape;
 use crate::ir::print::OpPrinter;
 use crate::literal::Literal;
+use crate::sharding::Partitioner;
 
 pub(crate) fn print(p: &mut OpPrinter<'_>) {
-    let sharding = p.sharding(&p.shape());
-    p.generic(
-        "stablehlo.custom_call",
-        &format!("call_target_name = \"Sharding\", mhlo.sharding = \"{sharding}\""),
-    );
+    let shape = p.shape();
+    // A mesh the sharding does not fit is `Program::with_mesh`'s error,
+    // reported before printing; without a mesh the value is whole.
+    match p.partitioning() {
+        (Partitioner::Shardy, Some(mesh)) => {
+            let sharding = mesh.sdy_sharding_of(&shape).unwrap_or_default();
+            p.generic("sdy.sharding_constraint", &format!("sharding = {sharding}"));
+        }
+        (partitioner, mesh) => {
+            debug_assert!(partitioner == Partitioner::Gspmd || mesh.is_none());
+            let sharding = mesh
+                .and_then(|m| m.sharding_of(&shape).ok())
+                .unwrap_or_else(|| "{replicated}".into());
+            p.generic(
+                "stablehlo.custom_call",
+                &format!("call_target_name = \"Sharding\", mhlo.sharding = \"{sharding}\""),
+            );
+        }
+    }
 }
 
 pub(crate) fn eval(args: &[&Literal], shape: Shape) -> Literal {
