@@ -129,8 +129,8 @@ fn prompt_from_stdin_streams_text() {
 /// The tiny llama and the LoRA adapter `peft` made for it
 /// (`radix-models/tests/fixtures/lora`, by its `make.py`).
 fn tiny_lora() -> (String, std::path::PathBuf) {
-    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../radix-models/tests/fixtures");
+    let fixtures =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../radix-models/tests/fixtures");
     let model = fixtures.join("tiny/llama").display().to_string();
     (model, fixtures.join("lora/adapter"))
 }
@@ -143,8 +143,17 @@ fn lora_adapter_changes_the_output() {
     let (model, adapter) = tiny_lora();
     let adapter = adapter.display().to_string();
     let args = [
-        "generate", "--json", "--logits", "--model", &model, "--max-tokens", "8",
-        "--temperature", "0", "--exact", "hello world",
+        "generate",
+        "--json",
+        "--logits",
+        "--model",
+        &model,
+        "--max-tokens",
+        "8",
+        "--temperature",
+        "0",
+        "--exact",
+        "hello world",
     ];
     let base = radix_json(&args);
     let adapted = radix_json(&[&args[..], &["--lora", &adapter]].concat());

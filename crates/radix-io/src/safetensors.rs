@@ -258,8 +258,12 @@ pub fn save(path: &Path, tensors: &[(&str, &HostTensor)], metadata: &[(&str, &st
     };
     let mut views = Vec::with_capacity(tensors.len());
     for &(name, t) in tensors {
-        let dtype = st_dtype(t.dtype())
-            .ok_or_else(|| fail(format!("`{name}` is {}, which safetensors cannot hold", t.dtype())))?;
+        let dtype = st_dtype(t.dtype()).ok_or_else(|| {
+            fail(format!(
+                "`{name}` is {}, which safetensors cannot hold",
+                t.dtype()
+            ))
+        })?;
         let shape: Vec<usize> = t.dims().iter().map(|&d| d as usize).collect();
         let view = safetensors::tensor::TensorView::new(dtype, shape, t.bytes())
             .map_err(|e| fail(format!("`{name}`: {e}")))?;
@@ -269,8 +273,8 @@ pub fn save(path: &Path, tensors: &[(&str, &HostTensor)], metadata: &[(&str, &st
         .iter()
         .map(|&(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let bytes = safetensors::tensor::serialize(views, Some(metadata))
-        .map_err(|e| fail(e.to_string()))?;
+    let bytes =
+        safetensors::tensor::serialize(views, Some(metadata)).map_err(|e| fail(e.to_string()))?;
     let io = |source| Error::Io {
         path: path.to_path_buf(),
         source,

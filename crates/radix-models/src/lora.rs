@@ -11,11 +11,11 @@
 //! whatever form they were loaded, quantized ones quantized) passed to the
 //! step as constants.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use radix::Module;
 use radix::io::{HostTensor, TensorSource};
 use radix::nn::Lora;
-use radix::{Module, Tensor};
 
 use crate::sampling::Rng;
 use crate::transformer::{Arch, Decoder, Layer, hf};
@@ -72,9 +72,10 @@ impl<B: Layer> Decoder<B> {
         for (i, block) in self.blocks_mut().iter_mut().enumerate() {
             for (name, linear) in block.linears_mut() {
                 let module = module_name(arch, &format!("blk.{i}.{name}"));
-                let hit = lora.targets.iter().position(|t| {
-                    module == *t || module.ends_with(&format!(".{t}"))
-                });
+                let hit = lora
+                    .targets
+                    .iter()
+                    .position(|t| module == *t || module.ends_with(&format!(".{t}")));
                 if let Some(k) = hit {
                     used[k] = true;
                     *linear = linear.clone().with_lora(lora.rank, lora.scale());
@@ -113,7 +114,10 @@ fn module_name(arch: Arch, path: &str) -> String {
 pub fn peft_key(arch: Arch, path: &str) -> Option<String> {
     SUFFIXES.iter().find_map(|suffix| {
         let layer = path.strip_suffix(suffix)?;
-        Some(format!("base_model.model.{}{suffix}", module_name(arch, layer)))
+        Some(format!(
+            "base_model.model.{}{suffix}",
+            module_name(arch, layer)
+        ))
     })
 }
 
@@ -176,14 +180,4 @@ impl InitialAdapters {
         let at = self.tensors.binary_search_by(|t| t.0.as_str().cmp(name));
         at.ok().map(|i| &self.tensors[i].1)
     }
-}
-
-/// Whether `t` is an adapter's tensor (see [`Lora::is_adapter`]).
-pub(crate) fn is_adapter(t: &Tensor) -> bool {
-    Lora::is_adapter(t)
-}
-
-/// `dir/name`, for errors about a folder's files.
-pub(crate) fn file(dir: &Path, name: &str) -> PathBuf {
-    dir.join(name)
 }

@@ -82,7 +82,10 @@ fn open(adapter: Option<&Path>) -> radix_models::Result<Runner> {
 
 #[test]
 fn peft_adapter_gives_peft_logits() {
-    let (want, want_base) = (rows(&expected()["logits"]), rows(&expected()["base_logits"]));
+    let (want, want_base) = (
+        rows(&expected()["logits"]),
+        rows(&expected()["base_logits"]),
+    );
     let base = logits(&mut open(None).expect("base"), &ids());
     assert_all_close("base", &base, &want_base, tol(&want_base));
     let got = logits(
@@ -91,7 +94,10 @@ fn peft_adapter_gives_peft_logits() {
     );
     assert_all_close("with the adapter", &got, &want, tol(&want));
     let moved = got.iter().zip(&base).map(|(a, b)| (a - b).abs());
-    assert!(moved.fold(0f32, f32::max) > 0.1, "the adapter changes nothing");
+    assert!(
+        moved.fold(0f32, f32::max) > 0.1,
+        "the adapter changes nothing"
+    );
 }
 
 /// The same adapter folder with `edit` applied to its configuration or
@@ -116,7 +122,10 @@ fn edited(name: &str, edit: impl FnOnce(&mut Value, &mut Vec<(String, Vec<i64>)>
         .into_iter()
         .map(|(n, dims)| {
             let count = dims.iter().product::<i64>() as usize;
-            (n, radix::io::HostTensor::from_slice(&dims, &vec![0.5f32; count]))
+            (
+                n,
+                radix::io::HostTensor::from_slice(&dims, &vec![0.5f32; count]),
+            )
         })
         .collect();
     let named: Vec<(&str, &radix::io::HostTensor)> =
@@ -148,40 +157,69 @@ fn adapters_that_do_not_fit_are_refused_by_name() {
         dims[0] = 8;
     });
     let err = error_of(&rank);
-    assert!(err.contains(key) && err.contains("adapter_model.safetensors"), "{err}");
+    assert!(
+        err.contains(key) && err.contains("adapter_model.safetensors"),
+        "{err}"
+    );
 
     let extra = edited("untargeted", |c, _| {
         c["target_modules"] = serde_json::json!(["q_proj", "k_proj", "v_proj", "o_proj"]);
     });
     let err = error_of(&extra);
-    assert!(err.contains("mlp.") && err.contains("adapter_model.safetensors"), "{err}");
+    assert!(
+        err.contains("mlp.") && err.contains("adapter_model.safetensors"),
+        "{err}"
+    );
 
     let dora = edited("dora", |c, _| c["use_dora"] = Value::Bool(true));
     let err = error_of(&dora);
-    assert!(err.contains("use_dora") && err.contains("adapter_config.json"), "{err}");
+    assert!(
+        err.contains("use_dora") && err.contains("adapter_config.json"),
+        "{err}"
+    );
 }
 
 fn loss(m: &Llama, ids: &Tensor) -> Tensor {
     m.next_token_loss(*ids)
 }
 
-/// Trains an adapter of every projection of the tiny llama on the
-/// fixture's ids for a few steps (its loss must fall), saves it, and
-/// returns the folder.
-fn train_adapter() -> PathBuf {
-    let platform = radix::testing::platform();
-    let cfg = config_of(&base_dir()).expect("config");
-    let lora = LoraConfig {
+/// An adapter of every projection, rank 4, alpha 8.
+fn every_projection() -> LoraConfig {
+    LoraConfig {
         rank: 4,
         alpha: 8.0,
         rslora: false,
-        targets: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-            .map(String::from)
-            .to_vec(),
-    };
-    let model = Llama::new(&cfg).with_lora(&lora).expect("targets");
+        targets: [
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ]
+        .map(String::from)
+        .to_vec(),
+    }
+}
+
+/// `steps` steps of training an adapter of every projection of the tiny
+/// llama at `base` (its matrices as `matrices` makes them) on the
+/// fixture's ids, from the same first adapter each time: the losses and
+/// the trainer.
+fn train(
+    base: &Path,
+    matrices: MatrixFormat,
+    steps: usize,
+) -> (Vec<f32>, Llama, LoraTrainer<Llama, Tensor>) {
+    let platform = radix::testing::platform();
+    let cfg = config_of(base).expect("config");
+    let mut model = Llama::new(&cfg)
+        .with_lora(&every_projection())
+        .expect("targets");
     let init = Box::new(initial_adapters(&model, &mut Rng::new(7)));
-    let (_, store) = weight_store(&base_dir(), init).expect("the base");
+    let (_, store) = weight_store(base, init).expect("the base");
+    radix::nn::set_matrix_formats(&mut model, &store, matrices);
     let weights = radix::nn::load_weights(&platform, &store, &model).expect("weights");
     let ids: Vec<i32> = ids().iter().map(|&t| t as i32).collect();
     let shape = Shape::tagged(DType::I32, &[("b", 1), ("s", ids.len() as i64)]);
@@ -191,19 +229,52 @@ fn train_adapter() -> PathBuf {
         eps: 1e-8,
         weight_decay: 0.0,
     };
-    let mut trainer = LoraTrainer::new(&platform, &model, weights, &Tensor::param(shape), loss, opt)
-        .expect("compile");
-    let losses: Vec<f32> = (0..8)
+    let mut trainer =
+        LoraTrainer::new(&platform, &model, weights, &Tensor::param(shape), loss, opt)
+            .expect("compile");
+    let losses: Vec<f32> = (0..steps)
         .map(|_| {
             let batch = Buffer::from_slice(&platform, &ids, shape).expect("ids");
             trainer.step(batch).expect("step")
         })
         .collect();
-    assert!(losses[7] < losses[0] - 0.1, "the loss did not fall: {losses:?}");
+    (losses, model, trainer)
+}
+
+/// Trains an adapter on the tiny llama for a few steps (its loss must
+/// fall), saves it, and returns the folder.
+fn train_adapter() -> PathBuf {
+    let (losses, model, trainer) = train(&base_dir(), MatrixFormat::F32, 8);
+    assert!(
+        losses[7] < losses[0] - 0.1,
+        "the loss did not fall: {losses:?}"
+    );
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("lora-trained");
     let weights = trainer.weights().expect("weights");
+    let lora = every_projection();
     save_adapter(&dir, &model, &weights, &lora, "tests/fixtures/tiny/llama").expect("save");
     dir
+}
+
+/// Adapters train on a quantized base kept in its blocks (Q4_K_M: Q4_K,
+/// Q5_0, Q6_K and Q8_0 matrices; products exact, gradients through the
+/// blocks decoded in the graph) as on the same values in f32: the same
+/// losses step after step, falling.
+#[test]
+fn adapters_train_on_a_quantized_base_as_on_its_f32_values() {
+    let q4 = fixtures().join("tiny/llama.q4_k_m.gguf");
+    let (blocks, model, _) = train(&q4, MatrixFormat::Exact, 6);
+    let kept = radix::module::tensors(&model)
+        .iter()
+        .filter(|(_, t)| t.dtype() == DType::U8)
+        .count();
+    assert!(kept >= 14, "{kept} matrices in blocks");
+    let (f32s, _, _) = train(&q4, MatrixFormat::F32, 6);
+    assert!(
+        blocks[5] < blocks[0] - 0.1,
+        "the loss did not fall: {blocks:?}"
+    );
+    assert_all_close("losses", &blocks, &f32s, tol(&f32s));
 }
 
 /// The most pip may take to install torch, transformers and peft, and the
@@ -218,7 +289,10 @@ fn output_within(cmd: &mut Command, deadline: Duration) -> (bool, String, String
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    let (mut out, mut err) = (child.stdout.take().expect("out"), child.stderr.take().expect("err"));
+    let (mut out, mut err) = (
+        child.stdout.take().expect("out"),
+        child.stderr.take().expect("err"),
+    );
     let reader = std::thread::spawn(move || {
         let mut s = String::new();
         out.read_to_string(&mut s).ok();
@@ -259,7 +333,9 @@ fn python_with_peft() -> PathBuf {
     let want = "2.15.0 5.24.0 0.21.0";
     let has = || {
         python.is_file()
-            && output_within(Command::new(&python).args(["-c", check]), SCRIPT_DEADLINE).1.trim()
+            && output_within(Command::new(&python).args(["-c", check]), SCRIPT_DEADLINE)
+                .1
+                .trim()
                 == want
     };
     if has() {
@@ -272,7 +348,13 @@ fn python_with_peft() -> PathBuf {
     assert!(made, "python3 -m venv failed: {err}");
     let (ok, _, err) = output_within(
         Command::new(&python)
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
             .args(["--timeout", "30", "--retries", "2"])
             .args(PINS),
         PIP_DEADLINE,
@@ -282,7 +364,10 @@ fn python_with_peft() -> PathBuf {
         "this test needs torch, transformers and peft from PyPI, and pip could not \
          install them (is PyPI reachable?):\n{err}"
     );
-    assert!(has(), "torch, transformers and peft installed but not importable");
+    assert!(
+        has(),
+        "torch, transformers and peft installed but not importable"
+    );
     python
 }
 
@@ -301,5 +386,8 @@ fn adapter_radix_trained_loads_in_peft_with_the_same_logits() {
     assert_all_close("radix's adapter in peft", &got, &want, tol(&want));
     let base = rows(&expected()["base_logits"]);
     let moved = got.iter().zip(&base).map(|(a, b)| (a - b).abs());
-    assert!(moved.fold(0f32, f32::max) > 0.1, "the trained adapter changes nothing");
+    assert!(
+        moved.fold(0f32, f32::max) > 0.1,
+        "the trained adapter changes nothing"
+    );
 }

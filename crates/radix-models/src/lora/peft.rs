@@ -12,7 +12,9 @@ use radix::io::{HostTensor, Safetensors};
 use radix::{Buffer, Bufferized, Module};
 use serde_json::{Value, json};
 
-use super::{LoraConfig, file, is_adapter, peft_key};
+use radix::nn::Lora;
+
+use super::{LoraConfig, peft_key};
 use crate::transformer::{Decoder, Layer};
 use crate::{Error, Result};
 
@@ -33,13 +35,13 @@ impl AdapterFolder {
     /// Opens the folder `dir`, reading its configuration; `Err` naming the
     /// file and the key for what radix cannot apply.
     pub fn open(dir: &Path) -> Result<AdapterFolder> {
-        let path = file(dir, CONFIG_FILE);
+        let path = dir.join(CONFIG_FILE);
         let text = std::fs::read_to_string(&path).map_err(|e| Error::Config {
             path: path.clone(),
             message: e.to_string(),
         })?;
         let config = parse_config(&text).map_err(|message| Error::Config { path, message })?;
-        let weights = Safetensors::open(&file(dir, WEIGHTS_FILE))?;
+        let weights = Safetensors::open(&dir.join(WEIGHTS_FILE))?;
         Ok(AdapterFolder { config, weights })
     }
 
@@ -66,7 +68,7 @@ pub(crate) fn check_all_used<B: Layer>(
     let arch = model.config().arch;
     let mut wanted = BTreeSet::new();
     model.visit(&mut String::new(), &mut |path, t| {
-        if is_adapter(t) {
+        if Lora::is_adapter(t) {
             wanted.extend(peft_key(arch, path));
         }
     });
@@ -144,7 +146,10 @@ fn parse_config(text: &str) -> std::result::Result<LoraConfig, String> {
         }
     }
     for key in ["rank_pattern", "alpha_pattern"] {
-        if get(key).and_then(Value::as_object).is_some_and(|m| !m.is_empty()) {
+        if get(key)
+            .and_then(Value::as_object)
+            .is_some_and(|m| !m.is_empty())
+        {
             return Err(format!("`{key}` is not empty, which radix does not apply"));
         }
     }
@@ -177,7 +182,7 @@ pub fn save_adapter<B: Layer>(
     let arch = model.config().arch;
     let mut paths = vec![];
     model.visit(&mut String::new(), &mut |path, t| {
-        paths.push((path.to_string(), is_adapter(t)))
+        paths.push((path.to_string(), Lora::is_adapter(t)))
     });
     let buffers: Vec<&Buffer> = radix::module::leaves::<Decoder<B>, Buffer>(weights);
     let mut tensors: Vec<(String, HostTensor)> = vec![];
@@ -189,7 +194,7 @@ pub fn save_adapter<B: Layer>(
         tensors.push((key, HostTensor::from_slice(buffer.shape().dims(), &values)));
     }
     let named: Vec<(&str, &HostTensor)> = tensors.iter().map(|(k, t)| (k.as_str(), t)).collect();
-    radix::io::safetensors::save(&file(dir, WEIGHTS_FILE), &named, &[("format", "pt")])?;
+    radix::io::safetensors::save(&dir.join(WEIGHTS_FILE), &named, &[("format", "pt")])?;
     let config = json!({
         "peft_type": "LORA",
         "base_model_name_or_path": base_model,
@@ -205,7 +210,7 @@ pub fn save_adapter<B: Layer>(
         "task_type": "CAUSAL_LM",
     });
     let text = serde_json::to_string_pretty(&config).expect("a JSON value prints") + "\n";
-    let path = file(dir, CONFIG_FILE);
+    let path = dir.join(CONFIG_FILE);
     std::fs::write(&path, text).map_err(io(path.clone()))
 }
 

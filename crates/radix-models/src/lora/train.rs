@@ -10,8 +10,8 @@
 use radix::optim::{AdamW, AdamWState, donate};
 use radix::{Buffer, Bufferized, Compiled, Module, Platform, Tensor};
 
-use super::is_adapter;
 use crate::Result;
+use radix::nn::Lora;
 
 /// The leaves of one side of a model: its base weights or its adapters.
 type Leaves = Vec<Tensor>;
@@ -53,7 +53,7 @@ where
             radix::module::tensors(model)
                 .into_iter()
                 .map(|(_, t)| t)
-                .filter(|t| is_adapter(t) == adapter)
+                .filter(|t| Lora::is_adapter(t) == adapter)
                 .collect()
         };
         let (base_ts, adapter_ts) = (leaves(false), leaves(true));
@@ -95,7 +95,7 @@ where
     pub fn weights(&self) -> Result<Bufferized<M>> {
         let (mut base, mut adapters) = (self.base.iter(), self.adapters.iter());
         let weights = self.model.map(&mut String::new(), &mut |path, t| {
-            let next = if is_adapter(t) {
+            let next = if Lora::is_adapter(t) {
                 adapters.next()
             } else {
                 base.next()
@@ -115,7 +115,7 @@ fn split<M: Module>(model: &M, weights: &Bufferized<M>) -> (Vec<Buffer>, Vec<Buf
     let buffers = radix::module::leaves::<M, Buffer>(weights);
     let (mut base, mut adapters) = (vec![], vec![]);
     for ((_, t), b) in tensors.iter().zip(buffers) {
-        if is_adapter(t) {
+        if Lora::is_adapter(t) {
             adapters.push(b.clone());
         } else {
             base.push(b.clone());
@@ -130,7 +130,7 @@ fn assemble<M: Module + Clone>(template: &M, base: &[Tensor], adapters: &[Tensor
     let mut m = template.clone();
     let (mut base, mut adapters) = (base.iter(), adapters.iter());
     m.visit_mut(&mut String::new(), &mut |_, t| {
-        let next = if is_adapter(t) {
+        let next = if Lora::is_adapter(t) {
             adapters.next()
         } else {
             base.next()
