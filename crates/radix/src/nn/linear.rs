@@ -57,7 +57,7 @@ impl Linear {
     /// had.
     pub fn with_lora(mut self, rank: i64, scale: f64) -> Linear {
         let (tag, size) = self.input_axis();
-        let lora = Lora::new((&tag.to_string(), size), self.weight.dim(OUT), rank, scale);
+        let lora = Lora::new((tag, size), self.weight.dim(OUT), rank, scale);
         self.lora = Some(lora);
         self
     }
