@@ -95,6 +95,10 @@ pub struct GenerateArgs {
     /// (one row of the vocabulary's size per token).
     #[arg(long, requires = "json")]
     logits: bool,
+    /// A `peft` LoRA adapter folder (`adapter_config.json`,
+    /// `adapter_model.safetensors`) to apply to the model's linear layers.
+    #[arg(long, value_name = "DIR")]
+    lora: Option<PathBuf>,
 }
 
 impl GenerateArgs {
@@ -463,6 +467,8 @@ struct Session {
     plan: Plan,
     matrices: MatrixFormat,
     cache_type: DType,
+    /// The LoRA adapter folder, if any.
+    lora: Option<PathBuf>,
     runner: Option<Runner>,
     /// How long the last load of the weights took.
     load_time: Duration,
@@ -485,6 +491,7 @@ impl Session {
             plan: args.plan.into(),
             matrices: args.matrices()?,
             cache_type: args.cache_type.dtype(),
+            lora: args.lora.clone(),
             runner: None,
             load_time: Duration::ZERO,
             compile_time: Duration::ZERO,
@@ -504,9 +511,21 @@ impl Session {
             let bar = spinner(format!("loading {name}"));
             let t = Instant::now();
             self.runner = None;
-            let runner = Runner::open(&self.platform, &self.model.path, capacity, self.matrices)
+            let (platform, path) = (&self.platform, &self.model.path);
+            let runner = match &self.lora {
+                None => Runner::open(platform, path, capacity, self.matrices),
+                Some(dir) => Runner::open_with_lora(platform, path, dir, capacity, self.matrices),
+            };
+            let runner = runner
                 .and_then(|r| r.with_cache_dtype(self.cache_type))
-                .with_context(|| format!("cannot load {}", self.model.path.display()))?
+                .with_context(|| match &self.lora {
+                    None => format!("cannot load {}", path.display()),
+                    Some(dir) => format!(
+                        "cannot load {} with the LoRA adapter {}",
+                        path.display(),
+                        dir.display()
+                    ),
+                })?
                 .with_plan(self.plan);
             bar.finish_and_clear();
             self.load_time = t.elapsed();

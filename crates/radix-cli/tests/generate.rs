@@ -125,3 +125,69 @@ fn prompt_from_stdin_streams_text() {
         "{stderr}"
     );
 }
+
+/// The tiny llama and the LoRA adapter `peft` made for it
+/// (`radix-models/tests/fixtures/lora`, by its `make.py`).
+fn tiny_lora() -> (String, std::path::PathBuf) {
+    let fixtures =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../radix-models/tests/fixtures");
+    let model = fixtures.join("tiny/llama").display().to_string();
+    (model, fixtures.join("lora/adapter"))
+}
+
+/// `--lora DIR`: the same prompt gives other logits and other greedy ids
+/// than the base model alone (the adapter's own logits are checked
+/// against `peft`'s in `radix-models/tests/lora.rs`).
+#[test]
+fn lora_adapter_changes_the_output() {
+    let (model, adapter) = tiny_lora();
+    let adapter = adapter.display().to_string();
+    let args = [
+        "generate",
+        "--json",
+        "--logits",
+        "--model",
+        &model,
+        "--max-tokens",
+        "8",
+        "--temperature",
+        "0",
+        "--exact",
+        "hello world",
+    ];
+    let base = radix_json(&args);
+    let adapted = radix_json(&[&args[..], &["--lora", &adapter]].concat());
+    assert_eq!(base["prompt_ids"], adapted["prompt_ids"]);
+    assert_ne!(base["logits"][0], adapted["logits"][0]);
+    assert_ne!(base["ids"], adapted["ids"], "{base} {adapted}");
+}
+
+/// An adapter that does not fit the model is one error line naming what
+/// does not fit: a target module the model lacks, a folder without an
+/// adapter.
+#[test]
+fn lora_adapter_that_does_not_fit_is_an_error() {
+    let (model, adapter) = tiny_lora();
+    let bad = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("lora-bad-target");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::copy(
+        adapter.join("adapter_model.safetensors"),
+        bad.join("adapter_model.safetensors"),
+    )
+    .unwrap();
+    let config = std::fs::read_to_string(adapter.join("adapter_config.json")).unwrap();
+    let mut config: Value = serde_json::from_str(&config).unwrap();
+    config["target_modules"] = serde_json::json!(["q_proj", "c_attn"]);
+    std::fs::write(bad.join("adapter_config.json"), config.to_string()).unwrap();
+    let run = |dir: &std::path::Path| {
+        let mut cmd = common::radix_process();
+        cmd.args(["generate", "--model", &model, "--max-tokens", "2", "--lora"])
+            .arg(dir)
+            .arg("hello");
+        cmd
+    };
+    common::fails_with_one_error(&mut run(&bad), "c_attn");
+    let empty = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("lora-empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    common::fails_with_one_error(&mut run(&empty), "adapter_config.json");
+}

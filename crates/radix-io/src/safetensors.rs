@@ -1,5 +1,5 @@
 //! Memory-mapped safetensors files: a single `*.safetensors` file or the shards
-//! listed by a `*.safetensors.index.json`.
+//! listed by a `*.safetensors.index.json`; [`save`] writes one file.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -231,6 +231,78 @@ fn bad(path: &Path, reason: String) -> Error {
         path: path.to_path_buf(),
         reason,
     }
+}
+
+/// Writes `tensors` (name, tensor) to a safetensors file at `path`, with
+/// `metadata` in its header (`__metadata__`), through a temporary file
+/// renamed once written. `Err` naming the file if a dtype has no
+/// safetensors name or writing fails.
+///
+/// ```
+/// # fn main() -> radix_io::Result<()> {
+/// use radix_io::{HostTensor, Safetensors, TensorSource};
+/// let dir = std::env::temp_dir().join(format!("radix-io-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).expect("a folder");
+/// let path = dir.join("a.safetensors");
+/// let t = HostTensor::from_slice(&[2], &[1f32, 2.0]);
+/// radix_io::safetensors::save(&path, &[("w", &t)], &[("format", "pt")])?;
+/// let back = Safetensors::open(&path)?.tensor("w")?.expect("saved");
+/// assert_eq!(back.to_f32_vec(), [1.0, 2.0]);
+/// # std::fs::remove_dir_all(&dir).ok();
+/// # Ok(()) }
+/// ```
+pub fn save(path: &Path, tensors: &[(&str, &HostTensor)], metadata: &[(&str, &str)]) -> Result<()> {
+    let fail = |reason: String| Error::Safetensors {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let mut views = Vec::with_capacity(tensors.len());
+    for &(name, t) in tensors {
+        let dtype = st_dtype(t.dtype()).ok_or_else(|| {
+            fail(format!(
+                "`{name}` is {}, which safetensors cannot hold",
+                t.dtype()
+            ))
+        })?;
+        let shape: Vec<usize> = t.dims().iter().map(|&d| d as usize).collect();
+        let view = safetensors::tensor::TensorView::new(dtype, shape, t.bytes())
+            .map_err(|e| fail(format!("`{name}`: {e}")))?;
+        views.push((name, view));
+    }
+    let metadata: std::collections::HashMap<String, String> = metadata
+        .iter()
+        .map(|&(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let bytes =
+        safetensors::tensor::serialize(views, Some(metadata)).map_err(|e| fail(e.to_string()))?;
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+    std::fs::write(&tmp, bytes).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)
+}
+
+/// The safetensors dtype of `d`.
+fn st_dtype(d: DType) -> Option<StDtype> {
+    [
+        StDtype::BOOL,
+        StDtype::U8,
+        StDtype::I8,
+        StDtype::U16,
+        StDtype::I16,
+        StDtype::U32,
+        StDtype::I32,
+        StDtype::U64,
+        StDtype::I64,
+        StDtype::F16,
+        StDtype::BF16,
+        StDtype::F32,
+        StDtype::F64,
+    ]
+    .into_iter()
+    .find(|&s| dtype(s) == Some(d))
 }
 
 fn dtype(d: StDtype) -> Option<DType> {

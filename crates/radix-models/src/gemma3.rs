@@ -9,7 +9,7 @@
 //! Gemma's RMS norms scale by `1 + weight`: Hugging Face checkpoints store
 //! `weight`, GGUF files `1 + weight` (see [`DecoderConfig::norm_offset`]).
 
-use radix::nn::{GatedMlp, KvCache, RmsNorm};
+use radix::nn::{GatedMlp, KvCache, Linear, RmsNorm};
 use radix::{Module, Tensor};
 
 use crate::generate::Step;
@@ -63,6 +63,17 @@ impl Layer for Block {
 
     fn kind(&self) -> u64 {
         self.attn.is_sliding().into()
+    }
+
+    fn linears_mut(&mut self) -> Vec<(&'static str, &mut Linear)> {
+        let mlp = &mut self.mlp;
+        let mut res: Vec<_> = self.attn.linears_mut().into_iter().collect();
+        res.extend([
+            ("ffn_gate", &mut mlp.gate),
+            ("ffn_up", &mut mlp.up),
+            ("ffn_down", &mut mlp.down),
+        ]);
+        res
     }
 }
 

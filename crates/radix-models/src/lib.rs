@@ -11,6 +11,7 @@ mod gbnf;
 pub mod gemma3;
 pub mod generate;
 pub mod llama;
+pub mod lora;
 pub mod mistral;
 pub mod mnist;
 pub mod packages;

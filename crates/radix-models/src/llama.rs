@@ -15,7 +15,7 @@
 
 use std::path::Path;
 
-use radix::nn::{GatedMlp, KvCache, MatrixFormat, RmsNorm};
+use radix::nn::{GatedMlp, KvCache, Linear, MatrixFormat, RmsNorm};
 use radix::{Module, Platform, Tensor};
 
 use crate::Result;
@@ -62,6 +62,17 @@ impl Layer for Block {
 
     fn kind(&self) -> u64 {
         self.attn.is_sliding().into()
+    }
+
+    fn linears_mut(&mut self) -> Vec<(&'static str, &mut Linear)> {
+        let mlp = &mut self.mlp;
+        let mut res: Vec<_> = self.attn.linears_mut().into_iter().collect();
+        res.extend([
+            ("ffn_gate", &mut mlp.gate),
+            ("ffn_up", &mut mlp.up),
+            ("ffn_down", &mut mlp.down),
+        ]);
+        res
     }
 }
 

@@ -1,9 +1,9 @@
 //! Any decoder radix runs, picked by what a file says it is: a GGUF file's
 //! `general.architecture`, a Hugging Face folder's `model_type`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use radix::io::{Gguf, WeightStore};
+use radix::io::{Gguf, TensorSource, WeightStore};
 use radix::nn::MatrixFormat;
 use radix::{DType, Platform};
 
@@ -11,6 +11,8 @@ use crate::batch::Batch;
 use crate::gemma3::Gemma3;
 use crate::generate::{Cache, CausalLm, Generation, Generator, Plan};
 use crate::llama::Llama;
+use crate::lora::peft::check_all_used;
+use crate::lora::{AdapterFolder, LoraConfig, peft_key};
 use crate::prompt_cache::PromptCache;
 use crate::sampling::Sampler;
 use crate::transformer::{Arch, Decoder, DecoderConfig, Layer, hf};
@@ -43,6 +45,8 @@ struct Load<'a> {
     matrices: MatrixFormat,
     /// The tokens that end generation.
     stops: Vec<u32>,
+    /// The adapters to put on the model, and the file they come from.
+    lora: Option<(&'a LoraConfig, &'a (Vec<String>, PathBuf))>,
 }
 
 impl Load<'_> {
@@ -54,15 +58,14 @@ impl Load<'_> {
             capacity,
             matrices,
             stops,
+            lora,
         } = self;
-        Generator::from_store(
-            platform,
-            Decoder::new(cfg),
-            store,
-            capacity,
-            matrices,
-            stops,
-        )
+        let mut model = Decoder::new(cfg);
+        if let Some((lora, (keys, file))) = lora {
+            model = model.with_lora(lora)?;
+            check_all_used(&model, keys, file)?;
+        }
+        Generator::from_store(platform, model, store, capacity, matrices, stops)
     }
 }
 
@@ -74,6 +77,62 @@ pub fn config_of(path: &Path) -> Result<DecoderConfig> {
         DecoderConfig::from_hf(path, &weights)
     } else {
         DecoderConfig::from_gguf(&Gguf::open(path)?)
+    }
+}
+
+/// A model file or folder, opened: its configuration, its weights, how the
+/// model's paths name them, and the tokens that end generation.
+struct Base {
+    cfg: DecoderConfig,
+    source: Box<dyn TensorSource>,
+    names: Box<dyn Fn(&str) -> String + Send + Sync>,
+    stops: Vec<u32>,
+}
+
+/// The configuration of the model at `path` (a GGUF file or a Hugging Face
+/// folder) and a store of its weights by the model's field paths, where an
+/// adapter's tensor ([`peft_key`]) is looked up in `adapters` under its
+/// `peft` key: how a model with adapters to train loads
+/// ([`crate::lora::initial_adapters`]).
+pub fn weight_store(
+    path: &Path,
+    adapters: Box<dyn TensorSource>,
+) -> Result<(DecoderConfig, WeightStore)> {
+    let base = Base::open(path)?;
+    let cfg = base.cfg.clone();
+    Ok((cfg, base.store_with(adapters)))
+}
+
+impl Base {
+    /// A store of the base weights and the adapters' tensors of
+    /// `adapters`, under their `peft` keys.
+    fn store_with(self, adapters: Box<dyn TensorSource>) -> WeightStore {
+        let (arch, names) = (self.cfg.arch, self.names);
+        WeightStore::new(vec![self.source, adapters], move |p: &str| {
+            peft_key(arch, p).unwrap_or_else(|| names(p))
+        })
+    }
+
+    /// Opens `path`: a GGUF file, or a Hugging Face folder.
+    fn open(path: &Path) -> Result<Base> {
+        if path.is_dir() {
+            let weights = hf::open_weights(path)?;
+            let cfg = DecoderConfig::from_hf(path, &weights)?;
+            let arch = cfg.arch;
+            return Ok(Base {
+                cfg,
+                source: Box::new(weights),
+                names: Box::new(move |p: &str| hf::weight_name(arch, p)),
+                stops: hf::eos(path).into_iter().collect(),
+            });
+        }
+        let gguf = Gguf::open(path)?;
+        Ok(Base {
+            cfg: DecoderConfig::from_gguf(&gguf)?,
+            stops: radix_text::turn_end_ids(&gguf),
+            source: Box::new(gguf),
+            names: Box::new(str::to_string),
+        })
     }
 }
 
@@ -97,21 +156,17 @@ impl Runner {
         capacity: usize,
         matrices: MatrixFormat,
     ) -> Result<Runner> {
-        if path.is_dir() {
-            return Runner::open_hf(platform, path, capacity, matrices);
-        }
-        let gguf = Gguf::open(path)?;
-        let cfg = DecoderConfig::from_gguf(&gguf)?;
-        let stops = radix_text::turn_end_ids(&gguf);
-        let store = WeightStore::new(vec![Box::new(gguf)], str::to_string);
+        let base = Base::open(path)?;
+        let store = WeightStore::new(vec![base.source], base.names);
         let load = Load {
             platform,
             store: &store,
             capacity,
             matrices,
-            stops,
+            stops: base.stops,
+            lora: None,
         };
-        Runner::load(&cfg, load)
+        Runner::load(&base.cfg, load)
     }
 
     /// Opens the Hugging Face folder `dir`.
@@ -121,18 +176,35 @@ impl Runner {
         capacity: usize,
         matrices: MatrixFormat,
     ) -> Result<Runner> {
-        let weights = hf::open_weights(dir)?;
-        let cfg = DecoderConfig::from_hf(dir, &weights)?;
-        let arch = cfg.arch;
-        let store = WeightStore::new(vec![Box::new(weights)], move |path: &str| {
-            hf::weight_name(arch, path)
-        });
+        Runner::open(platform, dir, capacity, matrices)
+    }
+
+    /// Opens the model at `path` as [`Runner::open`] does, with the LoRA
+    /// adapters of the `peft` folder `adapter` on it
+    /// ([`AdapterFolder`]). A target module the model lacks, a tensor of
+    /// the wrong shape or one that no adapted layer takes is an error
+    /// naming it (and the file).
+    pub fn open_with_lora(
+        platform: &Platform,
+        path: &Path,
+        adapter: &Path,
+        capacity: usize,
+        matrices: MatrixFormat,
+    ) -> Result<Runner> {
+        let base = Base::open(path)?;
+        let folder = AdapterFolder::open(adapter)?;
+        let lora = folder.config().clone();
+        let weights = folder.into_weights();
+        let keys = (weights.names(), weights.path().to_path_buf());
+        let (cfg, stops) = (base.cfg.clone(), base.stops.clone());
+        let store = base.store_with(Box::new(weights));
         let load = Load {
             platform,
             store: &store,
             capacity,
             matrices,
-            stops: hf::eos(dir).into_iter().collect(),
+            stops,
+            lora: Some((&lora, &keys)),
         };
         Runner::load(&cfg, load)
     }

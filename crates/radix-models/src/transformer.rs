@@ -248,6 +248,17 @@ impl Attention {
         }
     }
 
+    /// The projections, each with its name in the block (its GGUF name:
+    /// `attn_q`, `attn_k`, `attn_v`, `attn_output`).
+    pub fn linears_mut(&mut self) -> [(&'static str, &mut Linear); 4] {
+        [
+            ("attn_q", &mut self.q),
+            ("attn_k", &mut self.k),
+            ("attn_v", &mut self.v),
+            ("attn_output", &mut self.o),
+        ]
+    }
+
     /// Whether the layer attends within a sliding window.
     pub fn is_sliding(&self) -> bool {
         self.window.is_some()
@@ -313,6 +324,11 @@ pub trait Layer: Module + Clone + Sync {
     /// Layers of one kind trace to the same program; layers of another kind
     /// (a sliding-window layer beside a global one) to another.
     fn kind(&self) -> u64;
+
+    /// The block's linear layers, each with its path in the block (the
+    /// GGUF name of its weight without `.weight`: `attn_q`, `ffn_down`):
+    /// where adapters go ([`Decoder::with_lora`](crate::lora)).
+    fn linears_mut(&mut self) -> Vec<(&'static str, &mut Linear)>;
 }
 
 /// A decoder: embedding, blocks, final norm and (unless tied) output
@@ -340,6 +356,12 @@ impl<B: Layer> Decoder<B> {
             output: (!cfg.tied_embeddings).then(|| Linear::new(("d", cfg.dim), ("voc", cfg.vocab))),
             cfg: cfg.clone(),
         }
+    }
+
+    /// The blocks, to change in place (adapters added by
+    /// [`Decoder::with_lora`](crate::lora)).
+    pub(crate) fn blocks_mut(&mut self) -> &mut [B] {
+        &mut self.layers
     }
 
     /// The configuration.

@@ -358,3 +358,65 @@ fn misuse_is_a_trace_error_at_the_callers_line() {
     let err = trace_fn(&inputs, |t| radix::quant::rows(t[1], t[0], "d")).expect_err("no table");
     assert!(err.to_string().contains("blocks table"), "{err}");
 }
+
+/// The gradient through `quant::dot` (plain, with a bias, with the bias and
+/// GELU) with respect to the activations and the bias equals the gradient
+/// through an f32 dot of the decoded weights, on the kernels and on the
+/// fallback: what LoRA adapters below a quantized layer train through.
+#[test]
+fn dot_differentiates_with_respect_to_activations_and_bias() {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let (rows, cols, n) = (16, 64, 3);
+    let w = blocks_shape(Format::Q4_0, ("out", rows as i64), cols as i64).expect("blocks");
+    let inputs = [
+        Literal::from_bytes(w, &matrix(Format::Q4_0, rows, cols, &mut rng)),
+        f32_literal(
+            &(0..n * cols).map(|_| rng.unit()).collect::<Vec<_>>(),
+            &[("s", n as i64), ("d", cols as i64)],
+        ),
+        f32_literal(
+            &(0..rows).map(|_| rng.unit()).collect::<Vec<_>>(),
+            &[("out", rows as i64)],
+        ),
+        f32_literal(
+            &(0..n * rows).map(|_| rng.unit()).collect::<Vec<_>>(),
+            &[("s", n as i64), ("out", rows as i64)],
+        ),
+    ];
+    type Dot = fn(radix::Tensor, radix::Tensor, radix::Tensor) -> radix::Tensor;
+    let quant: [Dot; 3] = [
+        |x, w, _| radix::quant::dot(x, w, "d"),
+        |x, w, b| radix::quant::dot_bias(x, w, b, "d"),
+        |x, w, b| radix::quant::dot_bias_gelu_erf(x, w, b, "d"),
+    ];
+    let plain: [Dot; 3] = [
+        |x, w, _| x.dot(radix::quant::dequantize(w, "d"), "d"),
+        |x, w, b| {
+            let y = x.dot(radix::quant::dequantize(w, "d"), "d");
+            y + b.broadcast(y.shape())
+        },
+        |x, w, b| {
+            let y = x.dot(radix::quant::dequantize(w, "d"), "d");
+            radix::nn::gelu_erf(y + b.broadcast(y.shape()))
+        },
+    ];
+    for (k, (q, p)) in quant.into_iter().zip(plain).enumerate() {
+        let program = trace_fn(&inputs, |t| {
+            let grads = |dot: Dot| {
+                let loss = |xb: &(radix::Tensor, radix::Tensor), w: &radix::Tensor| {
+                    (dot(xb.0, *w, xb.1) * t[3]).sum(["s", "out"])
+                };
+                radix::grad(loss, &(t[1], t[2]), &t[0])
+            };
+            (grads(q), grads(p))
+        })
+        .expect("trace");
+        for mode in [CustomCallMode::Native, CustomCallMode::Fallback] {
+            let got = run(program.clone(), &inputs, mode);
+            let tol = Tol::sum(DType::F32, cols, 4.0);
+            assert_all_close(&format!("dot {k} dx {mode:?}"), &got[0], &got[2], tol);
+            assert_all_close(&format!("dot {k} dbias {mode:?}"), &got[1], &got[3], tol);
+            assert!(got[0].iter().any(|&v| v != 0.0), "dot {k}: a zero gradient");
+        }
+    }
+}

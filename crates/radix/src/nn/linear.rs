@@ -1,13 +1,15 @@
-//! `Linear`: `y = x W^T + b` contracting one tagged axis.
+//! `Linear`: `y = x W^T + b` contracting one tagged axis, plus an optional
+//! low-rank adapter's term ([`Lora`]).
 
-use crate::nn::{broadcast_like, dot_matrix, param};
+use crate::nn::{Lora, broadcast_like, dot_matrix, param};
 use crate::quant::blocks_format;
 use crate::{Module, Tag, Tensor};
 
 /// A dense layer: contracts `x`'s axis tagged `in` with a weight stored
 /// `[out, in]` (PyTorch's layout) and adds an optional bias; the result's new
 /// axis is tagged `out`. The weight may be f32 or a block-format matrix
-/// ([`crate::quant`]; see [`set_matrix_formats`](crate::nn::set_matrix_formats)).
+/// ([`crate::quant`]; see [`set_matrix_formats`](crate::nn::set_matrix_formats)),
+/// and the layer may hold a [`Lora`] adapter, whose term its forward adds.
 ///
 /// ```
 /// use radix::nn::Linear;
@@ -18,6 +20,8 @@ use crate::{Module, Tag, Tensor};
 pub struct Linear {
     weight: Tensor,
     bias: Option<Tensor>,
+    #[module(prefix = "")]
+    lora: Option<Lora>,
     #[module(skip)]
     input: Tag,
     #[module(skip)]
@@ -35,6 +39,7 @@ impl Linear {
         Linear {
             weight: param(&[(OUT, output.1), input]),
             bias: None,
+            lora: None,
             input: Tag::new(input.0),
             output: Tag::new(output.0),
         }
@@ -45,6 +50,31 @@ impl Linear {
         let n = self.weight.dim(OUT);
         self.bias = Some(param(&[(OUT, n)]));
         self
+    }
+
+    /// The same layer with a [`Lora`] adapter of rank `rank` whose term is
+    /// multiplied by `scale` (`peft`'s `lora_alpha / r`), replacing any it
+    /// had.
+    pub fn with_lora(mut self, rank: i64, scale: f64) -> Linear {
+        let (tag, size) = self.input_axis();
+        let lora = Lora::new((tag, size), self.weight.dim(OUT), rank, scale);
+        self.lora = Some(lora);
+        self
+    }
+
+    /// The adapter, if the layer has one.
+    pub fn lora(&self) -> Option<&Lora> {
+        self.lora.as_ref()
+    }
+
+    /// The input axis `(tag, size)`.
+    pub fn input_axis(&self) -> (&str, i64) {
+        let cols = self.weight.shape().rank() - 1;
+        let size = match crate::quant::blocks_format(&self.weight.shape()) {
+            Some((_, cols)) => cols,
+            None => self.weight.shape().dims()[cols],
+        };
+        (self.input.as_str(), size)
     }
 
     /// The weight, `[out, in]` (in blocks: `[out, row_bytes]`).
@@ -66,6 +96,10 @@ impl Linear {
             }
             None => dot_matrix(x, self.weight, input),
         };
+        let y = match &self.lora {
+            Some(lora) => y + lora.delta(x, input),
+            None => y,
+        };
         y.rename(OUT, self.output.as_str())
     }
 
@@ -77,7 +111,7 @@ impl Linear {
     #[track_caller]
     pub fn forward_gelu_erf(&self, x: Tensor) -> Tensor {
         match self.bias {
-            Some(b) if blocks_format(&self.weight.shape()).is_some() => {
+            Some(b) if blocks_format(&self.weight.shape()).is_some() && self.lora.is_none() => {
                 crate::quant::dot_bias_gelu_erf(x, self.weight, b, self.input.as_str())
                     .rename(OUT, self.output.as_str())
             }

@@ -23,29 +23,52 @@ const COLS: &str = "__cols";
 /// ([`ACTIVATION`]): `[n, rows] f32`.
 static QUANT_DOT: LazyLock<CustomCall> = LazyLock::new(|| {
     CustomCall::builder("radix.quant_dot", 1, shape_rule, kernel)
-        .fallback(|x, attrs| {
-            let w = crate::quant::dequantize(x[1], COLS);
-            let y = x[0].dot_general(
-                w,
-                DotDims {
-                    lhs_batch: vec![],
-                    rhs_batch: vec![],
-                    lhs_contract: vec![1],
-                    rhs_contract: vec![1],
-                },
-            );
-            let y = match x.get(2) {
-                Some(&bias) => y + bias.broadcast_in_dim(y.shape(), &[1]),
-                None => y,
-            };
-            match activation_attr(attrs) {
-                Ok(Some(Activation::GeluErf)) => vec![y.gelu_erf()],
-                _ => vec![y],
-            }
-        })
+        .fallback(fallback)
+        .derivative(derivative)
         .register()
         .expect("radix.quant_dot is declared once")
 });
+
+/// The call in ordinary ops: `w` decoded in the graph, contracted with
+/// `x`, plus the bias, then the activation.
+fn fallback(x: &[Tensor], attrs: &Attrs) -> Vec<Tensor> {
+    let w = crate::quant::dequantize(x[1], COLS);
+    let y = x[0].dot_general(
+        w,
+        DotDims {
+            lhs_batch: vec![],
+            rhs_batch: vec![],
+            lhs_contract: vec![1],
+            rhs_contract: vec![1],
+        },
+    );
+    let y = match x.get(2) {
+        Some(&bias) => y + bias.broadcast_in_dim(y.shape(), &[1]),
+        None => y,
+    };
+    match activation_attr(attrs) {
+        Ok(Some(Activation::GeluErf)) => vec![y.gelu_erf()],
+        _ => vec![y],
+    }
+}
+
+/// The cotangents of `x` and the bias: those of [`fallback`] (the blocks
+/// decoded in the graph), by [`crate::vjp`]. The blocks are integers and
+/// get none (zeros), so a quantized weight stays a constant of training,
+/// while gradients flow through it to what comes before (LoRA adapters
+/// on a quantized model).
+fn derivative(x: &[Tensor], _: &[Tensor], cts: &[Tensor], attrs: &Attrs) -> Vec<Tensor> {
+    let w = x[1];
+    let floats: Vec<Tensor> = std::iter::once(x[0]).chain(x.get(2).copied()).collect();
+    let f = |p: &Vec<Tensor>, w: &Tensor| {
+        let operands: Vec<Tensor> = [p[0], *w].into_iter().chain(p.get(1).copied()).collect();
+        fallback(&operands, attrs)[0]
+    };
+    let (_, d) = crate::vjp(f, &floats, &w, &cts[0]);
+    let mut res = vec![d[0], Tensor::zeros(w.shape())];
+    res.extend(d.get(1).copied());
+    res
+}
 
 /// `x` times the block-format matrix `w` (a [`blocks_shape`](crate::quant::blocks_shape)
 /// `[rows, row_bytes]`, holding `rows × cols` elements), contracting `x`'s
