@@ -88,22 +88,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let shape = Shape::tagged(DType::I32, &[("b", 1), ("s", WINDOW as i64)]);
     let batch = Tensor::param(shape);
     let mut rng = Rng::new(0);
-    let lora = LoraConfig {
-        rank: 8,
-        alpha: 16.0,
-        rslora: false,
-        targets: [
-            "q_proj",
-            "k_proj",
-            "v_proj",
-            "o_proj",
-            "gate_proj",
-            "up_proj",
-            "down_proj",
-        ]
-        .map(String::from)
-        .to_vec(),
-    };
+    let lora = LoraConfig::every_projection(8, 16.0);
     let mut step: Box<dyn FnMut(Buffer) -> radix_models::Result<f32>> = if full {
         let mut model = Llama::new(&cfg);
         let store = radix::io::WeightStore::new(vec![Box::new(gguf)], str::to_string);

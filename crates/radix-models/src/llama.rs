@@ -65,14 +65,7 @@ impl Layer for Block {
     }
 
     fn linears_mut(&mut self) -> Vec<(&'static str, &mut Linear)> {
-        let mlp = &mut self.mlp;
-        let mut res: Vec<_> = self.attn.linears_mut().into_iter().collect();
-        res.extend([
-            ("ffn_gate", &mut mlp.gate),
-            ("ffn_up", &mut mlp.up),
-            ("ffn_down", &mut mlp.down),
-        ]);
-        res
+        crate::transformer::gated_block_linears(&mut self.attn, &mut self.mlp)
     }
 }
 

@@ -45,6 +45,27 @@ pub struct LoraConfig {
 }
 
 impl LoraConfig {
+    /// Adapters of rank `rank` scaled by `alpha / rank` on every projection
+    /// of a llama-like block: attention's `q_proj`, `k_proj`, `v_proj` and
+    /// `o_proj`, the MLP's `gate_proj`, `up_proj` and `down_proj`.
+    pub fn every_projection(rank: i64, alpha: f64) -> LoraConfig {
+        let targets = [
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ];
+        LoraConfig {
+            rank,
+            alpha,
+            rslora: false,
+            targets: targets.map(String::from).to_vec(),
+        }
+    }
+
     /// What each adapter's `B (A x)` is multiplied by.
     pub fn scale(&self) -> f64 {
         if self.rslora {

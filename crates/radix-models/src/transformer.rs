@@ -11,7 +11,9 @@
 //! width, `ff` MLP width, `voc` vocabulary; inside attention `s` becomes `q`
 //! (queries) or `k` (keys).
 
-use radix::nn::{self, Embedding, KvCache, Linear, RmsNorm, RopeLayout, RopeScaling, Rotary};
+use radix::nn::{
+    self, Embedding, GatedMlp, KvCache, Linear, RmsNorm, RopeLayout, RopeScaling, Rotary,
+};
 use radix::{Bufferized, DType, Module, Shape, Size, Tensor};
 
 pub(crate) mod gguf;
@@ -329,6 +331,21 @@ pub trait Layer: Module + Clone + Sync {
     /// GGUF name of its weight without `.weight`: `attn_q`, `ffn_down`):
     /// where adapters go ([`Decoder::with_lora`](crate::lora)).
     fn linears_mut(&mut self) -> Vec<(&'static str, &mut Linear)>;
+}
+
+/// The linear layers of a block of attention and a gated MLP, each with its
+/// GGUF name ([`Layer::linears_mut`]).
+pub(crate) fn gated_block_linears<'a>(
+    attn: &'a mut Attention,
+    mlp: &'a mut GatedMlp,
+) -> Vec<(&'static str, &'a mut Linear)> {
+    let mut res: Vec<_> = attn.linears_mut().into_iter().collect();
+    res.extend([
+        ("ffn_gate", &mut mlp.gate),
+        ("ffn_up", &mut mlp.up),
+        ("ffn_down", &mut mlp.down),
+    ]);
+    res
 }
 
 /// A decoder: embedding, blocks, final norm and (unless tied) output

@@ -185,21 +185,16 @@ fn loss(m: &Llama, ids: &Tensor) -> Tensor {
 
 /// An adapter of every projection, rank 4, alpha 8.
 fn every_projection() -> LoraConfig {
-    LoraConfig {
-        rank: 4,
-        alpha: 8.0,
-        rslora: false,
-        targets: [
-            "q_proj",
-            "k_proj",
-            "v_proj",
-            "o_proj",
-            "gate_proj",
-            "up_proj",
-            "down_proj",
-        ]
-        .map(String::from)
-        .to_vec(),
+    LoraConfig::every_projection(4, 8.0)
+}
+
+/// Adam at learning rate `lr`, without weight decay.
+fn adam(lr: f64) -> AdamW {
+    AdamW {
+        lr,
+        betas: (0.9, 0.999),
+        eps: 1e-8,
+        weight_decay: 0.0,
     }
 }
 
@@ -223,12 +218,7 @@ fn train(
     let weights = radix::nn::load_weights(&platform, &store, &model).expect("weights");
     let ids: Vec<i32> = ids().iter().map(|&t| t as i32).collect();
     let shape = Shape::tagged(DType::I32, &[("b", 1), ("s", ids.len() as i64)]);
-    let opt = AdamW {
-        lr: 1e-2,
-        betas: (0.9, 0.999),
-        eps: 1e-8,
-        weight_decay: 0.0,
-    };
+    let opt = adam(1e-2);
     let mut trainer =
         LoraTrainer::new(&platform, &model, weights, &Tensor::param(shape), loss, opt)
             .expect("compile");
@@ -419,12 +409,7 @@ fn smollm2_adapter_learns_the_story() {
     radix::nn::set_matrix_formats(&mut model, &store, MatrixFormat::Exact);
     let weights = radix::nn::load_weights(&platform, &store, &model).expect("weights");
     let shape = Shape::tagged(DType::I32, &[("b", 1), ("s", 65)]);
-    let opt = AdamW {
-        lr: 2e-3,
-        betas: (0.9, 0.999),
-        eps: 1e-8,
-        weight_decay: 0.0,
-    };
+    let opt = adam(2e-3);
     let mut trainer =
         LoraTrainer::new(&platform, &model, weights, &Tensor::param(shape), loss, opt)
             .expect("compile");
