@@ -69,7 +69,9 @@ pub use program::{ArgSpec, Program};
 pub use radix_macros::Module;
 pub use shape::{Axes, AxisRef, Shape, Size, Tag};
 pub use tensor::Tensor;
-pub use tensor::control::{call, checkpoint, for_, if_, while_, while_bounded};
+pub use tensor::control::{
+    call, checkpoint, for_, if_, optimization_barrier, while_, while_bounded,
+};
 pub use tensor::grad::{grad, value_and_grad, vjp};
 pub use tensor::reduce::reduce;
 pub use tensor::sort::sort;

@@ -3,7 +3,8 @@
 //! gradient from the CPU plugin), `checkpoint` against a plain `call`, and
 //! the memory `for_`'s gradient keeps: linear in the trip count, its
 //! forward loop run once, and 1,000 iterations giving the gradient of the
-//! unrolled loop.
+//! unrolled loop. An optimization barrier passes values and their
+//! cotangents through unchanged.
 
 mod grad_common;
 
@@ -284,4 +285,26 @@ fn a_thousand_iterations_give_the_unrolled_gradient() {
             panic!("input {k}: {msg}");
         }
     }
+}
+
+#[test]
+fn an_optimization_barrier_passes_values_and_cotangents() {
+    // The barrier ties `w` to `x`'s tanh, as a derivative rule ties a
+    // weight to the cotangent that needs it: the same function, and so
+    // the same gradient, as without it.
+    let f = |v: &[Tensor]| {
+        let (x, w) = (v[0], v[1]);
+        let tied = radix::optimization_barrier(&[w, x.tanh()]);
+        loss(tied[1] * tied[0] + x * w)
+    };
+    let inputs = [
+        values("d", &[0.3, -0.5, 0.9]),
+        values("d", &[0.8, -1.1, 0.4]),
+    ];
+    check(&inputs, f);
+    check_on_plugin(&inputs, f);
+    let plain = |v: &[Tensor]| loss(v[0].tanh() * v[1] + v[0] * v[1]);
+    assert_eq!(gradients(&inputs, &f), gradients(&inputs, &plain));
+    let text = grad_program(&inputs, f).stablehlo_without_locations();
+    assert!(text.contains("stablehlo.optimization_barrier"), "{text}");
 }

@@ -166,7 +166,7 @@ fn n_results(n: &Node) -> usize {
         Op::While { body, .. } => body.results.len(),
         Op::If { then, .. } => then.results.len(),
         Op::Reduce { body, .. } => body.results.len(),
-        Op::Sort { .. } => n.args.len(),
+        Op::Sort { .. } | Op::OptimizationBarrier => n.args.len(),
         Op::CustomCall(site) => site.results.len(),
         _ => 1,
     }

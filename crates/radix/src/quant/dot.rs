@@ -56,15 +56,20 @@ fn fallback(x: &[Tensor], attrs: &Attrs) -> Vec<Tensor> {
 /// decoded in the graph), by [`crate::vjp`]. The blocks are integers and
 /// get none (zeros), so a quantized weight stays a constant of training,
 /// while gradients flow through it to what comes before (LoRA adapters
-/// on a quantized model).
+/// on a quantized model). The blocks are decoded only once the cotangent
+/// exists (an [`optimization_barrier`](crate::optimization_barrier) ties
+/// them): otherwise XLA decodes every layer's weights at the start of the
+/// backward pass, since they depend on nothing else, and holds them all
+/// at once (SmolLM2's MLP matrices alone: 318 MB in a LoRA step).
 fn derivative(x: &[Tensor], _: &[Tensor], cts: &[Tensor], attrs: &Attrs) -> Vec<Tensor> {
-    let w = x[1];
+    let tied = crate::optimization_barrier(&[x[1], cts[0]]);
+    let (w, ct) = (tied[0], tied[1]);
     let floats: Vec<Tensor> = std::iter::once(x[0]).chain(x.get(2).copied()).collect();
     let f = |p: &Vec<Tensor>, w: &Tensor| {
         let operands: Vec<Tensor> = [p[0], *w].into_iter().chain(p.get(1).copied()).collect();
         fallback(&operands, attrs)[0]
     };
-    let (_, d) = crate::vjp(f, &floats, &w, &cts[0]);
+    let (_, d) = crate::vjp(f, &floats, &w, &ct);
     let mut res = vec![d[0], Tensor::zeros(w.shape())];
     res.extend(d.get(1).copied());
     res

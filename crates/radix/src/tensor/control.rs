@@ -260,6 +260,33 @@ pub fn checkpoint<A: Module + Clone, O: Module + Clone>(name: &str, f: fn(&A) ->
     called(name, f, args, true)
 }
 
+/// `values` unchanged (`stablehlo.optimization_barrier`, JAX's
+/// `lax.optimization_barrier`), but XLA moves no computation across the
+/// barrier: what uses a result waits for every value. Tying a value to
+/// another delays the work on it until the other exists; a derivative rule
+/// that decodes a quantized weight ties the weight to the incoming
+/// cotangent, so each layer's weight is decoded when the backward pass
+/// reaches that layer, not all at the start.
+///
+/// ```
+/// # fn main() -> radix::Result<()> {
+/// use radix::testing::run;
+/// use radix::Literal;
+/// let x = Literal::from_slice(&[1.5f32, -2.0], &[2]);
+/// let out = run(&[x], |xs| {
+///     let tied = radix::optimization_barrier(&[xs[0], xs[0] * 2.0]);
+///     tied[0] + tied[1]
+/// })?;
+/// assert_eq!(out[0].data(), [4.5, -6.0]);
+/// # Ok(())
+/// # }
+/// ```
+#[track_caller]
+pub fn optimization_barrier(values: &[Tensor]) -> Vec<Tensor> {
+    let shapes: Vec<Shape> = values.iter().map(|t| t.shape()).collect();
+    multi(Op::OptimizationBarrier, values, &shapes)
+}
+
 /// [`call`] or [`checkpoint`].
 #[track_caller]
 fn called<A: Module + Clone, O: Module + Clone>(

@@ -125,6 +125,10 @@ pub(crate) enum Op {
     /// `stablehlo.custom_call @Sharding`: the operand, split as the result
     /// shape's sharding says.
     Sharding,
+    /// `stablehlo.optimization_barrier`: its operands, unchanged (one
+    /// result each), with no computation moved across it: what uses a
+    /// result waits for every operand.
+    OptimizationBarrier,
     /// `stablehlo.custom_call` of a Rust kernel declared with
     /// [`crate::custom_call::CustomCall`] (several results, read through
     /// `Project` nodes).
@@ -162,6 +166,7 @@ impl Op {
             Op::If { .. } => "if",
             Op::Call { .. } => "call",
             Op::Sharding => "sharding",
+            Op::OptimizationBarrier => "optimization_barrier",
             Op::CustomCall(_) => "custom_call",
         }
     }
@@ -189,6 +194,16 @@ impl Op {
             Op::Project(_) => unreachable!("projections are not printed"),
             Op::While { .. } | Op::If { .. } | Op::Call { .. } => control::print(self, p),
             Op::Sharding => sharding::print(p),
+            Op::OptimizationBarrier => {
+                let shapes = p.arg_shapes().to_vec();
+                p.multi(
+                    "stablehlo.optimization_barrier",
+                    shapes.len(),
+                    &[],
+                    "",
+                    &shapes,
+                )
+            }
             Op::CustomCall(site) => custom_call::print(site, p),
         }
     }
@@ -214,6 +229,7 @@ impl Op {
             Op::Reduce { .. } | Op::ReduceWindow { .. } => reduce::eval(self, args).remove(0),
             Op::Sharding => sharding::eval(args, shape),
             Op::Project(_)
+            | Op::OptimizationBarrier
             | Op::While { .. }
             | Op::If { .. }
             | Op::Call { .. }
@@ -254,6 +270,9 @@ impl Op {
             Op::Sort { .. } => sort::vjp(self, e, node, out, cts),
             Op::While { .. } | Op::If { .. } | Op::Call { .. } => control::vjp(self, e, node, cts),
             Op::Sharding => Ok(vec![cts[0]]),
+            // The cotangents pass as the values did: what the barrier
+            // orders is the forward computation.
+            Op::OptimizationBarrier => Ok(cts.to_vec()),
             Op::CustomCall(site) => custom_call::vjp(site, e, node, out, cts),
         }
     }
@@ -274,6 +293,7 @@ impl Op {
             | Op::If { .. }
             | Op::Call { .. }
             | Op::Sort { .. }
+            | Op::OptimizationBarrier
             | Op::CustomCall(_) => true,
             Op::Reduce { body, .. } => body.results.len() > 1,
             _ => false,
@@ -336,6 +356,7 @@ impl Op {
             Op::Reduce { .. } => reduce::eval(self, args),
             Op::Sort { .. } => sort::eval(self, args),
             Op::CustomCall(site) => custom_call::eval(site, args),
+            Op::OptimizationBarrier => args.iter().map(|&a| a.clone()).collect(),
             _ => control::eval(self, args),
         }
     }
