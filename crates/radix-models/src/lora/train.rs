@@ -48,15 +48,10 @@ where
         loss: impl Fn(&M, &I) -> Tensor,
         opt: AdamW,
     ) -> Result<LoraTrainer<M, I>> {
-        let (base, adapters) = split(model, &weights);
-        let leaves = |adapter: bool| -> Leaves {
-            radix::module::tensors(model)
-                .into_iter()
-                .map(|(_, t)| t)
-                .filter(|t| Lora::is_adapter(t) == adapter)
-                .collect()
-        };
-        let (base_ts, adapter_ts) = (leaves(false), leaves(true));
+        let buffers = radix::module::leaves::<M, Buffer>(&weights);
+        let (base, adapters) = split(model, buffers.into_iter().cloned());
+        let tensors = radix::module::tensors(model).into_iter().map(|(_, t)| t);
+        let (base_ts, adapter_ts) = split(model, tensors);
         let state_ts = AdamWState::params(&adapter_ts);
         let inputs = (base_ts, adapter_ts.clone(), state_ts, batch.clone());
         let template = model.clone();
@@ -93,14 +88,12 @@ where
 
     /// The model's weights: the base as loaded, the adapters so far.
     pub fn weights(&self) -> Result<Bufferized<M>> {
-        let (mut base, mut adapters) = (self.base.iter(), self.adapters.iter());
+        let mut merged = Merged {
+            base: self.base.iter(),
+            adapters: self.adapters.iter(),
+        };
         let weights = self.model.map(&mut String::new(), &mut |path, t| {
-            let next = if Lora::is_adapter(t) {
-                adapters.next()
-            } else {
-                base.next()
-            };
-            next.cloned().ok_or_else(|| {
+            merged.next_for(t).cloned().ok_or_else(|| {
                 radix::Error::Host(format!("no buffer for {path}: the model changed"))
             })
         })?;
@@ -108,34 +101,50 @@ where
     }
 }
 
-/// `weights`' buffers split into the base weights' and the adapters', each
-/// in the model's visit order.
-fn split<M: Module>(model: &M, weights: &Bufferized<M>) -> (Vec<Buffer>, Vec<Buffer>) {
-    let tensors = radix::module::tensors(model);
-    let buffers = radix::module::leaves::<M, Buffer>(weights);
+/// `leaves`, one per tensor of `model` in its visit order, split into the
+/// base weights' and the adapters', each in that order.
+fn split<M: Module, L>(model: &M, leaves: impl IntoIterator<Item = L>) -> (Vec<L>, Vec<L>) {
     let (mut base, mut adapters) = (vec![], vec![]);
-    for ((_, t), b) in tensors.iter().zip(buffers) {
+    for ((_, t), leaf) in radix::module::tensors(model).iter().zip(leaves) {
         if Lora::is_adapter(t) {
-            adapters.push(b.clone());
+            adapters.push(leaf);
         } else {
-            base.push(b.clone());
+            base.push(leaf);
         }
     }
     (base, adapters)
+}
+
+/// [`split`] undone: the base weights' and the adapters' leaves handed out
+/// in turn, as a walk over the model's tensors asks for them.
+struct Merged<I> {
+    base: I,
+    adapters: I,
+}
+
+impl<I: Iterator> Merged<I> {
+    /// The next leaf of `t`'s side.
+    fn next_for(&mut self, t: &Tensor) -> Option<I::Item> {
+        if Lora::is_adapter(t) {
+            self.adapters.next()
+        } else {
+            self.base.next()
+        }
+    }
 }
 
 /// `template` with its base tensors replaced by `base` and its adapters'
 /// by `adapters`, in visit order.
 fn assemble<M: Module + Clone>(template: &M, base: &[Tensor], adapters: &[Tensor]) -> M {
     let mut m = template.clone();
-    let (mut base, mut adapters) = (base.iter(), adapters.iter());
+    let mut merged = Merged {
+        base: base.iter(),
+        adapters: adapters.iter(),
+    };
     m.visit_mut(&mut String::new(), &mut |_, t| {
-        let next = if Lora::is_adapter(t) {
-            adapters.next()
-        } else {
-            base.next()
-        };
-        *t = *next.expect("as many tensors as the template has");
+        *t = *merged
+            .next_for(t)
+            .expect("as many tensors as the template has");
     });
     m
 }
