@@ -165,8 +165,10 @@ fn greedy_ids_alone_equal_batched_with_15_others() {
     smollm2_alone_equals_batched(MatrixFormat::Exact);
 }
 
-/// With the default 8-bit activations, a sequence's products in a batch are
-/// its products alone, so its ids are too.
+/// With the default 8-bit activations, a sequence's logits in a batch are
+/// its logits alone, bit for bit, its prompt prefilled alone or run in the
+/// batch's steps (a prompt of up to 16 tokens; a longer one ran alone as
+/// tiled products, and only its ids are compared).
 #[test]
 fn int8_greedy_ids_alone_equal_batched_with_15_others() {
     smollm2_alone_equals_batched(MatrixFormat::AsStored);
@@ -206,19 +208,10 @@ fn smollm2_alone_equals_batched(matrices: MatrixFormat) {
             alone[i].margins[k]
         });
     }
-    // Joining five at a time, while earlier ones decode and leave; then,
-    // with exact products, their prompts run by the batch's steps, 8 tokens
-    // a step. (With 8-bit activations a step's products depend on how many
-    // tokens it runs, 16 or fewer or more, as a prompt's prefill and its
-    // decode steps already differ: a prompt run in steps of other lengths
-    // than alone may part from its ids alone where the top two logits are
-    // close; the fifth prompt's first pick did, at a margin of 2.4e-2.)
+    // Joining five at a time, while earlier ones decode and leave; then
+    // their prompts run by the batch's steps, 8 tokens a step.
     let mut margin = smallest_margin(&alone);
-    let admits = match matrices {
-        MatrixFormat::Exact => vec![Admit::Prefilled, Admit::InSteps(8)],
-        _ => vec![Admit::Prefilled],
-    };
-    for admit in admits {
+    for admit in [Admit::Prefilled, Admit::InSteps(8)] {
         let batched = run(&mut runner, &mut batch, &prompts, 5, admit);
         for (i, (a, b)) in alone.iter().zip(&batched).enumerate() {
             let how = match admit {
@@ -226,6 +219,15 @@ fn smollm2_alone_equals_batched(matrices: MatrixFormat) {
                 Admit::InSteps(_) => "prompt run in the batch's steps",
             };
             assert_same_picks(&format!("prompt {i}: batched ({how}) vs alone"), b, a);
+            // With 8-bit products the logits themselves are the same bits
+            // (their top-2 margins stand for them here), but for a prompt
+            // of more tokens than a step takes as dots: alone, its prompt
+            // ran as tiled products, summed in another order.
+            let dots = prompts[i].1.len() <= radix::quant::DOT_MAX_TOKENS;
+            if matrices == MatrixFormat::AsStored && (dots || matches!(admit, Admit::Prefilled)) {
+                let bits = |p: &Picks| p.margins.iter().map(|m| m.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(b), bits(a), "prompt {i}: logits batched ({how}) vs alone");
+            }
         }
         assert!(batch.is_empty());
         margin = margin.min(smallest_margin(&batched));

@@ -183,6 +183,25 @@ pub fn matmul_q8_with(
             None => matmul_with(config, format, weights, rows, cols, n_tokens, x, y),
         };
     }
+    matmul_q8_dots_with(config, format, weights, rows, cols, n_tokens, x, y)
+}
+
+/// [`matmul_q8_with`]'s products of up to [`DOT_MAX_TOKENS`] tokens, for
+/// any number of tokens: each token's are exactly those
+/// [`matvec_q8_with`] computes for it alone. For a step of several
+/// sequences of a few tokens each, so that each sequence's results are
+/// those of a step of it alone, however many run beside it.
+#[allow(clippy::too_many_arguments)] // the matrix, its shape, the tokens: none is optional
+pub fn matmul_q8_dots_with(
+    config: &Config,
+    format: Format,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    n_tokens: usize,
+    x: &[f32],
+    y: &mut [f32],
+) -> Result<(), Error> {
     if !Q8_FORMATS.contains(&format) {
         return match n_tokens {
             1 => matvec_with(config, format, weights, rows, cols, x, y),

@@ -9,6 +9,7 @@ use std::sync::LazyLock;
 
 use crate::custom_call::{Attrs, CustomCall, Kernel};
 use crate::nn::broadcast_like;
+use crate::nn::rows::{LAST, Rows};
 use crate::nn::vector_math::vectorized;
 use crate::{DType, Shape, Tensor};
 
@@ -28,10 +29,6 @@ static LAYER_NORM: LazyLock<CustomCall> = LazyLock::new(|| {
         .register()
         .expect("radix.layer_norm is declared once")
 });
-
-/// The tags the call gives the normalized axis and the others, flattened.
-const LAST: &str = "__norm";
-const ROWS: &str = "__rows";
 
 fn eps(attrs: &Attrs) -> f64 {
     f64::from(attrs.f32("eps").unwrap_or(0.0))
@@ -56,35 +53,20 @@ pub(super) fn layer_norm(
     axis: &str,
     eps: f64,
 ) -> Tensor {
-    let xs = x.shape();
-    let same = residual.is_none_or(|r| r.shape() == xs);
-    let (Some(at), DType::F32, true) = (xs.axis(axis), xs.dtype(), same) else {
+    let same = residual.is_none_or(|r| r.shape() == x.shape());
+    let rows = Rows::along(x, axis).filter(|_| x.dtype() == DType::F32 && same);
+    let Some(rows) = rows else {
         let x = residual.map_or(x, |r| x + r);
         return traced(x, weight, bias, axis, eps);
-    };
-    let mut perm: Vec<usize> = (0..xs.rank()).filter(|&i| i != at).collect();
-    perm.push(at);
-    let d = xs.dims()[at];
-    let rows = xs.count() as i64 / d.max(1);
-    let flat = |x: Tensor| {
-        x.transpose(perm.as_slice())
-            .reshape(&[rows, d])
-            .with_tags(&[ROWS, LAST])
     };
     let w = weight.rename(axis, LAST);
     let b = bias.rename(axis, LAST);
     let attrs = Attrs::new().with("eps", eps as f32);
     let y = match residual {
-        Some(r) => LAYER_NORM.call(&[flat(x), w, b, flat(r)], &attrs)[0],
-        None => LAYER_NORM.call(&[flat(x), w, b], &attrs)[0],
+        Some(r) => LAYER_NORM.call(&[rows.flat(x), w, b, rows.flat(r)], &attrs)[0],
+        None => LAYER_NORM.call(&[rows.flat(x), w, b], &attrs)[0],
     };
-    let moved = x.transpose(perm.as_slice()).shape();
-    // The inverse of `perm`: axis `perm[i]` of `x` is axis `i` of `moved`.
-    let mut back = vec![0; perm.len()];
-    for (i, &p) in perm.iter().enumerate() {
-        back[p] = i;
-    }
-    y.reshape_to(moved).transpose(back.as_slice())
+    rows.unflat(y)
 }
 
 /// The formula in ops.

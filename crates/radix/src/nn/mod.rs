@@ -21,7 +21,11 @@ mod lora;
 mod mlp;
 mod norm;
 mod padded_attention;
+mod rms_norm;
 mod rope;
+mod rotate;
+mod rows;
+mod sin_cos;
 mod vector_math;
 
 /// The axis tags the layers use, as constants (`x.dot(w, tags::D)`).

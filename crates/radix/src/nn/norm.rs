@@ -1,6 +1,6 @@
 //! Normalisations over one tagged axis: `LayerNorm` and `RmsNorm`.
 
-use crate::nn::{broadcast_like, param};
+use crate::nn::param;
 use crate::{Module, Tag, Tensor};
 
 /// `(x - mean) / sqrt(var + eps) * weight + bias` over axis `dim`
@@ -73,15 +73,15 @@ impl RmsNorm {
         RmsNorm { offset, ..self }
     }
 
-    /// Normalises `x` over the axis.
+    /// Normalises `x` over the axis: on the CPU plugin one kernel
+    /// (`radix.rms_norm`), each row's bits independent of the rows beside
+    /// it; elsewhere the formula in ops.
     #[track_caller]
     pub fn forward(&self, x: Tensor) -> Tensor {
-        let ms = (x * x).mean(self.dim.as_str());
-        let inv = broadcast_like((ms + self.eps).rsqrt(), x);
         let w = match self.offset {
             0.0 => self.weight,
             offset => self.weight + offset,
         };
-        x * inv * broadcast_like(w, x)
+        super::rms_norm::rms_norm(x, w, self.dim.as_str(), self.eps)
     }
 }

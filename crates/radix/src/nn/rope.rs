@@ -4,14 +4,9 @@
 //! and YaRN (<https://arxiv.org/abs/2309.00071>), computed as Hugging Face
 //! `transformers` does (`modeling_rope_utils.py`).
 
-use crate::nn::broadcast_like;
-use crate::nn::tags::HD;
-use crate::{DType, Module, Size, Tensor};
+use super::rotate::HD2;
+use crate::{DType, Module, Tensor};
 
-/// Half the head width: one rotation angle each.
-const HD2: &str = "hd2";
-/// The two elements a rotation mixes.
-const ROT: &str = "rot";
 
 /// Which components of a head vector rotate together.
 #[derive(Module, Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,29 +178,12 @@ impl Rotary {
         axes.push((HD2, half));
         let grid = crate::Shape::tagged(DType::F64, &axes);
         let angle = pos.broadcast(grid) * inv.broadcast(grid);
-        let (cos, sin) = if self.attention_factor == 1.0 {
-            (angle.cos(), angle.sin())
-        } else {
-            let a = self.attention_factor;
-            (angle.cos() * a, angle.sin() * a)
+        let (cos, sin) = super::sin_cos::sin_cos(angle);
+        let (cos, sin) = match self.attention_factor {
+            1.0 => (cos, sin),
+            a => (cos * a, sin * a),
         };
         let (cos, sin) = (cos.convert(x.dtype()), sin.convert(x.dtype()));
-
-        let parts: [(&str, Size); 2] = match self.layout {
-            RopeLayout::HalfSplit => [(ROT, 2.into()), (HD2, half.into())],
-            RopeLayout::AdjacentPair => [(HD2, half.into()), (ROT, 2.into())],
-        };
-        let split = x.split_axis(HD, &parts);
-        let at = split.shape().axis(ROT).unwrap_or(0);
-        let x0 = split.slice(ROT, 0..1).squeeze(ROT);
-        let x1 = split.slice(ROT, 1..2).squeeze(ROT);
-        let (c, s) = (broadcast_like(cos, x0), broadcast_like(sin, x0));
-        let y0 = x0 * c - x1 * s;
-        let y1 = x1 * c + x0 * s;
-        let pair = match self.layout {
-            RopeLayout::HalfSplit => [ROT, HD2],
-            RopeLayout::AdjacentPair => [HD2, ROT],
-        };
-        Tensor::stack(&[y0, y1], at, ROT).merge_axes(pair, HD)
+        super::rotate::rotate(x, cos, sin, self.layout)
     }
 }

@@ -166,6 +166,12 @@ fn dot_and_add(
     if let Some(a) = activation {
         attrs = attrs.with(ACTIVATION, a.name());
     }
+    // A step of several sequences (`x` tagged `(b, s, ...)`) says how many
+    // tokens each has.
+    let sequence = xs.axis(crate::nn::tags::S).map(|s| xs.dims()[s]);
+    if let Some(s) = sequence.filter(|&s| s < n) {
+        attrs = attrs.with(SEQUENCE, s);
+    }
     let y2 = match bias {
         Some(b) => QUANT_DOT.call(&[x2, w, b.reshape(&[ws.dims()[0]])], &attrs)[0],
         None => QUANT_DOT.call(&[x2, w], &attrs)[0],
@@ -242,6 +248,13 @@ const PANELS: &str = "panels";
 /// The attribute naming the function applied to every output after the
 /// bias; absent, none.
 const ACTIVATION: &str = "activation";
+
+/// The attribute giving the tokens of each sequence in `x`'s rows, where
+/// they hold several sequences (a batch's step); absent, one. With
+/// [`Products::Int8`], sequences of up to `radix_quant::DOT_MAX_TOKENS`
+/// tokens take a dot per token however many rows there are, so that a
+/// sequence's results in a batch's step are those of a step of it alone.
+const SEQUENCE: &str = "sequence";
 
 /// A function [`ACTIVATION`] may name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -371,8 +384,15 @@ fn products(
     let products = Products::from_name(products)
         .ok_or_else(|| format!("no products {products:?} (int8 or exact)"))?;
     // Int8: a decode step's (or a batch's) dots, or a prompt's tiled integer
-    // products where the CPU has them (`radix_quant::DOT_MAX_TOKENS`).
-    let res = if products == Products::Int8 {
+    // products where the CPU has them (`radix_quant::DOT_MAX_TOKENS`), by
+    // the tokens of a sequence.
+    let sequence = match k.attrs().i64(SEQUENCE) {
+        Ok(s) => usize::try_from(s).map_err(|e| format!("{SEQUENCE} {s}: {e}"))?,
+        Err(_) => n,
+    };
+    let res = if products == Products::Int8 && sequence <= radix_quant::DOT_MAX_TOKENS {
+        radix_quant::matmul_q8_dots_with(config, format, w, rows, cols, n, x, y)
+    } else if products == Products::Int8 {
         radix_quant::matmul_q8_with(config, format, w, rows, cols, n, x, y)
     } else if n == 1 {
         radix_quant::matvec_with(config, format, w, rows, cols, x, y)

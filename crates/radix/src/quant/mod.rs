@@ -14,7 +14,7 @@ mod rows;
 mod unpack;
 
 pub use dot::{dot, dot_bias, dot_bias_gelu_erf};
-pub use radix_quant::Format;
+pub use radix_quant::{DOT_MAX_TOKENS, Format};
 pub use rows::rows;
 pub use unpack::dequantize;
 
