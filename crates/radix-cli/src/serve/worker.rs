@@ -2,12 +2,11 @@
 //! [`Batch`] of `--max-batch` cache rows (slots), and takes requests from a
 //! bounded queue. Each turn it admits waiting prompts into free slots, then
 //! advances every running sequence in one batched step. A prompt whose
-//! first tokens the [`PromptCache`] holds runs only the rest. With exact
-//! products, a prompt with at most [`IN_STEP`] tokens left to run (a short
-//! one, or the rest after a prompt cache's hit) takes its slot at once and
-//! runs in that step beside the decoding rows, so that prompts arriving
-//! together run together ([`in_step`] says why not with 8-bit
-//! activations). Any other runs on its own cache first, at most
+//! first tokens the [`PromptCache`] holds runs only the rest. A prompt with
+//! at most [`IN_STEP`] tokens left to run (a short one, or the rest after a
+//! prompt cache's hit) takes its slot at once and runs in that step beside
+//! the decoding rows, so that prompts arriving together run together. Any
+//! other runs on its own cache first, at most
 //! `--prefill-chunk` of its tokens a turn while sequences decode, so that
 //! it does not stall every stream for its whole length, and then takes a
 //! slot. A prompt that has run picks its first token. A finished sequence,
@@ -120,7 +119,6 @@ impl Worker {
                         prompts: runner.prompt_cache(cfg.prompt_cache),
                         prefilling: None,
                         chunk: cfg.prefill_chunk.max(1),
-                        in_step: in_step(cfg.matrices),
                         runner,
                         batch,
                         slots: cfg.max_batch,
@@ -210,32 +208,16 @@ impl Worker {
 pub const IDLE_TURN: Duration = Duration::from_millis(100);
 
 /// The most prompt tokens left to run with which a prompt runs in the
-/// batch's step (see [`in_step`]).
+/// batch's step, beside the decoding rows, rather than on its own cache
+/// first. A step pads every row to its longest, so a row with more would
+/// make every decoding row's token cost that many. Its logits are what
+/// they are when the prompt runs alone (bit for bit with 8-bit products,
+/// which take a dot per token for sequences of up to
+/// [`radix::quant::DOT_MAX_TOKENS`] tokens however many rows a step has;
+/// up to the order of summation with exact ones), so a prompt cache's hit
+/// answers as the prompt did cold, and a seeded sample draws the same
+/// tokens.
 const IN_STEP: usize = 16;
-
-/// How many prompt tokens left to run let a prompt run in the batch's step
-/// with matrices `matrices`: only where that keeps its logits what they are
-/// when its prompt runs alone, so that a prompt cache's hit answers as the
-/// prompt did cold (and a seeded sample draws the same tokens). Exact
-/// products are `W·x` in any step, up to their order of summation; a step
-/// pads every row to its longest, so a row with more than [`IN_STEP`]
-/// would make every decoding row's token cost that many. With 8-bit
-/// activations none: a step of one token per row and a prompt's step of 8
-/// compute a token's activations through programs XLA fuses differently,
-/// and the last-bit differences that leaves move some activations across a
-/// rounding step of their 8-bit codes (SmolLM2's logits for the same token
-/// then differ by up to 0.33, where exact products differ by 3e-5). Steps
-/// run layer by layer do not remove it: a token at position 19 still got
-/// other bits from a one-token step of 8 rows than alone (of 2 and 4 rows,
-/// the same), and from a step of 8 tokens than of 1, with the 8-bit
-/// products the same for each token up to `DOT_MAX_TOKENS` rows; what is
-/// left is XLA rounding a loop over more rows otherwise.
-fn in_step(matrices: MatrixFormat) -> usize {
-    match matrices {
-        MatrixFormat::Exact => IN_STEP,
-        _ => 0,
-    }
-}
 
 /// Sets the queue gauge of `metrics` and counts the jobs dropped because
 /// their clients left.
@@ -316,9 +298,6 @@ struct State {
     prefilling: Option<Prefill>,
     /// The most prompt tokens a turn runs while sequences decode.
     chunk: usize,
-    /// The most prompt tokens left with which a prompt runs in the batch's
-    /// step ([`in_step`]).
-    in_step: usize,
     slots: usize,
     context: usize,
     tokenizer: Tokenizer,
@@ -560,7 +539,7 @@ impl State {
                 match self.begin(job) {
                     // An empty rest (the routes refuse empty prompts) would
                     // give its row no token for the step.
-                    Ok(p) if (1..=self.in_step).contains(&p.left()) => {
+                    Ok(p) if (1..=IN_STEP).contains(&p.left()) => {
                         match self.join_unrun(p) {
                             Ok(seq) => active.push(seq),
                             Err(e) => drop(events.send(Event::Failed(format!("{e:#}")))),
@@ -658,7 +637,7 @@ impl State {
         }
     }
 
-    /// Takes a slot for a prompt with tokens left to run (see [`in_step`]):
+    /// Takes a slot for a prompt with tokens left to run (see [`IN_STEP`]):
     /// the next step runs them, and keeps the prompt in the prompt cache.
     fn join_unrun(&mut self, p: Prefill) -> Result<Seq> {
         let unrun = p.job.prompt[p.cache.len()..].to_vec();
