@@ -511,7 +511,9 @@ fn other_architectures_batched_answer_as_generate_does() {
             // Three join the held one; two wait. Then the held one leaves.
             s.wait_metric("radix_active_slots", 4.0);
             s.wait_metric("radix_queue_depth", 2.0);
-            assert_eq!(s.metric("radix_decode_steps_total"), 0.0);
+            // The held prompt ran in one step (its first token comes from
+            // it); none has run since.
+            assert!(s.metric("radix_decode_steps_total") <= 1.0);
             drop(held);
             threads.into_iter().map(|t| t.join().unwrap()).collect()
         });
