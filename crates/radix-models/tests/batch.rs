@@ -226,7 +226,11 @@ fn smollm2_alone_equals_batched(matrices: MatrixFormat) {
             let dots = prompts[i].1.len() <= radix::quant::DOT_MAX_TOKENS;
             if matrices == MatrixFormat::AsStored && (dots || matches!(admit, Admit::Prefilled)) {
                 let bits = |p: &Picks| p.margins.iter().map(|m| m.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(b), bits(a), "prompt {i}: logits batched ({how}) vs alone");
+                assert_eq!(
+                    bits(b),
+                    bits(a),
+                    "prompt {i}: logits batched ({how}) vs alone"
+                );
             }
         }
         assert!(batch.is_empty());

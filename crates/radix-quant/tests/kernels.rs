@@ -12,8 +12,8 @@ mod common;
 use common::{Codes, FineGrained, Rng, random_weights, random_x, reference};
 use proptest::prelude::*;
 use radix_quant::{
-    Config, Error, Format, Isa, Parallel, ScopedThreads, Serial, dequantize, matmul_with,
-    matvec_q8_with, matvec_with, quantize_q8_0,
+    Config, Error, Format, Isa, Parallel, ScopedThreads, Serial, dequantize, matmul_q8_dots_with,
+    matmul_with, matvec_q8_with, matvec_with, quantize_q8_0,
 };
 
 /// Runs `matvec` on every token of `x` and `matmul` on all of them, on every
@@ -179,6 +179,53 @@ fn companions_do_not_change_a_token() {
                         all[t * rows..(t + 1) * rows],
                         alone[..rows],
                         "{format:?} ({}): token {t} of {n}",
+                        isa.name()
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// With 8-bit activations, a step of several sequences' tokens
+/// (`matmul_q8_dots_with`, any number of them: the VNNI kernel takes them
+/// in groups that share each row's decoded codes) gives every token the
+/// bits `matvec_q8_with` gives it alone, for every format with integer
+/// dots, on every instruction set this CPU runs, with or without a partial
+/// group and a partial pair or group of 16 blocks.
+#[test]
+fn a_token_among_many_gets_its_dots_alone() {
+    let mut rng = Rng(29);
+    let formats = [
+        Format::Q8_0,
+        Format::Q4_0,
+        Format::Q4_1,
+        Format::Q5_0,
+        Format::Q5_1,
+    ];
+    let threads = FineGrained(ScopedThreads::new(3));
+    for format in formats {
+        for (rows, cols) in [(13, 576), (5, 32 * 19)] {
+            let weights = random_weights(format, rows, cols, Codes::Random, 1.0, &mut rng);
+            let n = 23;
+            let x = random_x(n * cols, &mut rng);
+            for isa in Isa::available() {
+                let config = Config {
+                    isa,
+                    parallel: &threads,
+                };
+                let mut all = vec![f32::NAN; n * rows];
+                matmul_q8_dots_with(&config, format, &weights, rows, cols, n, &x, &mut all)
+                    .expect("shapes");
+                for (t, (x, all)) in x.chunks_exact(cols).zip(all.chunks_exact(rows)).enumerate() {
+                    let mut alone = vec![f32::NAN; rows];
+                    matvec_q8_with(&config, format, &weights, rows, cols, x, &mut alone)
+                        .expect("shapes");
+                    let bits = |y: &[f32]| y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(all),
+                        bits(&alone),
+                        "{format:?} {rows}x{cols} ({}): token {t} of {n}",
                         isa.name()
                     );
                 }

@@ -34,11 +34,19 @@ fn literal(dtype: DType, axes: &[(&str, i64)], bytes: Vec<u8>) -> Literal {
 }
 
 fn f32s(values: &[f32], axes: &[(&str, i64)]) -> Literal {
-    literal(DType::F32, axes, values.iter().flat_map(|v| v.to_le_bytes()).collect())
+    literal(
+        DType::F32,
+        axes,
+        values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    )
 }
 
 fn i32s(values: &[i32], axes: &[(&str, i64)]) -> Literal {
-    literal(DType::I32, axes, values.iter().flat_map(|v| v.to_le_bytes()).collect())
+    literal(
+        DType::I32,
+        axes,
+        values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    )
 }
 
 fn random(rng: &mut Rng, n: usize) -> Vec<f32> {
@@ -62,9 +70,17 @@ fn same_bits_in_every_step(
         let got = run(b, s, CustomCallMode::Native);
         let bits: Vec<u32> = got[..row].iter().map(|v| v.to_bits()).collect();
         let differ = bits.iter().zip(&alone).filter(|(a, b)| a != b).count();
-        assert_eq!(differ, 0, "{what}: {differ} of {row} values differ in a step of {b}×{s}");
+        assert_eq!(
+            differ, 0,
+            "{what}: {differ} of {row} values differ in a step of {b}×{s}"
+        );
         let fallback = run(b, s, CustomCallMode::Fallback);
-        assert_all_close(&format!("{what}: kernel vs fallback, {b}×{s}"), &got, &fallback, Tol::F32);
+        assert_all_close(
+            &format!("{what}: kernel vs fallback, {b}×{s}"),
+            &got,
+            &fallback,
+            Tol::F32,
+        );
     }
 }
 
@@ -102,7 +118,9 @@ fn rotary_gives_a_token_the_same_bits_in_any_step() {
             let mut x = random(&mut rng.clone(), n * row_len);
             x[..row_len].copy_from_slice(&row);
             // The first token at position 19, the others elsewhere.
-            let pos: Vec<i32> = (0..n as i32).map(|i| if i == 0 { 19 } else { 3 + i }).collect();
+            let pos: Vec<i32> = (0..n as i32)
+                .map(|i| if i == 0 { 19 } else { 3 + i })
+                .collect();
             let inputs = [
                 f32s(&x, &[("b", b), ("s", s), ("h", h), ("hd", hd)]),
                 i32s(&pos, &[("b", b), ("s", s)]),

@@ -47,10 +47,19 @@ pub(super) fn pair_codes(blocks: &[BlockQ8_0], out: &mut [u8]) {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(super) use imp::dot_row_q8;
+pub(super) use imp::{dot_row_q8, dot_rows_q8};
 
 #[cfg(not(target_arch = "x86_64"))]
 pub(super) fn dot_row_q8(_: crate::Format, _: &[u8], _: &Q8Activations) -> f32 {
+    unreachable!("AVX-512 is never detected off x86-64")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub(super) fn dot_rows_q8<const T: usize>(
+    _: crate::Format,
+    _: &[u8],
+    _: [&Q8Activations; T],
+) -> [f32; T] {
     unreachable!("AVX-512 is never detected off x86-64")
 }
 
@@ -81,16 +90,23 @@ mod imp {
     /// A row of `format` blocks times `x`, whose `pairs` hold its codes in
     /// pair order. Reached only through `Isa(Kind::Avx512Vnni)`.
     pub(in crate::kernels) fn dot_row_q8(format: Format, row: &[u8], x: &Q8Activations) -> f32 {
-        // SAFETY: `Kind::Avx512Vnni` exists only once `avx512::vnni_detected`
-        // said yes (with AVX2, FMA and F16C); `matmul_q8_with` checked that
-        // the row and the activations have the same number of blocks.
+        dot_rows_q8::<1>(format, row, [x])[0]
+    }
+
+    pub(in crate::kernels) fn dot_rows_q8<const T: usize>(
+        format: Format,
+        row: &[u8],
+        xs: [&Q8Activations; T],
+    ) -> [f32; T] {
+        // SAFETY: `Isa::best` chose this kernel only where the CPU has
+        // AVX-512 F/BW/VL and VNNI (and AVX2, FMA and F16C).
         unsafe {
             match format {
-                Format::Q8_0 => dot::<Q8_0>(row, x),
-                Format::Q4_0 => dot::<Q4_0>(row, x),
-                Format::Q4_1 => dot::<Q4_1>(row, x),
-                Format::Q5_0 => dot::<Q5_0>(row, x),
-                Format::Q5_1 => dot::<Q5_1>(row, x),
+                Format::Q8_0 => dot::<Q8_0, T>(row, xs),
+                Format::Q4_0 => dot::<Q4_0, T>(row, xs),
+                Format::Q4_1 => dot::<Q4_1, T>(row, xs),
+                Format::Q5_0 => dot::<Q5_0, T>(row, xs),
+                Format::Q5_1 => dot::<Q5_1, T>(row, xs),
                 _ => unreachable!("matvec_q8_with sends only its Q8_FORMATS here"),
             }
         }
@@ -106,20 +122,26 @@ mod imp {
         }
     }
 
-    /// Σ over blocks of `d·dx·Σ codes·x̃ + c·dx·Σ x̃`, where `c` is the
-    /// minimum (Q4_1, Q5_1), minus the offset times `d` (Q4_0, Q5_0), or
-    /// nothing (Q8_0).
+    /// For each token `x` of `xs`: Σ over blocks of `d·dx·Σ codes·x̃ +
+    /// c·dx·Σ x̃`, where `c` is the minimum (Q4_1, Q5_1), minus the offset
+    /// times `d` (Q4_0, Q5_0), or nothing (Q8_0). The row's scales and
+    /// codes are read and decoded once for all `T` tokens; each token's
+    /// floating-point operations are the same, in the same order, whatever
+    /// `T` is, so a token gets the same bits in a group as alone.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn dot<const F: u8>(row: &[u8], x: &Q8Activations) -> f32 {
+    unsafe fn dot<const F: u8, const T: usize>(row: &[u8], xs: [&Q8Activations; T]) -> [f32; T] {
         // SAFETY: every pointer stays inside `row` (whole blocks: the
         // gather reads the first four bytes of the `n` blocks left, and a
-        // missing second block of a pair is never read), `x.scales` (`n`
-        // pairs of f32 from `g`, masked) and `x.pairs` (64 bytes a pair).
+        // missing second block of a pair is never read), each `x.scales`
+        // (`n` pairs of f32 from `g`, masked) and `x.pairs` (64 bytes a
+        // pair).
         unsafe {
             let bb = block_bytes(F);
             let n_blocks = row.len() / bb;
-            debug_assert_eq!(x.scales.len(), n_blocks);
-            debug_assert!(x.pairs.len() >= super::pair_codes_len(n_blocks));
+            for x in xs {
+                debug_assert_eq!(x.scales.len(), n_blocks);
+                debug_assert!(x.pairs.len() >= super::pair_codes_len(n_blocks));
+            }
             let offsets = _mm512_mullo_epi32(
                 _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                 _mm512_set1_epi32(bb as i32),
@@ -129,7 +151,7 @@ mod imp {
             // A pair's products come out as 4 lanes of the first block, 4 of
             // the second, 4 of the first, 4 of the second.
             let pair_lanes = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
-            let (mut acc, mut acc_c) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+            let (mut acc, mut acc_c) = ([_mm512_setzero_ps(); T], [_mm512_setzero_ps(); T]);
             for g in (0..n_blocks).step_by(16) {
                 let n = (n_blocks - g).min(16);
                 let base = row.as_ptr().add(g * bb);
@@ -141,54 +163,63 @@ mod imp {
                     base.cast(),
                 );
                 let d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw));
-                // The activations' [dx, dx·Σ x̃] of these blocks.
-                let xs = x.scales.as_ptr().add(g).cast::<f32>();
-                let (lo_n, hi_n) = ((2 * n).min(16), (2 * n).saturating_sub(16));
-                let a = _mm512_maskz_loadu_ps(((1u32 << lo_n) - 1) as u16, xs);
-                let b = _mm512_maskz_loadu_ps(((1u32 << hi_n) - 1) as u16, xs.add(16));
-                let dx = _mm512_permutex2var_ps(a, even, b);
-                let sum = _mm512_permutex2var_ps(a, odd, b);
-                let scale = _mm512_mul_ps(d, dx);
-                match F {
+                // What multiplies each block's activation sum: the minimum,
+                // or the offset times d.
+                let c = match F {
                     Q4_1 | Q5_1 => {
-                        let m =
-                            _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(raw)));
-                        acc_c = _mm512_fmadd_ps(m, sum, acc_c);
+                        Some(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<
+                            16,
+                        >(
+                            raw
+                        ))))
                     }
-                    Q4_0 => {
-                        acc_c = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(-8.0)), sum, acc_c)
+                    Q4_0 => Some(_mm512_mul_ps(d, _mm512_set1_ps(-8.0))),
+                    Q5_0 => Some(_mm512_mul_ps(d, _mm512_set1_ps(-16.0))),
+                    _ => None,
+                };
+                let (lo_n, hi_n) = ((2 * n).min(16), (2 * n).saturating_sub(16));
+                let mut scale = [_mm512_setzero_ps(); T];
+                for t in 0..T {
+                    // The activations' [dx, sum] pairs of these blocks,
+                    // split into the dx of each and the sum of each.
+                    let at = xs[t].scales.as_ptr().add(g).cast::<f32>();
+                    let a = _mm512_maskz_loadu_ps(((1u32 << lo_n) - 1) as u16, at);
+                    let b = _mm512_maskz_loadu_ps(((1u32 << hi_n) - 1) as u16, at.add(16));
+                    let dx = _mm512_permutex2var_ps(a, even, b);
+                    let sum = _mm512_permutex2var_ps(a, odd, b);
+                    scale[t] = _mm512_mul_ps(d, dx);
+                    if let Some(c) = c {
+                        acc_c[t] = _mm512_fmadd_ps(c, sum, acc_c[t]);
                     }
-                    Q5_0 => {
-                        acc_c = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(-16.0)), sum, acc_c)
-                    }
-                    _ => {}
                 }
                 let mut lanes = pair_lanes;
                 for k in (0..n).step_by(2) {
                     let first = base.add(k * bb);
                     let second = (k + 1 < n).then(|| first.add(bb));
-                    let xv = _mm512_loadu_si512(x.pairs.as_ptr().add((g + k) * 32).cast());
-                    let dot = products::<F>(first, second, xv);
-                    let s = _mm512_permutexvar_ps(lanes, scale);
-                    acc = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(dot), acc);
+                    let w = codes::<F>(first, second);
+                    for t in 0..T {
+                        let xv = _mm512_loadu_si512(xs[t].pairs.as_ptr().add((g + k) * 32).cast());
+                        let dot = products::<F>(w, xv);
+                        let s = _mm512_permutexvar_ps(lanes, scale[t]);
+                        acc[t] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(dot), acc[t]);
+                    }
                     lanes = _mm512_add_epi32(lanes, _mm512_set1_epi32(2));
                 }
             }
-            _mm512_reduce_add_ps(acc) + _mm512_reduce_add_ps(acc_c)
+            let mut out = [0.0; T];
+            for t in 0..T {
+                out[t] = _mm512_reduce_add_ps(acc[t]) + _mm512_reduce_add_ps(acc_c[t]);
+            }
+            out
         }
     }
 
-    /// The integer products of a pair of blocks (`second` absent: zeros)
-    /// with their activations `xv` in pair order, 16 lanes of i32.
+    /// The codes of a pair of blocks (`second` absent: zeros) in pair
+    /// order, as bytes: Q8_0's signed, the others' unsigned (4 or 5 bits).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn products<const F: u8>(
-        first: *const u8,
-        second: Option<*const u8>,
-        xv: __m512i,
-    ) -> __m512i {
+    unsafe fn codes<const F: u8>(first: *const u8, second: Option<*const u8>) -> __m512i {
         // SAFETY: `first` and `second` are whole blocks of format `F`.
         unsafe {
-            let zero = _mm512_setzero_si512();
             if F == Q8_0 {
                 // Low halves of both blocks, then high halves.
                 let half = |at: usize| match second {
@@ -196,10 +227,7 @@ mod imp {
                     None => _mm256_zextsi128_si256(_mm_loadu_si128(first.add(at).cast())),
                 };
                 let qs = offset_of!(BlockQ8_0, qs);
-                let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(half(qs)), half(qs + 16));
-                let negative = _mm512_movepi8_mask(w);
-                let xv = _mm512_mask_sub_epi8(xv, negative, zero, xv);
-                return _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(w), xv);
+                return _mm512_inserti64x4::<1>(_mm512_castsi256_si512(half(qs)), half(qs + 16));
             }
             // The 16 bytes of packed nibbles, and the 32 high bits of Q5_*.
             let (qs_at, qh_at) = match F {
@@ -217,13 +245,29 @@ mod imp {
             let shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
             let mut w = _mm512_and_si512(_mm512_srlv_epi64(qq, shift), _mm512_set1_epi8(0x0F));
             if let Some(at) = qh_at {
+                // Bit j of qh is the fifth bit of code j: low nibbles take
+                // bits 0..16 of each block, high nibbles 16..32.
                 let h0 = u64::from(first.add(at).cast::<u32>().read_unaligned());
                 let h1 = second.map_or(0, |s| u64::from(s.add(at).cast::<u32>().read_unaligned()));
                 let bits =
                     (h0 & 0xFFFF) | (h1 & 0xFFFF) << 16 | (h0 >> 16) << 32 | (h1 >> 16) << 48;
                 w = _mm512_mask_add_epi8(w, bits, w, _mm512_set1_epi8(0x10));
             }
-            _mm512_dpbusd_epi32(zero, w, xv)
+            w
         }
+    }
+
+    /// The integer products of a pair of blocks' [`codes`] `w` with their
+    /// activations `xv` in pair order, 16 lanes of i32.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    fn products<const F: u8>(w: __m512i, xv: __m512i) -> __m512i {
+        let zero = _mm512_setzero_si512();
+        if F == Q8_0 {
+            // `vpdpbusd` takes unsigned codes: |w| times x with w's sign.
+            let negative = _mm512_movepi8_mask(w);
+            let xv = _mm512_mask_sub_epi8(xv, negative, zero, xv);
+            return _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(w), xv);
+        }
+        _mm512_dpbusd_epi32(zero, w, xv)
     }
 }

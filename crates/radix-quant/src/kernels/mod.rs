@@ -252,7 +252,20 @@ pub fn matmul_q8_dots_with(
         })
         .collect();
     let dot = |row: &[u8], out: &mut [f32]| {
-        for (y, x) in out.iter_mut().zip(&tokens) {
+        // With VNNI, the row's codes decoded once for each group of
+        // tokens; each token's sum is the same as alone.
+        let mut done = 0;
+        if isa.0 == Kind::Avx512Vnni {
+            for (ys, xs) in out
+                .chunks_exact_mut(DOT_GROUP)
+                .zip(tokens.chunks_exact(DOT_GROUP))
+            {
+                let xs: [&Q8Activations; DOT_GROUP] = std::array::from_fn(|t| &xs[t]);
+                ys.copy_from_slice(&dot_vnni::dot_rows_q8(format, row, xs));
+                done += DOT_GROUP;
+            }
+        }
+        for (y, x) in out[done..].iter_mut().zip(&tokens[done..]) {
             *y = dot_row_q8(isa, format, row, x);
         }
     };
@@ -270,6 +283,11 @@ pub fn matmul_q8_dots_with(
     }
     Ok(())
 }
+
+/// Tokens whose dots with a row the VNNI kernel takes together, decoding the
+/// row's codes once for all of them: a batch's decode step or a step of
+/// several short sequences reads each weight once per group, not per token.
+const DOT_GROUP: usize = 4;
 
 /// The most tokens whose 8-bit products [`matmul_q8_with`] computes as a dot
 /// per token and row, each token's exactly as alone: a decode step and a

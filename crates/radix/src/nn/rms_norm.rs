@@ -62,7 +62,9 @@ fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
     };
     let f32s = x.dtype() == DType::F32 && w.dtype() == DType::F32;
     if !f32s || x.rank() != 2 || w.rank() != 1 || w.dims()[0] != x.dims()[1] {
-        return Err(format!("wants f32 x [n, d] and weight [d], got {x} and {w}"));
+        return Err(format!(
+            "wants f32 x [n, d] and weight [d], got {x} and {w}"
+        ));
     }
     Ok(vec![*x])
 }

@@ -7,7 +7,6 @@
 use super::rotate::HD2;
 use crate::{DType, Module, Tensor};
 
-
 /// Which components of a head vector rotate together.
 #[derive(Module, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RopeLayout {

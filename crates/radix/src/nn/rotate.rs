@@ -72,7 +72,8 @@ pub(super) fn rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout) ->
     };
     let angles = |c: Tensor| {
         let t = rows.flat(x).shape().dims()[0];
-        c.reshape(&[t, cs.dims()[cs.rank() - 1]]).with_tags(&[T, HD2])
+        c.reshape(&[t, cs.dims()[cs.rank() - 1]])
+            .with_tags(&[T, HD2])
     };
     let attrs = Attrs::new().with("adjacent", i64::from(layout == RopeLayout::AdjacentPair));
     let y = ROTATE.call(&[rows.flat(x), angles(cos), angles(sin)], &attrs)[0];
@@ -143,7 +144,11 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
             let x = &x[t * token..][..token];
             for (x, y) in x.chunks_exact(hd).zip(y.chunks_exact_mut(hd)) {
                 for j in 0..half {
-                    let (a, b) = if adjacent { (2 * j, 2 * j + 1) } else { (j, j + half) };
+                    let (a, b) = if adjacent {
+                        (2 * j, 2 * j + 1)
+                    } else {
+                        (j, j + half)
+                    };
                     y[a] = x[a] * c[j] - x[b] * s[j];
                     y[b] = x[b] * c[j] + x[a] * s[j];
                 }
