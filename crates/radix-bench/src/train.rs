@@ -6,7 +6,7 @@
 //! (`jax.jit` of `jax.grad` and the update, donated) and PyTorch.
 
 use anyhow::Result;
-use radix::optim::AdamW;
+use radix::optim::{AdamW, MixedPrecision, Precision};
 use radix::{Buffer, DType, Platform, Shape, Tensor};
 use radix_models::llama::Llama;
 use radix_models::mnist::Mlp;
@@ -43,7 +43,15 @@ pub fn train(samples: usize, steps: usize) -> Result<Report> {
     let labels = Shape::tagged(DType::I32, &[("b", BATCH)]);
     let batch = (Tensor::param(images), Tensor::param(labels));
     let weights = init_weights(&platform, &model, &mut rng)?;
-    let mut trainer = Trainer::new(&platform, &model, weights, &batch, mlp_loss, opt)?;
+    let mut trainer = Trainer::new(
+        &platform,
+        &model,
+        weights,
+        &batch,
+        mlp_loss,
+        opt,
+        Precision::Full,
+    )?;
     let pixels: Vec<u8> = (0..images.count())
         .map(|_| (rng.next_u64() % 256) as u8)
         .collect();

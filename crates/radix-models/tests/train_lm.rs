@@ -5,6 +5,7 @@
 //! (`radix_models::train::Trainer`, as `examples/train_lm.rs`): its loss
 //! falls below half its starting value.
 
+use radix::optim::Precision;
 use radix::testing::platform;
 use radix::{Buffer, DType, Shape, Tensor};
 use radix_models::llama::Llama;
@@ -32,6 +33,7 @@ fn the_loss_falls_below_half() {
         &Tensor::param(shape),
         loss,
         BYTE_LLAMA_ADAMW,
+        Precision::Full,
     )
     .unwrap();
     let mut losses = vec![];
