@@ -69,7 +69,10 @@ pub fn train(samples: usize, steps: usize) -> Result<Report> {
     report.samples("radix train mnist", "ms", &values);
 
     let bf16 = Precision::Mixed(MixedPrecision::BF16);
-    for (precision, name) in [(Precision::Full, "radix train lm"), (bf16, "radix train lm bf16")] {
+    for (precision, name) in [
+        (Precision::Full, "radix train lm"),
+        (bf16, "radix train lm bf16"),
+    ] {
         let values = lm_step_ms(&platform, opt, precision, &mut rng, samples, steps)?;
         report.samples(name, "ms", &values);
     }

@@ -142,13 +142,12 @@ impl Precision {
             return (value, grads);
         };
         let unscale = |t: &Tensor| {
-            if t.dtype().is_float() {
-                *t / s
-            } else {
-                *t
-            }
+            if t.dtype().is_float() { *t / s } else { *t }
         };
-        let grads = refill(&grads, &leaves(&grads).iter().map(unscale).collect::<Vec<_>>());
+        let grads = refill(
+            &grads,
+            &leaves(&grads).iter().map(unscale).collect::<Vec<_>>(),
+        );
         (value / s, grads)
     }
 }

@@ -279,7 +279,12 @@ fn check_bf16(what: &str, got: &[f64], want: &[f64], scale: &[f64], k: f64) {
 #[test]
 fn a_mixed_precision_adamw_step_matches_a_bf16_reference() {
     let r = reference();
-    let (w, b, x, c) = (floats(&r["w0"]), floats(&r["b0"]), floats(&r["x"]), floats(&r["c"]));
+    let (w, b, x, c) = (
+        floats(&r["w0"]),
+        floats(&r["b0"]),
+        floats(&r["x"]),
+        floats(&r["c"]),
+    );
     let q = |v: &[f32]| -> Vec<f64> { v.iter().map(|&v| bf16(f64::from(v))).collect() };
     let (wq, bq, xq, cq) = (q(&w), q(&b), q(&x), q(&c));
     let (n_s, n_i, n_o) = (6, 3, 4);
@@ -297,7 +302,9 @@ fn a_mixed_precision_adamw_step_matches_a_bf16_reference() {
         }
     }
     // Backward in f64 from the rounded forward values: dz = c (1 - t²).
-    let dz: Vec<f64> = (0..n_s * n_o).map(|k| cq[k] * (1.0 - t[k] * t[k])).collect();
+    let dz: Vec<f64> = (0..n_s * n_o)
+        .map(|k| cq[k] * (1.0 - t[k] * t[k]))
+        .collect();
     let (mut grad, mut grad_scale) = (vec![0.0; 16], vec![0.0; 16]);
     for s in 0..n_s {
         for o in 0..n_o {
@@ -314,7 +321,13 @@ fn a_mixed_precision_adamw_step_matches_a_bf16_reference() {
     let got = mixed_step(Precision::Mixed(MixedPrecision::BF16));
     // The loss sums 24 products: a rounding per partial sum and the
     // product's own, twice over (the reference rounds where XLA may not).
-    check_bf16("loss", &[got.loss], &[loss], &[loss_scale], 2.0 * (24.0 + 1.0));
+    check_bf16(
+        "loss",
+        &[got.loss],
+        &[loss],
+        &[loss_scale],
+        2.0 * (24.0 + 1.0),
+    );
     // A gradient sums 6 terms, each from 1 - t², its product with c, and
     // the product with x rounded in bf16.
     check_bf16("grad", &got.grad, &grad, &grad_scale, 2.0 * (6.0 + 3.0));
@@ -332,7 +345,9 @@ fn a_mixed_precision_adamw_step_matches_a_bf16_reference() {
     let (bc1, bc2) = (1.0 - b1.powf(t), (1.0 - b2.powf(t)).sqrt());
     let p0: Vec<f64> = w.iter().chain(&b).map(|&v| f64::from(v)).collect();
     let g = &got.grad;
-    let m: Vec<f64> = (0..16).map(|k| b1 * f64::from(m0[k]) + (1.0 - b1) * g[k]).collect();
+    let m: Vec<f64> = (0..16)
+        .map(|k| b1 * f64::from(m0[k]) + (1.0 - b1) * g[k])
+        .collect();
     let v: Vec<f64> = (0..16)
         .map(|k| b2 * f64::from(v0[k]) + (1.0 - b2) * g[k] * g[k])
         .collect();
