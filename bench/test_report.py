@@ -135,7 +135,10 @@ class Training(unittest.TestCase):
         lm_table = md[md.index("**small llama"):]
         self.assertIn("| radix, bf16 mixed precision (radix = its f32 step) | 6.00 ms |", lm_table)
         self.assertNotIn("bf16", md[md.index("**MNIST MLP"):md.index("**small llama")])
-        self.assertNotIn("bf16 mixed precision (radix", check({**dispatch(RUN), **train(RUN)}))
+        self.assertIn("The llama's step also in mixed precision", md)
+        without = check({**dispatch(RUN), **train(RUN)})
+        self.assertNotIn("bf16 mixed precision (radix", without)
+        self.assertNotIn("The llama's step also in mixed precision", without)
 
 
 class Spread(unittest.TestCase):
