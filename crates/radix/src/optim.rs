@@ -35,7 +35,7 @@
 //! their bf16 copies, and the gradient comes back in f32 for the f32 update,
 //! so either optimizer works unchanged. Static loss scaling is an option,
 //! off by default: bf16 has f32's 8-bit exponent, so gradients that f16
-//! would flush to zero (below 2^-24) stay representable down to 2^-133.
+//! would flush to zero (below 2^-24) stay normal down to 2^-126.
 //!
 //! ```
 //! # fn main() -> radix::Result<()> {
