@@ -206,12 +206,19 @@ def train_section(w, runs, g):
       "gradient and an AdamW step, the batch already on the device. radix: `radix::value_and_grad` and "
       "`radix::optim::AdamW` in one executable, weights and state donated (`radix_models::train::Trainer`). "
       "JAX: `jax.jit` of `jax.value_and_grad` and the same update, `donate_argnums`. PyTorch: autograd and "
-      "`torch.optim.AdamW`. Per-step milliseconds, lower is better.\n")
+      "`torch.optim.AdamW`. Per-step milliseconds, lower is better."
+      + (" The llama's step also in mixed precision (`radix::optim::MixedPrecision::BF16`: bf16 forward "
+         "and backward, f32 master weights and update), radix alone." if g("radix train lm bf16") else "")
+      + "\n")
     for model, name in (("mnist", "MNIST MLP, batch 128"), ("lm", "small llama, 65 tokens")):
         r = g(f"radix train {model}")
         w(f"**{name}** (ms per step)\n")
-        w(table([("radix", r), ("JAX (`jax.jit(jax.value_and_grad)`)", g(f"jax train {model}")),
-                 ("PyTorch (autograd)", g(f"torch train {model}"))], r, True, True) + "\n")
+        rows = [("radix", r), ("JAX (`jax.jit(jax.value_and_grad)`)", g(f"jax train {model}")),
+                ("PyTorch (autograd)", g(f"torch train {model}"))]
+        bf16 = g(f"radix train {model} bf16")
+        if bf16:
+            rows.append(("radix, bf16 mixed precision (radix = its f32 step)", bf16))
+        w(table(rows, r, True, True) + "\n")
 
 
 def mpi_section(w, runs, g):

@@ -125,6 +125,22 @@ class Provenance(unittest.TestCase):
         self.assertIn("kernel 6.18.44: the trace profile\n", md)
 
 
+class Training(unittest.TestCase):
+    def test_the_bf16_step_is_a_row_of_the_llama_table_when_measured(self):
+        lm = {"radix train lm": [4.0, 4.5, 5.0], "radix train lm bf16": [5.0, 6.0, 7.0]}
+        files = {**dispatch(RUN), **train(RUN)}
+        files["train-radix-1"]["samples"].update(
+            {name: {"unit": "ms", "values": values} for name, values in lm.items()})
+        md = check(files)
+        lm_table = md[md.index("**small llama"):]
+        self.assertIn("| radix, bf16 mixed precision (radix = its f32 step) | 6.00 ms |", lm_table)
+        self.assertNotIn("bf16", md[md.index("**MNIST MLP"):md.index("**small llama")])
+        self.assertIn("The llama's step also in mixed precision", md)
+        without = check({**dispatch(RUN), **train(RUN)})
+        self.assertNotIn("bf16 mixed precision (radix", without)
+        self.assertNotIn("The llama's step also in mixed precision", without)
+
+
 class Spread(unittest.TestCase):
     def test_tables_print_min_and_max_beside_the_median(self):
         md = check(dispatch(RUN))

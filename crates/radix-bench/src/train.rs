@@ -3,10 +3,12 @@
 //! each the loss, its gradient (`radix::grad`) and the AdamW update in one
 //! executable with the weights and optimizer state donated. The batch is
 //! uploaded once; `bench/peers/train.py` times the same steps in JAX
-//! (`jax.jit` of `jax.grad` and the update, donated) and PyTorch.
+//! (`jax.jit` of `jax.grad` and the update, donated) and PyTorch. The
+//! llama's step is also timed in mixed precision (`MixedPrecision::BF16`:
+//! bf16 forward and backward passes, f32 masters and update), radix alone.
 
 use anyhow::Result;
-use radix::optim::AdamW;
+use radix::optim::{AdamW, MixedPrecision, Precision};
 use radix::{Buffer, DType, Platform, Shape, Tensor};
 use radix_models::llama::Llama;
 use radix_models::mnist::Mlp;
@@ -43,7 +45,15 @@ pub fn train(samples: usize, steps: usize) -> Result<Report> {
     let labels = Shape::tagged(DType::I32, &[("b", BATCH)]);
     let batch = (Tensor::param(images), Tensor::param(labels));
     let weights = init_weights(&platform, &model, &mut rng)?;
-    let mut trainer = Trainer::new(&platform, &model, weights, &batch, mlp_loss, opt)?;
+    let mut trainer = Trainer::new(
+        &platform,
+        &model,
+        weights,
+        &batch,
+        mlp_loss,
+        opt,
+        Precision::Full,
+    )?;
     let pixels: Vec<u8> = (0..images.count())
         .map(|_| (rng.next_u64() % 256) as u8)
         .collect();
@@ -58,29 +68,43 @@ pub fn train(samples: usize, steps: usize) -> Result<Report> {
     }
     report.samples("radix train mnist", "ms", &values);
 
+    let bf16 = Precision::Mixed(MixedPrecision::BF16);
+    for (precision, name) in [
+        (Precision::Full, "radix train lm"),
+        (bf16, "radix train lm bf16"),
+    ] {
+        let values = lm_step_ms(&platform, opt, precision, &mut rng, samples, steps)?;
+        report.samples(name, "ms", &values);
+    }
+    report.meta(
+        "models",
+        json!({"mnist_mlp": "784-128-10, batch 128", "small_lm": "llama, 2 layers, d 64, 4/2 heads, ffn 192, vocab 256, 65 tokens"}),
+    );
+    Ok(report)
+}
+
+/// `samples` times in milliseconds of one step of the small llama in
+/// `precision`, each the mean of `steps` steps after one to warm up.
+fn lm_step_ms(
+    platform: &Platform,
+    opt: AdamW,
+    precision: Precision,
+    rng: &mut Rng,
+    samples: usize,
+    steps: usize,
+) -> Result<Vec<f64>> {
     let model = Llama::new(&byte_llama());
     let shape = Shape::tagged(DType::I32, &[("b", 1), ("s", WINDOW)]);
-    let weights = init_weights(&platform, &model, &mut rng)?;
-    let mut trainer = Trainer::new(
-        &platform,
-        &model,
-        weights,
-        &Tensor::param(shape),
-        lm_loss,
-        opt,
-    )?;
+    let weights = init_weights(platform, &model, rng)?;
+    let batch = Tensor::param(shape);
+    let mut trainer = Trainer::new(platform, &model, weights, &batch, lm_loss, opt, precision)?;
     let ids: Vec<i32> = (0..WINDOW).map(|_| (rng.next_u64() % 256) as i32).collect();
-    let ids = Buffer::from_slice(&platform, &ids, shape)?;
+    let ids = Buffer::from_slice(platform, &ids, shape)?;
     trainer.step(ids.clone())?;
     let mut values = vec![];
     for _ in 0..samples {
         let t = time_per_call(steps, || trainer.step(ids.clone()).map(|_| ()))?;
         values.push(t * 1e3);
     }
-    report.samples("radix train lm", "ms", &values);
-    report.meta(
-        "models",
-        json!({"mnist_mlp": "784-128-10, batch 128", "small_lm": "llama, 2 layers, d 64, 4/2 heads, ffn 192, vocab 256, 65 tokens"}),
-    );
-    Ok(report)
+    Ok(values)
 }

@@ -25,7 +25,7 @@
 use std::path::PathBuf;
 
 use radix::nn::MatrixFormat;
-use radix::optim::AdamW;
+use radix::optim::{AdamW, Precision};
 use radix::{Buffer, DType, Platform, Shape, Tensor};
 use radix_models::llama::Llama;
 use radix_models::lora::{LoraConfig, LoraTrainer, initial_adapters, save_adapter};
@@ -94,7 +94,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let store = radix::io::WeightStore::new(vec![Box::new(gguf)], str::to_string);
         radix::nn::set_matrix_formats(&mut model, &store, MatrixFormat::F32);
         let weights = radix::nn::load_weights(&platform, &store, &model)?;
-        let mut trainer = Trainer::new(&platform, &model, weights, &batch, loss, ADAMW_FULL)?;
+        let mut trainer = Trainer::new(
+            &platform,
+            &model,
+            weights,
+            &batch,
+            loss,
+            ADAMW_FULL,
+            Precision::Full,
+        )?;
         Box::new(move |ids| trainer.step(ids))
     } else {
         let mut model = Llama::new(&cfg).with_lora(&lora)?;

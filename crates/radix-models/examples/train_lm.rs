@@ -4,13 +4,20 @@
 //! `radix::grad` and AdamW, one donated step (`radix_models::train`). The
 //! loss is printed at every step; it starts at about ln 256 = 5.5.
 //!
-//! Run: `cargo run -p radix-models --example train_lm -- [TEXT] [STEPS] [BATCH]`
-//! (default: the repository's README.md, 400 steps of 1 window; its loss
-//! falls from 5.9 to about 2.6, below half, as `tests/train_lm.rs` checks).
-//! A step of BATCH windows trains on their mean loss.
+//! Run: `cargo run -p radix-models --example train_lm -- [--bf16] [TEXT]
+//! [STEPS] [BATCH]` (default: the repository's README.md, 400 steps of 1
+//! window; its loss falls from 5.9 to about 2.6, below half, as
+//! `tests/train_lm.rs` checks). A step of BATCH windows trains on their
+//! mean loss. `--bf16` trains the same model from the same weights in mixed
+//! precision (`radix::optim::MixedPrecision::BF16`: bf16 forward and
+//! backward passes, f32 master weights and update). The last line gives the
+//! median time of a step, the first (which compiles nothing but warms up)
+//! left out.
 
 use std::path::PathBuf;
+use std::time::Instant;
 
+use radix::optim::{MixedPrecision, Precision};
 use radix::{Buffer, DType, Platform, Shape, Tensor};
 use radix_models::llama::Llama;
 use radix_models::sampling::Rng;
@@ -24,7 +31,14 @@ fn loss(m: &Llama, ids: &Tensor) -> Tensor {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().collect();
+    let mut args: Vec<String> = std::env::args().collect();
+    let bf16 = args.iter().any(|a| a == "--bf16");
+    args.retain(|a| a != "--bf16");
+    let precision = if bf16 {
+        Precision::Mixed(MixedPrecision::BF16)
+    } else {
+        Precision::Full
+    };
     let path = args.get(1).map_or_else(
         || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
         PathBuf::from,
@@ -51,14 +65,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         &Tensor::param(shape),
         loss,
         BYTE_LLAMA_ADAMW,
+        precision,
     )?;
     let mut first = None;
     let mut last = 0.0;
+    let mut times = vec![];
     for step in 0..steps {
         let ids: Vec<i32> = (0..batch)
             .flat_map(|_| byte_window(&text, WINDOW as usize, &mut rng))
             .collect();
-        last = trainer.step(Buffer::from_slice(&platform, &ids, shape)?)?;
+        let ids = Buffer::from_slice(&platform, &ids, shape)?;
+        let start = Instant::now();
+        last = trainer.step(ids)?;
+        times.push(start.elapsed().as_secs_f64() * 1e3);
         first.get_or_insert(last);
         println!("step {step}: loss {last:.4}");
     }
@@ -67,5 +86,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         first.unwrap_or(last),
         path.display()
     );
+    let mut times = times.split_off(1.min(times.len()));
+    times.sort_by(f64::total_cmp);
+    if let Some(median) = times.get(times.len() / 2) {
+        let name = if bf16 { "bf16 mixed" } else { "f32" };
+        println!("{median:.3} ms per step ({name}, median of steps 1..{steps})");
+    }
     Ok(())
 }

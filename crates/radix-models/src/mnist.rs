@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use radix::io::{Safetensors, WeightStore};
 use radix::nn::{Linear, load_weights};
-use radix::optim::AdamW;
+use radix::optim::{AdamW, Precision};
 use radix::{Buffer, Bufferized, Compiled, DType, Module, Platform, Shape, Tensor};
 
 use crate::sampling::Rng;
@@ -111,8 +111,15 @@ impl Trainer {
             Buffer::from_slice(platform, &values, s)
         })?;
         let loss = |m: &Mlp, (x, y): &(Tensor, Tensor)| m.loss(*x, *y);
-        let inner =
-            crate::train::Trainer::new(platform, &model, weights, &(images, labels), loss, opt)?;
+        let inner = crate::train::Trainer::new(
+            platform,
+            &model,
+            weights,
+            &(images, labels),
+            loss,
+            opt,
+            Precision::Full,
+        )?;
         Ok(Trainer {
             platform: platform.clone(),
             inner,

@@ -1,10 +1,12 @@
 //! Training any model tree: [`Trainer`] compiles one step, the loss of a
 //! batch, its gradient with respect to every weight (`radix::value_and_grad`)
 //! and the AdamW update, as one executable whose weights and optimizer
-//! state are donated, so each step updates them in place. Used by the
-//! small language model of `examples/train_lm.rs`.
+//! state are donated, so each step updates them in place, in f32 or in
+//! mixed precision (`radix::optim::Precision`: bf16 forward and backward
+//! passes on f32 master weights). Used by the small language model of
+//! `examples/train_lm.rs`.
 
-use radix::optim::{AdamW, AdamWState, donate};
+use radix::optim::{AdamW, AdamWState, Precision, donate};
 use radix::{Buffer, Bufferized, Compiled, Module, Platform, Shape, Tensor};
 
 use crate::Result;
@@ -32,8 +34,9 @@ where
     Bufferized<AdamWState<M>>: Clone,
 {
     /// Compiles the step of `loss(model, batch)` with `opt` for `model`'s
-    /// and `batch`'s shapes (trees of [`Tensor::param`]), starting from
-    /// `weights` and a zero optimizer state.
+    /// and `batch`'s shapes (trees of [`Tensor::param`]), the loss and its
+    /// gradient computed in `precision`, starting from `weights` (the
+    /// masters, in their own dtype) and a zero optimizer state.
     pub fn new(
         platform: &Platform,
         model: &M,
@@ -41,10 +44,11 @@ where
         batch: &I,
         loss: fn(&M, &I) -> Tensor,
         opt: AdamW,
+        precision: Precision,
     ) -> Result<Trainer<M, I>> {
         let inputs = (model.clone(), AdamWState::params(model), batch.clone());
         let exe = radix::compile_fn(platform, &inputs, |(m, s, b): StepInputs<M, I>| {
-            let (value, g) = radix::value_and_grad(loss, &m, &b);
+            let (value, g) = precision.value_and_grad(loss, &m, &b);
             let (m2, s2) = opt.update(&m, &g, &s);
             (value, donate(&m2, &m), donate(&s2, &s))
         })?;

@@ -414,7 +414,10 @@ impl<B: Layer> Decoder<B> {
     /// against token `i + 1` of the same row (the loss a language model
     /// trains on). Its layers get caches of no positions, so each attends
     /// over the window's own keys in ops ([`nn::attention`]), writing no
-    /// cache.
+    /// cache. The log-softmax and the mean are in f32 whatever the weights'
+    /// dtype (bf16 in mixed-precision training), as the loss of bf16 models
+    /// usually is: a bf16 sum of `b * (s - 1)` terms near 5 would round
+    /// each partial sum to 2^-5 or coarser.
     pub fn next_token_loss(&self, ids: Tensor) -> Tensor {
         let (b, s) = (ids.dim("b"), ids.dim("s"));
         let zero = Tensor::scalar(0.0, DType::I32);
@@ -423,7 +426,7 @@ impl<B: Layer> Decoder<B> {
             .map(|_| KvCache::zeros(KvCache::shape(b, 0, kv, hd, DType::F32)))
             .collect();
         let (x, _) = crate::generate::hidden(self, ids, zero, caches);
-        let logits = self.logits(x).slice("s", 0..s - 1);
+        let logits = self.logits(x).convert(DType::F32).slice("s", 0..s - 1);
         token_nll(logits, ids.slice("s", 1..s)).sum(["b", "s"]) / (b * (s - 1)) as f64
     }
 }

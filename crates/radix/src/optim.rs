@@ -27,10 +27,130 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! [`Precision`] says how the step gets its loss and gradient: in the
+//! parameters' own dtype ([`Precision::Full`], `radix::value_and_grad`), or
+//! in mixed precision ([`MixedPrecision`]): the parameters stay f32 masters
+//! (what is donated and updated), the forward and backward passes run on
+//! their bf16 copies, and the gradient comes back in f32 for the f32 update,
+//! so either optimizer works unchanged. Static loss scaling is an option,
+//! off by default: bf16 has f32's 8-bit exponent, so gradients that f16
+//! would flush to zero (below 2^-24) stay normal down to 2^-126.
+//!
+//! ```
+//! # fn main() -> radix::Result<()> {
+//! use radix::optim::{MixedPrecision, Precision, Sgd, SgdState, donate};
+//! use radix::{DType, Shape, Tensor};
+//! let w = Tensor::param(Shape::new(DType::F32, &[3]));
+//! let opt = Sgd { lr: 0.1, momentum: 0.9, weight_decay: 0.0 };
+//! let precision = Precision::Mixed(MixedPrecision::BF16);
+//! let state = SgdState::params(&w);
+//! let program = radix::trace_fn(&(w, state), |(w, s)| {
+//!     // `w` is bf16 inside the loss; its gradient `g` is f32, as `w` is.
+//!     let loss = |w: &Tensor, _: &()| (*w * *w).sum(0);
+//!     let (loss, g) = precision.value_and_grad(loss, &w, &());
+//!     let (w2, s2) = opt.update(&w, &g, &s);
+//!     (loss, donate(&w2, &w), donate(&s2, &s))
+//! })?;
+//! let text = program.optimize().stablehlo();
+//! assert!(text.contains("bf16") && text.contains("tf.aliasing_output"));
+//! # Ok(())
+//! # }
+//! ```
 
 use crate::Module;
 use crate::module::tensors;
 use crate::{Buffer, Bufferized, DType, Platform, Result, Shape, Tensor};
+
+/// How a training step computes the loss and its gradient with respect to
+/// the parameters, before an optimizer's `update`.
+#[derive(Debug, Clone, Copy)]
+pub enum Precision {
+    /// In the parameters' own dtype, as [`crate::value_and_grad`].
+    Full,
+    /// On copies of the parameters in a narrower dtype, the gradient back
+    /// in the parameters' dtype (see [`MixedPrecision`]).
+    Mixed(MixedPrecision),
+}
+
+/// Mixed-precision training: the parameters are f32 master weights (what
+/// the optimizer updates and a step donates); inside the traced step the
+/// loss runs on their copies in `compute` (bf16), its float arguments
+/// converted too, so activations, the backward pass and the gradient are in
+/// `compute`; the gradient is converted back to each parameter's dtype and
+/// the loss to f32. The update itself stays in f32, so the small steps
+/// `lr * g` that bf16's 8-bit mantissa would round away accumulate in the
+/// masters.
+///
+/// Static loss scaling ([`MixedPrecision::loss_scale_log2`]) multiplies the
+/// loss by a power of two before differentiation and divides the gradient
+/// by it after, exactly (a power of two changes only the exponent). It is
+/// for f16, whose 5-bit exponent flushes gradients below 2^-24 to zero; bf16
+/// has f32's 8-bit exponent (normal down to 2^-126), so it is off in
+/// [`MixedPrecision::BF16`].
+#[derive(Debug, Clone, Copy)]
+pub struct MixedPrecision {
+    /// The dtype of the forward and backward passes (bf16).
+    pub compute: DType,
+    /// `Some(k)`: the loss is scaled by `2^k` before differentiation and the
+    /// gradient by `2^-k` after; `None`: no scaling.
+    pub loss_scale_log2: Option<i32>,
+}
+
+impl MixedPrecision {
+    /// bf16 weights and activations, f32 masters, no loss scaling.
+    pub const BF16: MixedPrecision = MixedPrecision {
+        compute: DType::BF16,
+        loss_scale_log2: None,
+    };
+}
+
+impl Precision {
+    /// The value of `f(params, args)`, a float scalar (a loss), and its
+    /// gradient with respect to every tensor of `params`, as the same tree
+    /// in `params`' dtypes, as [`crate::value_and_grad`]. Mixed, `f` sees
+    /// the float tensors of `params` and `args` in the compute dtype, and
+    /// the value comes back in f32.
+    #[track_caller]
+    pub fn value_and_grad<P, A>(
+        &self,
+        f: impl FnOnce(&P, &A) -> Tensor,
+        params: &P,
+        args: &A,
+    ) -> (Tensor, P)
+    where
+        P: Module + Clone,
+        A: Module + Clone,
+    {
+        let mp = match self {
+            Precision::Full => return crate::value_and_grad(f, params, args),
+            Precision::Mixed(mp) => *mp,
+        };
+        let scale = mp.loss_scale_log2.map(|k| 2f64.powi(k));
+        // Differentiating through the conversions: each one's derivative
+        // converts the cotangent back, so the gradient is in the masters'
+        // dtype.
+        let (value, grads) = crate::value_and_grad(
+            |p: &P, a: &A| {
+                let value = f(&cast(p, mp.compute), &cast(a, mp.compute)).convert(DType::F32);
+                scale.map_or(value, |s| value * s)
+            },
+            params,
+            args,
+        );
+        let Some(s) = scale else {
+            return (value, grads);
+        };
+        let unscale = |t: &Tensor| {
+            if t.dtype().is_float() { *t / s } else { *t }
+        };
+        let grads = refill(
+            &grads,
+            &leaves(&grads).iter().map(unscale).collect::<Vec<_>>(),
+        );
+        (value / s, grads)
+    }
+}
 
 /// Stochastic gradient descent with momentum, as `torch.optim.SGD`
 /// (no dampening, not Nesterov): `g += weight_decay * p`, `buf = momentum
@@ -207,6 +327,17 @@ fn refill<M: Module + Clone>(m: &M, values: &[Tensor]) -> M {
     res.visit_mut(&mut String::new(), &mut |_, t| {
         *t = values[k];
         k += 1;
+    });
+    res
+}
+
+/// The tree `m` with its float tensors converted to `dtype`.
+fn cast<M: Module + Clone>(m: &M, dtype: DType) -> M {
+    let mut res = m.clone();
+    res.visit_mut(&mut String::new(), &mut |_, t| {
+        if t.dtype().is_float() {
+            *t = t.convert(dtype);
+        }
     });
     res
 }
