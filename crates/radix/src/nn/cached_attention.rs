@@ -301,21 +301,17 @@ fn attend<T: Cached>(
                 continue;
             }
             for (h, qh) in q.q.chunks_exact(d.hd).enumerate() {
-                scores[(j * group + h) * n + p] = dot(qh, kh) * scale;
+                scores[(j * group + h) * n + p] = dot(qh, kh);
             }
         }
     }
     for (j, seen) in seens.iter().enumerate() {
         let (from, to) = (seen.start - lo, seen.end - lo);
         for h in 0..group {
+            // Scaled and normalized by the padded kernel's softmax (vector
+            // lanes, `vector_math`'s `exp`): one softmax for both kernels.
             let s = &mut scores[(j * group + h) * n..][from..to];
-            let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-            let mut sum = 0.0f32;
-            for v in s.iter_mut() {
-                *v = (*v - max).exp();
-                sum += *v;
-            }
-            s.iter_mut().for_each(|v| *v /= sum);
+            super::padded_attention::softmax_best(s, scale);
         }
     }
     outs.iter_mut().for_each(|o| o.fill(0.0));
