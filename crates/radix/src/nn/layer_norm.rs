@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 
 use crate::custom_call::{Attrs, CustomCall, Kernel};
 use crate::nn::broadcast_like;
-use crate::nn::rows::{LAST, Rows};
+use crate::nn::rows::{LAST, Rows, in_row_tasks};
 use crate::nn::vector_math::vectorized;
 use crate::{DType, Shape, Tensor};
 
@@ -99,26 +99,16 @@ fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
     Ok(vec![*x])
 }
 
-/// Rows a task normalizes at least: fewer would cost more to hand over than
-/// to compute.
-const MIN_TASK_ELEMENTS: usize = 16 * 1024;
-
 fn kernel(k: &Kernel<'_>) -> Result<(), String> {
     let eps = k.attrs().f32("eps")?;
     let (x, w, b) = (k.input::<f32>(0)?, k.input::<f32>(1)?, k.input::<f32>(2)?);
     let y = k.output::<f32>(0)?;
-    let d = w.len();
-    if d == 0 || y.is_empty() {
-        return Ok(());
-    }
-    let rows = y.len() / d;
-    let per_task = (MIN_TASK_ELEMENTS / d).clamp(1, rows) * d;
     let residual = match k.input_shape(3) {
         Some(_) => Some(k.input::<f32>(3)?),
         None => None,
     };
-    radix_quant::SpinPool::global().try_run_chunks(y, per_task, &|task, y| {
-        let first = task * per_task;
+    let d = w.len();
+    in_row_tasks(y, d, &|first, y| {
         y.copy_from_slice(&x[first..][..y.len()]);
         if let Some(r) = residual {
             for (y, r) in y.iter_mut().zip(&r[first..]) {

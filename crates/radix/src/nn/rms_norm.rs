@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 
 use crate::custom_call::{Attrs, CustomCall, Kernel};
 use crate::nn::broadcast_like;
-use crate::nn::rows::{LAST, Rows};
+use crate::nn::rows::{LAST, Rows, in_row_tasks};
 use crate::nn::vector_math::vectorized;
 use crate::{DType, Shape, Tensor};
 
@@ -69,22 +69,13 @@ fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
     Ok(vec![*x])
 }
 
-/// Elements a task normalizes at least: fewer would cost more to hand over
-/// than to compute.
-const MIN_TASK_ELEMENTS: usize = 16 * 1024;
-
 fn kernel(k: &Kernel<'_>) -> Result<(), String> {
     let eps = k.attrs().f32("eps")?;
     let (x, w) = (k.input::<f32>(0)?, k.input::<f32>(1)?);
     let y = k.output::<f32>(0)?;
     let d = w.len();
-    if d == 0 || y.is_empty() {
-        return Ok(());
-    }
-    let rows = y.len() / d;
-    let per_task = (MIN_TASK_ELEMENTS / d).clamp(1, rows) * d;
-    radix_quant::SpinPool::global().try_run_chunks(y, per_task, &|task, y| {
-        y.copy_from_slice(&x[task * per_task..][..y.len()]);
+    in_row_tasks(y, d, &|first, y| {
+        y.copy_from_slice(&x[first..][..y.len()]);
         for y in y.chunks_exact_mut(d) {
             scale_best(y, w, eps);
         }

@@ -12,7 +12,7 @@ use std::sync::LazyLock;
 use super::RopeLayout;
 use crate::custom_call::{Attrs, CustomCall, Kernel};
 use crate::nn::broadcast_like;
-use crate::nn::rows::Rows;
+use crate::nn::rows::{Rows, in_row_tasks};
 use crate::nn::tags::HD;
 use crate::{DType, Shape, Size, Tensor};
 
@@ -121,10 +121,6 @@ fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
     Ok(vec![*x])
 }
 
-/// Elements a task turns at least: fewer would cost more to hand over than
-/// to compute.
-const MIN_TASK_ELEMENTS: usize = 16 * 1024;
-
 fn kernel(k: &Kernel<'_>) -> Result<(), String> {
     let adjacent = layout(k.attrs()) == RopeLayout::AdjacentPair;
     let (x, cos, sin) = (k.input::<f32>(0)?, k.input::<f32>(1)?, k.input::<f32>(2)?);
@@ -132,12 +128,9 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
     let shape = k.input_shape(0).ok_or("no input 0")?;
     let (m, hd) = (shape.dims()[1] as usize, shape.dims()[2] as usize);
     let (token, half) = (m * hd, hd / 2);
-    if token == 0 || y.is_empty() {
-        return Ok(());
-    }
-    let per_task = (MIN_TASK_ELEMENTS / token).max(1) * token;
-    radix_quant::SpinPool::global().try_run_chunks(y, per_task, &|task, y| {
-        let first = task * per_task / token;
+    // A token's head vectors are a row.
+    in_row_tasks(y, token, &|first, y| {
+        let first = first / token;
         for (i, y) in y.chunks_exact_mut(token).enumerate() {
             let t = first + i;
             let (c, s) = (&cos[t * half..][..half], &sin[t * half..][..half]);

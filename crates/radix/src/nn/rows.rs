@@ -85,3 +85,23 @@ impl Rows {
         y.reshape_to(self.moved).transpose(back.as_slice())
     }
 }
+
+/// Elements a task of a row kernel takes at least: fewer would cost more
+/// to hand over than to compute.
+const MIN_TASK_ELEMENTS: usize = 16 * 1024;
+
+/// Runs `f(first, part)` over `y` in parts of whole rows of `d` elements
+/// (`first`: the index in `y` of the part's first element), on
+/// radix-quant's spinning workers: the row kernels' tasks.
+pub(super) fn in_row_tasks(
+    y: &mut [f32],
+    d: usize,
+    f: &(dyn Fn(usize, &mut [f32]) + Sync),
+) -> Result<(), String> {
+    if d == 0 || y.is_empty() {
+        return Ok(());
+    }
+    let per_task = (MIN_TASK_ELEMENTS / d).clamp(1, y.len() / d) * d;
+    radix_quant::SpinPool::global()
+        .try_run_chunks(y, per_task, &|task, part| f(task * per_task, part))
+}
