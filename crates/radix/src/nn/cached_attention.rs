@@ -301,17 +301,21 @@ fn attend<T: Cached>(
                 continue;
             }
             for (h, qh) in q.q.chunks_exact(d.hd).enumerate() {
-                scores[(j * group + h) * n + p] = dot(qh, kh);
+                scores[(j * group + h) * n + p] = dot(qh, kh) * scale;
             }
         }
     }
     for (j, seen) in seens.iter().enumerate() {
         let (from, to) = (seen.start - lo, seen.end - lo);
         for h in 0..group {
-            // Scaled and normalized by the padded kernel's softmax (vector
-            // lanes, `vector_math`'s `exp`): one softmax for both kernels.
             let s = &mut scores[(j * group + h) * n..][from..to];
-            super::padded_attention::softmax_best(s, scale);
+            let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            let mut sum = 0.0f32;
+            for v in s.iter_mut() {
+                *v = (*v - max).exp();
+                sum += *v;
+            }
+            s.iter_mut().for_each(|v| *v /= sum);
         }
     }
     outs.iter_mut().for_each(|o| o.fill(0.0));

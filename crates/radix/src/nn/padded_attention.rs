@@ -220,7 +220,7 @@ vectorized! {
     /// run sixteen lanes at a time: a prompt's exponentials are a tenth of
     /// its attention), else for AVX2 and FMA (eight lanes), else as portable
     /// code; the same bits every way.
-    pub(super) fn softmax_best, softmax_paths = softmax(s: &mut [f32], scale: f32);
+    fn softmax_best, softmax_paths = softmax(s: &mut [f32], scale: f32);
 }
 
 /// `s` scaled by `scale`, then softmax: `exp(s − max) / Σ`. The max and
