@@ -70,9 +70,10 @@ pub(super) fn rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout) ->
     let Some(rows) = rows else {
         return traced(x, cos, sin, layout);
     };
+    // `[t, hd/2]`: the positions flattened as `rows` flattens `x`'s.
+    let half = cs.dims()[cs.rank() - 1];
     let angles = |c: Tensor| {
-        let t = rows.flat(x).shape().dims()[0];
-        c.reshape(&[t, cs.dims()[cs.rank() - 1]])
+        c.reshape(&[cs.count() as i64 / half.max(1), half])
             .with_tags(&[T, HD2])
     };
     let attrs = Attrs::new().with("adjacent", i64::from(layout == RopeLayout::AdjacentPair));

@@ -196,6 +196,7 @@ fn dot_and_add(
 fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
     let format = format_attr(attrs)?;
     activation_attr(attrs)?;
+    sequence_attr(attrs)?;
     let (x, w, bias) = match s {
         [x, w] => (x, w, None),
         [x, w, b] => (x, w, Some(b)),
@@ -281,6 +282,18 @@ fn activation_attr(attrs: &Attrs) -> Result<Option<Activation>, String> {
                 "no activation {other:?} (only {:?})",
                 Activation::GeluErf.name()
             )),
+        },
+    }
+}
+
+/// The [`SEQUENCE`] attribute: the tokens of each sequence, at least 1
+/// (absent: `None`, the rows are one sequence).
+fn sequence_attr(attrs: &Attrs) -> Result<Option<usize>, String> {
+    match attrs.get(SEQUENCE) {
+        None => Ok(None),
+        Some(_) => match attrs.i64(SEQUENCE)? {
+            s if s >= 1 => Ok(Some(s as usize)),
+            s => Err(format!("{SEQUENCE} {s}: a sequence has at least 1 token")),
         },
     }
 }
@@ -386,10 +399,7 @@ fn products(
     // Int8: a decode step's (or a batch's) dots, or a prompt's tiled integer
     // products where the CPU has them (`radix_quant::DOT_MAX_TOKENS`), by
     // the tokens of a sequence.
-    let sequence = match k.attrs().i64(SEQUENCE) {
-        Ok(s) => usize::try_from(s).map_err(|e| format!("{SEQUENCE} {s}: {e}"))?,
-        Err(_) => n,
-    };
+    let sequence = sequence_attr(k.attrs())?.unwrap_or(n);
     let res = if products == Products::Int8 && sequence <= radix_quant::DOT_MAX_TOKENS {
         radix_quant::matmul_q8_dots_with(config, format, w, rows, cols, n, x, y)
     } else if products == Products::Int8 {
