@@ -3,7 +3,7 @@
 //! key/value heads, SwiGLU 1536, rotary positions, a 256-position KV cache
 //! written in place, logits of the last token; each block one call of the
 //! same function), traced from
-//! `radix_models::llama::Llama`, the same model code the runner uses.
+//! `radix_models::llama::Llama`, the same model code the engine runs.
 //! `bench/py/jax_llama.py` writes the same computation in JAX.
 
 use radix::Program;
@@ -25,11 +25,11 @@ pub fn smollm2_config() -> LlamaConfig {
 }
 
 /// Traces the prefill step as the generator compiles it
-/// (`radix_models::generate::trace_step`): weights, then `ids (b, s)`,
+/// (`radix_models::engine::trace_step`): weights, then `ids (b, s)`,
 /// `start`, `last` and each layer's keys and values; results are the logits
 /// and the caches.
 pub fn prefill(cfg: &LlamaConfig) -> radix::Result<Program> {
-    radix_models::generate::trace_step(&Llama::new(cfg), PROMPT as usize, CAPACITY as usize)
+    radix_models::engine::trace_step(&Llama::new(cfg), PROMPT as usize, CAPACITY as usize)
 }
 
 #[cfg(test)]

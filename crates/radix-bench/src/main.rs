@@ -23,7 +23,7 @@ use radix::io::Gguf;
 use radix::nn::MatrixFormat;
 use radix::{Buffer, CacheMode, CompileConfig, DType, Origin, Platform, Shape, Tensor};
 use radix_models::bert::{Embedder, EmbedderConfig};
-use radix_models::generate::Plan;
+use radix_models::engine::Plan;
 use serde_json::json;
 
 use crate::measure::{Report, time_per_call};
@@ -126,7 +126,7 @@ struct Smollm2Args {
     /// Timed decodes of `decode` tokens each.
     #[arg(long, default_value_t = 3)]
     decodes: usize,
-    /// How a step runs (see `radix_models::generate::Plan`).
+    /// How a step runs (see `radix_models::engine::Plan`).
     #[arg(long, default_value = "per-block", value_parser = ["per-block", "one-program"])]
     plan: String,
     /// The matrices on the device: as stored (quantized), f32 or bf16
@@ -426,8 +426,8 @@ fn smollm2(label: &str, args: &Smollm2Args) -> Result<Report> {
         .sum();
     let t = Instant::now();
     // Any decoder radix runs (SmolLM2 by default; Gemma 3 files too).
-    let mut runner =
-        radix_models::runner::Runner::open(&platform, &args.gguf, prompt_len + n_decode, matrices)?
+    let mut engine =
+        radix_models::engine::Engine::open(&platform, &args.gguf, prompt_len + n_decode, matrices)?
             .with_cache_dtype(match args.cache_type.as_str() {
                 "f32" => DType::F32,
                 _ => DType::F16,
@@ -443,8 +443,8 @@ fn smollm2(label: &str, args: &Smollm2Args) -> Result<Report> {
     let prompt: Vec<u32> = (0..prompt_len as u32).map(|i| 1000 + 37 * i).collect();
 
     let t = Instant::now();
-    let (_, mut cache) = runner.prefill(&prompt)?;
-    runner.decode(0, &mut cache)?;
+    let (_, mut cache) = engine.prefill(&prompt)?;
+    engine.decode(0, &mut cache)?;
     report.meta(
         "first_prefill_and_decode_s",
         json!(t.elapsed().as_secs_f64()),
@@ -453,14 +453,14 @@ fn smollm2(label: &str, args: &Smollm2Args) -> Result<Report> {
     let mut rates = vec![];
     for _ in 0..args.prefills {
         let t = Instant::now();
-        runner.prefill(&prompt)?;
+        engine.prefill(&prompt)?;
         rates.push(prompt_len as f64 / t.elapsed().as_secs_f64());
     }
     report.samples(&format!("{label} prefill"), "tokens/s", &rates);
 
     let (mut steps, mut runs, mut ids) = (vec![], vec![], vec![]);
     for run in 0..args.decodes {
-        let (mut logits, mut cache) = runner.prefill(&prompt)?;
+        let (mut logits, mut cache) = engine.prefill(&prompt)?;
         let start = Instant::now();
         for _ in 0..n_decode {
             let next = radix_models::sampling::Sampler::greedy().pick(&logits) as u32;
@@ -468,7 +468,7 @@ fn smollm2(label: &str, args: &Smollm2Args) -> Result<Report> {
                 ids.push(next);
             }
             let t = Instant::now();
-            logits = runner.decode(next, &mut cache)?;
+            logits = engine.decode(next, &mut cache)?;
             steps.push(1.0 / t.elapsed().as_secs_f64());
         }
         runs.push(n_decode as f64 / start.elapsed().as_secs_f64());

@@ -19,9 +19,8 @@ use radix::io::Gguf;
 use radix::nn::MatrixFormat;
 use radix::{DType, Platform};
 use radix_models::constraint::{Grammar, Vocabulary};
-use radix_models::generate::{Generation, Plan};
+use radix_models::engine::{Engine, Generation, Plan};
 use radix_models::pick::Picker;
-use radix_models::runner::Runner;
 use radix_models::sampling::Sampler;
 use radix_models::transformer::Arch;
 use radix_text::{ChatMessage, TemplateOrigin, Tokenizer};
@@ -458,18 +457,18 @@ impl Model {
     }
 }
 
-/// A model on a platform, its runner (re)loaded when a longer cache is needed.
+/// A model on a platform, its engine (re)loaded when a longer cache is needed.
 struct Session {
     platform: Platform,
     model: Model,
-    /// The smallest cache to load a runner with.
+    /// The smallest cache to load an engine with.
     min_capacity: usize,
     plan: Plan,
     matrices: MatrixFormat,
     cache_type: DType,
     /// The LoRA adapter folder, if any.
     lora: Option<PathBuf>,
-    runner: Option<Runner>,
+    engine: Option<Engine>,
     /// How long the last load of the weights took.
     load_time: Duration,
     /// How long the executables of the last generation took to compile (or
@@ -492,17 +491,17 @@ impl Session {
             matrices: args.matrices()?,
             cache_type: args.cache_type.dtype(),
             lora: args.lora.clone(),
-            runner: None,
+            engine: None,
             load_time: Duration::ZERO,
             compile_time: Duration::ZERO,
         })
     }
 
-    /// A runner whose cache holds at least `positions`, compiled for prompts
+    /// An engine whose cache holds at least `positions`, compiled for prompts
     /// of `n` tokens.
-    fn runner(&mut self, positions: usize, n: usize) -> Result<&mut Runner> {
+    fn engine(&mut self, positions: usize, n: usize) -> Result<&mut Engine> {
         if self
-            .runner
+            .engine
             .as_ref()
             .is_none_or(|r| r.capacity() < positions)
         {
@@ -510,13 +509,13 @@ impl Session {
             let name = self.model.path.file_name().unwrap_or_default().display();
             let bar = spinner(format!("loading {name}"));
             let t = Instant::now();
-            self.runner = None;
+            self.engine = None;
             let (platform, path) = (&self.platform, &self.model.path);
-            let runner = match &self.lora {
-                None => Runner::open(platform, path, capacity, self.matrices),
-                Some(dir) => Runner::open_with_lora(platform, path, dir, capacity, self.matrices),
+            let engine = match &self.lora {
+                None => Engine::open(platform, path, capacity, self.matrices),
+                Some(dir) => Engine::open_with_lora(platform, path, dir, capacity, self.matrices),
             };
-            let runner = runner
+            let engine = engine
                 .and_then(|r| r.with_cache_dtype(self.cache_type))
                 .with_context(|| match &self.lora {
                     None => format!("cannot load {}", path.display()),
@@ -530,20 +529,20 @@ impl Session {
             bar.finish_and_clear();
             self.load_time = t.elapsed();
             tracing::info!("loaded {name} in {:.2?}", self.load_time);
-            self.runner = Some(runner);
+            self.engine = Some(engine);
         }
-        let runner = self.runner.as_mut().context("no runner")?;
+        let engine = self.engine.as_mut().context("no engine")?;
         let bar = spinner("compiling (or loading from the executable cache)".into());
         let t = Instant::now();
-        runner.compile(n)?;
+        engine.compile(n)?;
         bar.finish_and_clear();
         self.compile_time = t.elapsed();
         tracing::info!(
             "prefill ({n} tokens) and decode executables (cache of {} positions) ready in {:.2?}",
-            runner.capacity(),
+            engine.capacity(),
             self.compile_time
         );
-        Ok(runner)
+        Ok(engine)
     }
 
     /// Generates up to `n_new` tokens after `ids` with `picker`, calling
@@ -564,14 +563,14 @@ impl Session {
         let tokenizer = self.model.tokenizer.clone();
         let mut text = TextStream::default();
         let mut ids_so_far = vec![];
-        let runner = self.runner(ids.len() + n_new, ids.len())?;
+        let engine = self.engine(ids.len() + n_new, ids.len())?;
         let pick = |l: &[f32]| {
             if let Some(rows) = logits.as_mut() {
                 rows.push(l.to_vec());
             }
             picker.pick(l)
         };
-        let res = runner.generate_with(ids, n_new, pick, |next| -> Result<bool> {
+        let res = engine.generate_with(ids, n_new, pick, |next| -> Result<bool> {
             ids_so_far.push(next);
             emit(&text.push(&tokenizer, &ids_so_far)?)?;
             Ok(!stops.contains(&next))

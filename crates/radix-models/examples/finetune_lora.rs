@@ -27,9 +27,9 @@ use std::path::PathBuf;
 use radix::nn::MatrixFormat;
 use radix::optim::{AdamW, Precision};
 use radix::{Buffer, DType, Platform, Shape, Tensor};
+use radix_models::engine::{Engine, config_of, weight_store};
 use radix_models::llama::Llama;
 use radix_models::lora::{LoraConfig, LoraTrainer, initial_adapters, save_adapter};
-use radix_models::runner::{Runner, config_of, weight_store};
 use radix_models::sampling::{Rng, Sampler};
 use radix_models::train::Trainer;
 
@@ -152,13 +152,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("adapter saved to {}", out.display());
         let prompt = tokenizer.encode(PROMPT)?;
         for (name, adapter) in [("base", None), ("with the adapter", Some(&out))] {
-            let mut runner = match adapter {
-                None => Runner::open(&platform, &gguf_path, 128, MatrixFormat::Exact)?,
+            let mut engine = match adapter {
+                None => Engine::open(&platform, &gguf_path, 128, MatrixFormat::Exact)?,
                 Some(dir) => {
-                    Runner::open_with_lora(&platform, &gguf_path, dir, 128, MatrixFormat::Exact)?
+                    Engine::open_with_lora(&platform, &gguf_path, dir, 128, MatrixFormat::Exact)?
                 }
             };
-            let ids = runner.generate(&prompt, 24, &mut Sampler::greedy())?;
+            let ids = engine.generate(&prompt, 24, &mut Sampler::greedy())?;
             println!("{name}: {PROMPT}{}", tokenizer.decode(&ids)?);
         }
     }

@@ -9,66 +9,13 @@
 //! Gemma's RMS norms scale by `1 + weight`: Hugging Face checkpoints store
 //! `weight`, GGUF files `1 + weight` (see [`DecoderConfig::norm_offset`]).
 
-use radix::nn::{GatedMlp, KvCache, Linear, RmsNorm};
-use radix::{Module, Tensor};
-
-use crate::generate::Step;
-use crate::transformer::{Attention, Decoder, DecoderConfig, Layer};
+use crate::transformer::{Decoder, DecoderConfig};
 use crate::{Error, Result};
 
-/// The model.
-pub type Gemma3 = Decoder<Block>;
-
-/// One block (`blk.N` in GGUF).
-#[derive(Module, Clone, Debug)]
-pub struct Block {
-    attn_norm: RmsNorm,
-    #[module(prefix = "")]
-    attn: Attention,
-    #[module(rename = "post_attention_norm")]
-    attn_post_norm: RmsNorm,
-    ffn_norm: RmsNorm,
-    #[module(prefix = "ffn_")]
-    mlp: GatedMlp,
-    #[module(rename = "post_ffw_norm")]
-    ffn_post_norm: RmsNorm,
-}
-
-impl Layer for Block {
-    fn new(cfg: &DecoderConfig, layer: usize) -> Block {
-        let norm = || cfg.norm(("d", cfg.dim));
-        Block {
-            attn_norm: norm(),
-            attn: Attention::new(cfg, layer),
-            attn_post_norm: norm(),
-            ffn_norm: norm(),
-            mlp: GatedMlp::new(("d", cfg.dim), cfg.ffn_dim).with_gelu_tanh(),
-            ffn_post_norm: norm(),
-        }
-    }
-
-    /// `x + norm(attn(norm(x)))`, then `+ norm(mlp(norm(.)))`, the MLP
-    /// being `down(gelu_tanh(gate(x)) * up(x))`.
-    fn forward(&self, x: Tensor, pos: Tensor, step: Step) -> (Tensor, KvCache) {
-        let (a, cache) = self.attn.forward(self.attn_norm.forward(x), pos, step);
-        let x = x + self.attn_post_norm.forward(a);
-        let h = self.ffn_norm.forward(x);
-        let mlp = &self.mlp;
-        let h = mlp
-            .down
-            .forward(mlp.gate.forward(h).gelu_tanh() * mlp.up.forward(h));
-        let x = x + self.ffn_post_norm.forward(h);
-        (x, cache)
-    }
-
-    fn kind(&self) -> u64 {
-        self.attn.is_sliding().into()
-    }
-
-    fn linears_mut(&mut self) -> Vec<(&'static str, &mut Linear)> {
-        crate::transformer::gated_block_linears(&mut self.attn, &mut self.mlp)
-    }
-}
+/// The model: [`Decoder`], whose [`Block`](crate::transformer::Block)s
+/// take Gemma's extra norms and GeGLU from the configuration
+/// (`DecoderConfig::arch`).
+pub type Gemma3 = Decoder;
 
 /// What a GGUF file's `gemma3.*` metadata adds to the shared keys: the
 /// sliding layers' rotary base (`rope.freq_base_swa`, 10000 when absent),

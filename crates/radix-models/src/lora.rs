@@ -18,7 +18,7 @@ use radix::io::{HostTensor, TensorSource};
 use radix::nn::Lora;
 
 use crate::sampling::Rng;
-use crate::transformer::{Arch, Decoder, Layer, hf};
+use crate::transformer::{Arch, Decoder, hf};
 use crate::{Error, Result};
 
 pub(crate) mod peft;
@@ -79,7 +79,7 @@ impl LoraConfig {
 /// The suffixes of an adapter's tensors' paths (and `peft`'s keys).
 const SUFFIXES: [&str; 2] = [".lora_A.weight", ".lora_B.weight"];
 
-impl<B: Layer> Decoder<B> {
+impl Decoder {
     /// The same decoder with an adapter of `lora` on every linear layer of
     /// its blocks that `lora.targets` names (the embedding and the output
     /// head are never targeted). A target that names no layer of the model
@@ -146,8 +146,8 @@ pub fn peft_key(arch: Arch, path: &str) -> Option<String> {
 /// uniform in `±1 / sqrt(in)` (PyTorch's Kaiming-uniform with `a = √5`),
 /// `B` zero, so that the adapted model starts as the base. A source of
 /// tensors under their `peft` keys, to load beside the base weights
-/// ([`crate::runner::weight_store`]).
-pub fn initial_adapters<B: Layer>(model: &Decoder<B>, rng: &mut Rng) -> InitialAdapters {
+/// ([`crate::engine::weight_store`]).
+pub fn initial_adapters(model: &Decoder, rng: &mut Rng) -> InitialAdapters {
     let arch = model.config().arch;
     let mut tensors = vec![];
     model.visit(&mut String::new(), &mut |path, t| {

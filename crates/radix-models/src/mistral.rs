@@ -5,9 +5,8 @@
 //! folder (`model_type` `mistral`) keeps it. Upstream code: `transformers`
 //! `models/mistral/modeling_mistral.py`.
 
-use crate::llama::Block;
 use crate::transformer::Decoder;
 
-/// The model: [`crate::llama::Block`]s whose attention takes its
-/// differences from the configuration (`DecoderConfig::arch`).
-pub type Mistral = Decoder<Block>;
+/// The model: LLaMA's blocks, whose attention takes its differences
+/// from the configuration (`DecoderConfig::arch`).
+pub type Mistral = Decoder;

@@ -22,7 +22,7 @@ use radix::nn::KvCache;
 use radix::{Bufferized, Compiled, DType, Platform, Shape, Tensor};
 
 use crate::Result;
-use crate::generate::Cache;
+use crate::engine::Cache;
 
 /// One sequence's caches, a layer each.
 type Caches = Vec<KvCache>;

@@ -4,9 +4,8 @@
 //! Hugging Face files. Upstream code: `transformers`
 //! `models/qwen2/modeling_qwen2.py`, llama.cpp `src/models/qwen2.cpp`.
 
-use crate::llama::Block;
 use crate::transformer::Decoder;
 
-/// The model: [`crate::llama::Block`]s whose attention takes its
-/// differences from the configuration (`DecoderConfig::arch`).
-pub type Qwen2 = Decoder<Block>;
+/// The model: LLaMA's blocks, whose attention takes its differences
+/// from the configuration (`DecoderConfig::arch`).
+pub type Qwen2 = Decoder;

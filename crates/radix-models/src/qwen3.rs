@@ -5,9 +5,8 @@
 //! not always width / heads. Upstream code: `transformers`
 //! `models/qwen3/modeling_qwen3.py`, llama.cpp `src/models/qwen3.cpp`.
 
-use crate::llama::Block;
 use crate::transformer::Decoder;
 
-/// The model: [`crate::llama::Block`]s whose attention takes its
-/// differences from the configuration (`DecoderConfig::arch`).
-pub type Qwen3 = Decoder<Block>;
+/// The model: LLaMA's blocks, whose attention takes its differences
+/// from the configuration (`DecoderConfig::arch`).
+pub type Qwen3 = Decoder;

@@ -11,15 +11,14 @@
 //! width, `ff` MLP width, `voc` vocabulary; inside attention `s` becomes `q`
 //! (queries) or `k` (keys).
 
-use radix::nn::{
-    self, Embedding, GatedMlp, KvCache, Linear, RmsNorm, RopeLayout, RopeScaling, Rotary,
-};
+use radix::nn::{self, Embedding, KvCache, Linear, RmsNorm, RopeLayout, RopeScaling, Rotary};
 use radix::{Bufferized, DType, Module, Shape, Size, Tensor};
 
+mod block;
 pub(crate) mod gguf;
 pub(crate) mod hf;
 
-use crate::generate::{CausalLm, Step};
+pub use block::Block;
 
 /// The architectures radix runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -314,48 +313,25 @@ impl Attention {
     }
 }
 
-/// One block of a decoder, as each architecture's file defines it.
-pub trait Layer: Module + Clone + Sync {
-    /// Layer `layer`'s parameters.
-    fn new(cfg: &DecoderConfig, layer: usize) -> Self;
-
-    /// `x` `(b, s, d)` at positions `pos`: the block's output and its cache
-    /// with the tokens' keys and values written.
-    fn forward(&self, x: Tensor, pos: Tensor, step: Step) -> (Tensor, KvCache);
-
-    /// Layers of one kind trace to the same program; layers of another kind
-    /// (a sliding-window layer beside a global one) to another.
-    fn kind(&self) -> u64;
-
-    /// The block's linear layers, each with its path in the block (the
-    /// GGUF name of its weight without `.weight`: `attn_q`, `ffn_down`):
-    /// where adapters go ([`Decoder::with_lora`](crate::lora)).
-    fn linears_mut(&mut self) -> Vec<(&'static str, &mut Linear)>;
-}
-
-/// The linear layers of a block of attention and a gated MLP, each with its
-/// GGUF name ([`Layer::linears_mut`]).
-pub(crate) fn gated_block_linears<'a>(
-    attn: &'a mut Attention,
-    mlp: &'a mut GatedMlp,
-) -> Vec<(&'static str, &'a mut Linear)> {
-    let mut res: Vec<_> = attn.linears_mut().into_iter().collect();
-    res.extend([
-        ("ffn_gate", &mut mlp.gate),
-        ("ffn_up", &mut mlp.up),
-        ("ffn_down", &mut mlp.down),
-    ]);
-    res
+/// What a layer needs besides its input: its cache and the first position
+/// written (rank-0 `i32`, or one per row `(b)`).
+#[derive(Module, Clone, Copy, Debug)]
+pub struct Step {
+    /// The layer's keys and values.
+    pub cache: KvCache,
+    /// Where the step's tokens go in the cache.
+    pub start: Tensor,
 }
 
 /// A decoder: embedding, blocks, final norm and (unless tied) output
-/// projection, its fields named for its GGUF weights.
+/// projection, its fields named for its GGUF weights. Every architecture
+/// radix runs is this type; [`DecoderConfig::arch`] says what differs.
 #[derive(Module, Clone, Debug)]
-pub struct Decoder<B: Layer> {
+pub struct Decoder {
     #[module(rename = "token_embd")]
     embed: Embedding,
     #[module(rename = "blk")]
-    layers: Vec<B>,
+    layers: Vec<Block>,
     #[module(rename = "output_norm")]
     norm: RmsNorm,
     output: Option<Linear>,
@@ -363,22 +339,32 @@ pub struct Decoder<B: Layer> {
     cfg: DecoderConfig,
 }
 
-impl<B: Layer> Decoder<B> {
+impl Decoder {
     /// The model's parameters (placeholders until loaded).
-    pub fn new(cfg: &DecoderConfig) -> Decoder<B> {
+    pub fn new(cfg: &DecoderConfig) -> Decoder {
         Decoder {
             embed: Embedding::new(cfg.vocab, ("d", cfg.dim)),
-            layers: (0..cfg.n_layers).map(|i| B::new(cfg, i)).collect(),
+            layers: (0..cfg.n_layers).map(|i| Block::new(cfg, i)).collect(),
             norm: cfg.norm(("d", cfg.dim)),
             output: (!cfg.tied_embeddings).then(|| Linear::new(("d", cfg.dim), ("voc", cfg.vocab))),
             cfg: cfg.clone(),
         }
     }
 
+    /// The layers, in order.
+    pub fn blocks(&self) -> &[Block] {
+        &self.layers
+    }
+
     /// The blocks, to change in place (adapters added by
-    /// [`Decoder::with_lora`](crate::lora)).
-    pub(crate) fn blocks_mut(&mut self) -> &mut [B] {
+    /// [`Decoder::with_lora`]).
+    pub(crate) fn blocks_mut(&mut self) -> &mut [Block] {
         &mut self.layers
+    }
+
+    /// The layers' weights within the model's.
+    pub(crate) fn block_weights(weights: &Bufferized<Decoder>) -> &[Bufferized<Block>] {
+        &weights.layers
     }
 
     /// The configuration.
@@ -398,15 +384,126 @@ impl<B: Layer> Decoder<B> {
         }
     }
 
-    /// Logits `(b, s, voc)` at every position of hidden states `x`
-    /// `(b, s, d)` (the head of [`CausalLm::head`] without picking one
-    /// position): what a language-model loss reads.
+    /// The shape of the keys (and values) of each layer's cache of
+    /// `capacity` positions for one sequence (see [`KvCache::shape`]).
+    pub fn cache_shapes(&self, capacity: usize) -> Vec<Shape> {
+        let (cfg, capacity) = (&self.cfg, capacity as i64);
+        let (kv, hd) = (cfg.n_kv_heads, cfg.head_dim);
+        vec![KvCache::shape(1, capacity, kv, hd, cfg.cache_dtype); cfg.n_layers]
+    }
+
+    /// The hidden states `(b, s, d)` of token `ids` `(b, s)` placed at
+    /// positions `start..start + s` (`start` rank-0 `i32`), and those
+    /// positions `(b, s)`.
+    pub fn embed(&self, ids: Tensor, start: Tensor) -> (Tensor, Tensor) {
+        let x = self.embed.forward(ids);
+        // Gemma scales the embeddings by sqrt(width) (rounded to f32 first,
+        // as transformers does).
+        let x = match self.cfg.arch {
+            Arch::Gemma3 => x * f64::from((self.cfg.dim as f32).sqrt()),
+            _ => x,
+        };
+        (x, Tensor::iota(ids.shape(), "s") + start)
+    }
+
+    /// [`Decoder::embed`] for a batch whose rows start at their own
+    /// positions, `starts` `(b)` `i32` (sequences of different lengths
+    /// stepping together): the embedding does not depend on the position
+    /// (the positions are rotary), so it embeds from 0 and shifts them.
+    pub fn embed_rows(&self, ids: Tensor, starts: Tensor) -> (Tensor, Tensor) {
+        let (x, pos) = self.embed(ids, Tensor::scalar(0.0, DType::I32));
+        (x, pos + starts.broadcast(pos.shape()))
+    }
+
+    /// Every block in turn over hidden states `x` at positions `pos`, the
+    /// tokens' keys and values written into `caches` from `start` (rank-0,
+    /// or a position per row): the last block's output. The one layer
+    /// loop: each layer is one `radix::call` of the same function (its
+    /// weights and its cache are arguments), so a program holds one block
+    /// body, not one per layer.
+    pub fn layers(
+        &self,
+        mut x: Tensor,
+        pos: Tensor,
+        start: Tensor,
+        caches: &mut [KvCache],
+    ) -> Tensor {
+        for (block, cache) in self.layers.iter().zip(caches) {
+            let step = Step {
+                cache: *cache,
+                start,
+            };
+            (x, *cache) = radix::call(
+                "block",
+                |(b, x, pos, step)| Block::forward(b, *x, *pos, *step),
+                &(block.clone(), x, pos, step),
+            );
+        }
+        x
+    }
+
+    /// The hidden states `(b, s, d)` after the last block (before the final
+    /// norm) of token `ids` at positions `start..`, and the caches with the
+    /// tokens written.
+    pub fn hidden(
+        &self,
+        ids: Tensor,
+        start: Tensor,
+        mut caches: Vec<KvCache>,
+    ) -> (Tensor, Vec<KvCache>) {
+        let (x, pos) = self.embed(ids, start);
+        let x = self.layers(x, pos, start, &mut caches);
+        (x, caches)
+    }
+
+    /// The whole model over token `ids` `(b, s)` at positions `start..`:
+    /// logits at `last` and the caches with the tokens written.
+    pub fn forward(
+        &self,
+        ids: Tensor,
+        start: Tensor,
+        last: Tensor,
+        caches: Vec<KvCache>,
+    ) -> (Tensor, Vec<KvCache>) {
+        let (x, caches) = self.hidden(ids, start, caches);
+        (self.head(x, last), caches)
+    }
+
+    /// Logits `(b, voc)` at position `last` (rank-0 `i32`) of `x`.
+    pub fn head(&self, x: Tensor, last: Tensor) -> Tensor {
+        let zero = Tensor::scalar(0.0, DType::I32);
+        let size = |t: &str| x.dim(t);
+        let x = x
+            .dynamic_slice(&[zero, last, zero], &[size("b"), 1, size("d")])
+            .squeeze("s");
+        self.logits(x)
+    }
+
+    /// Logits at every position of hidden states `x` `(b, s, d)` (or of
+    /// `(b, d)`): the final norm and the output projection (the embedding's
+    /// transpose when tied). What a language-model loss reads.
     pub fn logits(&self, x: Tensor) -> Tensor {
         let x = self.norm.forward(x);
         match &self.output {
             Some(o) => o.forward(x),
             None => self.embed.unembed(x, "d"),
         }
+    }
+
+    /// The negative log-likelihood of each next token of `ids` `(b, s)` read
+    /// from position 0: `(b, s - 1)`, element `j` being `-log p(ids[j + 1] |
+    /// ids[..= j])` (what a perplexity averages).
+    pub fn next_token_nll(&self, ids: Tensor) -> Tensor {
+        let s = ids.dim("s");
+        let zero = Tensor::scalar(0.0, DType::I32);
+        let caches = self
+            .cache_shapes(s as usize)
+            .into_iter()
+            .map(KvCache::zeros)
+            .collect();
+        let (x, _) = self.hidden(ids, zero, caches);
+        let logits = self.logits(x).slice("s", 0..s - 1);
+        token_nll(logits, ids.slice("s", 1..s))
     }
 
     /// The mean cross-entropy of next-token prediction over token `ids`
@@ -425,7 +522,7 @@ impl<B: Layer> Decoder<B> {
         let caches: Vec<KvCache> = (0..self.layers.len())
             .map(|_| KvCache::zeros(KvCache::shape(b, 0, kv, hd, DType::F32)))
             .collect();
-        let (x, _) = crate::generate::hidden(self, ids, zero, caches);
+        let (x, _) = self.hidden(ids, zero, caches);
         let logits = self.logits(x).convert(DType::F32).slice("s", 0..s - 1);
         token_nll(logits, ids.slice("s", 1..s)).sum(["b", "s"]) / (b * (s - 1)) as f64
     }
@@ -439,58 +536,4 @@ pub(crate) fn token_nll(logits: Tensor, targets: Tensor) -> Tensor {
     let vocab = Tensor::iota(ls.with_dtype(DType::I32), "voc");
     let hit = vocab.eq(targets.broadcast(vocab.shape()));
     -hit.select(logp, Tensor::zeros(ls)).sum(["voc"])
-}
-
-impl<B: Layer> CausalLm for Decoder<B> {
-    type Block = B;
-
-    fn cache_shapes(&self, capacity: usize) -> Vec<Shape> {
-        let (cfg, capacity) = (&self.cfg, capacity as i64);
-        let (kv, hd) = (cfg.n_kv_heads, cfg.head_dim);
-        vec![KvCache::shape(1, capacity, kv, hd, cfg.cache_dtype); cfg.n_layers]
-    }
-
-    fn embed(&self, ids: Tensor, start: Tensor) -> (Tensor, Tensor) {
-        let x = self.embed.forward(ids);
-        // Gemma scales the embeddings by sqrt(width) (rounded to f32 first,
-        // as transformers does).
-        let x = match self.cfg.arch {
-            Arch::Gemma3 => x * f64::from((self.cfg.dim as f32).sqrt()),
-            _ => x,
-        };
-        (x, Tensor::iota(ids.shape(), "s") + start)
-    }
-
-    fn blocks(&self) -> &[B] {
-        &self.layers
-    }
-
-    fn block_weights(weights: &Bufferized<Self>) -> &[Bufferized<B>] {
-        &weights.layers
-    }
-
-    fn block(block: &B, x: Tensor, pos: Tensor, step: Step) -> (Tensor, KvCache) {
-        block.forward(x, pos, step)
-    }
-
-    fn block_kind(block: &B) -> u64 {
-        block.kind()
-    }
-
-    fn logits_all(&self, x: Tensor) -> Tensor {
-        self.logits(x)
-    }
-
-    fn head(&self, x: Tensor, last: Tensor) -> Tensor {
-        let zero = Tensor::scalar(0.0, DType::I32);
-        let size = |t: &str| x.dim(t);
-        let x = x
-            .dynamic_slice(&[zero, last, zero], &[size("b"), 1, size("d")])
-            .squeeze("s");
-        let x = self.norm.forward(x);
-        match &self.output {
-            Some(o) => o.forward(x),
-            None => self.embed.unembed(x, "d"),
-        }
-    }
 }

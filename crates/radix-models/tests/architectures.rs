@@ -11,8 +11,8 @@ use common::greedy::{assert_greedy_eq, top2_margin};
 
 use radix::nn::MatrixFormat;
 use radix::testing::{Tol, assert_all_close};
-use radix_models::generate::Plan;
-use radix_models::runner::Runner;
+use radix_models::engine::Engine;
+use radix_models::engine::Plan;
 use radix_models::sampling::Sampler;
 use radix_models::transformer::{Arch, DecoderConfig};
 use serde_json::Value;
@@ -56,10 +56,10 @@ const F32: Tol = Tol {
 fn check(name: &str, path: PathBuf, want: &Value) {
     let prompt = ids(&expected()["prompt"]);
     let platform = radix::testing::platform();
-    let mut runner = Runner::open(&platform, &path, 64, MatrixFormat::Exact).unwrap_or_else(|e| {
+    let mut engine = Engine::open(&platform, &path, 64, MatrixFormat::Exact).unwrap_or_else(|e| {
         panic!("{name}: cannot open {}: {e}", path.display());
     });
-    let (logits, _) = runner.prefill(&prompt).expect("prefill");
+    let (logits, _) = engine.prefill(&prompt).expect("prefill");
     let what = format!("{name} ({})", path.display());
     assert_all_close(
         &format!("{what} logits"),
@@ -67,17 +67,17 @@ fn check(name: &str, path: PathBuf, want: &Value) {
         &floats(&want["logits"]),
         F32,
     );
-    check_greedy(&format!("{what} greedy ids"), &mut runner, &prompt, want);
+    check_greedy(&format!("{what} greedy ids"), &mut engine, &prompt, want);
 }
 
-/// `runner`'s 16 greedy ids after `prompt` against `want["greedy"]`; a
+/// `engine`'s 16 greedy ids after `prompt` against `want["greedy"]`; a
 /// difference names radix's top-2 logit margin at its step.
-fn check_greedy(what: &str, runner: &mut Runner, prompt: &[u32], want: &Value) {
-    let greedy = runner
+fn check_greedy(what: &str, engine: &mut Engine, prompt: &[u32], want: &Value) {
+    let greedy = engine
         .generate(prompt, 16, &mut Sampler::greedy())
         .expect("generate");
     assert_greedy_eq(what, &greedy, &ids(&want["greedy"]), |k| {
-        let (logits, _) = runner
+        let (logits, _) = engine
             .prefill(&[prompt, &greedy[..k]].concat())
             .expect("prefill");
         top2_margin(&logits)
@@ -147,13 +147,13 @@ fn gemma3_as_one_program() {
     let want = &e["models"]["gemma3"];
     let platform = radix::testing::platform();
     let path = dir().join("gemma3.f32.gguf");
-    let mut runner = Runner::open(&platform, &path, 64, MatrixFormat::Exact)
+    let mut engine = Engine::open(&platform, &path, 64, MatrixFormat::Exact)
         .expect("open")
         .with_plan(Plan::OneProgram);
     let prompt = ids(&e["prompt"]);
-    let (logits, _) = runner.prefill(&prompt).expect("prefill");
+    let (logits, _) = engine.prefill(&prompt).expect("prefill");
     assert_all_close("one program", &logits, &floats(&want["logits"]), F32);
-    check_greedy("one program", &mut runner, &prompt, want);
+    check_greedy("one program", &mut engine, &prompt, want);
 }
 
 #[test]
@@ -257,7 +257,7 @@ fn folder_config_errors_name_the_key() {
         let tmp = tempfile::tempdir().expect("temp dir");
         let folder = edited_folder(tmp.path(), edit);
         let platform = radix::testing::platform();
-        let err = match Runner::open(&platform, &folder, 64, MatrixFormat::AsStored) {
+        let err = match Engine::open(&platform, &folder, 64, MatrixFormat::AsStored) {
             Ok(_) => panic!("{want}: opened"),
             Err(e) => e.to_string(),
         };

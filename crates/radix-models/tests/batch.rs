@@ -1,5 +1,5 @@
-//! Continuous batching (`radix_models::batch`, through
-//! `Runner::batch`): a sequence's greedy ids are the same whether it decodes
+//! Continuous batching (the engine's slots, `Engine::open_slots`): a
+//! sequence's greedy ids are the same whether it decodes
 //! alone or in a batch whose members join at different steps and leave as
 //! they finish, whether its prompt was prefilled alone or ran in the
 //! batch's steps beside the rows decoding (a few tokens a step); alone,
@@ -15,7 +15,7 @@ use common::greedy::{assert_greedy_eq, top2_margin};
 
 use radix::io::Gguf;
 use radix::nn::MatrixFormat;
-use radix_models::runner::{Runner, RunnerBatch};
+use radix_models::engine::{Engine, SeqId};
 use radix_models::sampling::Sampler;
 use radix_text::Tokenizer;
 use serde_json::Value;
@@ -63,26 +63,27 @@ fn smallest_margin(picks: &[Picks]) -> f32 {
 /// How a prompt gets into the batch.
 #[derive(Clone, Copy)]
 enum Admit {
-    /// Prefilled alone (`Runner::prefill`), then inserted with its cache.
+    /// Prefilled alone (`Engine::prefill`), then joined with its cache.
     Prefilled,
-    /// Inserted with an empty cache and run by the batch's steps, at most
+    /// Joined with an empty cache and run by the batch's steps, at most
     /// this many of its tokens a step, beside the rows decoding.
     InSteps(usize),
 }
 
-/// A row of the batch: which prompt it runs and its tokens not run yet.
+/// A sequence of the batch: its id, which prompt it runs and its tokens
+/// not run yet.
 struct Row {
+    id: SeqId,
     prompt: usize,
     left: Vec<u32>,
 }
 
-/// Runs `prompts` (with their indices) through `batch`, admitting at most
+/// Runs `prompts` (with their indices) through `engine`'s slots, admitting at most
 /// `per_step` waiting prompts before each step, as `admit` says, and
 /// removing each sequence after its [`n_new`] tokens: every sequence's
 /// greedy picks, in order.
 fn run(
-    runner: &mut Runner,
-    batch: &mut RunnerBatch,
+    engine: &mut Engine,
     prompts: &[(usize, Vec<u32>)],
     per_step: usize,
     admit: Admit,
@@ -93,30 +94,33 @@ fn run(
     let want = |p: usize| n_new(prompts[p].0);
     while next < prompts.len() || !rows.is_empty() {
         let mut admitted = 0;
-        while next < prompts.len() && !batch.is_full() && admitted < per_step {
+        while next < prompts.len() && !engine.is_full() && admitted < per_step {
             let prompt = &prompts[next].1;
             let (cache, left) = match admit {
                 Admit::Prefilled => {
-                    let (logits, cache) = runner.prefill(prompt).expect("prefill");
+                    let (logits, cache) = engine.prefill(prompt).expect("prefill");
                     out[next].push(&logits);
                     (cache, vec![])
                 }
-                Admit::InSteps(_) => (runner.empty_cache().expect("empty"), prompt.clone()),
+                Admit::InSteps(_) => (engine.empty_cache().expect("empty"), prompt.clone()),
             };
-            let row = batch.insert(cache).expect("insert");
-            assert_eq!(row, rows.len());
-            rows.push(Row { prompt: next, left });
+            let id = engine.join(cache).expect("join");
+            rows.push(Row {
+                id,
+                prompt: next,
+                left,
+            });
             next += 1;
             admitted += 1;
         }
-        // Rows done leave (descending, so the moves keep lower indices).
-        for row in (0..rows.len()).rev() {
-            let p = rows[row].prompt;
-            if rows[row].left.is_empty() && out[p].ids.len() >= want(p) {
-                batch.remove(row).expect("remove");
-                rows.swap_remove(row);
+        // Sequences done leave; the others keep their ids.
+        rows.retain(|r| {
+            let done = r.left.is_empty() && out[r.prompt].ids.len() >= want(r.prompt);
+            if done {
+                engine.leave(r.id).expect("leave");
             }
-        }
+            !done
+        });
         if rows.is_empty() {
             continue;
         }
@@ -131,8 +135,10 @@ fn run(
                 n => r.left.drain(..n.min(chunk)).collect(),
             })
             .collect();
-        let slices: Vec<&[u32]> = tokens.iter().map(Vec::as_slice).collect();
-        let logits = batch.extend(runner, &slices).expect("step");
+        let step: Vec<(SeqId, &[u32])> = (rows.iter().zip(&tokens))
+            .map(|(r, t)| (r.id, t.as_slice()))
+            .collect();
+        let logits = engine.step(&step).expect("step");
         assert_eq!(logits.len(), rows.len());
         // A row whose prompt has run further still has no pick.
         for (r, l) in rows.iter().zip(&logits) {
@@ -144,16 +150,12 @@ fn run(
     out
 }
 
-/// Every prompt of `prompts` run alone through `batch`, one after another:
-/// their greedy picks.
-fn each_alone(
-    runner: &mut Runner,
-    batch: &mut RunnerBatch,
-    prompts: &[(usize, Vec<u32>)],
-) -> Vec<Picks> {
+/// Every prompt of `prompts` run alone through `engine`'s slots, one after
+/// another: their greedy picks.
+fn each_alone(engine: &mut Engine, prompts: &[(usize, Vec<u32>)]) -> Vec<Picks> {
     prompts
         .iter()
-        .flat_map(|p| run(runner, batch, std::slice::from_ref(p), 1, Admit::Prefilled))
+        .flat_map(|p| run(engine, std::slice::from_ref(p), 1, Admit::Prefilled))
         .collect()
 }
 
@@ -179,9 +181,9 @@ fn smollm2_alone_equals_batched(matrices: MatrixFormat) {
     let gguf = Gguf::open(&path).expect("open GGUF");
     let tokenizer = Tokenizer::from_gguf(&gguf).expect("tokenizer");
     let platform = radix::testing::platform();
-    let mut runner = Runner::open(&platform, &path, 64, matrices).expect("load");
-    let mut batch = runner.batch(16).expect("batch");
-    assert_eq!(batch.buckets(), [1, 2, 4, 8, 16]);
+    let mut engine = Engine::open(&platform, &path, 64, matrices).expect("load");
+    engine.open_slots(16).expect("slots");
+    assert_eq!(engine.slot_buckets(), [1, 2, 4, 8, 16]);
 
     let reference = common::reference_json("smollm2/smollm2_reference.json");
     let cases = reference["cases"].as_array().expect("cases");
@@ -195,7 +197,7 @@ fn smollm2_alone_equals_batched(matrices: MatrixFormat) {
     }
     let prompts: Vec<(usize, Vec<u32>)> = prompts.into_iter().enumerate().collect();
 
-    let alone = each_alone(&mut runner, &mut batch, &prompts);
+    let alone = each_alone(&mut engine, &prompts);
     let compare_with_transformers = matrices == MatrixFormat::Exact;
     for (i, c) in cases
         .iter()
@@ -212,7 +214,7 @@ fn smollm2_alone_equals_batched(matrices: MatrixFormat) {
     // their prompts run by the batch's steps, 8 tokens a step.
     let mut margin = smallest_margin(&alone);
     for admit in [Admit::Prefilled, Admit::InSteps(8)] {
-        let batched = run(&mut runner, &mut batch, &prompts, 5, admit);
+        let batched = run(&mut engine, &prompts, 5, admit);
         for (i, (a, b)) in alone.iter().zip(&batched).enumerate() {
             let how = match admit {
                 Admit::Prefilled => "prefilled",
@@ -233,7 +235,7 @@ fn smollm2_alone_equals_batched(matrices: MatrixFormat) {
                 );
             }
         }
-        assert!(batch.is_empty());
+        assert_eq!(engine.running(), 0);
         margin = margin.min(smallest_margin(&batched));
     }
     eprintln!("smallest top-2 logit margin over the compared steps: {margin:.3e}");
@@ -259,10 +261,10 @@ fn tiny_alone_equals_batched(name: &str) {
     let path = tiny(&format!("{name}.q4_k_m.gguf"));
     let platform = radix::testing::platform();
     // transformers dequantizes: products with f32 activations.
-    let mut runner =
-        Runner::open(&platform, Path::new(&path), 64, MatrixFormat::Exact).expect("load");
-    let mut batch = runner.batch(4).expect("batch");
-    assert_eq!(batch.buckets(), [1, 2, 4]);
+    let mut engine =
+        Engine::open(&platform, Path::new(&path), 64, MatrixFormat::Exact).expect("load");
+    engine.open_slots(4).expect("slots");
+    assert_eq!(engine.slot_buckets(), [1, 2, 4]);
     let mut prompts = vec![first];
     for i in 0..5u32 {
         prompts.push(
@@ -272,7 +274,7 @@ fn tiny_alone_equals_batched(name: &str) {
         );
     }
     let prompts: Vec<(usize, Vec<u32>)> = prompts.into_iter().enumerate().collect();
-    let alone = each_alone(&mut runner, &mut batch, &prompts);
+    let alone = each_alone(&mut engine, &prompts);
     assert_greedy_eq(
         &format!("{name}: the first prompt alone"),
         &alone[0].ids,
@@ -282,11 +284,11 @@ fn tiny_alone_equals_batched(name: &str) {
     // Prompts of 3 to 11 tokens: 3 a step runs most over several steps.
     let mut margin = smallest_margin(&alone);
     for admit in [Admit::Prefilled, Admit::InSteps(3)] {
-        let batched = run(&mut runner, &mut batch, &prompts, 2, admit);
+        let batched = run(&mut engine, &prompts, 2, admit);
         for (i, (a, b)) in alone.iter().zip(&batched).enumerate() {
             assert_same_picks(&format!("{name}: prompt {i} batched vs alone"), b, a);
         }
-        assert!(batch.is_empty());
+        assert_eq!(engine.running(), 0);
         margin = margin.min(smallest_margin(&batched));
     }
     eprintln!("{name}: smallest top-2 logit margin over the compared steps: {margin:.3e}");

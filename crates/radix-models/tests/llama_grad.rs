@@ -13,7 +13,7 @@ use radix::io::Gguf;
 use radix::nn::MatrixFormat;
 use radix::testing::platform;
 use radix::{Buffer, DType, Module, Shape, Tensor};
-use radix_models::generate::Generator;
+use radix_models::engine::Engine;
 use radix_models::llama::Llama;
 use radix_models::transformer::DecoderConfig;
 use serde_json::Value;
@@ -58,8 +58,8 @@ fn cross_entropy_gradients_match_pytorch() {
     let gguf = Gguf::open(&path).unwrap();
     let model = Llama::new(&DecoderConfig::from_gguf(&gguf).unwrap());
     let p = platform();
-    let generator = Generator::from_gguf(&p, model, gguf, 8, MatrixFormat::F32).unwrap();
-    let model = generator.model().clone();
+    let engine = Engine::from_gguf(&p, model, gguf, 8, MatrixFormat::F32).unwrap();
+    let model = engine.model().clone();
     let shape = Shape::tagged(DType::I32, &[("b", 1), ("s", ids.len() as i64)]);
     let t = Instant::now();
     let exe = radix::compile(&p, &model, &Tensor::param(shape), |m, ids| {
@@ -69,7 +69,7 @@ fn cross_entropy_gradients_match_pytorch() {
     eprintln!("compiled in {:?}", t.elapsed());
     let t = Instant::now();
     let ids_buf = Buffer::from_slice(&p, &ids, shape).unwrap();
-    let (loss, grads) = exe.call(generator.weights(), ids_buf).unwrap();
+    let (loss, grads) = exe.call(engine.weights(), ids_buf).unwrap();
     eprintln!("ran in {:?}", t.elapsed());
     let loss = loss.to_vec::<f32>().unwrap()[0] as f64;
     let want_loss = reference["loss"].as_f64().unwrap();

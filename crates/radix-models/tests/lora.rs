@@ -17,9 +17,9 @@ use radix::nn::MatrixFormat;
 use radix::optim::AdamW;
 use radix::testing::{Tol, assert_all_close};
 use radix::{Buffer, DType, Shape, Tensor};
+use radix_models::engine::{Engine, config_of, weight_store};
 use radix_models::llama::Llama;
 use radix_models::lora::{LoraConfig, LoraTrainer, initial_adapters, save_adapter};
-use radix_models::runner::{Runner, config_of, weight_store};
 use radix_models::sampling::Rng;
 use serde_json::Value;
 
@@ -58,9 +58,9 @@ fn rows(v: &Value) -> Vec<f32> {
 
 /// The logits at every position of `ids` (prefill of each prefix: the
 /// last position's), flattened.
-fn logits(runner: &mut Runner, ids: &[u32]) -> Vec<f32> {
+fn logits(engine: &mut Engine, ids: &[u32]) -> Vec<f32> {
     (1..=ids.len())
-        .flat_map(|n| runner.prefill(&ids[..n]).expect("prefill").0)
+        .flat_map(|n| engine.prefill(&ids[..n]).expect("prefill").0)
         .collect()
 }
 
@@ -72,11 +72,11 @@ fn tol(want: &[f32]) -> Tol {
     Tol::sum(DType::F32, 256, f64::from(scale))
 }
 
-fn open(adapter: Option<&Path>) -> radix_models::Result<Runner> {
+fn open(adapter: Option<&Path>) -> radix_models::Result<Engine> {
     let platform = radix::testing::platform();
     match adapter {
-        Some(a) => Runner::open_with_lora(&platform, &base_dir(), a, 16, MatrixFormat::F32),
-        None => Runner::open(&platform, &base_dir(), 16, MatrixFormat::F32),
+        Some(a) => Engine::open_with_lora(&platform, &base_dir(), a, 16, MatrixFormat::F32),
+        None => Engine::open(&platform, &base_dir(), 16, MatrixFormat::F32),
     }
 }
 
@@ -437,17 +437,17 @@ fn smollm2_adapter_learns_the_story() {
         "HuggingFaceTB/SmolLM2-135M-Instruct",
     )
     .expect("save");
-    let mut base = Runner::open(&platform, &gguf, 128, MatrixFormat::Exact).expect("base");
+    let mut base = Engine::open(&platform, &gguf, 128, MatrixFormat::Exact).expect("base");
     let mut adapted =
-        Runner::open_with_lora(&platform, &gguf, &dir, 128, MatrixFormat::Exact).expect("adapted");
-    let nll = |r: &mut Runner| mean(&r.next_token_nll(&text[..64]).expect("nll"));
+        Engine::open_with_lora(&platform, &gguf, &dir, 128, MatrixFormat::Exact).expect("adapted");
+    let nll = |r: &mut Engine| mean(&r.next_token_nll(&text[..64]).expect("nll"));
     let (base_nll, adapted_nll) = (nll(&mut base), nll(&mut adapted));
     assert!(
         adapted_nll < base_nll - 0.3,
         "{adapted_nll} vs the base's {base_nll}"
     );
     let prompt = &text[..8];
-    let greedy = |r: &mut Runner| {
+    let greedy = |r: &mut Engine| {
         r.generate(prompt, 16, &mut radix_models::sampling::Sampler::greedy())
             .expect("generate")
     };

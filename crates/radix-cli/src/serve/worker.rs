@@ -1,7 +1,7 @@
-//! The generation worker: one thread owns the model, its runner and a
-//! [`Batch`] of `--max-batch` cache rows (slots), and takes requests from a
-//! bounded queue. Each turn it admits waiting prompts into free slots, then
-//! advances every running sequence in one batched step. A prompt whose
+//! The generation worker: one thread owns the model's [`Engine`], with
+//! `--max-batch` slots, and takes requests from a bounded queue. Each turn
+//! it admits waiting prompts into free slots, then advances every running
+//! sequence in one batched step. A prompt whose
 //! first tokens the [`PromptCache`] holds runs only the rest. A prompt with
 //! at most [`IN_STEP`] tokens left to run (a short one, or the rest after a
 //! prompt cache's hit) takes its slot at once and runs in that step beside
@@ -22,10 +22,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use radix::nn::MatrixFormat;
 use radix::{DType, Platform};
-use radix_models::generate::{Cache, MOST_STEP_TOKENS, bucket};
+use radix_models::engine::{Cache, Engine, MOST_STEP_TOKENS, SeqId, bucket};
 use radix_models::pick::Picker;
 use radix_models::prompt_cache::PromptCache;
-use radix_models::runner::{Runner, RunnerBatch};
 use radix_models::sampling::logprobs;
 use radix_text::Tokenizer;
 
@@ -110,17 +109,16 @@ impl Worker {
                 .name("radix-generate".into())
                 .spawn(move || {
                     let loaded = load(&platform, &model, &cfg, &buckets);
-                    let (runner, batch) = match loaded {
+                    let engine = match loaded {
                         Ok(loaded) => loaded,
                         Err(e) => return drop(ready_tx.send(Err(format!("{e:#}")))),
                     };
-                    let _ = ready_tx.send(Ok(batch.buckets().to_vec()));
+                    let _ = ready_tx.send(Ok(engine.slot_buckets().to_vec()));
                     let mut state = State {
-                        prompts: runner.prompt_cache(cfg.prompt_cache),
+                        prompts: engine.prompt_cache(cfg.prompt_cache),
                         prefilling: None,
                         chunk: cfg.prefill_chunk.max(1),
-                        runner,
-                        batch,
+                        engine,
                         slots: cfg.max_batch,
                         context: cfg.context,
                         tokenizer: model.tokenizer,
@@ -262,36 +260,35 @@ impl Heartbeat {
     }
 }
 
-/// The runner of whatever architecture the model is, compiled for every
-/// prompt bucket (the smallest kept loaded), and a batch of `slots`.
+/// The model's engine, compiled for every prompt bucket (the smallest
+/// kept loaded), with `slots` slots.
 fn load(
     platform: &Platform,
     model: &Model,
     cfg: &WorkerConfig,
     buckets: &[usize],
-) -> Result<(Runner, RunnerBatch)> {
+) -> Result<Engine> {
     let (context, slots) = (cfg.context, cfg.max_batch);
-    let mut runner = Runner::open(platform, &model.path, context, cfg.matrices)
-        .and_then(|r| r.with_cache_dtype(cfg.cache_dtype))
+    let mut engine = Engine::open(platform, &model.path, context, cfg.matrices)
+        .and_then(|e| e.with_cache_dtype(cfg.cache_dtype))
         .with_context(|| format!("cannot load {}", model.path.display()))?;
     for &b in buckets {
-        runner.compile(b)?;
+        engine.compile(b)?;
     }
     // Every bucket is now in the executable cache; loaded, the longer ones
     // held ~30 MB that a server of short prompts never used. They load
     // again (tens of ms, once) when a prompt first needs them.
     for &b in buckets.iter().skip(1) {
-        runner.release(b)?;
+        engine.release(b)?;
     }
-    let batch = runner.batch(slots)?;
+    engine.open_slots(slots)?;
     super::heap::trim();
-    Ok((runner, batch))
+    Ok(engine)
 }
 
 /// What the worker thread owns.
 struct State {
-    runner: Runner,
-    batch: RunnerBatch,
+    engine: Engine,
     /// Prompts run before, by their tokens.
     prompts: PromptCache,
     /// The prompt running, over as many turns as it takes.
@@ -324,9 +321,9 @@ impl Prefill {
     }
 }
 
-/// A running sequence (its slot is its index among the running ones) and
-/// its reply so far.
+/// A running sequence in the engine's slots, and its reply so far.
 struct Seq {
+    id: SeqId,
     /// Prompt tokens not run yet: the next step runs them.
     unrun: Vec<u32>,
     /// The prompt, to keep in the prompt cache once it has run (if it may).
@@ -373,10 +370,11 @@ enum Exit {
 }
 
 impl State {
-    /// Serves jobs until the server stops. Row `i` of the batch runs
-    /// `active[i]`: every turn ends with as many rows as sequences (a batch
-    /// error empties the batch, and the sequences it ran are failed); a
-    /// panic fails the running sequences and rebuilds the batch.
+    /// Serves jobs until the server stops. The engine's slots hold the
+    /// sequences of `active`: every turn ends with as many running as
+    /// there are sequences (an error of the slots empties them, and the
+    /// sequences they ran are failed); a panic fails the running sequences
+    /// and opens the slots anew.
     fn run(&mut self, queue: &Queue<Job>) {
         let mut active: Vec<Seq> = vec![];
         let why = self.serve(queue, &mut active);
@@ -405,7 +403,7 @@ impl State {
                     fail(active, &why);
                     self.fail_prefill(&why);
                     if let Err(e) = self.rebuild() {
-                        tracing::error!("cannot rebuild the batch after a panic: {e:#}");
+                        tracing::error!("cannot open the slots after a panic: {e:#}");
                         return "the generation thread failed and could not recover";
                     }
                 }
@@ -431,35 +429,35 @@ impl State {
         if !active.is_empty() && self.inject(active)? {
             match self.step(active) {
                 Ok(done) => self.leave(active, &done, false),
-                // The step had every sequence's cache: the batch is empty.
+                // The step had every sequence's cache: the slots are empty.
                 Err(e) => fail(active, &format!("{e:#}")),
             }
         }
-        self.reconcile(active, "the batch lost its rows");
+        self.reconcile(active, "the slots lost their sequences");
         Ok(())
     }
 
-    /// Fails every running sequence if the batch no longer holds exactly
-    /// their rows (after a batch error it holds none), rebuilding the batch
-    /// if rows are left that no sequence owns.
+    /// Fails every running sequence if the slots no longer hold exactly
+    /// them (after an error they hold none), opening the slots anew if
+    /// sequences are left that no request owns.
     fn reconcile(&mut self, active: &mut Vec<Seq>, why: &str) {
-        if self.batch.len() == active.len() {
+        let engine = &self.engine;
+        if engine.running() == active.len() && active.iter().all(|s| engine.holds(s.id)) {
             return;
         }
         fail(active, why);
-        if !self.batch.is_empty() {
-            tracing::error!("{why}: rebuilding the batch");
+        if engine.running() > 0 {
+            tracing::error!("{why}: opening the slots anew");
             if let Err(e) = self.rebuild() {
-                // The next insert into the stale batch fails and empties it.
-                tracing::error!("cannot rebuild the batch: {e:#}");
+                // The engine holds no slots then: the next join fails.
+                tracing::error!("cannot open the slots: {e:#}");
             }
         }
     }
 
-    /// A new, empty batch (its executables come from the cache).
+    /// New, empty slots (their executables come from the cache).
     fn rebuild(&mut self) -> Result<()> {
-        self.batch = self.runner.batch(self.slots)?;
-        Ok(())
+        Ok(self.engine.open_slots(self.slots)?)
     }
 
     /// The kind of the fault of `RADIX_SERVE_FAULT` that a running
@@ -496,17 +494,18 @@ impl State {
     }
 
     /// Frees the slots of the sequences marked in `which` (`cancelled`: their
-    /// clients left). A failed removal empties the batch; the next
+    /// clients left). A failed removal empties the slots; the next
     /// [`State::reconcile`] fails the rest.
     fn leave(&mut self, active: &mut Vec<Seq>, which: &[bool], cancelled: bool) {
-        // Last first: a removal moves the last row into the freed one.
+        // Last first, so that `swap_remove` moves only sequences already
+        // looked at.
         for row in (0..active.len()).rev() {
             if which[row] {
                 if cancelled {
                     self.metrics.cancelled();
                 }
-                if let Err(e) = self.batch.remove(row) {
-                    tracing::error!("cannot free slot {row}: {e}");
+                if let Err(e) = self.engine.leave(active[row].id) {
+                    tracing::error!("cannot free the slot of sequence {row}: {e}");
                     active.swap_remove(row);
                     fail(active, &format!("a slot could not be freed: {e}"));
                     return;
@@ -544,7 +543,7 @@ impl State {
                             Ok(seq) => active.push(seq),
                             Err(e) => drop(events.send(Event::Failed(format!("{e:#}")))),
                         }
-                        self.reconcile(active, "a sequence could not join the batch");
+                        self.reconcile(active, "a sequence could not join the slots");
                     }
                     Ok(p) => self.prefilling = Some(p),
                     Err(e) => drop(events.send(Event::Failed(format!("{e:#}")))),
@@ -559,7 +558,7 @@ impl State {
             }
             let (prompt, done) = (&p.job.prompt, p.cache.len());
             let n = (prompt.len() - done).min(budget);
-            let logits = self.runner.extend(&prompt[done..done + n], &mut p.cache);
+            let logits = self.engine.extend(&prompt[done..done + n], &mut p.cache);
             ran += n;
             let whole = p.cache.len() == prompt.len();
             let joined = match logits {
@@ -579,7 +578,7 @@ impl State {
                 Ok(None) => {}
                 Err((events, e)) => drop(events.send(Event::Failed(format!("{e:#}")))),
             }
-            self.reconcile(active, "a sequence could not join the batch");
+            self.reconcile(active, "a sequence could not join the slots");
             self.metrics
                 .active_slots
                 .store(active.len() as i64, Ordering::Relaxed);
@@ -603,7 +602,7 @@ impl State {
         };
         let cache = match hit {
             Some(hit) => hit,
-            None => self.runner.empty_cache()?,
+            None => self.engine.empty_cache()?,
         };
         let cached = cache.len();
         self.metrics.prompt_cached(cached);
@@ -612,8 +611,8 @@ impl State {
 
     /// Takes a slot for the prompt that has run (`logits` after its last
     /// token), keeps it in the prompt cache and picks the first token: the
-    /// sequence, unless it ended there. On an error no row of the batch is
-    /// left to it (the error may have emptied the batch).
+    /// sequence, unless it ended there. On an error no slot is left to it
+    /// (the error may have emptied the slots).
     fn join(&mut self, p: Prefill, logits: &[f32]) -> Result<Option<Seq>> {
         // A cache the prompt cache cannot copy costs that prompt's reuse,
         // not this sequence.
@@ -622,16 +621,15 @@ impl State {
         {
             tracing::warn!("cannot keep the prompt in the prompt cache: {e}");
         }
-        let row = self.batch.len();
         let mut seq = self.seat(p)?;
         match self.push(&mut seq, logits) {
             Ok(true) => Ok(Some(seq)),
             Ok(false) => {
-                self.batch.remove(row)?;
+                self.engine.leave(seq.id)?;
                 Ok(None)
             }
             Err(e) => {
-                self.batch.remove(row)?;
+                self.engine.leave(seq.id)?;
                 Err(e)
             }
         }
@@ -646,7 +644,7 @@ impl State {
         Ok(Seq { unrun, keep, ..seq })
     }
 
-    /// `p`'s sequence in the next free row of the batch, with its cache.
+    /// `p`'s sequence in a free slot of the engine, with its cache.
     fn seat(&mut self, p: Prefill) -> Result<Seq> {
         let Prefill {
             mut job,
@@ -654,8 +652,9 @@ impl State {
             cached,
         } = p;
         let room = self.context - job.prompt.len();
-        self.batch.insert(cache)?;
+        let id = self.engine.join(cache)?;
         Ok(Seq {
+            id,
             unrun: vec![],
             keep: None,
             ids: vec![],
@@ -683,32 +682,37 @@ impl State {
     /// tokens it has left, or the token it picked last. Which of them ended
     /// (a sequence whose text cannot be made is failed and ends).
     fn step(&mut self, active: &mut [Seq]) -> Result<Vec<bool>> {
-        let mut rows: Vec<Vec<u32>> = active
+        let rows: Vec<Vec<u32>> = active
             .iter_mut()
             .map(|s| match s.unrun.is_empty() {
                 true => s.ids.last().copied().into_iter().collect(),
                 false => std::mem::take(&mut s.unrun),
             })
             .collect();
+        let mut tokens: Vec<(SeqId, &[u32])> = (active.iter().zip(&rows))
+            .map(|(s, r)| (s.id, r.as_slice()))
+            .collect();
         if self.fault(active) == Some(FaultKind::StepError) {
-            // One row too few: the batch refuses the step and empties.
-            rows.pop();
+            // One sequence too few: the engine refuses the step and empties
+            // its slots.
+            tokens.pop();
         }
-        let slices: Vec<&[u32]> = rows.iter().map(Vec::as_slice).collect();
-        let logits = self.batch.extend(&mut self.runner, &slices)?;
+        let logits = self.engine.step(&tokens)?;
         self.metrics.decode_step(rows.len());
         let mut done = Vec::with_capacity(active.len());
-        for (row, (seq, logits)) in active.iter_mut().zip(&logits).enumerate() {
+        for (seq, logits) in active.iter_mut().zip(&logits) {
             let goes_on = self.push(seq, logits).unwrap_or_else(|e| {
                 let _ = seq.events.send(Event::Failed(format!("{e:#}")));
                 false
             });
             done.push(!goes_on);
             // A prompt that has just run is kept after its first token is
-            // sent (rows leave after the step, so its row is still there).
+            // sent (sequences leave after the step, so it is still there).
             if let Some(prompt) = seq.keep.take() {
-                let batch = &self.batch;
-                let kept = self.prompts.store_with(&prompt, || batch.row_cache(row));
+                let (engine, id) = (&self.engine, seq.id);
+                let kept = self
+                    .prompts
+                    .store_with(&prompt, || engine.sequence_cache(id));
                 if let Err(e) = kept {
                     tracing::warn!("cannot keep the prompt in the prompt cache: {e}");
                 }

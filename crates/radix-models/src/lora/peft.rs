@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use radix::nn::Lora;
 
 use super::{LoraConfig, peft_key};
-use crate::transformer::{Decoder, Layer};
+use crate::transformer::Decoder;
 use crate::{Error, Result};
 
 /// The configuration file of an adapter folder.
@@ -60,11 +60,7 @@ impl AdapterFolder {
 /// adapter of `model` loads: `Err` naming the file and the first that is
 /// not (an adapter for a layer the model lacks, or one its targets leave
 /// out).
-pub(crate) fn check_all_used<B: Layer>(
-    model: &Decoder<B>,
-    keys: &[String],
-    file: &Path,
-) -> Result<()> {
+pub(crate) fn check_all_used(model: &Decoder, keys: &[String], file: &Path) -> Result<()> {
     let arch = model.config().arch;
     let mut wanted = BTreeSet::new();
     model.visit(&mut String::new(), &mut |path, t| {
@@ -165,10 +161,10 @@ fn parse_config(text: &str) -> std::result::Result<LoraConfig, String> {
 /// `dir` as `peft` saves them: `adapter_model.safetensors` under
 /// [`peft_key`]'s names and `adapter_config.json` of `lora`, naming
 /// `base_model` as the model adapted. Creates `dir` if needed.
-pub fn save_adapter<B: Layer>(
+pub fn save_adapter(
     dir: &Path,
-    model: &Decoder<B>,
-    weights: &Bufferized<Decoder<B>>,
+    model: &Decoder,
+    weights: &Bufferized<Decoder>,
     lora: &LoraConfig,
     base_model: &str,
 ) -> Result<()> {
@@ -184,7 +180,7 @@ pub fn save_adapter<B: Layer>(
     model.visit(&mut String::new(), &mut |path, t| {
         paths.push((path.to_string(), Lora::is_adapter(t)))
     });
-    let buffers: Vec<&Buffer> = radix::module::leaves::<Decoder<B>, Buffer>(weights);
+    let buffers: Vec<&Buffer> = radix::module::leaves::<Decoder, Buffer>(weights);
     let mut tensors: Vec<(String, HostTensor)> = vec![];
     for ((path, adapter), buffer) in paths.iter().zip(buffers) {
         let Some(key) = peft_key(arch, path).filter(|_| *adapter) else {

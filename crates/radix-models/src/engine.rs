@@ -1,13 +1,22 @@
-//! Running a causal language model: the one generation loop that the
-//! library, `radix generate` and the benchmarks share.
+//! The engine: one model on a device and every way radix runs it, for the
+//! library, `radix generate`, `radix serve`, `radix perplexity` and the
+//! benchmarks alike.
 //!
-//! A [`Generator`] holds a model's weights on a device (uploaded once, shared
-//! by every executable), a prefill executable per prompt-length bucket
-//! (prompts are right-padded to 8, 16, 32, ... so a new length does not
-//! recompile) and one decode executable, each compiled on first use (or
-//! loaded from the executable cache). Both write keys and values into a
-//! [`KvCache`] of `capacity` positions per layer; decode takes the caches and
-//! donates them, so a step writes in place. Sampling runs on the host.
+//! An [`Engine`] holds a [`Decoder`]'s weights on a device (uploaded once,
+//! shared by every executable), the executables of its steps (a step over
+//! `s` tokens of one sequence, prompts right-padded to 8, 16, 32, ... so a
+//! new length does not recompile; a step of several sequences' rows), each
+//! compiled on first use or loaded from the executable cache, and the
+//! sequences it runs:
+//! - a sequence the caller holds, as its [`Cache`]: [`Engine::prefill`],
+//!   [`Engine::extend`], [`Engine::decode`] and [`Engine::generate`] (what
+//!   `radix generate` runs), the prompt cache's entries;
+//! - sequences the engine holds in its slots, by [`SeqId`]: a cache joins
+//!   ([`Engine::join`]), every running sequence steps together
+//!   ([`Engine::step`]) and leaves ([`Engine::leave`]); see `engine/slots.rs`.
+//!
+//! Every step writes keys and values into the caches it is given, donated,
+//! so a step writes in place. Sampling runs on the host.
 //!
 //! One cache per layer rather than one tensor pair with a layer axis: with
 //! the stacked pair, XLA compiled the prefill 2.2x slower (updates at a
@@ -20,145 +29,24 @@ use std::time::{Duration, Instant};
 
 use radix::io::{Gguf, WeightStore};
 use radix::nn::{KvCache, MatrixFormat};
-use radix::{Buffer, Bufferized, Compiled, DType, Module, Platform, Program, Shape, Tensor};
+use radix::{Buffer, Bufferized, Compiled, DType, Platform, Program, Shape, Tensor};
 
+use crate::prompt_cache::PromptCache;
 use crate::sampling::Sampler;
+use crate::transformer::{Decoder, DecoderConfig};
 use crate::{Error, Result};
 
 mod executables;
+mod open;
+mod slots;
 
 pub(crate) use executables::{LayerByLayer, Tokens, TokensWith};
-use executables::{
-    StepExe, empty_caches, empty_caches_exe, one_program_inputs, one_program_step, step_exe,
-};
+use executables::{StepExe, empty_caches_exe, one_program_inputs, one_program_step, step_exe};
+pub use open::{config_of, weight_store};
+pub use slots::SeqId;
+use slots::Slots;
 
-/// A decoder a [`Generator`] can run, as its three parts: the embedding of
-/// the tokens, a stack of blocks of one type (each with its layer's cache)
-/// and the head that turns one position into logits.
-pub trait CausalLm: Module + Clone + Sync {
-    /// One layer.
-    type Block: Module + Clone;
-
-    /// The shape of the keys (and values) of each layer's cache of
-    /// `capacity` positions for one sequence (see [`KvCache::shape`]).
-    fn cache_shapes(&self, capacity: usize) -> Vec<Shape>;
-
-    /// The hidden states `(b, s, d)` of token `ids` `(b, s)` placed at
-    /// positions `start..start + s` (`start` rank-0 `i32`), and those
-    /// positions `(b, s)`.
-    fn embed(&self, ids: Tensor, start: Tensor) -> (Tensor, Tensor);
-
-    /// [`CausalLm::embed`] for a batch whose rows start at their own
-    /// positions, `starts` `(b)` `i32` (sequences of different lengths
-    /// decoding together, see [`crate::batch`]). The default embeds from 0
-    /// and shifts the positions, right for a model whose embedding does not
-    /// depend on the position (rotary models); others override it.
-    fn embed_rows(&self, ids: Tensor, starts: Tensor) -> (Tensor, Tensor) {
-        let (x, pos) = self.embed(ids, Tensor::scalar(0.0, DType::I32));
-        (x, pos + starts.broadcast(pos.shape()))
-    }
-
-    /// The layers, in order.
-    fn blocks(&self) -> &[Self::Block];
-
-    /// The layers' weights within the model's.
-    fn block_weights(weights: &Bufferized<Self>) -> &[Bufferized<Self::Block>];
-
-    /// One layer over hidden states `x` at positions `pos`: the new hidden
-    /// states and the layer's cache with the tokens' keys and values written.
-    fn block(block: &Self::Block, x: Tensor, pos: Tensor, step: Step) -> (Tensor, KvCache);
-
-    /// Blocks of one kind trace to the same program, so [`Plan::PerBlock`]
-    /// compiles one executable per kind (a sliding-window layer and a
-    /// global one are two kinds).
-    fn block_kind(_block: &Self::Block) -> u64 {
-        0
-    }
-
-    /// Logits `(b, voc)` at position `last` (rank-0 `i32`) of `x`.
-    fn head(&self, x: Tensor, last: Tensor) -> Tensor;
-
-    /// Logits `(b, s, voc)` at every position of `x` `(b, s, d)`.
-    fn logits_all(&self, x: Tensor) -> Tensor;
-}
-
-/// What a layer needs besides its input: its cache and the first position
-/// written (rank-0 `i32`).
-#[derive(Module, Clone, Copy, Debug)]
-pub struct Step {
-    /// The layer's keys and values.
-    pub cache: KvCache,
-    /// Where the step's tokens go in the cache.
-    pub start: Tensor,
-}
-
-/// The whole model over token `ids` `(b, s)` at positions `start..`: logits
-/// at `last` and the caches with the tokens written. Each layer is one
-/// `radix::call` of the same function (its weights and its cache are
-/// arguments), so the program holds one block body, not one per layer.
-pub fn forward<M: CausalLm>(
-    model: &M,
-    ids: Tensor,
-    start: Tensor,
-    last: Tensor,
-    caches: Vec<KvCache>,
-) -> (Tensor, Vec<KvCache>) {
-    let (x, caches) = hidden(model, ids, start, caches);
-    (model.head(x, last), caches)
-}
-
-/// The hidden states `(b, s, d)` after the last block (before the final
-/// norm) of token `ids` at positions `start..`, and the caches with the
-/// tokens written: [`forward`] without the head, the one layer loop.
-pub(crate) fn hidden<M: CausalLm>(
-    model: &M,
-    ids: Tensor,
-    start: Tensor,
-    mut caches: Vec<KvCache>,
-) -> (Tensor, Vec<KvCache>) {
-    let (x, pos) = model.embed(ids, start);
-    let x = layers(model, x, pos, start, &mut caches);
-    (x, caches)
-}
-
-/// Every block in turn over hidden states `x` at positions `pos`, the
-/// tokens' keys and values written into `caches` from `start` (rank-0, or
-/// a position per row): the last block's output. Each layer is one
-/// `radix::call` of the same function, so a program holds one block body.
-pub(crate) fn layers<M: CausalLm>(
-    model: &M,
-    mut x: Tensor,
-    pos: Tensor,
-    start: Tensor,
-    caches: &mut [KvCache],
-) -> Tensor {
-    for (block, cache) in model.blocks().iter().zip(caches) {
-        let step = Step {
-            cache: *cache,
-            start,
-        };
-        (x, *cache) = radix::call(
-            "block",
-            |(b, x, pos, step)| M::block(b, *x, *pos, *step),
-            &(block.clone(), x, pos, step),
-        );
-    }
-    x
-}
-
-/// The negative log-likelihood of each next token of `ids` `(b, s)` read
-/// from position 0: `(b, s - 1)`, element `j` being `-log p(ids[j + 1] |
-/// ids[..= j])` (what a perplexity averages).
-fn next_token_nll<M: CausalLm>(model: &M, ids: Tensor) -> Tensor {
-    let s = ids.dim("s");
-    let zero = Tensor::scalar(0.0, DType::I32);
-    let caches = empty_caches(&model.cache_shapes(s as usize));
-    let (x, _) = hidden(model, ids, zero, caches);
-    let logits = model.logits_all(x).slice("s", 0..s - 1);
-    crate::transformer::token_nll(logits, ids.slice("s", 1..s))
-}
-
-/// How a [`Generator`] runs a step (the prefill of a prompt, or one decoded
+/// How a [`Engine`] runs a step (the prefill of a prompt, or one decoded
 /// token).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Plan {
@@ -183,7 +71,7 @@ pub(crate) fn in_place((new, old): (KvCache, KvCache)) -> KvCache {
 
 /// Traces and optimizes the model as one step over `len` tokens with a
 /// cache of `capacity` positions (what [`Plan::OneProgram`] compiles).
-pub fn trace_step<M: CausalLm>(model: &M, len: usize, capacity: usize) -> radix::Result<Program> {
+pub fn trace_step(model: &Decoder, len: usize, capacity: usize) -> radix::Result<Program> {
     radix::trace(
         model,
         &one_program_inputs(model, len, capacity),
@@ -223,7 +111,7 @@ impl Cache {
     }
 }
 
-/// The result of [`Generator::generate`]: the new tokens and where the
+/// The result of [`Engine::generate`]: the new tokens and where the
 /// time went.
 #[derive(Debug, Clone, Default)]
 pub struct Generation {
@@ -253,41 +141,44 @@ fn per_s(n: usize, time: Duration) -> Option<f64> {
     (n > 0 && !time.is_zero()).then(|| n as f64 / time.as_secs_f64())
 }
 
-/// A causal model on a device: weights uploaded once and shared by the
-/// executables of each step length (a prefill per prompt bucket, and
-/// decode), compiled on first use. Batch size 1.
-pub struct Generator<M: CausalLm> {
+/// A decoder on a device and the sequences it runs (see the module's
+/// documentation): weights uploaded once and shared by the executables of
+/// each step, compiled on first use.
+pub struct Engine {
     platform: Platform,
-    model: M,
-    weights: Bufferized<M>,
+    model: Decoder,
+    weights: Bufferized<Decoder>,
     capacity: usize,
     /// The ids after which generation stops.
     stops: Vec<u32>,
     plan: Plan,
     /// By step length: 1 for decode, a bucket for a prefill.
-    steps: HashMap<usize, StepExe<M>>,
+    steps: HashMap<usize, StepExe>,
     /// Makes the empty caches a prefill starts from.
     empty: Option<Compiled<(), (), Vec<KvCache>>>,
     /// By sequence length: the negative log-likelihoods of next tokens.
-    nll: HashMap<usize, Compiled<M, Tensor, Tensor>>,
+    nll: HashMap<usize, Compiled<Decoder, Tensor, Tensor>>,
+    /// The sequences the engine holds, once [`Engine::open_slots`] made
+    /// them.
+    slots: Option<Slots>,
 }
 
-impl<M: CausalLm> Generator<M> {
-    /// A runner for `model` with its `weights` on `platform`; the cache
-    /// holds `capacity` positions; generation stops after `eos` (or the ids
-    /// [`Generator::with_stop_ids`] gives). Steps run as [`Plan::PerBlock`]
-    /// unless [`Generator::with_plan`] says otherwise.
+impl Engine {
+    /// An engine for `model` with its `weights` on `platform`; a sequence's
+    /// cache holds `capacity` positions; generation stops after `eos` (or
+    /// the ids [`Engine::with_stop_ids`] gives). Steps run as
+    /// [`Plan::PerBlock`] unless [`Engine::with_plan`] says otherwise.
     pub fn new(
         platform: &Platform,
-        model: M,
-        weights: Bufferized<M>,
+        model: Decoder,
+        weights: Bufferized<Decoder>,
         capacity: usize,
         eos: Option<u32>,
     ) -> Result<Self> {
         if capacity == 0 {
             return Err(Error::Input("a cache of 0 positions".into()));
         }
-        Ok(Generator {
+        Ok(Engine {
             platform: platform.clone(),
             model,
             weights,
@@ -297,10 +188,23 @@ impl<M: CausalLm> Generator<M> {
             steps: HashMap::new(),
             empty: None,
             nll: HashMap::new(),
+            slots: None,
         })
     }
 
-    /// A runner for `model` with its weights read from `gguf` by their
+    /// The decoder that `gguf`'s metadata describes, loaded on `platform`
+    /// as [`Engine::from_gguf`] loads it.
+    pub fn load(
+        platform: &Platform,
+        gguf: Gguf,
+        capacity: usize,
+        matrices: MatrixFormat,
+    ) -> Result<Self> {
+        let model = Decoder::new(&DecoderConfig::from_gguf(&gguf)?);
+        Engine::from_gguf(platform, model, gguf, capacity, matrices)
+    }
+
+    /// An engine for `model` with its weights read from `gguf` by their
     /// field paths (the file's tensor names), its matrices in the form
     /// `matrices` asks for (as stored: quantized matrices stay quantized),
     /// stopping after the tokens of the file's vocabulary that end a turn
@@ -308,22 +212,22 @@ impl<M: CausalLm> Generator<M> {
     /// `<|eot_id|>` where they are control tokens: [`radix_text::turn_end_ids`]).
     pub fn from_gguf(
         platform: &Platform,
-        model: M,
+        model: Decoder,
         gguf: Gguf,
         capacity: usize,
         matrices: MatrixFormat,
     ) -> Result<Self> {
         let stops = radix_text::turn_end_ids(&gguf);
         let store = WeightStore::new(vec![Box::new(gguf)], str::to_string);
-        Generator::from_store(platform, model, &store, capacity, matrices, stops)
+        Engine::from_store(platform, model, &store, capacity, matrices, stops)
     }
 
-    /// A runner for `model` with its weights read from `store` by their
+    /// An engine for `model` with its weights read from `store` by their
     /// field paths, its matrices in the form `matrices` asks for, stopping
     /// after any of `stops`.
     pub fn from_store(
         platform: &Platform,
-        mut model: M,
+        mut model: Decoder,
         store: &WeightStore,
         capacity: usize,
         matrices: MatrixFormat,
@@ -331,41 +235,50 @@ impl<M: CausalLm> Generator<M> {
     ) -> Result<Self> {
         radix::nn::set_matrix_formats(&mut model, store, matrices);
         let weights = radix::nn::load_weights(platform, store, &model)?;
-        Ok(Generator::new(platform, model, weights, capacity, None)?.with_stop_ids(stops))
+        Ok(Engine::new(platform, model, weights, capacity, None)?.with_stop_ids(stops))
     }
 
-    /// The same runner with its steps run as `plan` (compiled anew on first
+    /// The same engine with its steps run as `plan` (compiled anew on first
     /// use).
     pub fn with_plan(self, plan: Plan) -> Self {
-        Generator {
+        Engine {
             plan,
             steps: HashMap::new(),
             ..self
         }
     }
 
-    /// The same runner with its model's configuration changed by `f`, which
-    /// must keep its parameters (as [`Decoder::with_cache_dtype`] does); the
-    /// steps are compiled anew on first use.
-    ///
-    /// [`Decoder::with_cache_dtype`]: crate::transformer::Decoder::with_cache_dtype
-    pub(crate) fn map_model(self, f: impl FnOnce(M) -> M) -> Self {
-        Generator {
-            model: f(self.model),
+    /// The same engine with a key/value cache of `dtype` (f32 or f16; its
+    /// steps compiled anew on first use, its slots to open again). An f16
+    /// cache takes half the memory; the kernels read it as f32.
+    pub fn with_cache_dtype(self, dtype: DType) -> Result<Self> {
+        if !matches!(dtype, DType::F32 | DType::F16) {
+            return Err(Error::Input(format!(
+                "a key/value cache of {dtype}: radix keeps caches in f32 or f16"
+            )));
+        }
+        Ok(Engine {
+            model: self.model.with_cache_dtype(dtype),
             steps: HashMap::new(),
             empty: None,
             nll: HashMap::new(),
+            slots: None,
             ..self
-        }
+        })
     }
 
     /// The model (parameters only).
-    pub fn model(&self) -> &M {
+    pub fn model(&self) -> &Decoder {
         &self.model
     }
 
+    /// The configuration the model was built from.
+    pub fn config(&self) -> &DecoderConfig {
+        self.model.config()
+    }
+
     /// The model's weights on the device.
-    pub fn weights(&self) -> &Bufferized<M> {
+    pub fn weights(&self) -> &Bufferized<Decoder> {
         &self.weights
     }
 
@@ -379,9 +292,16 @@ impl<M: CausalLm> Generator<M> {
         self.capacity
     }
 
-    /// The same runner, stopping after any of `ids` instead.
+    /// An empty [`PromptCache`] for this engine's sequences, of at most
+    /// `budget` bytes.
+    pub fn prompt_cache(&self, budget: usize) -> PromptCache {
+        let shapes = self.model.cache_shapes(self.capacity);
+        PromptCache::new(&self.platform, shapes, budget)
+    }
+
+    /// The same engine, stopping after any of `ids` instead.
     pub fn with_stop_ids(self, ids: Vec<u32>) -> Self {
-        Generator { stops: ids, ..self }
+        Engine { stops: ids, ..self }
     }
 
     /// The ids after which generation stops.
@@ -391,7 +311,7 @@ impl<M: CausalLm> Generator<M> {
 
     /// Compiles (or loads from the executable cache) the executables of a
     /// prompt of `n` tokens and of decode, so that the first
-    /// [`Generator::prefill`] and [`Generator::decode`] only run.
+    /// [`Engine::prefill`] and [`Engine::decode`] only run.
     pub fn compile(&mut self, n: usize) -> Result<()> {
         let len = self.bucket(n)?;
         let lens: Vec<usize> = [len, 1]
@@ -422,7 +342,7 @@ impl<M: CausalLm> Generator<M> {
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
             }
             let empty = empty.map(join).transpose();
-            let steps: Vec<(usize, Result<StepExe<M>>)> =
+            let steps: Vec<(usize, Result<StepExe>)> =
                 steps.into_iter().map(|(l, h)| (l, join(h))).collect();
             (empty, steps)
         });
@@ -438,7 +358,7 @@ impl<M: CausalLm> Generator<M> {
     /// Drops the executables of a prompt of `n` tokens (never decode's: a
     /// prompt's bucket is at least 8): the next prefill that needs them
     /// loads them again, from the executable cache where
-    /// [`Generator::compile`] put them. A server compiles every prompt
+    /// [`Engine::compile`] put them. A server compiles every prompt
     /// bucket when it starts, so that none compiles while it serves, and
     /// keeps loaded only those its prompts use.
     pub fn release(&mut self, n: usize) -> Result<()> {
@@ -496,7 +416,7 @@ impl<M: CausalLm> Generator<M> {
 
     /// Runs the step over `ids` (its length compiled) placed from position
     /// `start`: the logits at `last` and `caches` with the tokens written.
-    fn step(
+    fn run_step(
         &mut self,
         ids: &[i32],
         start: usize,
@@ -530,7 +450,7 @@ impl<M: CausalLm> Generator<M> {
         if !self.nll.contains_key(&n) {
             let ids = Tensor::param(Shape::tagged(DType::I32, &[("b", 1), ("s", n as i64)]));
             let exe = radix::compile(&self.platform, &self.model, &ids, |m, ids| {
-                next_token_nll(m, ids)
+                m.next_token_nll(ids)
             })?;
             self.nll.insert(n, exe);
         }
@@ -589,7 +509,7 @@ impl<M: CausalLm> Generator<M> {
                 .map(|&t| t as i32)
                 .collect();
             padded.resize(len, 0);
-            (logits, buffers) = self.step(&padded, at, take - 1, buffers)?;
+            (logits, buffers) = self.run_step(&padded, at, take - 1, buffers)?;
             at += take;
         }
         *cache = Cache { buffers, len: at };
@@ -605,7 +525,8 @@ impl<M: CausalLm> Generator<M> {
                 self.capacity
             )));
         }
-        let (logits, buffers) = self.step(&[token as i32], cache.len, 0, cache.buffers.clone())?;
+        let (logits, buffers) =
+            self.run_step(&[token as i32], cache.len, 0, cache.buffers.clone())?;
         cache.buffers = buffers;
         cache.len += 1;
         Ok(logits)
@@ -645,7 +566,7 @@ impl<M: CausalLm> Generator<M> {
         Ok(res)
     }
 
-    /// [`Generator::generate_with`] without a callback: the new tokens.
+    /// [`Engine::generate_with`] without a callback: the new tokens.
     pub fn generate(
         &mut self,
         prompt: &[u32],
@@ -658,7 +579,7 @@ impl<M: CausalLm> Generator<M> {
             .ids)
     }
 
-    /// Like [`Generator::generate`] without the cache: each step runs the
+    /// Like [`Engine::generate`] without the cache: each step runs the
     /// whole sequence again through the prefill executables.
     pub fn generate_without_cache(
         &mut self,
@@ -681,7 +602,7 @@ impl<M: CausalLm> Generator<M> {
     }
 }
 
-/// One step of [`Generator::extend`]: `tokens` tokens padded to a step of
+/// One step of [`Engine::extend`]: `tokens` tokens padded to a step of
 /// `bucket`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Piece {
@@ -689,7 +610,7 @@ struct Piece {
     bucket: usize,
 }
 
-/// The most tokens one step of [`Generator::extend`] runs. Longer prompts
+/// The most tokens one step of [`Engine::extend`] runs. Longer prompts
 /// run in steps of this many: a step's queries attend to every position
 /// before them, padding included, so one bucket of 2,048 for a prompt of
 /// 1,215 tokens did 2.7 times the attention work of the prompt (and 1.7
@@ -698,7 +619,7 @@ struct Piece {
 /// instead of 183, on a 2-core Xeon with AVX-512 VNNI.
 pub const MOST_STEP_TOKENS: usize = 512;
 
-/// How [`Generator::extend`] runs `n` tokens with `room` positions left in
+/// How [`Engine::extend`] runs `n` tokens with `room` positions left in
 /// the cache (`n <= room`): one bucket when it fits (and holds at most
 /// [`MOST_STEP_TOKENS`]), else the largest bucket that does, filled, and
 /// so on; the last tokens one at a time (a decode step) once even the

@@ -1,4 +1,4 @@
-//! The executables a [`Generator`](super::Generator) runs: per step
+//! The executables an [`Engine`](super::Engine) runs: per step
 //! length, one program holding every layer ([`Plan::OneProgram`]) or an
 //! embedding, a block per kind of layer and a head ([`Plan::PerBlock`],
 //! [`LayerByLayer`], which the batch's steps run too), compiled or loaded
@@ -7,8 +7,9 @@
 use radix::nn::KvCache;
 use radix::{Bufferized, Compiled, DType, Module, Platform, Shape, Tensor};
 
-use super::{CausalLm, Plan, Step, StepWith, forward, in_place};
+use super::{Plan, in_place};
 use crate::Result;
+use crate::transformer::{Block, Decoder, Step, StepWith};
 
 /// The tokens of a step.
 #[derive(Module, Clone, Copy, Debug)]
@@ -32,48 +33,47 @@ pub(crate) struct Stepped {
 }
 
 /// One layer as an executable.
-pub(super) type BlockExe<M> =
-    Compiled<<M as CausalLm>::Block, (Tensor, Tensor, Step), (Tensor, KvCache)>;
+pub(super) type BlockExe = Compiled<Block, (Tensor, Tensor, Step), (Tensor, KvCache)>;
 
 /// The executables of one step length.
 #[expect(
     clippy::large_enum_variant,
-    reason = "a generator holds a few, one per step length"
+    reason = "an engine holds a few, one per step length"
 )]
-pub(super) enum StepExe<M: CausalLm> {
-    OneProgram(Compiled<M, (Tokens, Vec<KvCache>), Stepped>),
-    PerBlock(LayerByLayer<M>),
+pub(super) enum StepExe {
+    OneProgram(Compiled<Decoder, (Tokens, Vec<KvCache>), Stepped>),
+    PerBlock(LayerByLayer),
 }
 
 /// A step as an embedding, one executable per kind of block (run once per
 /// layer with that layer's weights and cache, donated) and a head: `2 +
 /// layers` dispatches, but each program holds one layer, so it compiles,
 /// loads and sits in memory at a thirtieth of a whole model's cost.
-pub(crate) struct LayerByLayer<M: CausalLm> {
+pub(crate) struct LayerByLayer {
     /// `(ids, start)` to the hidden states and their positions.
-    embed: Compiled<M, (Tensor, Tensor), (Tensor, Tensor)>,
+    embed: Compiled<Decoder, (Tensor, Tensor), (Tensor, Tensor)>,
     /// One per block key ([`block_key`]), in the order the keys first
     /// occur.
-    blocks: Vec<BlockExe<M>>,
+    blocks: Vec<BlockExe>,
     /// Per layer, its executable's index in `blocks` (found once here, not
     /// by formatting every layer's key each step).
     of_layer: Vec<usize>,
     /// `(x, last)` to the logits.
-    head: Compiled<M, (Tensor, Tensor), Tensor>,
+    head: Compiled<Decoder, (Tensor, Tensor), Tensor>,
 }
 
-impl<M: CausalLm> LayerByLayer<M> {
+impl LayerByLayer {
     /// Compiles (or loads) the step over `tokens`, each layer writing into
     /// a cache of shape `cache`: `embed` and `head` say how the model's
     /// ends run (a sequence's, or rows' each at its own position).
     pub(crate) fn compile(
         platform: &Platform,
-        model: &M,
+        model: &Decoder,
         Tokens { ids, start, last }: Tokens,
         cache: Shape,
-        embed: fn(&M, (Tensor, Tensor)) -> (Tensor, Tensor),
-        head: fn(&M, (Tensor, Tensor)) -> Tensor,
-    ) -> Result<LayerByLayer<M>> {
+        embed: fn(&Decoder, (Tensor, Tensor)) -> (Tensor, Tensor),
+        head: fn(&Decoder, (Tensor, Tensor)) -> Tensor,
+    ) -> Result<LayerByLayer> {
         let embed = radix::compile(platform, model, &(ids, start), embed)?;
         let [x, pos] = [0, 1].map(|i| Tensor::param(embed.program().results()[i].shape));
         let inputs = (
@@ -86,11 +86,11 @@ impl<M: CausalLm> LayerByLayer<M> {
         );
         let (mut keys, mut blocks, mut of_layer) = (vec![], vec![], vec![]);
         for b in model.blocks() {
-            let key = block_key::<M>(b);
+            let key = block_key(b);
             let i = match keys.iter().position(|k| *k == key) {
                 Some(i) => i,
                 None => {
-                    blocks.push(radix::compile(platform, b, &inputs, block_step::<M>)?);
+                    blocks.push(radix::compile(platform, b, &inputs, block_step)?);
                     keys.push(key);
                     keys.len() - 1
                 }
@@ -110,13 +110,13 @@ impl<M: CausalLm> LayerByLayer<M> {
     /// layer each, donated).
     pub(crate) fn run(
         &self,
-        weights: &Bufferized<M>,
+        weights: &Bufferized<Decoder>,
         TokensWith { ids, start, last }: Bufferized<Tokens>,
         caches: Bufferized<Vec<KvCache>>,
     ) -> Result<Bufferized<Stepped>> {
         let (mut x, pos) = self.embed.call(weights, (ids, start.clone()))?;
         let mut written = Vec::with_capacity(caches.len());
-        let layers = M::block_weights(weights);
+        let layers = Decoder::block_weights(weights);
         for ((weights, cache), &i) in layers.iter().zip(caches).zip(&self.of_layer) {
             let start = start.clone();
             let block = &self.blocks[i];
@@ -133,9 +133,9 @@ impl<M: CausalLm> LayerByLayer<M> {
 
 /// The executable that makes a prefill's empty caches of `capacity`
 /// positions, compiled or loaded.
-pub(super) fn empty_caches_exe<M: CausalLm>(
+pub(super) fn empty_caches_exe(
     platform: &Platform,
-    model: &M,
+    model: &Decoder,
     capacity: usize,
 ) -> Result<Compiled<(), (), Vec<KvCache>>> {
     let shapes = model.cache_shapes(capacity);
@@ -147,13 +147,13 @@ pub(super) fn empty_caches_exe<M: CausalLm>(
 
 /// The executables of steps over `len` tokens as `plan` runs them, with
 /// caches of `capacity` positions, compiled or loaded.
-pub(super) fn step_exe<M: CausalLm>(
+pub(super) fn step_exe(
     platform: &Platform,
-    model: &M,
+    model: &Decoder,
     plan: Plan,
     capacity: usize,
     len: usize,
-) -> Result<StepExe<M>> {
+) -> Result<StepExe> {
     let exe = match plan {
         Plan::OneProgram => {
             let inputs = one_program_inputs(model, len, capacity);
@@ -183,8 +183,8 @@ pub(super) fn step_inputs(len: usize) -> Tokens {
 }
 
 /// What a step takes: `len` tokens and the caches (placeholders).
-pub(super) fn one_program_inputs<M: CausalLm>(
-    model: &M,
+pub(super) fn one_program_inputs(
+    model: &Decoder,
     len: usize,
     capacity: usize,
 ) -> (Tokens, Vec<KvCache>) {
@@ -193,11 +193,11 @@ pub(super) fn one_program_inputs<M: CausalLm>(
 }
 
 /// The whole model as one step: the caches passed in are written in place.
-pub(super) fn one_program_step<M: CausalLm>(
-    m: &M,
+pub(super) fn one_program_step(
+    m: &Decoder,
     (Tokens { ids, start, last }, caches): (Tokens, Vec<KvCache>),
 ) -> Stepped {
-    let (logits, new) = forward(m, ids, start, last, caches.clone());
+    let (logits, new) = m.forward(ids, start, last, caches.clone());
     Stepped {
         logits,
         caches: new.into_iter().zip(caches).map(in_place).collect(),
@@ -205,22 +205,19 @@ pub(super) fn one_program_step<M: CausalLm>(
 }
 
 /// One layer as a step of its own: its cache is written in place.
-fn block_step<M: CausalLm>(
-    b: &M::Block,
-    (x, pos, step): (Tensor, Tensor, Step),
-) -> (Tensor, KvCache) {
-    let (x, cache) = M::block(b, x, pos, step);
+fn block_step(b: &Block, (x, pos, step): (Tensor, Tensor, Step)) -> (Tensor, KvCache) {
+    let (x, cache) = b.forward(x, pos, step);
     (x, in_place((cache, step.cache)))
 }
 
 /// What decides a block's program: its kind and its weights' shapes (a
 /// quantized file may store one layer's matrix in another block format).
-fn block_key<M: CausalLm>(block: &M::Block) -> String {
+fn block_key(block: &Block) -> String {
     let shapes: Vec<_> = radix::module::tensors(block)
         .into_iter()
         .map(|(_, t)| t.shape())
         .collect();
-    format!("{} {shapes:?}", M::block_kind(block))
+    format!("{} {shapes:?}", block.kind())
 }
 
 /// Empty caches, made inside the program.

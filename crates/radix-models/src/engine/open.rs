@@ -1,0 +1,178 @@
+//! Opening a model file for the engine: whatever decoder a GGUF file's
+//! `general.architecture` or a Hugging Face folder's `model_type` says it
+//! is, with adapters or without.
+
+use std::path::{Path, PathBuf};
+
+use radix::Platform;
+use radix::io::{Gguf, TensorSource, WeightStore};
+use radix::nn::MatrixFormat;
+
+use super::Engine;
+use crate::Result;
+use crate::lora::peft::check_all_used;
+use crate::lora::{AdapterFolder, LoraConfig, peft_key};
+use crate::transformer::{Decoder, DecoderConfig, hf};
+
+/// Where and how a decoder's weights are loaded.
+struct Load<'a> {
+    platform: &'a Platform,
+    store: &'a WeightStore,
+    capacity: usize,
+    matrices: MatrixFormat,
+    /// The tokens that end generation.
+    stops: Vec<u32>,
+    /// The adapters to put on the model, and the file they come from.
+    lora: Option<(&'a LoraConfig, &'a (Vec<String>, PathBuf))>,
+}
+
+impl Load<'_> {
+    /// The decoder of `cfg`.
+    fn decoder(self, cfg: &DecoderConfig) -> Result<Engine> {
+        let Load {
+            platform,
+            store,
+            capacity,
+            matrices,
+            stops,
+            lora,
+        } = self;
+        let mut model = Decoder::new(cfg);
+        if let Some((lora, (keys, file))) = lora {
+            model = model.with_lora(lora)?;
+            check_all_used(&model, keys, file)?;
+        }
+        Engine::from_store(platform, model, store, capacity, matrices, stops)
+    }
+}
+
+/// The configuration of the decoder at `path` (a GGUF file or a Hugging
+/// Face folder), read without loading its weights.
+pub fn config_of(path: &Path) -> Result<DecoderConfig> {
+    if path.is_dir() {
+        let weights = hf::open_weights(path)?;
+        DecoderConfig::from_hf(path, &weights)
+    } else {
+        DecoderConfig::from_gguf(&Gguf::open(path)?)
+    }
+}
+
+/// A model file or folder, opened: its configuration, its weights, how the
+/// model's paths name them, and the tokens that end generation.
+struct Base {
+    cfg: DecoderConfig,
+    source: Box<dyn TensorSource>,
+    names: Box<dyn Fn(&str) -> String + Send + Sync>,
+    stops: Vec<u32>,
+}
+
+/// The configuration of the model at `path` (a GGUF file or a Hugging Face
+/// folder) and a store of its weights by the model's field paths, where an
+/// adapter's tensor ([`peft_key`]) is looked up in `adapters` under its
+/// `peft` key: how a model with adapters to train loads
+/// ([`crate::lora::initial_adapters`]).
+pub fn weight_store(
+    path: &Path,
+    adapters: Box<dyn TensorSource>,
+) -> Result<(DecoderConfig, WeightStore)> {
+    let base = Base::open(path)?;
+    let cfg = base.cfg.clone();
+    Ok((cfg, base.store_with(adapters)))
+}
+
+impl Base {
+    /// A store of the base weights and the adapters' tensors of
+    /// `adapters`, under their `peft` keys.
+    fn store_with(self, adapters: Box<dyn TensorSource>) -> WeightStore {
+        let (arch, names) = (self.cfg.arch, self.names);
+        WeightStore::new(vec![self.source, adapters], move |p: &str| {
+            peft_key(arch, p).unwrap_or_else(|| names(p))
+        })
+    }
+
+    /// Opens `path`: a GGUF file, or a Hugging Face folder.
+    fn open(path: &Path) -> Result<Base> {
+        if path.is_dir() {
+            let weights = hf::open_weights(path)?;
+            let cfg = DecoderConfig::from_hf(path, &weights)?;
+            let arch = cfg.arch;
+            return Ok(Base {
+                cfg,
+                source: Box::new(weights),
+                names: Box::new(move |p: &str| hf::weight_name(arch, p)),
+                stops: hf::eos(path).into_iter().collect(),
+            });
+        }
+        let gguf = Gguf::open(path)?;
+        Ok(Base {
+            cfg: DecoderConfig::from_gguf(&gguf)?,
+            stops: radix_text::turn_end_ids(&gguf),
+            source: Box::new(gguf),
+            names: Box::new(str::to_string),
+        })
+    }
+}
+
+impl DecoderConfig {
+    /// The bytes one sequence's key/value cache takes per position (every
+    /// layer's keys and values, of [`DecoderConfig::cache_dtype`]).
+    pub fn cache_bytes_per_position(&self) -> usize {
+        let width = (self.n_kv_heads * self.head_dim) as usize;
+        self.n_layers * 2 * width * self.cache_dtype.size_in_bytes()
+    }
+}
+
+impl Engine {
+    /// Opens the model at `path` (a GGUF file, or a Hugging Face folder with
+    /// `config.json` and safetensors weights) and loads it on `platform`,
+    /// its matrices as `matrices` asks, into an engine whose caches hold
+    /// `capacity` positions.
+    pub fn open(
+        platform: &Platform,
+        path: &Path,
+        capacity: usize,
+        matrices: MatrixFormat,
+    ) -> Result<Engine> {
+        let base = Base::open(path)?;
+        let store = WeightStore::new(vec![base.source], base.names);
+        let load = Load {
+            platform,
+            store: &store,
+            capacity,
+            matrices,
+            stops: base.stops,
+            lora: None,
+        };
+        load.decoder(&base.cfg)
+    }
+
+    /// Opens the model at `path` as [`Engine::open`] does, with the LoRA
+    /// adapters of the `peft` folder `adapter` on it
+    /// ([`AdapterFolder`]). A target module the model lacks, a tensor of
+    /// the wrong shape or one that no adapted layer takes is an error
+    /// naming it (and the file).
+    pub fn open_with_lora(
+        platform: &Platform,
+        path: &Path,
+        adapter: &Path,
+        capacity: usize,
+        matrices: MatrixFormat,
+    ) -> Result<Engine> {
+        let base = Base::open(path)?;
+        let folder = AdapterFolder::open(adapter)?;
+        let lora = folder.config().clone();
+        let weights = folder.into_weights();
+        let keys = (weights.names(), weights.path().to_path_buf());
+        let (cfg, stops) = (base.cfg.clone(), base.stops.clone());
+        let store = base.store_with(Box::new(weights));
+        let load = Load {
+            platform,
+            store: &store,
+            capacity,
+            matrices,
+            stops,
+            lora: Some((&lora, &keys)),
+        };
+        load.decoder(&cfg)
+    }
+}
