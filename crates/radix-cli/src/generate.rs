@@ -15,14 +15,13 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context, Result, bail, ensure};
 use clap::Args;
 use indicatif::ProgressBar;
-use radix::io::Gguf;
 use radix::nn::MatrixFormat;
 use radix::{DType, Platform};
 use radix_models::constraint::{Grammar, Vocabulary};
-use radix_models::engine::{Engine, Generation, Plan};
+use radix_models::engine::{Engine, Generation, ModelFile, Plan};
 use radix_models::pick::Picker;
 use radix_models::sampling::Sampler;
-use radix_models::transformer::Arch;
+use radix_models::transformer::DecoderConfig;
 use radix_text::{ChatMessage, TemplateOrigin, Tokenizer};
 use serde_json::json;
 
@@ -346,49 +345,13 @@ pub fn spinner(message: String) -> ProgressBar {
     bar
 }
 
-/// A GGUF file's tokenizer and context length (`<arch>.context_length`).
-fn gguf_tokenizer_and_context(path: &std::path::Path) -> Result<(Tokenizer, usize)> {
-    let gguf = Gguf::open(path)
-        .with_context(|| format!("cannot read {} as a GGUF model", path.display()))?;
-    let tokenizer = Tokenizer::from_gguf(&gguf)?;
-    let arch = gguf
-        .get("general.architecture")
-        .and_then(|v| v.as_str())
-        .with_context(|| format!("{}: no general.architecture metadata", path.display()))?;
-    Arch::from_gguf_name(arch).map_err(|m| anyhow::anyhow!("{}: {m}", path.display()))?;
-    let key = format!("{arch}.context_length");
-    let context = match gguf.get(&key).and_then(|v| v.as_i64()) {
-        Some(n) if n > 0 => n as usize,
-        _ => bail!("{}: no {key} metadata", path.display()),
-    };
-    Ok((tokenizer, context))
-}
-
-/// A Hugging Face folder's tokenizer (`tokenizer.json`) and context length
-/// (`max_position_embeddings` of `config.json`).
-fn hf_tokenizer_and_context(dir: &std::path::Path) -> Result<(Tokenizer, usize)> {
-    let config = dir.join("config.json");
-    ensure!(
-        config.is_file(),
-        "{} is a folder without config.json, not a Hugging Face model",
-        dir.display()
-    );
-    let tokenizer = Tokenizer::from_file(&dir.join("tokenizer.json"))?;
-    let text = std::fs::read_to_string(&config)
-        .with_context(|| format!("cannot read {}", config.display()))?;
-    let json: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", config.display()))?;
-    let context = match json.get("max_position_embeddings").and_then(|v| v.as_u64()) {
-        Some(n) if n > 0 => n as usize,
-        _ => bail!("{}: no max_position_embeddings", config.display()),
-    };
-    Ok((tokenizer, context))
-}
-
-/// The model file, its tokenizer and limits, before anything is loaded.
+/// The model file, its tokenizer and limits, before anything is loaded
+/// (read by the engine's [`ModelFile`]).
 pub struct Model {
     /// The GGUF file or Hugging Face folder.
     pub path: PathBuf,
+    /// The decoder's configuration.
+    pub config: DecoderConfig,
     /// The model's tokenizer.
     pub tokenizer: Tokenizer,
     /// The longest sequence the model was trained on (`<arch>.context_length`,
@@ -417,17 +380,13 @@ impl Model {
             }
             path
         };
-        let (tokenizer, context) = if path.is_dir() {
-            hf_tokenizer_and_context(&path)?
-        } else {
-            gguf_tokenizer_and_context(&path)?
-        };
-        let stops = tokenizer.stop_ids().to_vec();
+        let file = ModelFile::open(&path)?;
         Ok(Model {
+            config: file.config().clone(),
+            tokenizer: file.tokenizer().clone(),
+            context: file.context(),
+            stops: file.tokenizer().stop_ids().to_vec(),
             path,
-            tokenizer,
-            context,
-            stops,
         })
     }
 

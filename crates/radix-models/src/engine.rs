@@ -37,11 +37,13 @@ use crate::transformer::{Decoder, DecoderConfig};
 use crate::{Error, Result};
 
 mod executables;
+mod model_file;
 mod open;
 mod slots;
 
 pub(crate) use executables::{LayerByLayer, Tokens, TokensWith};
 use executables::{StepExe, empty_caches_exe, one_program_inputs, one_program_step, step_exe};
+pub use model_file::ModelFile;
 pub use open::{config_of, weight_store};
 pub use slots::SeqId;
 use slots::Slots;

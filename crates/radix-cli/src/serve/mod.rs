@@ -69,10 +69,9 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
         max_connections: max_connections(args.max_connections, conn::raise_open_files()),
     };
     let model = Model::open(&args.model)?;
-    let config = radix_models::engine::config_of(&model.path)?;
     let config = DecoderConfig {
         cache_dtype: args.cache_type.dtype(),
-        ..config
+        ..model.config.clone()
     };
     let context = args.context(model.context, config.cache_bytes_per_position())?;
     ensure!(

@@ -189,7 +189,11 @@ fn gguf_files() {
             "llama-7b",
             "unknown model \"llama-7b\"",
         ),
-        model("a text file", "notes.gguf", "notes.gguf as a GGUF model: "),
+        model(
+            "a text file",
+            "notes.gguf",
+            "notes.gguf: not a valid GGUF file",
+        ),
         model("an empty file", "empty.gguf", "empty.gguf"),
         model("a bad magic", "magic.gguf", "magic.gguf"),
         model("version 99", "version.gguf", "version 99"),
