@@ -190,8 +190,8 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
     let (d, [q, keys, values], lengths) = if k.n_inputs() == 2 {
         // One operand `[b, s, 3, h, hd]`: a token's queries, then its keys,
         // then its values.
-        let qd = k.input_shape(0).ok_or("no qkv")?;
-        let qd = qd.dims();
+        let shape = k.input_shape(0).ok_or("no qkv")?;
+        let qd = shape.dims();
         let (heads, hd) = (qd[3] as usize, qd[4] as usize);
         let d = Dims {
             n_q: qd[1] as usize,
