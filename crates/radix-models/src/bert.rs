@@ -22,8 +22,8 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use radix::io::{Safetensors, WeightStore};
-use radix::nn::{Embedding, LayerNorm, Linear, MatrixFormat, load_weights, padded_attention};
+use radix::nn::tags::QKV;
+use radix::nn::{Embedding, LayerNorm, Linear, MatrixFormat, load_weights, padded_self_attention};
 use radix::{Buffer, Bufferized, Compiled, DType, Module, Platform, Shape, Size, Tensor};
 use radix_text::Tokenizer;
 use serde::Deserialize;
@@ -31,8 +31,10 @@ use serde::Deserialize;
 use crate::{Error, Result};
 
 mod pooling;
+mod qkv;
 
 pub use pooling::{Pooling, PoolingMode};
+pub use qkv::{StackedQkv, weight_store};
 
 /// The fields of a BERT `config.json` that the encoder reads.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -151,14 +153,15 @@ impl BertEmbeddings {
 }
 
 /// Multi-head self-attention with its output projection, residual and norm.
+///
+/// The query, key and value projections are one layer `d -> qkv` whose
+/// weight is the three checkpoint matrices stacked (`self.qkv`, served by
+/// [`weight_store`]): one product per layer instead of three, whose output
+/// the attention kernel reads in place.
 #[derive(Module, Clone, Debug)]
 pub struct BertAttention {
-    #[module(rename = "self.query")]
-    query: Linear,
-    #[module(rename = "self.key")]
-    key: Linear,
-    #[module(rename = "self.value")]
-    value: Linear,
+    #[module(rename = "self.qkv")]
+    qkv: Linear,
     #[module(rename = "output.dense")]
     output: Linear,
     #[module(rename = "output.LayerNorm")]
@@ -170,12 +173,9 @@ impl BertAttention {
     /// The parameters for `cfg`.
     pub fn new(cfg: &BertConfig) -> BertAttention {
         let d = ("d", cfg.hidden_size);
-        let proj = || Linear::new(d, d).with_bias();
         BertAttention {
-            query: proj(),
-            key: proj(),
-            value: proj(),
-            output: proj(),
+            qkv: Linear::new(d, (QKV, 3 * cfg.hidden_size)).with_bias(),
+            output: Linear::new(d, d).with_bias(),
             norm: LayerNorm::new(d, cfg.layer_norm_eps),
             n_heads: cfg.num_attention_heads,
         }
@@ -186,16 +186,15 @@ impl BertAttention {
     #[track_caller]
     pub fn forward(&self, x: Tensor, lengths: Tensor) -> Tensor {
         assert_tags(x, &["b", "s", "d"]);
-        let heads = |l: &Linear, s: &str| {
-            l.forward(x)
-                .split_axis("d", &[("h", self.n_heads.into()), ("hd", Size::Auto)])
-                .rename("s", s)
-        };
-        let q = heads(&self.query, "q");
-        let k = heads(&self.key, "k");
-        let v = heads(&self.value, "k");
-        let a = padded_attention(q, k, v, lengths);
-        let a = a.merge_axes(["h", "hd"], "d").rename("q", "s");
+        let qkv = self.qkv.forward(x).split_axis(
+            QKV,
+            &[
+                (QKV, 3.into()),
+                ("h", self.n_heads.into()),
+                ("hd", Size::Auto),
+            ],
+        );
+        let a = padded_self_attention(qkv, lengths).merge_axes(["h", "hd"], "d");
         self.norm.forward_residual(x, self.output.forward(a))
     }
 }
@@ -240,7 +239,9 @@ impl BertLayer {
 
 /// The BERT encoder (without the pooler, which sentence embeddings do not
 /// use). Its field paths are the checkpoint names of Hugging Face's
-/// `BertModel` (`encoder.layer.3.attention.self.query.weight`).
+/// `BertModel` (`encoder.layer.3.intermediate.dense.weight`), but for each
+/// layer's stacked projections `attention.self.qkv`, which [`weight_store`]
+/// makes of `attention.self.{query,key,value}`.
 #[derive(Module, Clone, Debug)]
 pub struct Bert {
     embeddings: BertEmbeddings,
@@ -443,10 +444,7 @@ impl Embedder {
             )));
         }
         let mut model = Bert::new(&config);
-        let store = WeightStore::new(
-            vec![Box::new(Safetensors::open(&dir.join("model.safetensors"))?)],
-            str::to_string,
-        );
+        let store = weight_store(&dir.join("model.safetensors"))?;
         radix::nn::set_matrix_formats(&mut model, &store, buckets.matrices);
         let weights = load_weights(platform, &store, &model)?;
         Ok(Embedder {

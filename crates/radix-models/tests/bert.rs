@@ -175,12 +175,7 @@ fn hidden_states_match_the_reference() {
         m.forward(ids, valid)
     })
     .unwrap();
-    let store = radix::io::WeightStore::new(
-        vec![Box::new(
-            Safetensors::open(&dir.join("model.safetensors")).unwrap(),
-        )],
-        str::to_string,
-    );
+    let store = radix_models::bert::weight_store(&dir.join("model.safetensors")).unwrap();
     let weights = radix::nn::load_weights(&platform, &store, &model).unwrap();
 
     let ids: Vec<i32> = r.input_ids.concat().iter().map(|&i| i as i32).collect();
@@ -213,11 +208,12 @@ fn checkpoint_names_follow_bert_model() {
         .into_iter()
         .map(|(p, _)| p)
         .collect();
-    // 5 embedding tensors, then 16 per layer.
-    assert_eq!(names.len(), 5 + 16 * 6);
+    // 5 embedding tensors, then 12 per layer (the query, key and value
+    // projections stacked in one weight and one bias).
+    assert_eq!(names.len(), 5 + 12 * 6);
     assert_eq!(names[0], "embeddings.word_embeddings.weight");
     assert!(names.contains(&"encoder.layer.5.output.LayerNorm.bias".to_string()));
-    assert!(names.contains(&"encoder.layer.0.attention.self.query.weight".to_string()));
+    assert!(names.contains(&"encoder.layer.0.attention.self.qkv.weight".to_string()));
     assert!(names.contains(&"encoder.layer.3.intermediate.dense.weight".to_string()));
 }
 

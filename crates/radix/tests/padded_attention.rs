@@ -162,6 +162,80 @@ fn gradient_is_the_fallbacks() {
     }
 }
 
+/// The packed form (`padded_self_attention`, one `(b, s, qkv, h, hd)`
+/// operand) gives the bits of `padded_attention` over the same queries,
+/// keys and values in the kernel, and the same values in the fallback; its
+/// gradient is the fallback's.
+#[test]
+fn packed_queries_keys_and_values_give_the_same_attention() {
+    use radix::nn::padded_self_attention;
+    let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+    let n = ROWS * N * HEADS * HD;
+    let qkv: Vec<f32> = (0..3 * n).map(|_| rng.unit()).collect();
+    let qkv_axes = [
+        ("b", ROWS as i64),
+        ("s", N as i64),
+        ("qkv", 3),
+        ("h", HEADS as i64),
+        ("hd", HD as i64),
+    ];
+    let lengths: Vec<u8> = LENGTHS.iter().flat_map(|l| l.to_le_bytes()).collect();
+    let lengths = Literal::from_bytes(Shape::tagged(DType::I32, &[("b", ROWS as i64)]), &lengths);
+    let inputs = [f32_literal(&qkv, &qkv_axes), lengths.clone()];
+    let packed = trace_fn(&inputs, |t| padded_self_attention(t[0], t[1])).expect("trace");
+    // The same values apart: token `t`'s query, key and value follow each other.
+    let part = |i: usize| -> Vec<f32> {
+        qkv.chunks_exact(HEADS * HD)
+            .skip(i)
+            .step_by(3)
+            .flatten()
+            .copied()
+            .collect()
+    };
+    let axes = |t: &'static str| {
+        [
+            ("b", ROWS as i64),
+            (t, N as i64),
+            ("h", HEADS as i64),
+            ("hd", HD as i64),
+        ]
+    };
+    let apart_inputs = [
+        f32_literal(&part(0), &axes("q")),
+        f32_literal(&part(1), &axes("k")),
+        f32_literal(&part(2), &axes("k")),
+        lengths,
+    ];
+    let apart =
+        trace_fn(&apart_inputs, |t| padded_attention(t[0], t[1], t[2], t[3])).expect("trace");
+    let want = run(apart, &apart_inputs, CustomCallMode::Native);
+    let got = run(packed.clone(), &inputs, CustomCallMode::Native);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&got), bits(&want), "kernel");
+    let tol = Tol::sum(DType::F32, N * HD, 1.0);
+    let fallback = run(packed, &inputs, CustomCallMode::Fallback);
+    assert_all_close("fallback", &fallback, &want, tol);
+
+    let grad = |mode: CustomCallMode| {
+        let program = trace_fn(&inputs, |t| {
+            let loss = |qkv: &Tensor, lengths: &Tensor| {
+                let o = padded_self_attention(*qkv, *lengths);
+                (o * o).sum(["b", "s", "h", "hd"])
+            };
+            radix::vjp(loss, &t[0], &t[1], &Tensor::scalar(1.0, DType::F32)).1
+        })
+        .expect("trace");
+        run(program, &inputs, mode)
+    };
+    let tol = Tol::sum(DType::F32, N * HD, 4.0);
+    assert_all_close(
+        "dqkv",
+        &grad(CustomCallMode::Native),
+        &grad(CustomCallMode::Fallback),
+        tol,
+    );
+}
+
 #[test]
 fn misuse_is_a_trace_error() {
     let q = Literal::from_bytes(

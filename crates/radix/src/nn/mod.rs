@@ -46,6 +46,9 @@ pub mod tags {
     pub const K: &str = "k";
     /// The hidden width of a feed-forward block.
     pub const FF: &str = "ff";
+    /// The query, the key and the value of a token, packed side by side
+    /// (size 3, in that order; [`padded_self_attention`](super::padded_self_attention)).
+    pub const QKV: &str = "qkv";
     /// The vocabulary.
     pub const VOC: &str = "voc";
 }
@@ -59,7 +62,7 @@ pub use linear::Linear;
 pub use lora::{Lora, RANK as LORA_RANK};
 pub use mlp::{GatedMlp, Mlp};
 pub use norm::{LayerNorm, RmsNorm};
-pub use padded_attention::padded_attention;
+pub use padded_attention::{padded_attention, padded_self_attention};
 pub use rope::{RopeLayout, RopeScaling, Rotary};
 
 use crate::io::WeightStore;

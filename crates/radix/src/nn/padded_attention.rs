@@ -20,18 +20,35 @@ use radix_quant::{Config, Isa, PANEL_ROWS, Serial, matmul_panels_f32_with};
 use crate::custom_call::{Attrs, CustomCall, Kernel};
 use crate::nn::attention;
 use crate::nn::has_axes;
-use crate::nn::tags::{B, H, HD, K, Q};
+use crate::nn::tags::{B, H, HD, K, Q, QKV, S};
 use crate::nn::vector_math::{exp, vectorized};
 use crate::tensor::fail;
 use crate::{DType, Shape, Tensor};
 
 /// `q [b, q, h, hd] f32`, `k` and `v` `[b, k, kv, hd] f32` and each row's
-/// count of valid keys `[b] i32`: `[b, q, h, hd] f32`.
+/// count of valid keys `[b] i32`: `[b, q, h, hd] f32`. Or, for
+/// self-attention, the queries, keys and values packed in one operand
+/// `qkv [b, s, 3, h, hd] f32` (as one product of a layer's three
+/// projections writes them) and the lengths: `[b, s, h, hd] f32`.
 static PADDED_ATTENTION: LazyLock<CustomCall> = LazyLock::new(|| {
     CustomCall::builder("radix.padded_attention", 1, shape_rule, kernel)
-        .fallback(|x, _| vec![masked(x[0], x[1], x[2], x[3])])
+        .fallback(|x, _| match x {
+            [qkv, lengths] => {
+                let (q, k, v) = unpack(*qkv);
+                vec![masked(q, k, v, *lengths).rename(Q, S)]
+            }
+            _ => vec![masked(x[0], x[1], x[2], x[3])],
+        })
         .derivative(|x, _, g, _| {
             // The fallback's: the kernel computes the same function.
+            if let [qkv, lengths] = x {
+                let f = |qkv: &Tensor, lengths: &Tensor| {
+                    let (q, k, v) = unpack(*qkv);
+                    masked(q, k, v, *lengths).rename(Q, S)
+                };
+                let (_, dqkv) = crate::vjp(f, qkv, lengths, &g[0]);
+                return vec![dqkv, Tensor::zeros(lengths.shape())];
+            }
             let (q, k, v, lengths) = (x[0], x[1], x[2], x[3]);
             let f = |qkv: &(Tensor, Tensor, Tensor), lengths: &Tensor| {
                 masked(qkv.0, qkv.1, qkv.2, *lengths)
@@ -68,6 +85,34 @@ pub fn padded_attention(q: Tensor, k: Tensor, v: Tensor, lengths: Tensor) -> Ten
     PADDED_ATTENTION.call(&[q, k, v, lengths.convert(DType::I32)], &Attrs::new())[0]
 }
 
+/// [`padded_attention`] of a sequence over itself, with its queries, keys
+/// and values packed in one tensor `qkv` `(b, s, qkv, h, hd)`, the axis
+/// [`QKV`](super::tags::QKV) of size 3 holding the query, the key and the value in that
+/// order (what one product with the three projections' weights stacked
+/// gives): the result is `(b, s, h, hd)`. On the CPU plugin the kernel
+/// reads the three where the product wrote them, so the projections take
+/// one call instead of three and nothing is sliced in between.
+#[track_caller]
+pub fn padded_self_attention(qkv: Tensor, lengths: Tensor) -> Tensor {
+    let (s, ls) = (qkv.shape(), lengths.shape());
+    let packed = has_axes(s, &[B, S, QKV, H, HD]) && s.axis(QKV).is_some_and(|a| s.dims()[a] == 3);
+    if !packed || !has_axes(ls, &[B]) || !ls.dtype().is_integer() {
+        let msg =
+            format!("wants qkv (b, s, qkv = 3, h, hd) and integer lengths (b), got {s} and {ls}");
+        let out = s.remove_axis(s.axis(QKV).unwrap_or(0)).unwrap_or(s);
+        return fail("padded_attention", msg, &[qkv, lengths], out);
+    }
+    let qkv = qkv.transpose([B, S, QKV, H, HD]);
+    PADDED_ATTENTION.call(&[qkv, lengths.convert(DType::I32)], &Attrs::new())[0]
+}
+
+/// The query, key and value of a packed `qkv` (the fallback's operands),
+/// tagged as [`padded_attention`] takes them.
+fn unpack(qkv: Tensor) -> (Tensor, Tensor, Tensor) {
+    let part = |i: i64, s: &str| qkv.slice(QKV, i..i + 1).squeeze(QKV).rename(S, s);
+    (part(0, Q), part(1, K), part(2, K))
+}
+
 /// The fallback: [`attention`] with the keys at or past each row's length
 /// hidden.
 fn masked(q: Tensor, k: Tensor, v: Tensor, lengths: Tensor) -> Tensor {
@@ -80,9 +125,19 @@ fn masked(q: Tensor, k: Tensor, v: Tensor, lengths: Tensor) -> Tensor {
 }
 
 fn shape_rule(s: &[Shape], _: &Attrs) -> Result<Vec<Shape>, String> {
+    if let [qkv, lengths] = s {
+        let d = qkv.dims();
+        if qkv.rank() != 5 || qkv.dtype() != DType::F32 || d[2] != 3 {
+            return Err(format!("wants f32 qkv [b, s, 3, h, hd], got {qkv}"));
+        }
+        if lengths.dtype() != DType::I32 || lengths.dims() != [d[0]] {
+            return Err(format!("wants i32 lengths [{}], got {lengths}", d[0]));
+        }
+        return Ok(vec![qkv.remove_axis(2).ok_or("qkv has an axis 2")?]);
+    }
     let [q, k, v, lengths] = s else {
         return Err(format!(
-            "wants q, k, v and lengths, got {} operands",
+            "wants q, k, v and lengths, or qkv and lengths, got {} operands",
             s.len()
         ));
     };
@@ -114,21 +169,71 @@ struct Dims {
     hd: usize,
 }
 
+/// Where one of the queries, keys and values lies in its buffer: the
+/// heads of token `t` (of all rows, row after row) start at `base + t *
+/// stride`, a head's `hd` values side by side.
+#[derive(Clone, Copy)]
+struct Operand<'a> {
+    data: &'a [f32],
+    base: usize,
+    stride: usize,
+}
+
+impl Operand<'_> {
+    /// Head `head` of token `token`.
+    fn head(&self, token: usize, head: usize, hd: usize) -> &[f32] {
+        &self.data[self.base + token * self.stride + head * hd..][..hd]
+    }
+}
+
 fn kernel(k: &Kernel<'_>) -> Result<(), String> {
-    let (qs, ks) = (
-        k.input_shape(0).ok_or("no q")?,
-        k.input_shape(1).ok_or("no keys")?,
-    );
-    let (qd, kd) = (qs.dims(), ks.dims());
-    let d = Dims {
-        n_q: qd[1] as usize,
-        n_k: kd[1] as usize,
-        heads: qd[2] as usize,
-        kv_heads: kd[2] as usize,
-        hd: qd[3] as usize,
+    let (d, [q, keys, values], lengths) = if k.n_inputs() == 2 {
+        // One operand `[b, s, 3, h, hd]`: a token's queries, then its keys,
+        // then its values.
+        let shape = k.input_shape(0).ok_or("no qkv")?;
+        let qd = shape.dims();
+        let (heads, hd) = (qd[3] as usize, qd[4] as usize);
+        let d = Dims {
+            n_q: qd[1] as usize,
+            n_k: qd[1] as usize,
+            heads,
+            kv_heads: heads,
+            hd,
+        };
+        let data = k.input::<f32>(0)?;
+        let part = |i: usize| Operand {
+            data,
+            base: i * heads * hd,
+            stride: 3 * heads * hd,
+        };
+        (d, [part(0), part(1), part(2)], k.input::<i32>(1)?)
+    } else {
+        let (qs, ks) = (
+            k.input_shape(0).ok_or("no q")?,
+            k.input_shape(1).ok_or("no keys")?,
+        );
+        let (qd, kd) = (qs.dims(), ks.dims());
+        let d = Dims {
+            n_q: qd[1] as usize,
+            n_k: kd[1] as usize,
+            heads: qd[2] as usize,
+            kv_heads: kd[2] as usize,
+            hd: qd[3] as usize,
+        };
+        let operand = |i: usize, heads: usize| {
+            Ok::<_, String>(Operand {
+                data: k.input::<f32>(i)?,
+                base: 0,
+                stride: heads * d.hd,
+            })
+        };
+        let operands = [
+            operand(0, d.heads)?,
+            operand(1, d.kv_heads)?,
+            operand(2, d.kv_heads)?,
+        ];
+        (d, operands, k.input::<i32>(3)?)
     };
-    let (q, keys, values) = (k.input::<f32>(0)?, k.input::<f32>(1)?, k.input::<f32>(2)?);
-    let lengths = k.input::<i32>(3)?;
     let out = k.output::<f32>(0)?;
     if out.is_empty() {
         return Ok(());
@@ -162,9 +267,9 @@ fn attend(
     d: &Dims,
     (row, head, kv_head): (usize, usize, usize),
     seen: usize,
-    q: &[f32],
-    keys: &[f32],
-    values: &[f32],
+    q: Operand<'_>,
+    keys: Operand<'_>,
+    values: Operand<'_>,
 ) -> Vec<f32> {
     let (uniform, seen) = match seen {
         0 => (true, d.n_k),
@@ -177,7 +282,6 @@ fn attend(
     let (hd, n_q) = (d.hd, d.n_q);
     let n_keys = seen.next_multiple_of(PANEL_ROWS);
     let hd_rows = hd.next_multiple_of(PANEL_ROWS);
-    let key_at = |p: usize| ((row * d.n_k + p) * d.kv_heads + kv_head) * hd;
     // The keys as panels of a `n_keys × hd` matrix (zero past `seen`), and
     // the values transposed as panels of a `hd_rows × n_keys` one: element
     // (r, c) of a `cols`-wide matrix lies at `(r / 16) * 16 * cols + c * 16
@@ -188,7 +292,11 @@ fn attend(
     let mut k_panels = vec![0.0f32; n_keys * hd];
     let mut v_panels = vec![0.0f32; hd_rows * n_keys];
     for p in 0..seen {
-        let (k, v) = (&keys[key_at(p)..][..hd], &values[key_at(p)..][..hd]);
+        let token = row * d.n_k + p;
+        let (k, v) = (
+            keys.head(token, kv_head, hd),
+            values.head(token, kv_head, hd),
+        );
         for c in 0..hd {
             k_panels[at(p, c, hd)] = k[c];
             v_panels[at(c, p, n_keys)] = v[c];
@@ -196,7 +304,7 @@ fn attend(
     }
     let mut x = vec![0.0f32; n_q * hd];
     for (j, x) in x.chunks_exact_mut(hd).enumerate() {
-        x.copy_from_slice(&q[((row * n_q + j) * d.heads + head) * hd..][..hd]);
+        x.copy_from_slice(q.head(row * n_q + j, head, hd));
     }
     let mut scores = vec![0.0f32; n_q * n_keys];
     if !uniform {
