@@ -1,12 +1,12 @@
 //! Contractions, `stablehlo.dot_general`: the axes, the shape rule (and the
 //! axes of a contraction by tags), printing and reference semantics.
 
-use crate::Shape;
 use crate::ir::grad::{Cotangents, Emitter};
 use crate::ir::print::{OpPrinter, i64_list};
 use crate::ir::{Node, Op, ValueId};
 use crate::literal::{Literal, round_to, strides, unravel};
 use crate::shape::Axes;
+use crate::{DType, Shape};
 
 /// The axes of a `dot_general`: batch axes pair up, contracting axes are summed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -263,7 +263,10 @@ fn operand_ct(
 /// several contracting axes into one of a single axis by transposing an
 /// operand into a copy (one more pass over the activations, per weight, per
 /// step), where it runs a dot of one leading contracting axis, as JAX's
-/// program of flattened tokens has, in place.
+/// program of flattened tokens has, in place. Not for 16-bit floats: XLA
+/// runs such a dot outside YNNPACK, converting both operands to f32, where
+/// the transposed copy and YNNPACK's dot stay in bf16 (a mixed-precision
+/// step's weight gradients).
 fn merge_contracting(
     e: &mut Emitter<'_>,
     a: ValueId,
@@ -272,7 +275,10 @@ fn merge_contracting(
 ) -> (ValueId, ValueId, DotDims) {
     let adjacent = |c: &[usize]| c.windows(2).all(|w| w[1] == w[0] + 1);
     let (lc, rc) = (&dims.lhs_contract, &dims.rhs_contract);
-    if lc.len() < 2 || !adjacent(lc) || !adjacent(rc) {
+    let wide = [a, b]
+        .iter()
+        .all(|&x| matches!(e.shape(x).dtype(), DType::F32 | DType::F64));
+    if !wide || lc.len() < 2 || !adjacent(lc) || !adjacent(rc) {
         return (a, b, dims);
     }
     let n = lc.len();
