@@ -205,6 +205,9 @@ struct Decl {
     aliases: Vec<(usize, usize)>,
     fallback: Option<Box<FallbackFn>>,
     derivative: Option<Box<DerivativeFn>>,
+    /// Whether a gradient through the call goes through its fallback
+    /// ([`CustomCallBuilder::differentiate_fallback`]).
+    differentiate_fallback: bool,
     /// What makes two declarations of one name the same.
     semantics: Semantics,
     /// The handler registered with plugins (one per declaration, so a
@@ -217,6 +220,7 @@ struct Semantics {
     version: u32,
     side_effect: bool,
     aliases: Vec<(usize, usize)>,
+    differentiate_fallback: bool,
     types: [TypeId; 4],
 }
 
@@ -257,10 +261,12 @@ impl CustomCall {
                 aliases: vec![],
                 fallback: None,
                 derivative: None,
+                differentiate_fallback: false,
                 semantics: Semantics {
                     version,
                     side_effect: false,
                     aliases: vec![],
+                    differentiate_fallback: false,
                     types: [TypeId::of::<()>(); 4],
                 },
                 handler: OnceLock::new(),
@@ -312,6 +318,11 @@ impl CustomCall {
 
     pub(crate) fn derivative(&self) -> Option<&DerivativeFn> {
         self.inner.derivative.as_deref()
+    }
+
+    /// Whether a gradient through the call goes through its fallback.
+    pub(crate) fn differentiates_fallback(&self) -> bool {
+        self.inner.differentiate_fallback
     }
 
     /// Runs the kernel on host views (the interpreter and the handler).
@@ -411,6 +422,21 @@ impl CustomCallBuilder {
         self
     }
 
+    /// Makes the call differentiable by [`crate::grad`] through its
+    /// fallback, for a kernel that computes the fallback's function: where
+    /// a gradient flows through the call, the call is replaced by its
+    /// fallback, whose ops are differentiated one by one. The forward pass
+    /// then computes in ops what the backward pass reads (an RMS norm's
+    /// reciprocal root), fused with its neighbours, instead of running
+    /// the kernel beside the same ops; a call no gradient flows through
+    /// stays the kernel. Declares no [`derivative`](Self::derivative) too:
+    /// [`register`](Self::register) refuses both, and a call without a
+    /// fallback.
+    pub fn differentiate_fallback(mut self) -> CustomCallBuilder {
+        self.decl.differentiate_fallback = true;
+        self
+    }
+
     /// Ends the declaration. Declaring a name again with the same
     /// semantics (version, side effects, aliases, and the same shape rule,
     /// kernel, fallback and derivative functions) returns the first declaration; with
@@ -429,11 +455,19 @@ impl CustomCallBuilder {
         {
             return Err(err("a name is letters, digits and `_ . $`".into()));
         }
+        if self.decl.differentiate_fallback
+            && (self.decl.fallback.is_none() || self.decl.derivative.is_some())
+        {
+            return Err(err(
+                "differentiating the fallback wants a fallback and no derivative".into(),
+            ));
+        }
         self.decl.aliases.sort_unstable();
         self.decl.semantics = Semantics {
             version: self.decl.version,
             side_effect: self.decl.side_effect,
             aliases: self.decl.aliases.clone(),
+            differentiate_fallback: self.decl.differentiate_fallback,
             types: self.types,
         };
         let mut declared = DECLARED.lock().unwrap_or_else(|e| e.into_inner());

@@ -37,6 +37,26 @@ static SOFTSIGN_F64: LazyLock<CustomCall> = LazyLock::new(|| {
     .expect("declared")
 });
 
+/// The same function, differentiated through its fallback.
+static SOFTSIGN_VIA_FALLBACK: LazyLock<CustomCall> = LazyLock::new(|| {
+    CustomCall::builder(
+        "radix_test.softsign_via_fallback",
+        1,
+        |s, _| Ok(vec![s[0]]),
+        |k| {
+            let (x, y) = (k.input::<f64>(0)?, k.output::<f64>(0)?);
+            for (y, &x) in y.iter_mut().zip(x) {
+                *y = x / (1.0 + x.abs());
+            }
+            Ok(())
+        },
+    )
+    .fallback(|x, _| vec![x[0] / (x[0].abs() + 1.0)])
+    .differentiate_fallback()
+    .register()
+    .expect("declared")
+});
+
 #[test]
 fn unary_rules() {
     let x = [lit(&[2, 3], 1)];
@@ -135,6 +155,19 @@ fn dot_rules() {
     check(&[lit(&[3, 4], 17), lit(&[4, 2], 18)], |v| {
         loss(v[0].matmul(v[1]))
     });
+    // A weight's cotangent over tokens `(b, s)` contracts both axes, merged
+    // into one.
+    let w = tagged(&[("n", 3), ("m", 4)], 41);
+    let x = tagged(&[("b", 2), ("s", 3), ("m", 4)], 42);
+    let inputs = [w, x];
+    check(&inputs, |v| loss(v[1].dot(v[0], "m")));
+    let program = trace_fn(&inputs, |v| {
+        radix::grad(|w: &Tensor, x: &Tensor| loss(x.dot(*w, "m")), &v[0], &v[1])
+    })
+    .unwrap();
+    let text = program.stablehlo_without_locations();
+    assert!(text.contains("lhs_contracting_dimensions = [0]"), "{text}");
+    assert!(!text.contains("contracting_dimensions = [0, 1]"), "{text}");
 }
 
 #[test]
@@ -331,6 +364,44 @@ fn custom_calls_with_a_derivative() {
     let want = program.interpret(&inputs);
     let got = run_program(program, &inputs).unwrap();
     compare(got[0].data(), want[0].data(), Tol::ulps(DType::F64, 8.0)).unwrap();
+}
+
+#[test]
+fn custom_calls_differentiated_through_their_fallback() {
+    let inputs = [lit(&[2, 3], 40)];
+    let softsign = |x: Tensor| SOFTSIGN_VIA_FALLBACK.call(&[x], &Attrs::new())[0];
+    check(&inputs, |v| loss(softsign(v[0] * 2.0).tanh()));
+    // Where the gradient flows, the forward pass too runs the fallback's
+    // ops; a call no gradient flows through (of the input alone) stays the
+    // kernel.
+    let program = trace_fn(&inputs, |xs| {
+        let (value, g) = radix::value_and_grad(
+            |x: &Tensor, c: &Tensor| loss(softsign(*x) * softsign(*c)),
+            &xs[0],
+            &(xs[0] + 1.0),
+        );
+        (value, g, softsign(xs[0] - 1.0))
+    })
+    .unwrap()
+    .optimize();
+    let text = program.stablehlo_without_locations();
+    assert_eq!(text.matches("stablehlo.custom_call").count(), 2, "{text}");
+    let want = program.interpret(&inputs);
+    let got = run_program(program, &inputs).unwrap();
+    for (g, w) in got.iter().zip(&want) {
+        compare(g.data(), w.data(), Tol::ulps(DType::F64, 8.0)).unwrap();
+    }
+    // Without a fallback there is nothing to differentiate.
+    let err = CustomCall::builder(
+        "radix_test.no_fallback",
+        1,
+        |s, _| Ok(vec![s[0]]),
+        |_| Ok(()),
+    )
+    .differentiate_fallback()
+    .register()
+    .unwrap_err();
+    assert!(err.to_string().contains("wants a fallback"), "{err}");
 }
 
 #[test]

@@ -67,6 +67,7 @@ pub(crate) fn joint(f: &Function, n_wrt: usize) -> Result<Joint, GradError> {
             active[i] = true;
         }
     }
+    let f = &fallbacks_where_active(f, &active);
     let mut g = Function::default();
     let loc = f.locs.first().copied().unwrap_or(Location::caller());
     let mut e = Emitter::new(&mut g, loc);
@@ -148,6 +149,25 @@ pub(crate) fn joint(f: &Function, n_wrt: usize) -> Result<Joint, GradError> {
         function: g,
         boundary,
     })
+}
+
+/// `f` with each custom call that a gradient flows through (`active`) and
+/// that is differentiated through its fallback
+/// ([`differentiate_fallback`](crate::custom_call::CustomCallBuilder::differentiate_fallback))
+/// replaced by a call of its fallback, node for node, so that its ops are
+/// differentiated as any others (`Call`'s rule keeps what their backward
+/// pass reads from the forward one).
+fn fallbacks_where_active(f: &Function, active: &[bool]) -> Function {
+    let mut out = f.clone();
+    for (node, _) in out.nodes.iter_mut().zip(active).filter(|(_, a)| **a) {
+        if let Op::CustomCall(site) = &node.op
+            && site.call.differentiates_fallback()
+        {
+            let body = site.fallback.clone().expect("registered with a fallback");
+            node.op = crate::ir::ops::custom_call::fallback_call(site, body);
+        }
+    }
+    out
 }
 
 /// `n` with its operands renamed by `map`.

@@ -3,7 +3,8 @@
 //! five operations (two reductions, each with the operation that feeds it,
 //! and the scaling), each a dispatch of its own; for the 16 tokens of a
 //! sentence that dispatch costs more than the arithmetic. Elsewhere, and
-//! for derivatives, the same formula in ops ([`traced`]).
+//! wherever a gradient flows through it (in the forward pass too), the same
+//! formula in ops ([`traced`]).
 
 use std::sync::LazyLock;
 
@@ -19,13 +20,8 @@ use crate::{DType, Shape, Tensor};
 static LAYER_NORM: LazyLock<CustomCall> = LazyLock::new(|| {
     CustomCall::builder("radix.layer_norm", 1, shape_rule, kernel)
         .fallback(|x, attrs| vec![traced(summed(x), x[1], x[2], LAST, eps(attrs))])
-        .derivative(|x, _, g, attrs| {
-            // The fallback's: the kernel computes the same function.
-            let eps = eps(attrs);
-            let f = |x: &Vec<Tensor>, _: &()| traced(summed(x), x[1], x[2], LAST, eps);
-            let (_, dx) = crate::vjp(f, &x.to_vec(), &(), &g[0]);
-            dx
-        })
+        // The kernel computes the fallback's function.
+        .differentiate_fallback()
         .register()
         .expect("radix.layer_norm is declared once")
 });

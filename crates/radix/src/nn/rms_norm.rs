@@ -4,8 +4,8 @@
 //! another order once it vectorizes the reduction across 8 rows or more,
 //! so the same token got other activations in a step of 8 tokens than
 //! alone, and with 8-bit products some of them then rounded to other
-//! codes. Elsewhere, and for derivatives, the same formula in ops
-//! ([`traced`]).
+//! codes. Elsewhere, and wherever a gradient flows through it (in a
+//! training step's forward pass too), the same formula in ops ([`traced`]).
 
 use std::sync::LazyLock;
 
@@ -20,13 +20,8 @@ use crate::{DType, Shape, Tensor};
 static RMS_NORM: LazyLock<CustomCall> = LazyLock::new(|| {
     CustomCall::builder("radix.rms_norm", 1, shape_rule, kernel)
         .fallback(|x, attrs| vec![traced(x[0], x[1], LAST, eps(attrs))])
-        .derivative(|x, _, g, attrs| {
-            // The fallback's: the kernel computes the same function.
-            let eps = eps(attrs);
-            let f = |x: &Vec<Tensor>, _: &()| traced(x[0], x[1], LAST, eps);
-            let (_, dx) = crate::vjp(f, &x.to_vec(), &(), &g[0]);
-            dx
-        })
+        // The kernel computes the fallback's function.
+        .differentiate_fallback()
         .register()
         .expect("radix.rms_norm is declared once")
 });

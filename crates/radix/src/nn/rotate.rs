@@ -4,8 +4,8 @@
 //! multiply-adds differently for steps of several tokens per sequence, so a
 //! token's rotated query or key differed in its last bits from the same
 //! token's alone; with 8-bit products that moved activations to other
-//! codes. Elsewhere, and for derivatives, the same formula in ops
-//! ([`traced`]).
+//! codes. Elsewhere, and wherever a gradient flows through it (in a
+//! training step's forward pass too), the same formula in ops ([`traced`]).
 
 use std::sync::LazyLock;
 
@@ -30,13 +30,8 @@ const M: &str = "__m";
 static ROTATE: LazyLock<CustomCall> = LazyLock::new(|| {
     CustomCall::builder("radix.rotate", 1, shape_rule, kernel)
         .fallback(|x, attrs| vec![traced(x[0], x[1], x[2], layout(attrs))])
-        .derivative(|x, _, g, attrs| {
-            // The fallback's: the kernel computes the same function.
-            let layout = layout(attrs);
-            let f = |x: &Vec<Tensor>, _: &()| traced(x[0], x[1], x[2], layout);
-            let (_, dx) = crate::vjp(f, &x.to_vec(), &(), &g[0]);
-            dx
-        })
+        // The kernel computes the fallback's function.
+        .differentiate_fallback()
         .register()
         .expect("radix.rotate is declared once")
 });

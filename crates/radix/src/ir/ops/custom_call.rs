@@ -205,12 +205,7 @@ pub(crate) fn replace_by_fallbacks(f: &Function) -> Function {
         let op = match &node.op {
             Op::CustomCall(site) => {
                 let body = replace_by_fallbacks(site.fallback.as_ref().expect("checked"));
-                let name = format!("{}_fallback", site.call.name());
-                Op::Call {
-                    name: crate::ir::private_name(&name, &body),
-                    f: Arc::new(body),
-                    checkpoint: false,
-                }
+                fallback_call(site, Arc::new(body))
             }
             op => op.map_bodies(&replace_by_fallbacks),
         };
@@ -220,6 +215,17 @@ pub(crate) fn replace_by_fallbacks(f: &Function) -> Function {
     out.results = f.results.clone();
     out.reuses = f.reuses.clone();
     out
+}
+
+/// A `func.call` of `body`, the fallback of `site` (or a rewrite of it),
+/// in place of the custom call: the same operands and results.
+pub(crate) fn fallback_call(site: &Site, body: Arc<Function>) -> Op {
+    let name = format!("{}_fallback", site.call.name());
+    Op::Call {
+        name: crate::ir::private_name(&name, &body),
+        f: body,
+        checkpoint: false,
+    }
 }
 
 /// The derivative rule: a call of the derivative the custom call declares

@@ -1,12 +1,12 @@
 //! Contractions, `stablehlo.dot_general`: the axes, the shape rule (and the
 //! axes of a contraction by tags), printing and reference semantics.
 
-use crate::Shape;
 use crate::ir::grad::{Cotangents, Emitter};
 use crate::ir::print::{OpPrinter, i64_list};
 use crate::ir::{Node, Op, ValueId};
 use crate::literal::{Literal, round_to, strides, unravel};
 use crate::shape::Axes;
+use crate::{DType, Shape};
 
 /// The axes of a `dot_general`: batch axes pair up, contracting axes are summed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -233,6 +233,7 @@ fn operand_ct(
     shape: Shape,
 ) -> Result<Option<ValueId>, crate::ir::grad::GradError> {
     let (batch, free_axes, contract, paired) = axes;
+    let (g, other, dims) = merge_contracting(e, g, other, dims);
     let raw_shape = dot_shape(e.shape(g), e.shape(other), &dims).map_err(|m| e.error(m))?;
     let raw = e.emit(Op::DotGeneral(dims), &[g, other], raw_shape);
     let mut sorted = paired.to_vec();
@@ -253,4 +254,53 @@ fn operand_ct(
     } else {
         Ok(Some(e.transpose(raw, &perm)))
     }
+}
+
+/// `dot_general(a, b, dims)` with its contracting axes merged into one
+/// (reshapes, which XLA lays out as bitcasts) where they are adjacent and
+/// in the same order in both operands: the cotangent of a weight contracts
+/// every token axis of `x [b, s, d]`, and XLA's CPU backend turns a dot of
+/// several contracting axes into one of a single axis by transposing an
+/// operand into a copy (one more pass over the activations, per weight, per
+/// step), where it runs a dot of one leading contracting axis, as JAX's
+/// program of flattened tokens has, in place. Not for 16-bit floats: XLA
+/// runs such a dot outside YNNPACK, converting both operands to f32, where
+/// the transposed copy and YNNPACK's dot stay in bf16 (a mixed-precision
+/// step's weight gradients).
+fn merge_contracting(
+    e: &mut Emitter<'_>,
+    a: ValueId,
+    b: ValueId,
+    dims: DotDims,
+) -> (ValueId, ValueId, DotDims) {
+    let adjacent = |c: &[usize]| c.windows(2).all(|w| w[1] == w[0] + 1);
+    let (lc, rc) = (&dims.lhs_contract, &dims.rhs_contract);
+    let wide = [a, b]
+        .iter()
+        .all(|&x| matches!(e.shape(x).dtype(), DType::F32 | DType::F64));
+    if !wide || lc.len() < 2 || !adjacent(lc) || !adjacent(rc) {
+        return (a, b, dims);
+    }
+    let n = lc.len();
+    // `x` with axes `at..at + n` merged, and an axis index after the merge.
+    let merge = |e: &mut Emitter<'_>, x: ValueId, at: usize| {
+        let s = e.shape(x);
+        let mut d = s.dims().to_vec();
+        let size = d.drain(at..at + n).product();
+        d.insert(at, size);
+        e.reshape(x, Shape::new(s.dtype(), &d))
+    };
+    let after = |axes: &[usize], at: usize| -> Vec<usize> {
+        axes.iter()
+            .map(|&i| if i > at { i + 1 - n } else { i })
+            .collect()
+    };
+    let (la, ra) = (lc[0], rc[0]);
+    let merged = DotDims {
+        lhs_batch: after(&dims.lhs_batch, la),
+        rhs_batch: after(&dims.rhs_batch, ra),
+        lhs_contract: vec![la],
+        rhs_contract: vec![ra],
+    };
+    (merge(e, a, la), merge(e, b, ra), merged)
 }
