@@ -14,47 +14,40 @@ use grad_common::{check, finite_differences, gradients, lit, loss, positive, tag
 use radix::testing::{Tol, compare, run_program, trace_fn};
 use radix::{Attrs, CustomCall, DType, Literal, Module, Order, PadSpec, Shape, SliceSpec, Tensor};
 
+/// `x / (1 + |x|)` of an f64 input, elementwise: the kernel of both
+/// softsign calls.
+fn softsign_kernel(k: &radix::custom_call::Kernel<'_>) -> Result<(), String> {
+    let (x, y) = (k.input::<f64>(0)?, k.output::<f64>(0)?);
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y = x / (1.0 + x.abs());
+    }
+    Ok(())
+}
+
+/// A softsign call named `name`: the kernel, and the formula in ops as its
+/// fallback.
+fn softsign_builder(name: &str) -> radix::custom_call::CustomCallBuilder {
+    CustomCall::builder(name, 1, |s, _| Ok(vec![s[0]]), softsign_kernel)
+        .fallback(|x, _| vec![x[0] / (x[0].abs() + 1.0)])
+}
+
 /// `x / (1 + |x|)` in f64 as a Rust kernel that declares its derivative.
 static SOFTSIGN_F64: LazyLock<CustomCall> = LazyLock::new(|| {
-    CustomCall::builder(
-        "radix_test.softsign_f64",
-        1,
-        |s, _| Ok(vec![s[0]]),
-        |k| {
-            let (x, y) = (k.input::<f64>(0)?, k.output::<f64>(0)?);
-            for (y, &x) in y.iter_mut().zip(x) {
-                *y = x / (1.0 + x.abs());
-            }
-            Ok(())
-        },
-    )
-    .fallback(|x, _| vec![x[0] / (x[0].abs() + 1.0)])
-    .derivative(|x, _, g, _| {
-        let d = x[0].abs() + 1.0;
-        vec![g[0] / (d * d)]
-    })
-    .register()
-    .expect("declared")
+    softsign_builder("radix_test.softsign_f64")
+        .derivative(|x, _, g, _| {
+            let d = x[0].abs() + 1.0;
+            vec![g[0] / (d * d)]
+        })
+        .register()
+        .expect("declared")
 });
 
 /// The same function, differentiated through its fallback.
 static SOFTSIGN_VIA_FALLBACK: LazyLock<CustomCall> = LazyLock::new(|| {
-    CustomCall::builder(
-        "radix_test.softsign_via_fallback",
-        1,
-        |s, _| Ok(vec![s[0]]),
-        |k| {
-            let (x, y) = (k.input::<f64>(0)?, k.output::<f64>(0)?);
-            for (y, &x) in y.iter_mut().zip(x) {
-                *y = x / (1.0 + x.abs());
-            }
-            Ok(())
-        },
-    )
-    .fallback(|x, _| vec![x[0] / (x[0].abs() + 1.0)])
-    .differentiate_fallback()
-    .register()
-    .expect("declared")
+    softsign_builder("radix_test.softsign_via_fallback")
+        .differentiate_fallback()
+        .register()
+        .expect("declared")
 });
 
 #[test]
