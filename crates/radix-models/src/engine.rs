@@ -48,7 +48,7 @@ pub use open::{config_of, weight_store};
 pub use slots::SeqId;
 use slots::Slots;
 
-/// How a [`Engine`] runs a step (the prefill of a prompt, or one decoded
+/// How an [`Engine`] runs a step (the prefill of a prompt, or one decoded
 /// token).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Plan {

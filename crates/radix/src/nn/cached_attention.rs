@@ -229,8 +229,8 @@ struct Query<'a> {
     q: &'a [f32],
 }
 
-/// [`attend`] compiled for AVX2 and FMA where the CPU has them (its loops
-/// then run eight lanes at a time), else as portable code.
+/// [`attend`] compiled for AVX2, FMA and F16C where the CPU has them (its
+/// loops then run eight lanes at a time), else as portable code.
 fn attend_best_of<T: Cached>(
     d: &Dims,
     at: &Heads,
@@ -240,15 +240,24 @@ fn attend_best_of<T: Cached>(
     outs: &mut [&mut [f32]],
 ) {
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU has AVX2 and FMA, checked just above.
+    if has_avx2() {
+        // SAFETY: the CPU has AVX2, FMA and F16C, checked just above.
         return unsafe { attend_avx2(d, at, queries, keys, values, outs) };
     }
     attend(d, at, queries, keys, values, outs)
 }
 
+/// Whether the CPU runs [`attend_avx2`]: AVX2 and FMA for its loops, F16C
+/// for an f16 cache's conversions (every AVX2 CPU has it).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+fn has_avx2() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
 fn attend_avx2<T: Cached>(
     d: &Dims,
     at: &Heads,
@@ -438,16 +447,13 @@ impl Cached for half::f16 {
         outs: &mut [&mut [f32]],
     ) {
         #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-        {
+        if has_avx2() {
             let as_f16c = |x: &[half::f16]| {
                 // SAFETY: `F16c` is a `repr(transparent)` `half::f16`.
                 unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<F16c>(), x.len()) }
             };
             // SAFETY: the CPU has AVX2, FMA and F16C, checked just above.
-            return unsafe { attend_f16c(d, at, queries, as_f16c(keys), as_f16c(values), outs) };
+            return unsafe { attend_avx2(d, at, queries, as_f16c(keys), as_f16c(values), outs) };
         }
         attend_best_of(d, at, queries, keys, values, outs)
     }
@@ -463,7 +469,7 @@ struct F16c(half::f16);
 #[cfg(target_arch = "x86_64")]
 impl Cached for F16c {
     /// Eight values an instruction. The intrinsics are called here, not in
-    /// a function of their own, so that they inline into [`attend_f16c`]
+    /// a function of their own, so that they inline into [`attend_avx2`]
     /// (which has F16C) once this does.
     #[inline(always)]
     fn as_f32<'a>(x: &'a [F16c], scratch: &'a mut [f32]) -> &'a [f32] {
@@ -482,23 +488,6 @@ impl Cached for F16c {
         }
         scratch
     }
-}
-
-/// [`attend`] over an f16 cache converted by F16C.
-///
-/// # Safety
-/// The CPU has AVX2, FMA and F16C.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn attend_f16c(
-    d: &Dims,
-    at: &Heads,
-    queries: &[Query<'_>],
-    keys: &[F16c],
-    values: &[F16c],
-    outs: &mut [&mut [f32]],
-) {
-    attend(d, at, queries, keys, values, outs)
 }
 
 #[cfg(test)]
