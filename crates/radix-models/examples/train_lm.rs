@@ -13,10 +13,19 @@
 //! backward passes, f32 master weights and update). The last line gives the
 //! median time of a step, the first (which compiles nothing but warms up)
 //! left out.
+//!
+//! `--data-parallel` trains over the processes of an MPI job (`radix
+//! launch -n N -- train_lm --data-parallel ...`; BATCH must be a multiple
+//! of N): every process draws the same global batch of BATCH windows and
+//! steps on its share, and the step averages the loss and the gradient
+//! over the processes (`Trainer::data_parallel`), so the losses are the
+//! ones one process prints for the same global batch. Rank 0 prints the
+//! losses; every rank ends with the sha256 of its weights, which agree.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
+use radix::collective::{process_count, process_index};
 use radix::optim::{MixedPrecision, Precision};
 use radix::{Buffer, DType, Platform, Shape, Tensor};
 use radix_models::llama::Llama;
@@ -32,8 +41,16 @@ fn loss(m: &Llama, ids: &Tensor) -> Tensor {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args: Vec<String> = std::env::args().collect();
-    let bf16 = args.iter().any(|a| a == "--bf16");
-    args.retain(|a| a != "--bf16");
+    let flag = |args: &mut Vec<String>, name: &str| {
+        let on = args.iter().any(|a| a == name);
+        args.retain(|a| a != name);
+        on
+    };
+    let bf16 = flag(&mut args, "--bf16");
+    let data_parallel = flag(&mut args, "--data-parallel");
+    if let Some(unknown) = args.iter().skip(1).find(|a| a.starts_with("--")) {
+        return Err(format!("unknown flag {unknown}").into());
+    }
     let precision = if bf16 {
         Precision::Mixed(MixedPrecision::BF16)
     } else {
@@ -53,12 +70,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err(format!("{} holds fewer than {WINDOW} bytes", path.display()).into());
     }
 
+    // Each process steps on its share: rows `rank * share..` of the batch.
+    let (rank, processes) = if data_parallel {
+        (process_index()?, process_count()?)
+    } else {
+        (0, 1)
+    };
+    if !batch.is_multiple_of(processes) {
+        return Err(format!("a batch of {batch} windows over {processes} processes").into());
+    }
+    let share = batch / processes;
+
     let platform = Platform::cpu()?;
     let model = Llama::new(&byte_llama());
     let mut rng = Rng::new(0);
     let weights = init_weights(&platform, &model, &mut rng)?;
-    let shape = Shape::tagged(DType::I32, &[("b", batch as i64), ("s", WINDOW)]);
-    let mut trainer = Trainer::new(
+    let shape = Shape::tagged(DType::I32, &[("b", share as i64), ("s", WINDOW)]);
+    let step_of = if data_parallel {
+        Trainer::data_parallel
+    } else {
+        Trainer::new
+    };
+    let mut trainer = step_of(
         &platform,
         &model,
         weights,
@@ -74,18 +107,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let ids: Vec<i32> = (0..batch)
             .flat_map(|_| byte_window(&text, WINDOW as usize, &mut rng))
             .collect();
-        let ids = Buffer::from_slice(&platform, &ids, shape)?;
+        let mine = &ids[rank * share * WINDOW as usize..][..share * WINDOW as usize];
+        let ids = Buffer::from_slice(&platform, mine, shape)?;
         let start = Instant::now();
         last = trainer.step(ids)?;
         times.push(start.elapsed().as_secs_f64() * 1e3);
         first.get_or_insert(last);
-        println!("step {step}: loss {last:.4}");
+        if rank == 0 {
+            println!("step {step}: loss {last:.4}");
+        }
     }
-    println!(
-        "loss {:.4} -> {last:.4} in {steps} steps on {}",
-        first.unwrap_or(last),
-        path.display()
-    );
+    if rank == 0 {
+        println!(
+            "loss {:.4} -> {last:.4} in {steps} steps on {}",
+            first.unwrap_or(last),
+            path.display()
+        );
+    }
+    if data_parallel {
+        println!(
+            "rank {rank} of {processes}: weights sha256 {}",
+            trainer.weights_sha256()?
+        );
+    }
     let mut times = times.split_off(1.min(times.len()));
     times.sort_by(f64::total_cmp);
     if let Some(median) = times.get(times.len() / 2) {

@@ -5,9 +5,18 @@
 //! mixed precision (`radix::optim::Precision`: bf16 forward and backward
 //! passes on f32 master weights). Used by the small language model of
 //! `examples/train_lm.rs`.
+//!
+//! [`Trainer::data_parallel`] trains one model over the processes of an MPI
+//! job (`radix launch -n N`): each process steps on its share of the global
+//! batch, and the step averages the loss and the gradient over the
+//! processes (`radix::collective::all_reduce`) before the update, so every
+//! process applies the same update, the one a single process would apply
+//! to the global batch, and the weights stay the same bits everywhere.
 
+use radix::collective::{ReduceOp, all_reduce, all_reduce_tree};
 use radix::optim::{AdamW, AdamWState, Precision, donate};
 use radix::{Buffer, Bufferized, Compiled, Module, Platform, Shape, Tensor};
+use sha2::{Digest, Sha256};
 
 use crate::Result;
 use crate::llama::LlamaConfig;
@@ -46,9 +55,64 @@ where
         opt: AdamW,
         precision: Precision,
     ) -> Result<Trainer<M, I>> {
+        let step = Step {
+            loss,
+            opt,
+            precision,
+            gradient: Gradient::OfThisProcess,
+        };
+        Self::compile(platform, model, weights, batch, step)
+    }
+
+    /// [`Trainer::new`] for one process of a data-parallel job: `batch` is
+    /// this process's share of the global batch (every process's share of
+    /// the same shape), and each step's loss and gradient are their means
+    /// over the job's processes, so the step is the global batch's on every
+    /// process. Every process must start from the same `weights`. In a
+    /// process started alone (a job of one) this is [`Trainer::new`].
+    pub fn data_parallel(
+        platform: &Platform,
+        model: &M,
+        weights: Bufferized<M>,
+        batch: &I,
+        loss: fn(&M, &I) -> Tensor,
+        opt: AdamW,
+        precision: Precision,
+    ) -> Result<Trainer<M, I>> {
+        let step = Step {
+            loss,
+            opt,
+            precision,
+            gradient: Gradient::MeanOverProcesses,
+        };
+        Self::compile(platform, model, weights, batch, step)
+    }
+
+    fn compile(
+        platform: &Platform,
+        model: &M,
+        weights: Bufferized<M>,
+        batch: &I,
+        step: Step<M, I>,
+    ) -> Result<Trainer<M, I>> {
+        let Step {
+            loss,
+            opt,
+            precision,
+            gradient,
+        } = step;
         let inputs = (model.clone(), AdamWState::params(model), batch.clone());
         let exe = radix::compile_fn(platform, &inputs, |(m, s, b): StepInputs<M, I>| {
             let (value, g) = precision.value_and_grad(loss, &m, &b);
+            let (value, g) = match gradient {
+                Gradient::OfThisProcess => (value, g),
+                // The mean over processes of each process's mean over its
+                // share is the global batch's mean (the shares are equal).
+                Gradient::MeanOverProcesses => (
+                    all_reduce(value, ReduceOp::Mean),
+                    all_reduce_tree(&g, ReduceOp::Mean),
+                ),
+            };
             let (m2, s2) = opt.update(&m, &g, &s);
             (value, donate(&m2, &m), donate(&s2, &s))
         })?;
@@ -74,6 +138,43 @@ where
     pub fn weights(&self) -> &Bufferized<M> {
         &self.weights
     }
+
+    /// The sha256 of the weights so far (each one's bytes, in the model's
+    /// visit order), in hex: the processes of a data-parallel job print the
+    /// same.
+    pub fn weights_sha256(&self) -> Result<String> {
+        let mut hash = Sha256::new();
+        let mut failed = None;
+        M::visit_leaves(
+            &self.weights,
+            &mut String::new(),
+            &mut |_, b: &Buffer| match b.to_literal() {
+                Ok(l) => hash.update(l.to_bytes()),
+                Err(e) => failed = failed.take().or(Some(e)),
+            },
+        );
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
+        Ok(hash.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    }
+}
+
+/// What a step computes, apart from its shapes.
+struct Step<M, I> {
+    loss: fn(&M, &I) -> Tensor,
+    opt: AdamW,
+    precision: Precision,
+    gradient: Gradient,
+}
+
+/// Whose gradient a step applies.
+#[derive(Clone, Copy)]
+enum Gradient {
+    /// This process's batch's.
+    OfThisProcess,
+    /// The mean of every process's (data parallelism).
+    MeanOverProcesses,
 }
 
 /// Weights for `model` drawn as is usual for a transformer: norms at one,
