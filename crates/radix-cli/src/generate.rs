@@ -17,6 +17,7 @@ use clap::Args;
 use indicatif::ProgressBar;
 use radix::nn::MatrixFormat;
 use radix::{DType, Platform};
+use radix::collective::{process_count, process_index};
 use radix_models::constraint::{Grammar, Vocabulary};
 use radix_models::engine::{Engine, Generation, ModelFile, Plan};
 use radix_models::pick::Picker;
@@ -97,6 +98,13 @@ pub struct GenerateArgs {
     /// `adapter_model.safetensors`) to apply to the model's linear layers.
     #[arg(long, value_name = "DIR")]
     lora: Option<PathBuf>,
+    /// Split the model over the processes of the job this process is one
+    /// of (`radix launch -n N -- radix generate --tensor-parallel ...`):
+    /// each holds some of every block's heads and MLP units, the blocks'
+    /// outputs are summed over the processes, and the first process
+    /// prints. Started alone, a process holds the whole model.
+    #[arg(long, conflicts_with = "lora")]
+    tensor_parallel: bool,
 }
 
 impl GenerateArgs {
@@ -199,6 +207,13 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
         })
         .transpose()?;
     let mut picker = Picker::new(sampler.clone()).with_constraint(constraint);
+    // In a tensor-parallel job only the first process reads standard input
+    // and speaks; the others must see the same prompt.
+    ensure!(
+        args.prompt.is_some() || !args.tensor_parallel,
+        "--tensor-parallel needs the prompt as an argument (every process must read the same one)"
+    );
+    let speaks = !args.tensor_parallel || process_index()? == 0;
     let prompt = match &args.prompt {
         Some(p) => p.clone(),
         None if std::io::stdin().is_terminal() => {
@@ -224,7 +239,7 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
     let n_new = model.n_new(ids.len(), args.max_tokens)?;
     let mut session = Session::new(open_platform(cli)?, model, 32, args)?;
     let mut logits = args.logits.then(Vec::new);
-    let res = if args.json {
+    let res = if args.json || !speaks {
         session.generate(&ids, n_new, &mut picker, logits.as_mut(), |_| Ok(()))?
     } else {
         let mut stdout = std::io::stdout().lock();
@@ -236,6 +251,9 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
         res
     };
     let tokenizer = &session.model.tokenizer;
+    if !speaks {
+        return Ok(());
+    }
     if args.json {
         let mut out = json!({
             "model": args.model,
@@ -256,6 +274,7 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
             "dtype": clap::ValueEnum::to_possible_value(&args.dtype).map(|v| v.get_name().to_string()),
             "exact": args.exact,
             "cache_type": args.cache_type.name(),
+            "tensor_parallel": args.tensor_parallel.then(process_count).transpose()?,
         });
         if let Some(logits) = logits {
             out["logits"] = json!(logits);
@@ -416,6 +435,10 @@ impl Model {
     }
 }
 
+/// [`Engine::open`] or another way of opening a model file.
+type OpenEngine =
+    fn(&Platform, &std::path::Path, usize, MatrixFormat) -> radix_models::Result<Engine>;
+
 /// A model on a platform, its engine (re)loaded when a longer cache is needed.
 struct Session {
     platform: Platform,
@@ -427,6 +450,8 @@ struct Session {
     cache_type: DType,
     /// The LoRA adapter folder, if any.
     lora: Option<PathBuf>,
+    /// How the model is opened: whole, or this process's share.
+    open: OpenEngine,
     engine: Option<Engine>,
     /// How long the last load of the weights took.
     load_time: Duration,
@@ -450,6 +475,11 @@ impl Session {
             matrices: args.matrices()?,
             cache_type: args.cache_type.dtype(),
             lora: args.lora.clone(),
+            open: if args.tensor_parallel {
+                Engine::open_tensor_parallel
+            } else {
+                Engine::open
+            },
             engine: None,
             load_time: Duration::ZERO,
             compile_time: Duration::ZERO,
@@ -471,7 +501,7 @@ impl Session {
             self.engine = None;
             let (platform, path) = (&self.platform, &self.model.path);
             let engine = match &self.lora {
-                None => Engine::open(platform, path, capacity, self.matrices),
+                None => (self.open)(platform, path, capacity, self.matrices),
                 Some(dir) => Engine::open_with_lora(platform, path, dir, capacity, self.matrices),
             };
             let engine = engine

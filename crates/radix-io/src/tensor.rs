@@ -59,6 +59,26 @@ impl HostTensor {
         }
     }
 
+    /// A tensor of `dtype` owning a copy of `bytes` (its elements, row-major,
+    /// little-endian).
+    ///
+    /// Panics if `bytes.len()` is not the size of `dims` elements of `dtype`:
+    /// that is a caller bug.
+    pub fn from_bytes(dtype: DType, dims: &[i64], bytes: &[u8]) -> Self {
+        let n = dims.iter().product::<i64>() as usize;
+        assert_eq!(
+            n * dtype.size_in_bytes(),
+            bytes.len(),
+            "HostTensor::from_bytes: {dtype} {dims:?} do not match {} bytes",
+            bytes.len()
+        );
+        HostTensor {
+            dtype,
+            dims: dims.to_vec(),
+            ..HostTensor::from_slice(&[bytes.len() as i64], bytes)
+        }
+    }
+
     /// An `f32` tensor of `dims` whose elements `fill` writes in place (a
     /// dequantized weight: no second copy of a large tensor).
     pub(crate) fn f32_filled(dims: Vec<i64>, fill: impl FnOnce(&mut [f32])) -> Self {

@@ -17,8 +17,10 @@ use radix::{Bufferized, DType, Module, Shape, Size, Tensor};
 mod block;
 pub(crate) mod gguf;
 pub(crate) mod hf;
+mod tensor_parallel;
 
 pub use block::Block;
+pub use tensor_parallel::{Partials, Shard};
 
 /// The architectures radix runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,6 +138,9 @@ pub struct DecoderConfig {
     /// The element type of the key/value cache a [`Decoder`] runs with (f32
     /// by default; f16 halves its memory).
     pub cache_dtype: DType,
+    /// Whether the blocks' outputs are whole or one process's partial sums
+    /// of a tensor-parallel job's ([`DecoderConfig::shard`]).
+    pub partials: Partials,
 }
 
 impl DecoderConfig {
@@ -171,6 +176,7 @@ impl DecoderConfig {
             sliding_layers: vec![],
             tied_embeddings: true,
             cache_dtype: DType::F32,
+            partials: Partials::Whole,
         }
     }
 

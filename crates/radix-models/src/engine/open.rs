@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use radix::Platform;
+use radix::collective::{process_count, process_index};
 use radix::io::{Gguf, TensorSource, WeightStore};
 use radix::nn::MatrixFormat;
 
@@ -144,6 +145,34 @@ impl Engine {
             lora: None,
         };
         load.decoder(&base.cfg)
+    }
+
+    /// Opens this process's share of the model at `path` for a
+    /// tensor-parallel job ([`DecoderConfig::shard`]): run by every process
+    /// of the job (`radix launch -n N`), each loads its heads and hidden
+    /// units of every block, and each step sums the blocks' partial outputs
+    /// over the processes, so every process computes the same logits. A
+    /// process started alone holds the whole model.
+    pub fn open_tensor_parallel(
+        platform: &Platform,
+        path: &Path,
+        capacity: usize,
+        matrices: MatrixFormat,
+    ) -> Result<Engine> {
+        let base = Base::open(path)?;
+        let (rank, size) = (process_index()?, process_count()?);
+        let (cfg, shard) = base.cfg.shard(rank, size)?;
+        let source = shard.source(base.source, &cfg, &base.names);
+        let store = WeightStore::new(vec![source], base.names);
+        let load = Load {
+            platform,
+            store: &store,
+            capacity,
+            matrices,
+            stops: base.stops,
+            lora: None,
+        };
+        load.decoder(&cfg)
     }
 
     /// Opens the model at `path` as [`Engine::open`] does, with the LoRA

@@ -6,7 +6,7 @@
 use radix::nn::{GatedMlp, KvCache, Linear, RmsNorm};
 use radix::{Module, Tensor};
 
-use super::{Arch, Attention, DecoderConfig, Step};
+use super::{Arch, Attention, DecoderConfig, Partials, Step};
 
 /// One pre-norm transformer block (`blk.N` in GGUF).
 #[derive(Module, Clone, Debug)]
@@ -23,6 +23,10 @@ pub struct Block {
     /// Gemma 3's norm of the MLP's output, before the residual add.
     #[module(rename = "post_ffw_norm")]
     ffn_post_norm: Option<RmsNorm>,
+    /// Whether the attention's and the MLP's outputs are this process's
+    /// partial sums (tensor parallelism), to be summed over the processes.
+    #[module(skip)]
+    partials: Partials,
 }
 
 impl Block {
@@ -38,22 +42,24 @@ impl Block {
             ffn_norm: norm(),
             mlp: if gemma { mlp.with_gelu_tanh() } else { mlp },
             ffn_post_norm: gemma.then(norm),
+            partials: cfg.partials,
         }
     }
 
     /// `x` `(b, s, d)` at positions `pos`: `x + post(attn(norm(x)))`, then
     /// `+ post(mlp(norm(.)))` (`post` the identity unless the block has its
     /// norm), and the layer's cache with the tokens' keys and values
-    /// written.
+    /// written. In a tensor-parallel process, `attn(.)` and `mlp(.)` are
+    /// its partial sums, summed over the processes first.
     pub fn forward(&self, x: Tensor, pos: Tensor, step: Step) -> (Tensor, KvCache) {
         let post = |norm: &Option<RmsNorm>, y: Tensor| match norm {
             Some(norm) => norm.forward(y),
             None => y,
         };
         let (a, cache) = self.attn.forward(self.attn_norm.forward(x), pos, step);
-        let x = x + post(&self.attn_post_norm, a);
+        let x = x + post(&self.attn_post_norm, self.partials.sum(a));
         let h = self.mlp.forward(self.ffn_norm.forward(x));
-        (x + post(&self.ffn_post_norm, h), cache)
+        (x + post(&self.ffn_post_norm, self.partials.sum(h)), cache)
     }
 
     /// Blocks of one kind trace to the same program, so a step run layer
