@@ -1,12 +1,17 @@
 //! `radix launch`: ranks' lines carry their rank, the first failing rank
-//! ends the job with its status, and a radix process among the ranks reads
-//! its rank and size from MPI. Every command runs under a deadline.
+//! ends the job with its status, a radix process among the ranks reads
+//! its rank and size from MPI, and `radix generate --tensor-parallel` over 2
+//! ranks prints, once, the ids one process picks. Every command runs under
+//! a deadline.
 
 mod common;
 
+#[path = "../../radix-models/tests/common/greedy.rs"]
+mod greedy;
+
 use std::time::{Duration, Instant};
 
-use common::radix;
+use common::{radix, radix_json};
 
 /// What one of these jobs may take.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -150,4 +155,59 @@ fn bad_counts_are_refused() {
     let out = launch(&["-n", "0", "--", "true"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("-n must be at least 1"));
+}
+
+#[test]
+fn generate_split_over_2_ranks_prints_the_ids_one_process_picks() {
+    let radix_bin = assert_cmd::cargo::cargo_bin("radix");
+    let prompt = "The capital of France is";
+    let generate = ["generate", "--json", "--dtype", "f32", "--max-tokens", "8"];
+    let mut args = vec!["-n", "2", "--", radix_bin.to_str().unwrap()];
+    args.extend(generate);
+    args.extend(["--tensor-parallel", prompt]);
+    let out = launch(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Rank 0 alone prints; hydra prefixes its lines with `[0] `.
+    assert!(!stdout.contains("[1]"), "rank 1 printed:\n{stdout}");
+    let json: String = stdout
+        .lines()
+        .map(|l| l.strip_prefix("[0] ").unwrap_or(l).to_string() + "\n")
+        .collect();
+    let split: serde_json::Value = serde_json::from_str(&json).expect("one JSON object");
+    assert_eq!(split["tensor_parallel"], 2, "{split}");
+    let whole = radix_json(&[&generate[..], &["--logits", prompt]].concat());
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        serde_json::from_value(v["ids"].clone()).expect("ids")
+    };
+    greedy::assert_greedy_eq(
+        "radix generate split over 2 ranks vs one process",
+        &ids(&split),
+        &ids(&whole),
+        |k| {
+            greedy::top2_margin(
+                &serde_json::from_value::<Vec<f32>>(whole["logits"][k].clone()).expect("logits"),
+            )
+        },
+    );
+}
+
+#[test]
+fn generate_split_needs_the_prompt_as_an_argument() {
+    let out = radix()
+        .args(["generate", "--tensor-parallel"])
+        .timeout(DEADLINE)
+        .write_stdin("hello")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--tensor-parallel needs the prompt"),
+        "{stderr}"
+    );
 }

@@ -172,10 +172,9 @@ fn data_parallel_steps_are_the_global_batchs() {
     let name = "data_parallel_steps_are_the_global_batchs";
     if !radix_mpi::launched() {
         for n in [2, 3] {
-            let exe = std::env::current_exe().unwrap();
-            let args = [name, "--exact", "--nocapture", "--test-threads=1"];
             let env = [("RADIX_MPI_TIMEOUT", "60")];
-            let out = radix_mpi::run_ranks(n, &exe, &args, &env, Duration::from_secs(300)).unwrap();
+            let deadline = Duration::from_secs(300);
+            let out = radix_mpi::run_test_as_ranks(name, n, &env, deadline).unwrap();
             let all = format!("{}\n{}", out.stdout, out.stderr);
             assert!(out.status.success(), "{n} ranks: {}\n{all}", out.status);
             eprintln!("{all}");

@@ -41,6 +41,21 @@ pub struct JobOutput {
     pub stderr: String,
 }
 
+/// Runs test `name` of the running test binary as `n` ranks
+/// ([`run_ranks`] of libtest's `name --exact --nocapture
+/// --test-threads=1`): how a test starts itself as a job, whose ranks
+/// ([`crate::launched`]) then do their part.
+pub fn run_test_as_ranks(
+    name: &str,
+    n: usize,
+    env: &[(&str, &str)],
+    deadline: Duration,
+) -> Result<JobOutput> {
+    let exe = std::env::current_exe().map_err(|e| Error::Job(format!("this test binary: {e}")))?;
+    let args = [name, "--exact", "--nocapture", "--test-threads=1"];
+    run_ranks(n, &exe, &args, env, deadline)
+}
+
 /// Runs `program args` as `n` ranks on this machine and waits at most
 /// `deadline` for the job; one that runs longer is killed with its whole
 /// process group, and is an [`Error::Job`].

@@ -18,7 +18,7 @@ use radix::collective::{
 };
 use radix::testing::run;
 use radix::{DType, Element, Literal, Tensor};
-use radix_mpi::{Elem, fold, launched, run_ranks};
+use radix_mpi::{Elem, fold, launched, run_test_as_ranks};
 
 /// What a whole job may take, start to end (each rank compiles its programs).
 const JOB_DEADLINE: Duration = Duration::from_secs(240);
@@ -26,15 +26,7 @@ const JOB_DEADLINE: Duration = Duration::from_secs(240);
 /// Runs the test `name` of this binary as `n` ranks with `env`, and checks
 /// that the job succeeded and that each rank of `ranks` finished.
 fn run_job(name: &str, n: usize, env: &[(&str, &str)], ranks: &[usize]) {
-    let exe = std::env::current_exe().unwrap();
-    let out = run_ranks(
-        n,
-        &exe,
-        &[name, "--exact", "--nocapture", "--test-threads=1"],
-        env,
-        JOB_DEADLINE,
-    )
-    .unwrap();
+    let out = run_test_as_ranks(name, n, env, JOB_DEADLINE).unwrap();
     let all = format!("{}\n{}", out.stdout, out.stderr);
     assert!(out.status.success(), "{n} ranks: {}\n{all}", out.status);
     for r in ranks {

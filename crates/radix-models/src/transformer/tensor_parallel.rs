@@ -206,13 +206,19 @@ impl Slice {
         let rows = t.dims().first().copied().unwrap_or(1).max(1) as usize;
         let row_bytes = bytes.len() / rows;
         let cut: Vec<u8> = match self {
-            Slice::Rows(r) => bytes[r.start as usize * row_bytes..r.end as usize * row_bytes].to_vec(),
+            Slice::Rows(r) => {
+                bytes[r.start as usize * row_bytes..r.end as usize * row_bytes].to_vec()
+            }
             Slice::Columns(r) => {
                 let (a, b) = (
                     (r.start / cols_per_unit) as usize * unit_bytes,
                     (r.end / cols_per_unit) as usize * unit_bytes,
                 );
-                bytes.chunks(row_bytes).flat_map(|row| &row[a..b]).copied().collect()
+                bytes
+                    .chunks(row_bytes)
+                    .flat_map(|row| &row[a..b])
+                    .copied()
+                    .collect()
             }
         };
         HostTensor::from_bytes(dtype, &dims, &cut)

@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod engine_ids;
 pub mod greedy;
 
 /// The folder of the reference outputs, `tests/fixtures/reference`.
