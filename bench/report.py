@@ -205,7 +205,9 @@ def train_section(w, runs, g):
       "(2 layers, width 64, 4/2 heads, FFN 192, byte vocabulary, 65 tokens): mean cross-entropy, its "
       "gradient and an AdamW step, the batch already on the device. radix: `radix::value_and_grad` and "
       "`radix::optim::AdamW` in one executable, weights and state donated (`radix_models::train::Trainer`). "
-      "JAX: `jax.jit` of `jax.value_and_grad` and the same update, `donate_argnums`. PyTorch: autograd and "
+      "JAX: `jax.jit` of `jax.value_and_grad` and the same update, `donate_argnums`, on jaxlib's own CPU "
+      "client and, registered as a PJRT plugin, on the CPU plugin radix runs on "
+      "(`bench/peers/train.py --plugin`): the same JAX program on radix's runtime. PyTorch: autograd and "
       "`torch.optim.AdamW`. Per-step milliseconds, lower is better."
       + (" The llama's step also in mixed precision (`radix::optim::MixedPrecision::BF16`: bf16 forward "
          "and backward, f32 master weights and update), radix alone." if g("radix train lm bf16") else "")
@@ -213,8 +215,11 @@ def train_section(w, runs, g):
     for model, name in (("mnist", "MNIST MLP, batch 128"), ("lm", "small llama, 65 tokens")):
         r = g(f"radix train {model}")
         w(f"**{name}** (ms per step)\n")
-        rows = [("radix", r), ("JAX (`jax.jit(jax.value_and_grad)`)", g(f"jax train {model}")),
-                ("PyTorch (autograd)", g(f"torch train {model}"))]
+        rows = [("radix", r), ("JAX (`jax.jit(jax.value_and_grad)`)", g(f"jax train {model}"))]
+        on_plugin = g(f"jax-plugin train {model}")
+        if on_plugin:  # runs before this row existed lack it
+            rows.append(("JAX on radix's CPU plugin (the same runtime)", on_plugin))
+        rows.append(("PyTorch (autograd)", g(f"torch train {model}")))
         bf16 = g(f"radix train {model} bf16")
         if bf16:
             rows.append(("radix, bf16 mixed precision (radix = its f32 step)", bf16))

@@ -5,8 +5,11 @@ FFN 192, byte vocabulary, 65 tokens), each the mean cross-entropy, its
 gradient and an AdamW update (lr 1e-3, weight decay 0.01).
 
 `jax`: `jax.jit` of `jax.grad` and the update in one function, parameters
-and state donated. `torch`: autograd and `torch.optim.AdamW`.
-Run: python train.py jax|torch [--samples N] [--steps-per-sample K]
+and state donated; with `--plugin PATH`, the same on that PJRT plugin (radix's
+pinned CPU plugin) instead of jaxlib's own CPU client, named `jax-plugin`:
+the same program on the runtime radix runs on. `torch`: autograd and
+`torch.optim.AdamW`.
+Run: python train.py jax|torch [--plugin PATH] [--samples N] [--steps-per-sample K]
 """
 
 import argparse
@@ -19,7 +22,10 @@ ap = argparse.ArgumentParser()
 ap.add_argument("system", choices=["jax", "torch"])
 ap.add_argument("--samples", type=int, default=10)
 ap.add_argument("--steps-per-sample", type=int, default=20)
+ap.add_argument("--plugin", help="with jax: run on this PJRT plugin instead of jaxlib's CPU client")
 args = ap.parse_args()
+if args.plugin and args.system != "jax":
+    ap.error("--plugin is for jax")
 
 rng = np.random.default_rng(0)
 BATCH, WINDOW, D, H, KV, FFN, VOC, LAYERS = 128, 65, 64, 4, 2, 192, 256, 2
@@ -91,10 +97,18 @@ class Ops:
         self.__dict__.update(extra)
 
 
-r = Report(args.system, "train")
+r = Report("jax-plugin" if args.plugin else args.system, "train")
 if args.system == "jax":
     import jax
     import jax.numpy as jnp
+
+    name = "jax"
+    if args.plugin:
+        from jax._src import xla_bridge
+
+        xla_bridge.register_plugin("radix_plugin", library_path=args.plugin)
+        jax.config.update("jax_platforms", "radix_plugin")
+        name = "jax-plugin"
 
     def adamw(loss):
         def step(p, s, *batch):
@@ -123,9 +137,9 @@ if args.system == "jax":
     o = Ops(jnp, "keepdims", max_last=lambda x: x.max(-1, keepdims=True), repeat=jnp.repeat,
             softmax=lambda s: jax.nn.softmax(s, -1), silu=jax.nn.silu, relu=jax.nn.relu,
             to_f32=lambda x: x.astype(jnp.float32), mask=jnp.asarray(mask), cos=jnp.asarray(cos), sin=jnp.asarray(sin))
-    timed(f"{args.system} train mnist", lambda p, x, y: mlp_loss(p, x, y, o), mlp0, jnp.asarray(images), jnp.asarray(labels))
-    timed(f"{args.system} train lm", lambda p, ids: llama_loss(p, ids, o), lm0, jnp.asarray(ids))
-    r.meta.update(jax=jax.__version__, devices=str(jax.devices()))
+    timed(f"{name} train mnist", lambda p, x, y: mlp_loss(p, x, y, o), mlp0, jnp.asarray(images), jnp.asarray(labels))
+    timed(f"{name} train lm", lambda p, ids: llama_loss(p, ids, o), lm0, jnp.asarray(ids))
+    r.meta.update(jax=jax.__version__, devices=str(jax.devices()), plugin=args.plugin)
 else:
     import torch
 
