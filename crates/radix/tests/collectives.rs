@@ -68,6 +68,15 @@ fn input<T: Element>(r: usize, case: usize, len: usize) -> Vec<T> {
         .collect()
 }
 
+/// Every rank's `parts` reduced with `op`, as the collectives must give
+/// them: [`fold`], the single-process reference.
+fn folded<T: Elem + Clone>(op: ReduceOp, parts: &[Vec<T>]) -> Vec<T> {
+    let parts: Vec<&[T]> = parts.iter().map(|p| p.as_slice()).collect();
+    let mut want = parts[0].to_vec();
+    fold(op, &parts, &mut want);
+    want
+}
+
 /// `got` and `want` hold the same bits (f64 holds these types exactly).
 fn same<T: Element>(what: &str, got: &Literal, want: &[T]) {
     let got: Vec<u64> = got
@@ -107,12 +116,7 @@ fn every_collective<T: Element + Elem>() {
     })
     .unwrap();
     let name = T::DTYPE;
-    let reduce = |op, parts: &[Vec<T>]| {
-        let parts: Vec<&[T]> = parts.iter().map(|p| p.as_slice()).collect();
-        let mut want = parts[0].to_vec();
-        fold(op, &parts, &mut want);
-        want
-    };
+    let reduce = folded::<T>;
     for (i, op) in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Mean]
         .into_iter()
         .enumerate()
@@ -172,6 +176,36 @@ fn staged_collectives_equal_the_reference_bit_for_bit() {
     as_jobs_with(name, &[("RADIX_MPI_STAGED", "1")], || {
         every_collective::<f32>();
         every_collective::<i32>();
+    });
+}
+
+/// `all_reduce_tree` joins a tree's tensors of each dtype into one
+/// all-reduce: every tensor, of any shape and dtype, comes back in its
+/// place with the bits its own all-reduce gives.
+#[test]
+fn a_trees_all_reduce_is_each_tensors() {
+    as_jobs("a_trees_all_reduce_is_each_tensors", || {
+        let (me, n) = (process_index().unwrap(), process_count().unwrap());
+        let a: Vec<Vec<f32>> = (0..n).map(|r| input(r, 3, 12)).collect();
+        let b: Vec<Vec<bf16>> = (0..n).map(|r| input(r, 4, 5)).collect();
+        let c: Vec<Vec<f32>> = (0..n).map(|r| input(r, 5, 1)).collect();
+        let d: Vec<Vec<i32>> = (0..n).map(|r| input(r, 6, 7)).collect();
+        let lits = [
+            Literal::from_slice(&a[me], &[3, 4]),
+            Literal::from_slice(&b[me], &[5]),
+            Literal::from_slice(&c[me], &[]),
+            Literal::from_slice(&d[me], &[7, 1]),
+        ];
+        for op in [ReduceOp::Sum, ReduceOp::Max] {
+            let out = run(&lits, |x| all_reduce_tree(&x.to_vec(), op)).unwrap();
+            same(&format!("tree f32 [3, 4] {op:?}"), &out[0], &folded(op, &a));
+            same(&format!("tree bf16 [5] {op:?}"), &out[1], &folded(op, &b));
+            same(&format!("tree f32 scalar {op:?}"), &out[2], &folded(op, &c));
+            same(&format!("tree i32 [7, 1] {op:?}"), &out[3], &folded(op, &d));
+            for (got, lit) in out.iter().zip(&lits) {
+                assert_eq!(got.shape(), lit.shape(), "a tree's tensor keeps its shape");
+            }
+        }
     });
 }
 

@@ -94,9 +94,36 @@ pub fn all_reduce(x: Tensor, op: ReduceOp) -> Tensor {
 /// [`ReduceOp::Mean`], the gradient of a data-parallel step (each process's
 /// gradient of its share of the batch) becomes the gradient of the whole
 /// batch's mean loss, the same on every process.
+///
+/// The tensors of each dtype go as one all-reduce of them all, flattened
+/// and joined (as PyTorch DDP's buckets do): one exchange between the
+/// processes instead of one per tensor, and the same bits, since a
+/// reduction is elementwise.
 pub fn all_reduce_tree<M: Module + Clone>(tree: &M, op: ReduceOp) -> M {
+    let mut leaves: Vec<Tensor> = vec![];
+    tree.visit(&mut String::new(), &mut |_, t| leaves.push(*t));
+    let mut dtypes: Vec<crate::DType> = leaves.iter().map(|t| t.dtype()).collect();
+    dtypes.sort_by_key(|d| d.to_string());
+    dtypes.dedup();
+    let mut reduced = leaves.clone();
+    for dtype in dtypes {
+        let mine: Vec<usize> = (0..leaves.len())
+            .filter(|&i| leaves[i].dtype() == dtype)
+            .collect();
+        let flat: Vec<Tensor> = mine.iter().map(|&i| leaves[i].reshape(&[-1])).collect();
+        let sum = all_reduce(Tensor::concatenate(&flat, 0), op);
+        let mut at = 0;
+        for &i in &mine {
+            let (shape, n) = (leaves[i].shape(), leaves[i].shape().count() as i64);
+            reduced[i] = sum.slice(0, at..at + n).reshape_to(shape);
+            at += n;
+        }
+    }
     let mut out = tree.clone();
-    out.visit_mut(&mut String::new(), &mut |_, t| *t = all_reduce(*t, op));
+    let mut next = reduced.into_iter();
+    out.visit_mut(&mut String::new(), &mut |_, t| {
+        *t = next.next().expect("visit_mut visits the leaves visit did");
+    });
     out
 }
 
