@@ -27,7 +27,25 @@ struct Load<'a> {
     lora: Option<(&'a LoraConfig, &'a (Vec<String>, PathBuf))>,
 }
 
-impl Load<'_> {
+impl<'a> Load<'a> {
+    /// Loading from `store` on `platform`, without adapters.
+    fn new(
+        platform: &'a Platform,
+        store: &'a WeightStore,
+        capacity: usize,
+        matrices: MatrixFormat,
+        stops: Vec<u32>,
+    ) -> Load<'a> {
+        Load {
+            platform,
+            store,
+            capacity,
+            matrices,
+            stops,
+            lora: None,
+        }
+    }
+
     /// The decoder of `cfg`.
     fn decoder(self, cfg: &DecoderConfig) -> Result<Engine> {
         let Load {
@@ -136,15 +154,7 @@ impl Engine {
     ) -> Result<Engine> {
         let base = Base::open(path)?;
         let store = WeightStore::new(vec![base.source], base.names);
-        let load = Load {
-            platform,
-            store: &store,
-            capacity,
-            matrices,
-            stops: base.stops,
-            lora: None,
-        };
-        load.decoder(&base.cfg)
+        Load::new(platform, &store, capacity, matrices, base.stops).decoder(&base.cfg)
     }
 
     /// Opens this process's share of the model at `path` for a
@@ -164,15 +174,7 @@ impl Engine {
         let (cfg, shard) = base.cfg.shard(rank, size)?;
         let source = shard.source(base.source, &cfg, &base.names);
         let store = WeightStore::new(vec![source], base.names);
-        let load = Load {
-            platform,
-            store: &store,
-            capacity,
-            matrices,
-            stops: base.stops,
-            lora: None,
-        };
-        load.decoder(&cfg)
+        Load::new(platform, &store, capacity, matrices, base.stops).decoder(&cfg)
     }
 
     /// Opens the model at `path` as [`Engine::open`] does, with the LoRA
@@ -195,12 +197,8 @@ impl Engine {
         let (cfg, stops) = (base.cfg.clone(), base.stops.clone());
         let store = base.store_with(Box::new(weights));
         let load = Load {
-            platform,
-            store: &store,
-            capacity,
-            matrices,
-            stops,
             lora: Some((&lora, &keys)),
+            ..Load::new(platform, &store, capacity, matrices, stops)
         };
         load.decoder(&cfg)
     }
