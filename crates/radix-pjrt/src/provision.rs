@@ -89,6 +89,130 @@ pub struct PluginSpec {
     /// The sha256 of that file in the pinned wheel: a plugin found in an
     /// installed Python package is loaded only if it has this one.
     pub file_sha256: &'static str,
+    /// Wheels of the libraries the plugin opens at run time, unpacked into
+    /// one folder with the plugin's own (the folders its run-time search
+    /// path names: `nvidia/cu13/lib` beside `jax_plugins/` for CUDA).
+    pub libraries: &'static [Package],
+    /// The libraries to open before the plugin, by their path in that
+    /// folder, as the plugin's Python package does when JAX loads it: the
+    /// plugin then finds them by name, whichever folder they are in.
+    pub preload: &'static [&'static str],
+}
+
+/// The NVIDIA wheels the CUDA 13 plugin runs on, as
+/// `jax-cuda13-plugin[with-cuda]` asks for them (the newest of each on
+/// PyPI when pinned): CUDA runtime, cuBLAS, cuFFT, cuSOLVER, cuSPARSE,
+/// CUPTI, NVRTC, nvJitLink, NVVM and `ptxas` (nvcc), cuDNN, NCCL, NVSHMEM.
+pub const CUDA13_LIBRARIES: [Package; 13] = [
+    nvidia(
+        "nvidia-cuda-runtime",
+        "13.5.37",
+        "py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64",
+        "df2b79a8852f10d1fef8c848489c49eebb5754051bf870202a862831412b179d",
+    ),
+    nvidia(
+        "nvidia-cublas",
+        "13.10.0.20",
+        "py3-none-manylinux1_x86_64.manylinux_2_5_x86_64",
+        "dcc6d63884c53d07e267ce7e6feac17b2538cebaafec5db865736c3e28e4dc84",
+    ),
+    nvidia(
+        "nvidia-cufft",
+        "12.5.0.14",
+        "py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64",
+        "b8be26837a5abad2b5b74f3e92dd29f622a42934b355be0961a48712cbba23ad",
+    ),
+    nvidia(
+        "nvidia-cusolver",
+        "12.4.1.2",
+        "py3-none-manylinux_2_27_x86_64",
+        "b3b8e02fd2f2df869369af075dc3a179d43f6f7b85e94632a7dce556697be044",
+    ),
+    nvidia(
+        "nvidia-cusparse",
+        "12.9.4.2",
+        "py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64",
+        "072667e58c851a318738f5527a12eb225cbf058803f2ea451c722d8cf8edddec",
+    ),
+    nvidia(
+        "nvidia-cuda-cupti",
+        "13.5.25",
+        "py3-none-manylinux_2_25_x86_64",
+        "9dcca41c12a734192b14e7128ae116bc9ce1b9da686e2ebf48ae7a4415f76650",
+    ),
+    nvidia(
+        "nvidia-cuda-nvrtc",
+        "13.5.37",
+        "py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64",
+        "86b4d68058807988b7d9af5b44917a0601e9c337f35ccd657bfb3c759ff8d8bc",
+    ),
+    nvidia(
+        "nvidia-nvjitlink",
+        "13.5.37",
+        "py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64",
+        "280d7cb9649704145f074b8dbde500de04ce02d0872e066e20a83c17bcaa93eb",
+    ),
+    nvidia(
+        "nvidia-nvvm",
+        "13.5.37",
+        "py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64",
+        "c41bfa362e407405163f103c2229f0765f8cc2ed7d148b754dc77f228bf7e070",
+    ),
+    nvidia(
+        "nvidia-cuda-nvcc",
+        "13.5.37",
+        "py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64",
+        "f5c4f7ead5d964fb4af42bbf1e6d3ec3c1e6e9d83b53749f691d387e7fcaa3a7",
+    ),
+    nvidia(
+        "nvidia-cudnn-cu13",
+        "9.28.1.4",
+        "py3-none-manylinux_2_27_x86_64",
+        "a54f205b1db1f2895d99f398754db1369816f0569dd459731f925635cf7b65ec",
+    ),
+    nvidia(
+        "nvidia-nccl-cu13",
+        "2.32.6",
+        "py3-none-manylinux_2_27_x86_64",
+        "76e7aad00482092baf01e13e66f441d54c96b5cf1e3f143dee27db7f731d41ba",
+    ),
+    nvidia(
+        "nvidia-nvshmem-cu13",
+        "3.8.0",
+        "py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64",
+        "81a4d1f666543e6d34df6d2ff940c7da1435e34e186aab6f3c2b48861b64ef38",
+    ),
+];
+
+/// The libraries `jax_plugins/xla_cuda13/__init__.py` opens before the
+/// plugin, in its order.
+pub const CUDA13_PRELOAD: [&str; 12] = [
+    "nvidia/cu13/lib/libcudart.so.13",
+    "nvidia/cu13/lib/libnvrtc.so.13",
+    "nvidia/cu13/lib/libcublas.so.13",
+    "nvidia/cu13/lib/libcublasLt.so.13",
+    "nvidia/nccl/lib/libnccl.so.2",
+    "nvidia/cu13/lib/libcupti.so.13",
+    "nvidia/cu13/lib/libcusparse.so.12",
+    "nvidia/cu13/lib/libcusolver.so.12",
+    "nvidia/cu13/lib/libcufft.so.12",
+    "nvidia/nvshmem/lib/libnvshmem_host.so.3",
+    "nvidia/cudnn/lib/libcudnn.so.9",
+    "nvidia/cu13/lib/libnvJitLink.so.13",
+];
+
+const fn nvidia(
+    name: &'static str,
+    version: &'static str,
+    wheel_tag: &'static str,
+    wheel_sha256: &'static str,
+) -> Package {
+    Package {
+        name,
+        version,
+        wheel_tag,
+        wheel_sha256,
+    }
 }
 
 /// The pinned plugins, one per target.
@@ -103,6 +227,8 @@ pub const PLUGINS: [PluginSpec; 4] = [
         },
         file: "lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so",
         file_sha256: "ad1309ac822b1b24d51b7f9947c7c9fa9ef5d67f390584cbc3d1fa2428fed9c2",
+        libraries: &[],
+        preload: &[],
     },
     PluginSpec {
         target: Target::Cuda,
@@ -114,6 +240,8 @@ pub const PLUGINS: [PluginSpec; 4] = [
         },
         file: "jax_plugins/xla_cuda13/xla_cuda_plugin.so",
         file_sha256: "b6de513893c09af2c77e71afcef46d9706f8c259337cdef4cd5cae2353886f75",
+        libraries: &CUDA13_LIBRARIES,
+        preload: &CUDA13_PRELOAD,
     },
     PluginSpec {
         target: Target::Rocm,
@@ -125,6 +253,8 @@ pub const PLUGINS: [PluginSpec; 4] = [
         },
         file: "jax_plugins/xla_rocm7/xla_rocm_plugin.so",
         file_sha256: "6e7239347f37f1a5a17c2a2d9301411f9f17e30e0707a717f4717556fa402511",
+        libraries: &[],
+        preload: &[],
     },
     PluginSpec {
         target: Target::Tpu,
@@ -136,8 +266,70 @@ pub const PLUGINS: [PluginSpec; 4] = [
         },
         file: "libtpu/libtpu.so",
         file_sha256: "ad0b2a3bc5d4de96f653b3701aaed8769a691776ca0e14c791dcdca785d43e42",
+        libraries: &[],
+        preload: &[],
     },
 ];
+
+impl PluginSpec {
+    /// The name of the cache folder holding the plugin with its libraries.
+    fn tree_name(&self) -> String {
+        format!(
+            "{}-{}-with-libraries",
+            self.package.name, self.package.version
+        )
+    }
+
+    /// The cache folder the plugin is unpacked into (with its libraries,
+    /// if it has any).
+    pub fn cache_path(&self) -> radix_fetch::Result<PathBuf> {
+        if self.libraries.is_empty() {
+            self.package.cache_path()
+        } else {
+            Ok(radix_fetch::cache_dir()?
+                .join("packages")
+                .join(self.tree_name()))
+        }
+    }
+
+    /// Opens this plugin's [`PluginSpec::preload`] libraries found in the
+    /// folder of the plugin file `plugin` (one [`PluginSpec::cache_path`]
+    /// holds), for good: a plugin elsewhere finds its libraries its own
+    /// way. An `Err` names a library that is there but does not load.
+    pub fn preload(&self, plugin: &Path) -> Result<()> {
+        let depth = Path::new(self.file).components().count();
+        let Some(root) = plugin.ancestors().nth(depth) else {
+            return Ok(());
+        };
+        for rel in self.preload {
+            let path = root.join(rel);
+            if !path.is_file() {
+                continue;
+            }
+            // SAFETY: a library of the pinned wheels, opened as the
+            // plugin's own Python package opens it; its initializers are
+            // NVIDIA's.
+            let lib =
+                unsafe { libloading::Library::new(&path) }.map_err(|e| Error::PluginLoad {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })?;
+            // Kept open for the process's life: the plugin resolves it by
+            // name from then on.
+            std::mem::forget(lib);
+        }
+        Ok(())
+    }
+
+    /// XLA's `xla_gpu_cuda_data_dir` for this plugin file: the CUDA folder
+    /// (`ptxas` in `bin`, `libdevice` in `nvvm`) of its libraries' wheels,
+    /// where the plugin's folder holds them.
+    pub fn cuda_data_dir(&self, plugin: &Path) -> Option<PathBuf> {
+        let depth = Path::new(self.file).components().count();
+        let dir = plugin.ancestors().nth(depth)?.join("nvidia/cu13");
+        dir.join("bin/ptxas").is_file().then_some(dir)
+    }
+}
 
 /// The pinned plugin of `target`.
 pub fn spec(target: Target) -> &'static PluginSpec {
@@ -197,10 +389,7 @@ pub fn find(target: Target, explicit: Option<&Path>) -> Result<Option<(PathBuf, 
         return named(PathBuf::from(path), Source::Env);
     }
     let spec = spec(target);
-    let folder = spec
-        .package
-        .cache_path()
-        .map_err(|e| fetch_error(target, e))?;
+    let folder = spec.cache_path().map_err(|e| fetch_error(target, e))?;
     let cached = folder.join(spec.file);
     if cached.is_file() {
         // A plugin is code: its folders must be the user's alone (see
@@ -255,7 +444,13 @@ fn in_python_packages(
 /// yet, through [`radix_fetch::fetch_package`]) and returns its path.
 pub fn install(target: Target) -> Result<PathBuf> {
     let spec = spec(target);
-    let dir = radix_fetch::fetch_package(&spec.package).map_err(|e| fetch_error(target, e))?;
+    let dir = if spec.libraries.is_empty() {
+        radix_fetch::fetch_package(&spec.package)
+    } else {
+        let wheels = [&[spec.package][..], spec.libraries].concat();
+        radix_fetch::fetch_tree(&spec.tree_name(), &wheels)
+    };
+    let dir = dir.map_err(|e| fetch_error(target, e))?;
     let path = dir.join(spec.file);
     if !path.is_file() {
         return Err(Error::Provision {

@@ -52,7 +52,7 @@ pub fn open(options: &OpenOptions<'_>) -> Result<Client> {
     };
     if let Some(target) = target {
         let path = provision::locate(target, plugin)?;
-        let plugin = Plugin::load(&path)?;
+        let plugin = load(target, &path)?;
         return match target {
             Target::Cpu => cpu_client(plugin, options),
             _ => Client::new(plugin, &options),
@@ -64,7 +64,7 @@ pub fn open(options: &OpenOptions<'_>) -> Result<Client> {
             let Ok(Some((path, _))) = provision::find(target, None) else {
                 continue;
             };
-            match Plugin::load(&path).and_then(|p| Client::new(p, &options)) {
+            match load(target, &path).and_then(|p| Client::new(p, &options)) {
                 Ok(client) if !client.addressable_devices().is_empty() => return Ok(client),
                 Ok(_) => tracing::info!("{target} plugin {} sees no device", path.display()),
                 Err(e) => tracing::info!("{target} plugin {} unusable: {e}", path.display()),
@@ -73,6 +73,13 @@ pub fn open(options: &OpenOptions<'_>) -> Result<Client> {
     }
     let path = provision::locate(Target::Cpu, plugin)?;
     cpu_client(Plugin::load(&path)?, options)
+}
+
+/// The plugin of `target` at `path`, its libraries opened first
+/// ([`provision::PluginSpec::preload`]).
+fn load(target: Target, path: &Path) -> Result<std::sync::Arc<Plugin>> {
+    provision::spec(target).preload(path)?;
+    Plugin::load(path)
 }
 
 /// A CPU client that runs each execution on the calling thread

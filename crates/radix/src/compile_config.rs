@@ -68,6 +68,15 @@ impl CompileConfig {
             env_overrides: platform_env_overrides(platform.target()),
             ..CompileOptions::default()
         };
+        // The CUDA plugin's compiler looks for `ptxas` and `libdevice` in
+        // the CUDA folder its fetched libraries came with.
+        let spec = radix_pjrt::provision::spec(platform.target());
+        if let Some(dir) = spec.cuda_data_dir(platform.client().plugin().path()) {
+            let dir = OverrideValue::String(dir.display().to_string());
+            options
+                .env_overrides
+                .push(("xla_gpu_cuda_data_dir".into(), dir));
+        }
         if let Some(mesh) = platform.mesh() {
             options.num_partitions = mesh.n_devices();
             options.spmd = true;
