@@ -5,7 +5,8 @@
 use std::sync::Mutex;
 
 use radix_fetch::{
-    Error, Machine, Package, WheelTag, fetch_package, sha256_file, unpack_wheel, verify_sha256,
+    Error, Machine, Package, WheelTag, fetch_package, fetch_tree, sha256_file, unpack_wheel,
+    verify_sha256,
 };
 
 const SIX: Package = Package {
@@ -68,6 +69,48 @@ fn fetch_unpacks_once_and_concurrent_fetchers_agree() {
             .modified()
             .unwrap();
         assert_eq!(before, after);
+    });
+}
+
+const IDNA: Package = Package {
+    name: "idna",
+    version: "3.7",
+    wheel_tag: "py3-none-any",
+    wheel_sha256: "82fee1fc78add43492d3a1898bfa6d8a904cc97d8427f683ed8e798d07761aa0",
+};
+
+#[test]
+fn a_tree_holds_its_wheels_side_by_side_and_concurrent_fetchers_agree() {
+    with_cache(|cache| {
+        let dirs: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..3)
+                .map(|_| s.spawn(|| fetch_tree("six-and-idna", &[SIX, IDNA])))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap().unwrap())
+                .collect()
+        });
+        assert!(dirs.iter().all(|d| d == &dirs[0]));
+        assert_eq!(dirs[0], cache.join("packages/six-and-idna"));
+        assert!(dirs[0].join("six.py").is_file());
+        assert!(dirs[0].join("idna/core.py").is_file());
+        // Nothing left behind in the work folder.
+        let tmp = cache.join("tmp");
+        assert!(std::fs::read_dir(&tmp).map_or(true, |mut d| d.next().is_none()));
+    });
+}
+
+#[test]
+fn a_tree_with_a_wrong_sha256_is_not_made() {
+    with_cache(|cache| {
+        let bad = Package {
+            wheel_sha256: "abababababababababababababababababababababababababababababababab",
+            ..IDNA
+        };
+        let err = fetch_tree("six-and-bad", &[SIX, bad]).unwrap_err();
+        assert!(matches!(err, Error::Checksum { .. }), "{err}");
+        assert!(!cache.join("packages/six-and-bad").exists());
     });
 }
 
