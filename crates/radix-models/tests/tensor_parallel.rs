@@ -84,3 +84,31 @@ fn gemma3_split_over_2_processes_picks_the_whole_models_ids() {
         },
     );
 }
+
+/// The tiny random models of every architecture (`tests/fixtures/tiny`):
+/// Hugging Face folders (safetensors, Qwen2's projection biases, Gemma 3's
+/// extra norms) and a GGUF file of K-quants, split over 2 processes, pick
+/// the whole model's greedy ids after a prompt of their own.
+#[test]
+fn tiny_models_split_over_2_processes_pick_the_whole_models_ids() {
+    as_job(
+        "tiny_models_split_over_2_processes_pick_the_whole_models_ids",
+        || {
+            let platform = radix::testing::platform();
+            let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny");
+            let prompt = [5, 100, 37, 200, 150, 9, 42];
+            for name in ["llama", "qwen2", "gemma3", "mistral", "qwen3.q4_k_m.gguf"] {
+                let file = tiny.join(name);
+                let mut split =
+                    Engine::open_tensor_parallel(&platform, &file, 64, MatrixFormat::F32)
+                        .expect("load this process's share");
+                let mut whole =
+                    Engine::open(&platform, &file, 64, MatrixFormat::F32).expect("load");
+                let (got, margins) = greedy(&mut split, &prompt, N);
+                let (want, _) = greedy(&mut whole, &prompt, N);
+                let what = format!("tiny {name} split over 2 processes vs whole");
+                assert_greedy_eq(&what, &got, &want, |k| margins[k]);
+            }
+        },
+    );
+}
