@@ -141,6 +141,22 @@ class Training(unittest.TestCase):
         self.assertNotIn("The llama's step also in mixed precision", without)
 
 
+    def test_the_lora_step_and_jax_on_the_plugin_are_rows_when_measured(self):
+        files = {**dispatch(RUN), **train(RUN)}
+        files["train-radix-1"]["samples"]["radix train lora"] = {"unit": "ms", "values": [600.0, 700.0]}
+        files["train-torch-1"]["samples"]["torch train lora"] = {"unit": "ms", "values": [900.0, 1000.0]}
+        files["train-jaxplugin-1"] = result("jax-plugin", {}, RUN)
+        files["train-jaxplugin-1"]["samples"]["jax-plugin train lm"] = {"unit": "ms", "values": [2.0, 2.5, 3.0]}
+        md = check(files)
+        lora = md[md.index("**LoRA on SmolLM2"):]
+        self.assertIn("| radix (`LoraTrainer`) | 650 ms |", lora)
+        self.assertIn("| PyTorch + PEFT | 950 ms |", lora)
+        self.assertIn("| JAX on radix's CPU plugin (the same runtime) | 2.50 ms |", md[md.index("**small llama"):])
+        without = check({**dispatch(RUN), **train(RUN)})
+        self.assertNotIn("LoRA on SmolLM2", without)
+        self.assertNotIn("radix's CPU plugin (the same", without)
+
+
 class Spread(unittest.TestCase):
     def test_tables_print_min_and_max_beside_the_median(self):
         md = check(dispatch(RUN))

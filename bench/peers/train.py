@@ -8,8 +8,11 @@ gradient and an AdamW update (lr 1e-3, weight decay 0.01).
 and state donated; with `--plugin PATH`, the same on that PJRT plugin (radix's
 pinned CPU plugin) instead of jaxlib's own CPU client, named `jax-plugin`:
 the same program on the runtime radix runs on. `torch`: autograd and
-`torch.optim.AdamW`.
-Run: python train.py jax|torch [--plugin PATH] [--samples N] [--steps-per-sample K]
+`torch.optim.AdamW`. `torch --lora GGUF` also times a LoRA step on that
+SmolLM2 file as PEFT takes it (transformers dequantizes the GGUF weights to
+f32): rank 8, alpha 16 on every projection, 64 next tokens, AdamW on the
+adapters, 5 steps a sample, as `radix-bench train` times radix's.
+Run: python train.py jax|torch [--plugin PATH] [--lora GGUF] [--samples N] [--steps-per-sample K]
 """
 
 import argparse
@@ -23,9 +26,13 @@ ap.add_argument("system", choices=["jax", "torch"])
 ap.add_argument("--samples", type=int, default=10)
 ap.add_argument("--steps-per-sample", type=int, default=20)
 ap.add_argument("--plugin", help="with jax: run on this PJRT plugin instead of jaxlib's CPU client")
+ap.add_argument("--lora", help="with torch: also time a PEFT LoRA step on this SmolLM2 GGUF file")
 args = ap.parse_args()
 if args.plugin and args.system != "jax":
     ap.error("--plugin is for jax")
+if args.lora and args.system != "torch":
+    ap.error("--lora is for torch")
+LORA_STEPS = 5
 
 rng = np.random.default_rng(0)
 BATCH, WINDOW, D, H, KV, FFN, VOC, LAYERS = 128, 65, 64, 4, 2, 192, 256, 2
@@ -165,4 +172,30 @@ else:
     timed(f"{args.system} train mnist", lambda p, x, y: mlp_loss(p, x, y, o), mlp0, torch.tensor(images), torch.tensor(labels))
     timed(f"{args.system} train lm", lambda p, ids: llama_loss(p, ids, o), lm0, torch.tensor(ids))
     r.meta.update(torch=torch.__version__)
+    if args.lora:
+        import os
+
+        import peft
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(
+            os.path.dirname(args.lora), gguf_file=os.path.basename(args.lora), dtype=torch.float32)
+        model = peft.get_peft_model(model, peft.LoraConfig(
+            r=8, lora_alpha=16, lora_dropout=0.0,
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+        opt = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=2e-3,
+                                betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+        window = torch.tensor(rng.integers(0, model.config.vocab_size, size=(1, WINDOW)))
+
+        def lora_step():
+            opt.zero_grad()
+            # The mean cross-entropy of the 64 next tokens, as radix's
+            # `next_token_loss` of the 65-token window.
+            model(input_ids=window, labels=window).loss.backward()
+            opt.step()
+
+        lora_step()
+        r.add("torch train lora", "ms",
+              [time_per_call(LORA_STEPS, lora_step) * 1e3 for _ in range(args.samples)])
+        r.meta.update(peft=peft.__version__)
 r.finish()

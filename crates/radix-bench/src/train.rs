@@ -6,6 +6,13 @@
 //! (`jax.jit` of `jax.grad` and the update, donated) and PyTorch. The
 //! llama's step is also timed in mixed precision (`MixedPrecision::BF16`:
 //! bf16 forward and backward passes, f32 masters and update), radix alone.
+//! Third, a LoRA step on SmolLM2-135M-Instruct (its Q4_1 GGUF file): rank
+//! 8, alpha 16 adapters on every projection of every block, the base
+//! frozen in its blocks with exact products (`W·x`, the function of the
+//! dequantized weights), 64 next tokens, AdamW on the adapters
+//! (`radix_models::lora::LoraTrainer`); `train.py torch --lora GGUF` times
+//! PEFT doing the same step on the same file's weights, dequantized by
+//! transformers.
 
 use anyhow::Result;
 use radix::optim::{AdamW, MixedPrecision, Precision};
@@ -13,6 +20,9 @@ use radix::{Buffer, DType, Platform, Shape, Tensor};
 use radix_models::llama::Llama;
 use radix_models::mnist::Mlp;
 use radix_models::sampling::Rng;
+use radix::nn::MatrixFormat;
+use radix_models::engine::{config_of, weight_store};
+use radix_models::lora::{LoraConfig, LoraTrainer, initial_adapters};
 use radix_models::train::{Trainer, byte_llama, init_weights};
 use serde_json::json;
 
@@ -20,6 +30,8 @@ use crate::measure::{Report, time_per_call};
 
 const BATCH: i64 = 128;
 const WINDOW: i64 = 65;
+/// Steps per sample of the LoRA step (`train.py` takes as many).
+const LORA_STEPS: usize = 5;
 
 fn mlp_loss(m: &Mlp, batch: &(Tensor, Tensor)) -> Tensor {
     m.loss(batch.0, batch.1)
@@ -76,9 +88,12 @@ pub fn train(samples: usize, steps: usize) -> Result<Report> {
         let values = lm_step_ms(&platform, opt, precision, &mut rng, samples, steps)?;
         report.samples(name, "ms", &values);
     }
+    // A LoRA step of SmolLM2 takes far longer than the small models' steps.
+    let values = lora_step_ms(&platform, &mut rng, samples, LORA_STEPS)?;
+    report.samples("radix train lora", "ms", &values);
     report.meta(
         "models",
-        json!({"mnist_mlp": "784-128-10, batch 128", "small_lm": "llama, 2 layers, d 64, 4/2 heads, ffn 192, vocab 256, 65 tokens"}),
+        json!({"mnist_mlp": "784-128-10, batch 128", "small_lm": "llama, 2 layers, d 64, 4/2 heads, ffn 192, vocab 256, 65 tokens", "lora": "SmolLM2-135M-Instruct Q4_1, LoRA r 8 alpha 16 on q/k/v/o/gate/up/down, 65 tokens"}),
     );
     Ok(report)
 }
@@ -99,6 +114,38 @@ fn lm_step_ms(
     let batch = Tensor::param(shape);
     let mut trainer = Trainer::new(platform, &model, weights, &batch, lm_loss, opt, precision)?;
     let ids: Vec<i32> = (0..WINDOW).map(|_| (rng.next_u64() % 256) as i32).collect();
+    let ids = Buffer::from_slice(platform, &ids, shape)?;
+    trainer.step(ids.clone())?;
+    let mut values = vec![];
+    for _ in 0..samples {
+        let t = time_per_call(steps, || trainer.step(ids.clone()).map(|_| ()))?;
+        values.push(t * 1e3);
+    }
+    Ok(values)
+}
+
+/// `samples` times in milliseconds of one LoRA step on SmolLM2 (see the
+/// module's doc), each the mean of `steps` steps after one to warm up.
+fn lora_step_ms(platform: &Platform, rng: &mut Rng, samples: usize, steps: usize) -> Result<Vec<f64>> {
+    let file = radix_models::packages::smollm2_gguf()?;
+    let cfg = config_of(&file)?;
+    let lora = LoraConfig::every_projection(8, 16.0);
+    let mut model = Llama::new(&cfg).with_lora(&lora)?;
+    let init = Box::new(initial_adapters(&model, rng));
+    let (_, store) = weight_store(&file, init)?;
+    radix::nn::set_matrix_formats(&mut model, &store, MatrixFormat::Exact);
+    let weights = radix::nn::load_weights(platform, &store, &model)?;
+    let shape = Shape::tagged(DType::I32, &[("b", 1), ("s", WINDOW)]);
+    let opt = AdamW {
+        lr: 2e-3,
+        betas: (0.9, 0.999),
+        eps: 1e-8,
+        weight_decay: 0.0,
+    };
+    let batch = Tensor::param(shape);
+    let mut trainer = LoraTrainer::new(platform, &model, weights, &batch, lm_loss, opt)?;
+    let vocab = cfg.vocab as u64;
+    let ids: Vec<i32> = (0..WINDOW).map(|_| (rng.next_u64() % vocab) as i32).collect();
     let ids = Buffer::from_slice(platform, &ids, shape)?;
     trainer.step(ids.clone())?;
     let mut values = vec![];
