@@ -15,14 +15,14 @@
 //! transformers.
 
 use anyhow::Result;
+use radix::nn::MatrixFormat;
 use radix::optim::{AdamW, MixedPrecision, Precision};
 use radix::{Buffer, DType, Platform, Shape, Tensor};
+use radix_models::engine::{config_of, weight_store};
 use radix_models::llama::Llama;
+use radix_models::lora::{LoraConfig, LoraTrainer, initial_adapters};
 use radix_models::mnist::Mlp;
 use radix_models::sampling::Rng;
-use radix::nn::MatrixFormat;
-use radix_models::engine::{config_of, weight_store};
-use radix_models::lora::{LoraConfig, LoraTrainer, initial_adapters};
 use radix_models::train::{Trainer, byte_llama, init_weights};
 use serde_json::json;
 
@@ -126,7 +126,12 @@ fn lm_step_ms(
 
 /// `samples` times in milliseconds of one LoRA step on SmolLM2 (see the
 /// module's doc), each the mean of `steps` steps after one to warm up.
-fn lora_step_ms(platform: &Platform, rng: &mut Rng, samples: usize, steps: usize) -> Result<Vec<f64>> {
+fn lora_step_ms(
+    platform: &Platform,
+    rng: &mut Rng,
+    samples: usize,
+    steps: usize,
+) -> Result<Vec<f64>> {
     let file = radix_models::packages::smollm2_gguf()?;
     let cfg = config_of(&file)?;
     let lora = LoraConfig::every_projection(8, 16.0);
@@ -145,7 +150,9 @@ fn lora_step_ms(platform: &Platform, rng: &mut Rng, samples: usize, steps: usize
     let batch = Tensor::param(shape);
     let mut trainer = LoraTrainer::new(platform, &model, weights, &batch, lm_loss, opt)?;
     let vocab = cfg.vocab as u64;
-    let ids: Vec<i32> = (0..WINDOW).map(|_| (rng.next_u64() % vocab) as i32).collect();
+    let ids: Vec<i32> = (0..WINDOW)
+        .map(|_| (rng.next_u64() % vocab) as i32)
+        .collect();
     let ids = Buffer::from_slice(platform, &ids, shape)?;
     trainer.step(ids.clone())?;
     let mut values = vec![];

@@ -194,7 +194,7 @@ impl From<PlanArg> for Plan {
 
 /// Runs `radix generate`.
 pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
-    let sampler = sampler(args)?;
+    let (sampler, seed) = sampler(args)?;
     let grammar = grammar(args)?;
     let model = Model::open(&args.model)?;
     let constraint = grammar
@@ -275,6 +275,9 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
             "exact": args.exact,
             "cache_type": args.cache_type.name(),
             "tensor_parallel": args.tensor_parallel.then(process_count).transpose()?,
+            // The sampler's seed (given, or drawn from the clock): `--seed`
+            // with it draws the same tokens again.
+            "seed": seed,
         });
         if let Some(logits) = logits {
             out["logits"] = json!(logits);
@@ -306,8 +309,9 @@ fn grammar(args: &GenerateArgs) -> Result<Option<(&'static str, Grammar)>> {
     Ok(None)
 }
 
-/// The sampler the options ask for, after checking them.
-fn sampler(args: &GenerateArgs) -> Result<Sampler> {
+/// The sampler the options ask for, after checking them, and the seed it
+/// draws with (none for greedy decoding).
+fn sampler(args: &GenerateArgs) -> Result<(Sampler, Option<u64>)> {
     let t = args.temperature;
     ensure!(
         t.is_finite() && t >= 0.0,
@@ -329,14 +333,39 @@ fn sampler(args: &GenerateArgs) -> Result<Sampler> {
                 "{flag} needs sampling: give --temperature above 0 (0 is greedy)"
             );
         }
-        return Ok(Sampler::greedy());
+        return Ok((Sampler::greedy(), None));
     }
-    let seed = args.seed.unwrap_or_else(|| {
-        SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-    });
-    Ok(Sampler::sample(t, args.top_k, args.top_p, seed)?)
+    let seed = match args.seed {
+        Some(seed) => seed,
+        None => {
+            let clock = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            // Every process of a tensor-parallel job must draw the same
+            // tokens: they agree on the largest of their clocks.
+            if args.tensor_parallel {
+                job_seed(clock)?
+            } else {
+                clock
+            }
+        }
+    };
+    tracing::info!("sampling at temperature {t} with seed {seed}");
+    Ok((
+        Sampler::sample(t, args.top_k, args.top_p, seed)?,
+        Some(seed),
+    ))
+}
+
+/// The largest of the job's processes' `seed`s, the same on every process.
+fn job_seed(seed: u64) -> Result<u64> {
+    /// The message tag of this exchange, apart from the programs' sites
+    /// (numbered from 0), and made before any program runs.
+    const SITE: u32 = u32::MAX;
+    let world = radix_mpi::world()?;
+    let mut agreed = [0u64];
+    world.all_reduce(SITE, radix_mpi::ReduceOp::Max, &[seed], &mut agreed)?;
+    Ok(agreed[0])
 }
 
 fn read_stdin() -> Result<String> {

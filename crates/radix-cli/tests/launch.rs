@@ -196,6 +196,55 @@ fn generate_split_over_2_ranks_prints_the_ids_one_process_picks() {
     );
 }
 
+/// Sampling without `--seed`, the ranks of a tensor-parallel job agree on
+/// one (each would otherwise take its own clock's, draw other tokens and
+/// sum partial results of different sequences): each rank logs the seed it
+/// samples with, and the JSON names it.
+#[test]
+fn generate_split_over_2_ranks_samples_with_one_seed() {
+    let radix_bin = assert_cmd::cargo::cargo_bin("radix");
+    let out = launch(&[
+        "-n",
+        "2",
+        "--",
+        radix_bin.to_str().unwrap(),
+        "-v",
+        "generate",
+        "--json",
+        "--max-tokens",
+        "4",
+        "--temperature",
+        "0.9",
+        "--tensor-parallel",
+        "Once upon a time",
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let seed_of = |rank: usize| -> Option<String> {
+        stderr
+            .lines()
+            .filter(|l| l.starts_with(&format!("[{rank}] ")))
+            .find_map(|l| {
+                l.split_once(" with seed ")
+                    .map(|(_, s)| s.trim().to_string())
+            })
+    };
+    let (a, b) = (seed_of(0), seed_of(1));
+    assert!(
+        a.is_some() && a == b,
+        "ranks' seeds {a:?} and {b:?}:\n{stderr}"
+    );
+    let json: String = stdout
+        .lines()
+        .map(|l| l.strip_prefix("[0] ").unwrap_or(l).to_string() + "\n")
+        .collect();
+    let split: serde_json::Value = serde_json::from_str(&json).expect("one JSON object");
+    assert_eq!(split["seed"].to_string(), a.unwrap(), "{split}");
+}
+
 #[test]
 fn generate_split_needs_the_prompt_as_an_argument() {
     let out = radix()
