@@ -197,7 +197,7 @@ fn the_budget_and_prefixes_decide_what_stays() {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny/qwen3.q4_k_m.gguf");
     let platform = radix::testing::platform();
     let mut engine = Engine::open(&platform, &path, 64, MatrixFormat::Exact).expect("load");
-    let bytes_per_position = engine.config().cache_bytes_per_position();
+    let bytes_per_position = engine.cache_bytes_per_position();
     let a: Vec<u32> = (1..=16).collect();
     let b: Vec<u32> = (101..=116).collect();
     let (_, cache_a) = engine.prefill(&a).expect("prefill");

@@ -305,3 +305,46 @@ fn a_q8_0_cache_needs_heads_of_whole_blocks() {
     assert!(err.contains("48") && err.contains("head_dim"), "{err}");
     KvCache::shape(1, 8, 2, 48, CacheType::F16).expect("any width in f16");
 }
+
+/// `KvCache::write` into a Q8_0 cache of one head of 32 values writes the
+/// blocks llama.cpp's `quantize_row_q8_0_ref` made of the same values
+/// (radix-quant's fixture, made by llama.cpp itself: see
+/// `radix-quant/tests/activations.rs`), halves rounded away from zero
+/// included, through the interpreter and the CPU plugin.
+#[test]
+fn writes_the_blocks_llama_cpp_writes() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../radix-quant/tests/fixtures/q8_0_activations.bin"
+    );
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    // `n` blocks of 32 f32, then llama.cpp's `n` Q8_0 blocks of 34 bytes.
+    let n = bytes.len() / (32 * 4 + 34);
+    assert!(n > 100 && bytes.len() == n * (32 * 4 + 34), "{path}");
+    let (x, want) = bytes.split_at(n * 32 * 4);
+    let x: Vec<f32> = x
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    let shape = KvCache::shape(1, n as i64, 1, 32, CacheType::Q8_0).expect("shape");
+    let inputs = [
+        Literal::from_bytes(shape, &vec![0u8; want.len()]),
+        f32_literal(&x, &[("b", 1), ("k", n as i64), ("h", 1), ("hd", 32)]),
+        Literal::from_bytes(Shape::scalar(DType::I32), &0i32.to_le_bytes()),
+    ];
+    let program = trace_fn(&inputs, |t| {
+        let cache = KvCache { k: t[0], v: t[0] };
+        cache.write(t[2], t[1], t[1]).k
+    })
+    .expect("trace");
+    let interp = program.interpret(&inputs)[0].to_vec::<u8>();
+    let native =
+        run_program_with(program, &inputs, CustomCallMode::Native).expect("run")[0].to_vec::<u8>();
+    for (how, got) in [("the interpreter", interp), ("the CPU plugin", native)] {
+        let differ = (got.chunks_exact(34).zip(want.chunks_exact(34))).position(|(g, w)| g != w);
+        assert!(
+            differ.is_none(),
+            "{how}: block {differ:?} is not llama.cpp's"
+        );
+    }
+}
