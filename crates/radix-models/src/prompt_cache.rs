@@ -203,7 +203,7 @@ impl PromptCache {
                 let zero = Tensor::scalar(0.0, DType::I32);
                 cut.iter()
                     .zip(&shapes)
-                    .map(|(c, &full)| KvCache::zeros(full).write(zero, c.k, c.v))
+                    .map(|(&c, &full)| KvCache::zeros(full).paste(zero, c))
                     .collect::<Caches>()
             })?;
             self.pastes.insert(len, exe);

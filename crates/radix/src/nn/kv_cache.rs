@@ -180,6 +180,26 @@ impl KvCache {
         }
     }
 
+    /// The cache with the positions of `part` (a cache of the same type,
+    /// heads and width, at most as many rows and positions) copied in as
+    /// they are stored, from position `start` (a rank-0 integer tensor) on
+    /// of its first rows: no conversion, no quantizing (a prompt cache's
+    /// entry pasted into a full cache).
+    #[track_caller]
+    pub fn paste(self, start: Tensor, part: KvCache) -> KvCache {
+        let zero = Tensor::scalar(0.0, start.dtype());
+        let starts = [zero, start, zero, zero];
+        let paste = |cache: Tensor, part: Tensor| {
+            let order = order(&cache.shape());
+            let part = part.transpose(order);
+            cache.transpose(order).dynamic_update_slice(part, &starts)
+        };
+        KvCache {
+            k: paste(self.k, part.k),
+            v: paste(self.v, part.v),
+        }
+    }
+
     /// [`KvCache::write`] with a first position per row: the `s` keys of
     /// row `i` of `k` and `v` written from position `starts[i]` (`starts`
     /// tagged `(b)`) of the cache's row `i`. One scatter into the cache seen
