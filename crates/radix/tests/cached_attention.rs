@@ -348,3 +348,59 @@ fn writes_the_blocks_llama_cpp_writes() {
         );
     }
 }
+
+/// The derivative over a Q8_0 cache: the queries' equals the one over an
+/// f32 cache holding the blocks' values (the codes, integers, get none),
+/// through the interpreter and the CPU plugin.
+#[test]
+fn differentiates_the_queries_over_a_q8_0_cache() {
+    let mut rng = Rng(0x1234_5678_9ABC_DEF1);
+    let n_cache = CACHE_ROWS * CAPACITY * KV * HD;
+    let q_axes = [
+        ("b", ROWS as i64),
+        ("q", N_Q as i64),
+        ("h", HEADS as i64),
+        ("hd", HD as i64),
+    ];
+    let mut unit = |n: usize| (0..n).map(|_| rng.unit()).collect::<Vec<f32>>();
+    let (q, g) = (unit(ROWS * N_Q * HEADS * HD), unit(ROWS * N_Q * HEADS * HD));
+    let (k, v) = (unit(n_cache), unit(n_cache));
+    let pos: Vec<u8> = (0..11i32)
+        .chain(9..20)
+        .flat_map(|p| p.to_le_bytes())
+        .collect();
+    let pos_shape = Shape::tagged(DType::I32, &[("b", ROWS as i64), ("q", N_Q as i64)]);
+    let dq = |ty: CacheType| {
+        let (k, v) = (
+            cache_literal(&k, CacheType::Q8_0),
+            cache_literal(&v, CacheType::Q8_0),
+        );
+        // The Q8_0 blocks themselves, or an f32 cache of their values.
+        let (k, v) = match ty {
+            CacheType::Q8_0 => (k.0, v.0),
+            _ => (cache_literal(&k.1, ty).0, cache_literal(&v.1, ty).0),
+        };
+        let inputs = [
+            f32_literal(&q, &q_axes),
+            k,
+            v,
+            Literal::from_bytes(pos_shape, &pos),
+            f32_literal(&g, &q_axes),
+        ];
+        let program = trace_fn(&inputs, |t| {
+            let f = |q: &radix::Tensor, c: &(radix::Tensor, radix::Tensor, radix::Tensor)| {
+                cached_attention(*q, c.2, KvCache { k: c.0, v: c.1 }, None)
+            };
+            radix::vjp(f, &t[0], &(t[1], t[2], t[3]), &t[4]).1
+        })
+        .expect("trace");
+        let interp = program.interpret(&inputs)[0].to_vec::<f32>();
+        (interp, run(program, &inputs, CustomCallMode::Native))
+    };
+    let ((q8_interp, q8_native), (f32_interp, f32_native)) =
+        (dq(CacheType::Q8_0), dq(CacheType::F32));
+    let tol = Tol::sum(DType::F32, CAPACITY * HD, 1.0);
+    assert_all_close("dq, interpreter", &q8_interp, &f32_interp, tol);
+    assert_all_close("dq, CPU plugin", &q8_native, &f32_native, tol);
+    assert!(q8_native.iter().any(|&d| d != 0.0), "dq is not all zeros");
+}
