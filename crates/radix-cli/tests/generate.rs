@@ -9,7 +9,7 @@ mod common;
 #[path = "../../radix-models/tests/common/greedy.rs"]
 mod greedy;
 
-use common::{radix, radix_json, reference_dir};
+use common::{fails_with_one_error, radix, radix_json, radix_process, reference_dir};
 use greedy::{assert_greedy_eq, top2_margin};
 
 use radix::nn::{CacheType, MatrixFormat};
@@ -133,6 +133,13 @@ fn an_unknown_cache_type_is_refused() {
     let named = err.contains("invalid value 'q4_0' for '--cache-type");
     assert!(named && err.contains("f16, f32, q8_0"), "{err}");
     assert!(out.stdout.is_empty());
+    // The tiny llama's heads are 16 wide: half a Q8_0 block.
+    let tiny = reference_dir().join("../tiny/llama.q4_k_m.gguf");
+    let mut cmd = radix_process();
+    cmd.args(["generate", "--cache-type", "q8_0", "--model"])
+        .arg(&tiny)
+        .arg("hi");
+    fails_with_one_error(&mut cmd, "and these are 16 (head_dim)");
 }
 
 #[test]
