@@ -20,7 +20,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, ensure};
 use clap::{Parser, Subcommand};
 use radix::io::Gguf;
-use radix::nn::MatrixFormat;
+use radix::nn::{CacheType, MatrixFormat};
 use radix::{Buffer, CacheMode, CompileConfig, DType, Origin, Platform, Shape, Tensor};
 use radix_models::bert::{Embedder, EmbedderConfig};
 use radix_models::engine::Plan;
@@ -133,8 +133,9 @@ struct Smollm2Args {
     /// (see `radix::nn::MatrixFormat`).
     #[arg(long, default_value = "stored", value_parser = ["stored", "exact", "f32", "bf16"])]
     dtype: String,
-    /// The key/value cache's element type (llama-bench's default is f16).
-    #[arg(long, default_value = "f16", value_parser = ["f16", "f32"])]
+    /// How the key/value cache stores keys and values (llama-bench's
+    /// default is f16).
+    #[arg(long, default_value = "f16", value_parser = ["f16", "f32", "q8_0"])]
     cache_type: String,
 }
 
@@ -428,9 +429,10 @@ fn smollm2(label: &str, args: &Smollm2Args) -> Result<Report> {
     // Any decoder radix runs (SmolLM2 by default; Gemma 3 files too).
     let mut engine =
         radix_models::engine::Engine::open(&platform, &args.gguf, prompt_len + n_decode, matrices)?
-            .with_cache_dtype(match args.cache_type.as_str() {
-                "f32" => DType::F32,
-                _ => DType::F16,
+            .with_cache_type(match args.cache_type.as_str() {
+                "f32" => CacheType::F32,
+                "q8_0" => CacheType::Q8_0,
+                _ => CacheType::F16,
             })?
             .with_plan(plan);
     let mut report = Report::new("smollm2");

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context, Result, bail, ensure};
 use clap::Args;
 use indicatif::ProgressBar;
+use radix::Platform;
 use radix::collective::{process_count, process_index};
-use radix::nn::MatrixFormat;
-use radix::{DType, Platform};
+use radix::nn::{CacheType, MatrixFormat};
 use radix_models::constraint::{Grammar, Vocabulary};
 use radix_models::engine::{Engine, Generation, ModelFile, Plan};
 use radix_models::pick::Picker;
@@ -77,9 +77,10 @@ pub struct GenerateArgs {
     /// for Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 matrices: faster).
     #[arg(long)]
     exact: bool,
-    /// The element type of the key/value cache: f16 (half the memory, the
-    /// keys and values rounded to f16, as llama.cpp keeps them by default)
-    /// or f32.
+    /// How the key/value cache stores keys and values: f16 (half the
+    /// memory, rounded to f16, as llama.cpp keeps them by default), f32, or
+    /// q8_0 (llama.cpp's 8-bit blocks, 34 bytes per 32 values: about a
+    /// quarter of f32's memory; heads must be a multiple of 32 wide).
     #[arg(long, value_enum, default_value_t = CacheTypeArg::F16)]
     cache_type: CacheTypeArg,
     /// The reply is JSON valid against the JSON schema in this file
@@ -127,28 +128,25 @@ pub(crate) fn matrix_format(dtype: DtypeArg, exact: bool) -> anyhow::Result<Matr
 }
 
 /// `--cache-type`.
+#[allow(non_camel_case_types)] // ggml's name
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub(crate) enum CacheTypeArg {
     /// f16.
     F16,
     /// f32.
     F32,
+    /// llama.cpp's Q8_0 blocks.
+    #[value(name = "q8_0")]
+    Q8_0,
 }
 
 impl CacheTypeArg {
-    /// The cache's element type.
-    pub(crate) fn dtype(self) -> DType {
+    /// The cache type.
+    pub(crate) fn cache_type(self) -> CacheType {
         match self {
-            CacheTypeArg::F16 => DType::F16,
-            CacheTypeArg::F32 => DType::F32,
-        }
-    }
-
-    /// As the flag spells it.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            CacheTypeArg::F16 => "f16",
-            CacheTypeArg::F32 => "f32",
+            CacheTypeArg::F16 => CacheType::F16,
+            CacheTypeArg::F32 => CacheType::F32,
+            CacheTypeArg::Q8_0 => CacheType::Q8_0,
         }
     }
 }
@@ -254,6 +252,10 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
     if !speaks {
         return Ok(());
     }
+    // The cache as the engine that ran holds it.
+    let engine = session.engine.as_ref();
+    let cache_type = engine.map(|e| e.model().cache_type().name());
+    let cache_bytes = engine.map(|e| e.cache_bytes_per_position());
     if args.json {
         let mut out = json!({
             "model": args.model,
@@ -273,7 +275,8 @@ pub fn run(cli: &Cli, args: &GenerateArgs) -> Result<()> {
             // As the flag spells it: `stored`, `f32`, `bf16`.
             "dtype": clap::ValueEnum::to_possible_value(&args.dtype).map(|v| v.get_name().to_string()),
             "exact": args.exact,
-            "cache_type": args.cache_type.name(),
+            "cache_type": cache_type,
+            "cache_bytes_per_position": cache_bytes,
             "tensor_parallel": args.tensor_parallel.then(process_count).transpose()?,
             // The sampler's seed (given, or drawn from the clock): `--seed`
             // with it draws the same tokens again.
@@ -476,7 +479,7 @@ struct Session {
     min_capacity: usize,
     plan: Plan,
     matrices: MatrixFormat,
-    cache_type: DType,
+    cache_type: CacheType,
     /// The LoRA adapter folder, if any.
     lora: Option<PathBuf>,
     /// How the model is opened: whole, or this process's share.
@@ -502,7 +505,7 @@ impl Session {
             min_capacity,
             plan: args.plan.into(),
             matrices: args.matrices()?,
-            cache_type: args.cache_type.dtype(),
+            cache_type: args.cache_type.cache_type(),
             lora: args.lora.clone(),
             open: if args.tensor_parallel {
                 Engine::open_tensor_parallel
@@ -534,7 +537,7 @@ impl Session {
                 Some(dir) => Engine::open_with_lora(platform, path, dir, capacity, self.matrices),
             };
             let engine = engine
-                .and_then(|r| r.with_cache_dtype(self.cache_type))
+                .and_then(|r| r.with_cache_type(self.cache_type))
                 .with_context(|| match &self.lora {
                     None => format!("cannot load {}", path.display()),
                     Some(dir) => format!(

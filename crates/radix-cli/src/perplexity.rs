@@ -83,7 +83,7 @@ pub fn run(cli: &Cli, args: &PerplexityArgs) -> Result<()> {
     }
     let platform = open_platform(cli)?;
     let mut engine = Engine::open(&platform, &model.path, args.ctx, matrices)?
-        .with_cache_dtype(args.cache_type.dtype())?;
+        .with_cache_type(args.cache_type.cache_type())?;
     let first = args.ctx / 2;
     let (mut sum, mut sum_sq, mut n) = (0f64, 0f64, 0usize);
     let t = Instant::now();
@@ -124,7 +124,8 @@ pub fn run(cli: &Cli, args: &PerplexityArgs) -> Result<()> {
             "text_tokens": ids.len(),
             "dtype": clap::ValueEnum::to_possible_value(&args.dtype).map(|v| v.get_name().to_string()),
             "exact": args.exact,
-            "cache_type": args.cache_type.name(),
+            "cache_type": engine.model().cache_type().name(),
+            "cache_bytes_per_position": engine.cache_bytes_per_position(),
             "perplexity": ppl,
             "perplexity_error": err,
             "seconds": seconds,

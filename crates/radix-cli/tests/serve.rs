@@ -87,6 +87,7 @@ fn health_and_metrics_need_no_key(s: &Server) {
     assert_eq!(h["model"], "smollm2");
     assert_eq!(h["embed_model"], "minilm");
     assert_eq!(h["context"], 256);
+    assert_eq!(h["cache_type"], "f16");
     assert_eq!(h["max_batch"], 1);
     assert_eq!(h["prefill_buckets"], json!([8, 16, 32, 64, 128, 256]));
     assert_eq!(h["decode_batch_sizes"], json!([1]));

@@ -4,7 +4,8 @@
 //! says how many came from the cache, and `/metrics` counts them), and
 //! answers as `radix generate` does; with `--cache-ram 0` nothing is
 //! cached; a long prompt run in chunks of 4 tokens beside a running stream
-//! answers as `radix generate` does too.
+//! answers as `radix generate` does too; and so do the answers of a Q8_0
+//! cache (`--cache-type q8_0`), its entries pasted as stored.
 
 mod common;
 
@@ -27,6 +28,11 @@ fn tiny(name: &str) -> String {
 /// together, and with 8-bit activations a token run in another step (after
 /// a hit, or in another chunk) may round its activations otherwise.
 fn generate(model: &str, prompt: &str) -> String {
+    generate_with(model, prompt, &[])
+}
+
+/// [`generate`] with `extra` flags.
+fn generate_with(model: &str, prompt: &str, extra: &[&str]) -> String {
     let n = N.to_string();
     let args = [
         "generate",
@@ -36,9 +42,8 @@ fn generate(model: &str, prompt: &str) -> String {
         &n,
         "--model",
         model,
-        prompt,
     ];
-    common::radix_json(&args)["text"]
+    common::radix_json(&[&args[..], extra, &[prompt]].concat())["text"]
         .as_str()
         .unwrap()
         .to_string()
@@ -184,4 +189,25 @@ fn bad_prompt_cache_flags_are_refused() {
             "{flag} {value}: {err}"
         );
     }
+}
+
+/// `--cache-type q8_0`: `/health` says so, and the answers, the second
+/// after a hit on the shared beginning (its blocks pasted as stored), are
+/// `radix generate --cache-type q8_0`'s.
+#[test]
+fn a_q8_0_cache_answers_as_generate_does() {
+    let model = tiny("qwen3.q4_k_m.gguf");
+    let q8_0 = ["--cache-type", "q8_0"];
+    let prompts = [format!("{SHARED}hello"), format!("{SHARED}a b c")];
+    let want: Vec<String> = prompts
+        .iter()
+        .map(|p| generate_with(&model, p, &q8_0))
+        .collect();
+    let s = serve(&model, "128", &q8_0);
+    assert_eq!(s.get("/health").json()["cache_type"], "q8_0");
+    let first = complete(&s, &model, &prompts[0]);
+    assert_eq!(first["choices"][0]["text"], want[0]);
+    let second = complete(&s, &model, &prompts[1]);
+    assert_eq!(second["choices"][0]["text"], want[1]);
+    assert!(cached(&second) > 0, "{} cached", cached(&second));
 }

@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use radix::io::{Gguf, WeightStore};
-use radix::nn::{KvCache, MatrixFormat};
+use radix::nn::{CacheType, KvCache, MatrixFormat};
 use radix::{Buffer, Bufferized, Compiled, DType, Platform, Program, Shape, Tensor};
 
 use crate::prompt_cache::PromptCache;
@@ -250,17 +250,14 @@ impl Engine {
         }
     }
 
-    /// The same engine with a key/value cache of `dtype` (f32 or f16; its
-    /// steps compiled anew on first use, its slots to open again). An f16
-    /// cache takes half the memory; the kernels read it as f32.
-    pub fn with_cache_dtype(self, dtype: DType) -> Result<Self> {
-        if !matches!(dtype, DType::F32 | DType::F16) {
-            return Err(Error::Input(format!(
-                "a key/value cache of {dtype}: radix keeps caches in f32 or f16"
-            )));
-        }
+    /// The same engine with key/value caches of `ty` (its steps compiled
+    /// anew on first use, its slots to open again). An f16 cache takes half
+    /// the memory of an f32 one, a Q8_0 cache 34/128 of it; the kernels
+    /// read each as f32. `Err`, naming the head width, for a Q8_0 cache of
+    /// heads not a multiple of 32 wide.
+    pub fn with_cache_type(self, ty: CacheType) -> Result<Self> {
         Ok(Engine {
-            model: self.model.with_cache_dtype(dtype),
+            model: self.model.with_cache_type(ty)?,
             steps: HashMap::new(),
             empty: None,
             nll: HashMap::new(),
@@ -277,6 +274,13 @@ impl Engine {
     /// The configuration the model was built from.
     pub fn config(&self) -> &DecoderConfig {
         self.model.config()
+    }
+
+    /// The bytes one sequence's key/value cache takes per position, in
+    /// this engine's [`CacheType`].
+    pub fn cache_bytes_per_position(&self) -> usize {
+        self.config()
+            .cache_bytes_per_position(self.model.cache_type())
     }
 
     /// The model's weights on the device.

@@ -203,7 +203,7 @@ impl PromptCache {
                 let zero = Tensor::scalar(0.0, DType::I32);
                 cut.iter()
                     .zip(&shapes)
-                    .map(|(c, &full)| KvCache::zeros(full).write(zero, c.k, c.v))
+                    .map(|(&c, &full)| KvCache::zeros(full).paste(zero, c))
                     .collect::<Caches>()
             })?;
             self.pastes.insert(len, exe);
@@ -217,10 +217,19 @@ fn params(shapes: &[Shape]) -> Caches {
     shapes.iter().map(|&s| KvCache::param(s)).collect()
 }
 
-/// A cache shape (tagged `(b, k, h, hd)`) holding `len` positions.
+/// A cache shape ([`KvCache::shape`]) holding `len` positions.
 fn with_len(shape: Shape, len: usize) -> Shape {
-    let d = shape.dims();
-    KvCache::shape(d[0], len as i64, d[2], d[3], shape.dtype())
+    resized(shape, "k", len)
+}
+
+/// A cache shape ([`KvCache::shape`]) with `n` along its axis `tag` (`b`
+/// or `k`), its other axes, their tags (a Q8_0 cache's blocks axis among
+/// them) and its element type kept.
+pub(crate) fn resized(shape: Shape, tag: &str, n: usize) -> Shape {
+    let at = shape.axis(tag).expect("a cache shape has b and k axes");
+    (shape.remove_axis(at))
+        .and_then(|s| s.insert_axis(at, n as i64, tag))
+        .expect("an axis removed is put back")
 }
 
 /// How many first elements `a` and `b` share.

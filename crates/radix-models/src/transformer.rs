@@ -11,7 +11,9 @@
 //! width, `ff` MLP width, `voc` vocabulary; inside attention `s` becomes `q`
 //! (queries) or `k` (keys).
 
-use radix::nn::{self, Embedding, KvCache, Linear, RmsNorm, RopeLayout, RopeScaling, Rotary};
+use radix::nn::{
+    self, CacheType, Embedding, KvCache, Linear, RmsNorm, RopeLayout, RopeScaling, Rotary,
+};
 use radix::{Bufferized, DType, Module, Shape, Size, Tensor};
 
 mod block;
@@ -135,9 +137,6 @@ pub struct DecoderConfig {
     pub sliding_layers: Vec<bool>,
     /// Whether the output projection is the embedding table.
     pub tied_embeddings: bool,
-    /// The element type of the key/value cache a [`Decoder`] runs with (f32
-    /// by default; f16 halves its memory).
-    pub cache_dtype: DType,
     /// Whether the blocks' outputs are whole or one process's partial sums
     /// of a tensor-parallel job's ([`DecoderConfig::shard`]).
     pub partials: Partials,
@@ -146,7 +145,7 @@ pub struct DecoderConfig {
 impl DecoderConfig {
     /// A configuration of `arch` with these sizes and the usual defaults:
     /// rope base 10000 unscaled, GGUF's adjacent-pair rotary layout, RMS
-    /// epsilon 1e-5, no sliding window, tied embeddings, an f32 cache.
+    /// epsilon 1e-5, no sliding window, tied embeddings.
     pub fn new(
         arch: Arch,
         n_layers: usize,
@@ -175,7 +174,6 @@ impl DecoderConfig {
             sliding_window: None,
             sliding_layers: vec![],
             tied_embeddings: true,
-            cache_dtype: DType::F32,
             partials: Partials::Whole,
         }
     }
@@ -343,6 +341,10 @@ pub struct Decoder {
     output: Option<Linear>,
     #[module(skip)]
     cfg: DecoderConfig,
+    /// How its key/value caches store keys and values: one that holds
+    /// heads of `cfg.head_dim` ([`Decoder::with_cache_type`] checks).
+    #[module(skip)]
+    cache_type: CacheType,
 }
 
 impl Decoder {
@@ -354,6 +356,7 @@ impl Decoder {
             norm: cfg.norm(("d", cfg.dim)),
             output: (!cfg.tied_embeddings).then(|| Linear::new(("d", cfg.dim), ("voc", cfg.vocab))),
             cfg: cfg.clone(),
+            cache_type: CacheType::F32,
         }
     }
 
@@ -378,16 +381,20 @@ impl Decoder {
         &self.cfg
     }
 
-    /// The same decoder with a key/value cache of `dtype` (its parameters
-    /// are unchanged).
-    pub fn with_cache_dtype(self, dtype: DType) -> Self {
-        Decoder {
-            cfg: DecoderConfig {
-                cache_dtype: dtype,
-                ..self.cfg
-            },
+    /// The same decoder with key/value caches of `ty` (f32 unless set; its
+    /// parameters are unchanged). `Err`, naming the head width, where `ty`
+    /// cannot hold the model's heads (Q8_0 needs a multiple of 32).
+    pub fn with_cache_type(self, ty: CacheType) -> Result<Self, crate::Error> {
+        ty.check(self.cfg.head_dim).map_err(crate::Error::Input)?;
+        Ok(Decoder {
+            cache_type: ty,
             ..self
-        }
+        })
+    }
+
+    /// How its key/value caches store keys and values.
+    pub fn cache_type(&self) -> CacheType {
+        self.cache_type
     }
 
     /// The shape of the keys (and values) of each layer's cache of
@@ -395,7 +402,9 @@ impl Decoder {
     pub fn cache_shapes(&self, capacity: usize) -> Vec<Shape> {
         let (cfg, capacity) = (&self.cfg, capacity as i64);
         let (kv, hd) = (cfg.n_kv_heads, cfg.head_dim);
-        vec![KvCache::shape(1, capacity, kv, hd, cfg.cache_dtype); cfg.n_layers]
+        let shape = KvCache::shape(1, capacity, kv, hd, self.cache_type)
+            .expect("with_cache_type checked the heads' width; sizes are not negative");
+        vec![shape; cfg.n_layers]
     }
 
     /// The hidden states `(b, s, d)` of token `ids` `(b, s)` placed at
@@ -526,7 +535,7 @@ impl Decoder {
         let zero = Tensor::scalar(0.0, DType::I32);
         let (kv, hd) = (self.cfg.n_kv_heads, self.cfg.head_dim);
         let caches: Vec<KvCache> = (0..self.layers.len())
-            .map(|_| KvCache::zeros(KvCache::shape(b, 0, kv, hd, DType::F32)))
+            .map(|_| KvCache::zeros(no_positions(b, kv, hd)))
             .collect();
         let (x, _) = self.hidden(ids, zero, caches);
         let logits = self.logits(x).convert(DType::F32).slice("s", 0..s - 1);
@@ -542,4 +551,10 @@ pub(crate) fn token_nll(logits: Tensor, targets: Tensor) -> Tensor {
     let vocab = Tensor::iota(ls.with_dtype(DType::I32), "voc");
     let hit = vocab.eq(targets.broadcast(vocab.shape()));
     -hit.select(logp, Tensor::zeros(ls)).sum(["voc"])
+}
+
+/// The shape of an f32 cache of `batch` rows and no positions, `kv` heads
+/// of `hd` (see [`KvCache::shape`]): what a training loss's layers get.
+fn no_positions(batch: i64, kv: i64, hd: i64) -> Shape {
+    Shape::tagged(DType::F32, &[("b", batch), ("k", 0), ("h", kv), ("hd", hd)])
 }

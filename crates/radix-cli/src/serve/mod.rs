@@ -42,7 +42,6 @@ pub use args::ServeArgs;
 use conn::{ConnConfig, InFlight};
 
 use radix_models::constraint::Vocabulary;
-use radix_models::transformer::DecoderConfig;
 
 use crate::Cli;
 use crate::embed::model_dir;
@@ -69,11 +68,9 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
         max_connections: max_connections(args.max_connections, conn::raise_open_files()),
     };
     let model = Model::open(&args.model)?;
-    let config = DecoderConfig {
-        cache_dtype: args.cache_type.dtype(),
-        ..model.config.clone()
-    };
-    let context = args.context(model.context, config.cache_bytes_per_position())?;
+    let cache_type = args.cache_type.cache_type();
+    let per_position = model.config.cache_bytes_per_position(cache_type);
+    let context = args.context(model.context, per_position)?;
     ensure!(
         context <= model.context,
         "--context {context} is longer than the model's context of {} tokens",
@@ -86,14 +83,14 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
     let platform = open_platform(cli)?;
     let metrics = Arc::new(Metrics::default());
     let tokenizer = model.tokenizer.clone();
-    let vocab = Vocabulary::new(&tokenizer, config.vocab as usize, &model.stops)?;
+    let vocab = Vocabulary::new(&tokenizer, model.config.vocab as usize, &model.stops)?;
     let bar = spinner("loading the models and compiling (or loading from the cache)".into());
     let cfg = WorkerConfig {
         context,
         max_batch: args.max_batch,
         max_queue: args.max_queue,
         matrices: matrix_format(DtypeArg::Stored, args.exact)?,
-        cache_dtype: config.cache_dtype,
+        cache_type,
         prompt_cache: (args.cache_ram as usize).saturating_mul(1 << 20),
         prefill_chunk: args.prefill_chunk,
     };
@@ -108,6 +105,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
         tokenizer,
         vocab,
         context,
+        cache_type,
         max_batch: args.max_batch,
         max_queue: args.max_queue,
         worker,

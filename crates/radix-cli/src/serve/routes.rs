@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use base64::Engine as _;
 use futures_util::StreamExt as _;
+use radix::nn::CacheType;
 use radix_models::constraint::Vocabulary;
 use radix_text::Tokenizer;
 use serde::Serialize;
@@ -45,6 +46,8 @@ pub struct AppState {
     pub vocab: Vocabulary,
     /// Positions per sequence.
     pub context: usize,
+    /// How the key/value caches store keys and values.
+    pub cache_type: CacheType,
     /// Sequences at once.
     pub max_batch: usize,
     /// Requests waiting at most.
@@ -245,6 +248,7 @@ async fn health(State(s): Shared) -> Response {
         "model": s.model,
         "embed_model": s.embed_model,
         "context": s.context,
+        "cache_type": s.cache_type.name(),
         "max_batch": s.max_batch,
         "max_queue": s.max_queue,
         "prefill_buckets": s.worker.prefill_buckets,

@@ -20,8 +20,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use radix::nn::MatrixFormat;
-use radix::{DType, Platform};
+use radix::Platform;
+use radix::nn::{CacheType, MatrixFormat};
 use radix_models::engine::{Cache, Engine, MOST_STEP_TOKENS, SeqId, bucket};
 use radix_models::pick::Picker;
 use radix_models::prompt_cache::PromptCache;
@@ -59,8 +59,8 @@ pub struct WorkerConfig {
     pub max_queue: usize,
     /// The form of the model's matrices.
     pub matrices: MatrixFormat,
-    /// The element type of the key/value caches.
-    pub cache_dtype: DType,
+    /// How the key/value caches store keys and values.
+    pub cache_type: CacheType,
     /// The most bytes the prompt cache keeps (0: none).
     pub prompt_cache: usize,
     /// The most prompt tokens a turn runs while sequences decode.
@@ -270,7 +270,7 @@ fn load(
 ) -> Result<Engine> {
     let (context, slots) = (cfg.context, cfg.max_batch);
     let mut engine = Engine::open(platform, &model.path, context, cfg.matrices)
-        .and_then(|e| e.with_cache_dtype(cfg.cache_dtype))
+        .and_then(|e| e.with_cache_type(cfg.cache_type))
         .with_context(|| format!("cannot load {}", model.path.display()))?;
     for &b in buckets {
         engine.compile(b)?;

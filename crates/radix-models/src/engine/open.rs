@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use radix::Platform;
 use radix::collective::{process_count, process_index};
 use radix::io::{Gguf, TensorSource, WeightStore};
-use radix::nn::MatrixFormat;
+use radix::nn::{CacheType, MatrixFormat};
 
 use super::Engine;
 use crate::Result;
@@ -133,11 +133,12 @@ impl Base {
 }
 
 impl DecoderConfig {
-    /// The bytes one sequence's key/value cache takes per position (every
-    /// layer's keys and values, of [`DecoderConfig::cache_dtype`]).
-    pub fn cache_bytes_per_position(&self) -> usize {
-        let width = (self.n_kv_heads * self.head_dim) as usize;
-        self.n_layers * 2 * width * self.cache_dtype.size_in_bytes()
+    /// The bytes one sequence's key/value cache of `ty` takes per position
+    /// (every layer's keys and values: 4 bytes a value in f32, 2 in f16,
+    /// 34 per 32 in Q8_0).
+    pub fn cache_bytes_per_position(&self, ty: CacheType) -> usize {
+        let head = ty.bytes(self.head_dim.max(0) as usize);
+        self.n_layers * 2 * self.n_kv_heads.max(0) as usize * head
     }
 }
 

@@ -414,11 +414,9 @@ impl Slots {
     }
 }
 
-/// `shape` (a cache's, tagged `(b, k, h, hd)`) with `rows` rows.
+/// `shape` (a cache's, [`KvCache::shape`]) with `rows` rows.
 fn with_rows(shape: Shape, rows: usize) -> Shape {
-    let mut dims = shape.dims().to_vec();
-    dims[0] = rows as i64;
-    KvCache::shape(dims[0], dims[1], dims[2], dims[3], shape.dtype())
+    crate::prompt_cache::resized(shape, "b", rows)
 }
 
 /// Row `at` (rank-0 `i32`) of `cache`, as a one-row cache.

@@ -2,19 +2,25 @@
 //! `radix.cached_attention`, whose kernel reads only the cache positions
 //! each query may see (so a decode step costs what the tokens in the cache
 //! cost, not its capacity), and whose fallback is [`attention`] over the
-//! whole cache with a causal (and sliding-window) mask.
+//! whole cache with a causal (and sliding-window) mask. The cache may be
+//! f32, f16 or Q8_0 blocks ([`CacheType`]); the kernel widens what it reads
+//! to f32, the fallback decodes the whole cache ([`KvCache::values`]).
 
 use std::sync::LazyLock;
 
 use crate::custom_call::{Attrs, CustomCall, Kernel};
 use crate::nn::has_axes;
+use radix_quant::blocks::{BlockQ8_0, blocks};
+
+use crate::nn::kv_cache::order;
 use crate::nn::tags::{B, H, HD, K, Q};
-use crate::nn::{KvCache, attention, window_mask};
+use crate::nn::{CacheType, KvCache, attention, window_mask};
 use crate::tensor::fail;
 use crate::{DType, Shape, Tensor};
 
 /// `q [b, q, h, hd] f32`, the cache's `k` and `v` `[rows, k, kv, hd]`, both
-/// f32 or both f16 (`rows >= b`), and the queries' positions `[b, q] i32`:
+/// f32 or both f16, or both `u8 [rows, k, kv, 34 hd / 32]` of Q8_0 blocks
+/// (`rows >= b`), and the queries' positions `[b, q] i32`:
 /// `[b, q, h, hd] f32`.
 /// Attribute `window`: how many positions a query sees, itself included (0:
 /// all before it).
@@ -28,6 +34,15 @@ static CACHED_ATTENTION: LazyLock<CustomCall> = LazyLock::new(|| {
             // The fallback's: the kernel computes the same function.
             let window = attrs.i64("window").unwrap_or(0);
             let (q, k, v, pos) = (x[0], x[1], x[2], x[3]);
+            if k.dtype() == DType::U8 {
+                // Q8_0 codes have no derivative: the queries' alone.
+                let f = |q: &Tensor, kvp: &(Tensor, Tensor, Tensor)| {
+                    masked(*q, kvp.0, kvp.1, kvp.2, window)
+                };
+                let (_, dq) = crate::vjp(f, &q, &(k, v, pos), &g[0]);
+                let zeros = |t: Tensor| Tensor::zeros(t.shape());
+                return vec![dq, zeros(k), zeros(v), zeros(pos)];
+            }
             let f = |qkv: &(Tensor, Tensor, Tensor), pos: &Tensor| {
                 masked(qkv.0, qkv.1, qkv.2, *pos, window)
             };
@@ -42,8 +57,8 @@ static CACHED_ATTENTION: LazyLock<CustomCall> = LazyLock::new(|| {
 /// over `cache` (keys and values tagged `(b, k, h, hd)`, at least `b` rows):
 /// query at position `p` reads the keys at positions `..= p`, or, with a
 /// `window` of `w`, the last `w` of them. The result has `q`'s shape; the
-/// keys' scores are scaled by `1 / sqrt(hd)`. The cache may be f32 or f16
-/// (read as f32).
+/// keys' scores are scaled by `1 / sqrt(hd)`. The cache may be any
+/// [`CacheType`] (read as f32).
 ///
 /// On the CPU plugin this is a kernel that reads only those positions;
 /// elsewhere it is [`attention`] over the whole cache with a
@@ -51,17 +66,16 @@ static CACHED_ATTENTION: LazyLock<CustomCall> = LazyLock::new(|| {
 #[track_caller]
 pub fn cached_attention(q: Tensor, q_pos: Tensor, cache: KvCache, window: Option<i64>) -> Tensor {
     let (qs, ks, ps) = (q.shape(), cache.k.shape(), q_pos.shape());
-    if !has_axes(qs, &[B, Q, H, HD]) || !has_axes(ks, &[B, K, H, HD]) || !has_axes(ps, &[B, Q]) {
+    let order = order(&ks);
+    let is_cache = KvCache::layout(&ks).is_some() && has_axes(ks, &order);
+    if !has_axes(qs, &[B, Q, H, HD]) || !is_cache || !has_axes(ps, &[B, Q]) {
         let msg = format!(
             "wants q (b, q, h, hd), a cache (b, k, h, hd) and positions (b, q), got {qs}, {ks} and {ps}"
         );
         return fail("cached_attention", msg, &[q, cache.k, cache.v, q_pos], qs);
     }
     let q = q.transpose([B, Q, H, HD]);
-    let (k, v) = (
-        cache.k.transpose([B, K, H, HD]),
-        cache.v.transpose([B, K, H, HD]),
-    );
+    let (k, v) = (cache.k.transpose(order), cache.v.transpose(order));
     let pos = q_pos.transpose([B, Q]).convert(DType::I32);
     let attrs = Attrs::new().with("window", window.unwrap_or(0));
     CACHED_ATTENTION.call(&[q, k, v, pos], &attrs)[0]
@@ -70,7 +84,7 @@ pub fn cached_attention(q: Tensor, q_pos: Tensor, cache: KvCache, window: Option
 /// The fallback: [`attention`] over every cache position, with those a
 /// query may not read masked.
 fn masked(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, window: i64) -> Tensor {
-    let (k, v) = (k.convert(q.dtype()), v.convert(q.dtype()));
+    let (k, v) = (KvCache::values(k), KvCache::values(v));
     let rows = q.dim(B);
     let (k, v) = if k.dim(B) > rows {
         (k.slice(B, 0..rows), v.slice(B, 0..rows))
@@ -89,14 +103,21 @@ fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
         ));
     };
     let window = attrs.i64("window")?;
-    let cached = matches!(k.dtype(), DType::F32 | DType::F16);
+    let cached = matches!(k.dtype(), DType::F32 | DType::F16 | DType::U8);
     if q.rank() != 4 || q.dtype() != DType::F32 || k.rank() != 4 || !cached || k != v {
         return Err(format!(
-            "wants an f32 q and f32 or f16 k and v of rank 4, k and v alike, got {q}, {k} and {v}"
+            "wants an f32 q and f32, f16 or u8 (Q8_0) k and v of rank 4, k and v alike, got {q}, {k} and {v}"
         ));
     }
     let (qd, kd) = (q.dims(), k.dims());
-    let fits = kd[0] >= qd[0] && kd[3] == qd[3] && kd[2] > 0 && qd[2] % kd[2] == 0;
+    let width = match k.dtype() {
+        DType::U8 => {
+            CacheType::Q8_0.check(qd[3])?;
+            CacheType::Q8_0.bytes(qd[3] as usize) as i64
+        }
+        _ => qd[3],
+    };
+    let fits = kd[0] >= qd[0] && kd[3] == width && kd[2] > 0 && qd[2] % kd[2] == 0;
     if !fits {
         return Err(format!(
             "q {q} does not fit the cache {k}: rows, head width, or heads not a multiple of the cache's"
@@ -141,6 +162,7 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
     let window = usize::try_from(window).map_err(|e| e.to_string())?;
     match ks.dtype() {
         DType::F16 => attend_all::<half::f16>(k, &dims, window),
+        DType::U8 => attend_all::<BlockQ8_0>(k, &dims, window),
         _ => attend_all::<f32>(k, &dims, window),
     }
 }
@@ -151,12 +173,8 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
 const QUERY_BLOCK: usize = 8;
 
 /// The kernel over a cache of `T`.
-fn attend_all<T: Cached + crate::Element>(
-    k: &Kernel<'_>,
-    dims: &Dims,
-    window: usize,
-) -> Result<(), String> {
-    let (q, keys, values) = (k.input::<f32>(0)?, k.input::<T>(1)?, k.input::<T>(2)?);
+fn attend_all<T: Operand>(k: &Kernel<'_>, dims: &Dims, window: usize) -> Result<(), String> {
+    let (q, keys, values) = (k.input::<f32>(0)?, T::operand(k, 1)?, T::operand(k, 2)?);
     let pos = k.input::<i32>(3)?;
     let out = k.output::<f32>(0)?;
     // One task per (row, key/value head, block of queries): it reads that
@@ -287,8 +305,10 @@ fn attend<T: Cached>(
 ) {
     let scale = (1.0 / (d.hd as f64).sqrt()) as f32;
     let group = d.heads / d.kv_heads;
-    let position = d.kv_heads * d.hd;
-    let head = at.kv_head * d.hd;
+    // A head's elements of `T` at a position (f32 or f16 values, or blocks).
+    let width = d.hd / T::VALUES;
+    let position = d.kv_heads * width;
+    let head = at.kv_head * width;
     let seens: Vec<std::ops::Range<usize>> = queries
         .iter()
         .map(|q| match q.seen.is_empty() {
@@ -308,8 +328,8 @@ fn attend<T: Cached>(
     let mut scores = vec![0.0f32; queries.len() * group * n];
     let mut row = vec![0.0f32; d.hd];
     for (p, k) in keys.chunks_exact(position).enumerate() {
-        prefetch(keys, (p + AHEAD) * position + head, d.hd);
-        let kh = T::as_f32(&k[head..][..d.hd], &mut row);
+        prefetch(keys, (p + AHEAD) * position + head, width);
+        let kh = T::as_f32(&k[head..][..width], &mut row);
         for (j, q) in queries.iter().enumerate() {
             if !seens[j].contains(&(lo + p)) {
                 continue;
@@ -334,8 +354,8 @@ fn attend<T: Cached>(
     }
     outs.iter_mut().for_each(|o| o.fill(0.0));
     for (p, v) in values.chunks_exact(position).enumerate() {
-        prefetch(values, (p + AHEAD) * position + head, d.hd);
-        let vh = T::as_f32(&v[head..][..d.hd], &mut row);
+        prefetch(values, (p + AHEAD) * position + head, width);
+        let vh = T::as_f32(&v[head..][..width], &mut row);
         for (j, out) in outs.iter_mut().enumerate() {
             if !seens[j].contains(&(lo + p)) {
                 continue;
@@ -401,7 +421,11 @@ fn axpy(w: f32, x: &[f32], y: &mut [f32]) {
 
 /// An element type a cache holds: read as f32.
 trait Cached: Copy {
-    /// `x` as f32: itself, or converted into `scratch` (of `x`'s length).
+    /// How many values one element holds (32 for a Q8_0 block).
+    const VALUES: usize = 1;
+
+    /// `x` as f32: itself, or converted into `scratch` (room for `x`'s
+    /// values).
     fn as_f32<'a>(x: &'a [Self], scratch: &'a mut [f32]) -> &'a [f32];
 
     /// [`attend`] as this CPU runs it best for a cache of `Self`.
@@ -414,6 +438,34 @@ trait Cached: Copy {
         outs: &mut [&mut [f32]],
     ) {
         attend_best_of(d, at, queries, keys, values, outs)
+    }
+}
+
+/// An element type a cache operand of the kernel holds.
+trait Operand: Cached + Sync {
+    /// Kernel operand `i` as elements of `Self`.
+    fn operand<'a>(k: &'a Kernel<'_>, i: usize) -> Result<&'a [Self], String>;
+}
+
+impl Operand for f32 {
+    fn operand<'a>(k: &'a Kernel<'_>, i: usize) -> Result<&'a [f32], String> {
+        k.input::<f32>(i)
+    }
+}
+
+impl Operand for half::f16 {
+    fn operand<'a>(k: &'a Kernel<'_>, i: usize) -> Result<&'a [half::f16], String> {
+        k.input::<half::f16>(i)
+    }
+}
+
+impl Operand for BlockQ8_0 {
+    fn operand<'a>(k: &'a Kernel<'_>, i: usize) -> Result<&'a [BlockQ8_0], String> {
+        let bytes = k.input::<u8>(i)?;
+        if bytes.len() % size_of::<BlockQ8_0>() != 0 {
+            return Err(format!("{} bytes are not whole Q8_0 blocks", bytes.len()));
+        }
+        Ok(blocks(bytes))
     }
 }
 
@@ -459,6 +511,82 @@ impl Cached for half::f16 {
     }
 }
 
+impl Cached for BlockQ8_0 {
+    const VALUES: usize = 32;
+
+    /// `d · q` per value, as `radix_quant::dequantize` decodes Q8_0 (the
+    /// product is exact in f32): the portable copy.
+    #[inline(always)]
+    fn as_f32<'a>(x: &'a [BlockQ8_0], scratch: &'a mut [f32]) -> &'a [f32] {
+        for (b, o) in x.iter().zip(scratch.chunks_exact_mut(32)) {
+            let d = b.d.to_f32();
+            for (o, &q) in o.iter_mut().zip(&b.qs) {
+                *o = f32::from(q as i8) * d;
+            }
+        }
+        scratch
+    }
+
+    /// With AVX2, FMA and F16C, the blocks decoded by their instructions
+    /// inlined into the AVX2 loops ([`Q8Avx2`]).
+    fn attend_best(
+        d: &Dims,
+        at: &Heads,
+        queries: &[Query<'_>],
+        keys: &[BlockQ8_0],
+        values: &[BlockQ8_0],
+        outs: &mut [&mut [f32]],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2() {
+            let as_avx2 = |x: &[BlockQ8_0]| {
+                // SAFETY: `Q8Avx2` is a `repr(transparent)` `BlockQ8_0`.
+                unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<Q8Avx2>(), x.len()) }
+            };
+            // SAFETY: the CPU has AVX2, FMA and F16C, checked just above.
+            return unsafe { attend_avx2(d, at, queries, as_avx2(keys), as_avx2(values), outs) };
+        }
+        attend_best_of(d, at, queries, keys, values, outs)
+    }
+}
+
+/// A cache's Q8_0 block, decoded by AVX2's instructions: made only where
+/// the CPU has them (`<BlockQ8_0 as Cached>::attend_best`).
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+struct Q8Avx2(BlockQ8_0);
+
+#[cfg(target_arch = "x86_64")]
+impl Cached for Q8Avx2 {
+    const VALUES: usize = 32;
+
+    /// Eight codes an instruction widened to f32 and multiplied by the
+    /// scale: the same values as the portable copy. The
+    /// intrinsics are called here so that they inline into [`attend_avx2`].
+    #[inline(always)]
+    fn as_f32<'a>(x: &'a [Q8Avx2], scratch: &'a mut [f32]) -> &'a [f32] {
+        use std::arch::x86_64::{
+            _mm_loadl_epi64, _mm256_cvtepi8_epi32, _mm256_cvtepi32_ps, _mm256_mul_ps,
+            _mm256_set1_ps, _mm256_storeu_ps,
+        };
+        for (b, o) in x.iter().zip(scratch.chunks_exact_mut(32)) {
+            // SAFETY: `Q8Avx2` values exist only where the CPU has AVX2;
+            // each load reads 8 of the block's 32 code bytes, each
+            // store writes 8 of `o`'s 32 floats.
+            unsafe {
+                let d = _mm256_set1_ps(b.0.d.to_f32());
+                for i in 0..4 {
+                    let q = _mm_loadl_epi64(b.0.qs.as_ptr().add(8 * i).cast());
+                    let v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+                    _mm256_storeu_ps(o.as_mut_ptr().add(8 * i), _mm256_mul_ps(v, d));
+                }
+            }
+        }
+        scratch
+    }
+}
+
 /// A cache's f16, converted by F16C's instructions: made only where the
 /// CPU has them (`<half::f16 as Cached>::attend_best`).
 #[cfg(target_arch = "x86_64")]
@@ -493,6 +621,42 @@ impl Cached for F16c {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The AVX2 decoding of Q8_0 blocks gives the portable copy's values,
+    /// bit for bit: random codes (all 256 bytes among them) under scales
+    /// across f16's range, subnormals, zeros and negatives included.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn q8_avx2_decodes_as_the_portable_copy() {
+        if !has_avx2() {
+            eprintln!("this CPU has no AVX2: its decoding is not run here");
+            return;
+        }
+        let mut rng = radix_quant::testing::Rng(0x9E37_79B9_7F4A_7C15);
+        let blocks: Vec<BlockQ8_0> = (0..2048u32)
+            .map(|i| {
+                let mut b = BlockQ8_0 {
+                    d: radix_quant::blocks::F16((rng.next() as u16 & 0xFBFF).to_le_bytes()),
+                    qs: [0; 32],
+                };
+                b.qs.iter_mut().enumerate().for_each(|(j, q)| {
+                    *q = if i < 8 {
+                        (32 * i as usize + j) as u8
+                    } else {
+                        rng.next() as u8
+                    }
+                });
+                b
+            })
+            .collect();
+        let avx2: Vec<Q8Avx2> = blocks.iter().map(|&b| Q8Avx2(b)).collect();
+        let (mut want, mut got) = (vec![0f32; 32 * 2048], vec![0f32; 32 * 2048]);
+        let want = BlockQ8_0::as_f32(&blocks, &mut want).to_vec();
+        let got = Q8Avx2::as_f32(&avx2, &mut got);
+        for (j, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.to_bits(), w.to_bits(), "value {j}: {g} against {w}");
+        }
+    }
 
     #[cfg(target_arch = "x86_64")]
     #[test]

@@ -15,6 +15,7 @@ mod attention;
 mod cached_attention;
 mod embedding;
 mod gelu;
+mod kv_cache;
 mod layer_norm;
 mod linear;
 mod lora;
@@ -53,11 +54,12 @@ pub mod tags {
     pub const VOC: &str = "voc";
 }
 
-pub use attention::{KvCache, attention, causal_mask, padding_mask, window_mask};
+pub use attention::{attention, causal_mask, padding_mask, window_mask};
 pub use cached_attention::cached_attention;
 pub use embedding::Embedding;
 pub use gelu::gelu_erf;
 pub(crate) use gelu::{MIN_GELU_TASK, gelu_erf_in_place};
+pub use kv_cache::{CacheType, KvCache};
 pub use linear::Linear;
 pub use lora::{Lora, RANK as LORA_RANK};
 pub use mlp::{GatedMlp, Mlp};
