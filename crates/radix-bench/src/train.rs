@@ -72,12 +72,7 @@ pub fn train(samples: usize, steps: usize) -> Result<Report> {
     let digits: Vec<i32> = (0..BATCH).map(|_| (rng.next_u64() % 10) as i32).collect();
     let x = Buffer::from_slice(&platform, &pixels, images)?;
     let y = Buffer::from_slice(&platform, &digits, labels)?;
-    trainer.step((x.clone(), y.clone()))?;
-    let mut values = vec![];
-    for _ in 0..samples {
-        let t = time_per_call(steps, || trainer.step((x.clone(), y.clone())).map(|_| ()))?;
-        values.push(t * 1e3);
-    }
+    let values = step_ms(samples, steps, || trainer.step((x.clone(), y.clone())))?;
     report.samples("radix train mnist", "ms", &values);
 
     let bf16 = Precision::Mixed(MixedPrecision::BF16);
@@ -115,13 +110,7 @@ fn lm_step_ms(
     let mut trainer = Trainer::new(platform, &model, weights, &batch, lm_loss, opt, precision)?;
     let ids: Vec<i32> = (0..WINDOW).map(|_| (rng.next_u64() % 256) as i32).collect();
     let ids = Buffer::from_slice(platform, &ids, shape)?;
-    trainer.step(ids.clone())?;
-    let mut values = vec![];
-    for _ in 0..samples {
-        let t = time_per_call(steps, || trainer.step(ids.clone()).map(|_| ()))?;
-        values.push(t * 1e3);
-    }
-    Ok(values)
+    step_ms(samples, steps, || trainer.step(ids.clone()))
 }
 
 /// `samples` times in milliseconds of one LoRA step on SmolLM2 (see the
@@ -154,10 +143,20 @@ fn lora_step_ms(
         .map(|_| (rng.next_u64() % vocab) as i32)
         .collect();
     let ids = Buffer::from_slice(platform, &ids, shape)?;
-    trainer.step(ids.clone())?;
+    step_ms(samples, steps, || trainer.step(ids.clone()))
+}
+
+/// `samples` times in milliseconds of `step`, each the mean of `steps`
+/// calls, after one call to warm up.
+fn step_ms<T>(
+    samples: usize,
+    steps: usize,
+    mut step: impl FnMut() -> radix_models::Result<T>,
+) -> Result<Vec<f64>> {
+    step()?;
     let mut values = vec![];
     for _ in 0..samples {
-        let t = time_per_call(steps, || trainer.step(ids.clone()).map(|_| ()))?;
+        let t = time_per_call(steps, || step().map(|_| ()))?;
         values.push(t * 1e3);
     }
     Ok(values)

@@ -174,11 +174,7 @@ fn generate_split_over_2_ranks_prints_the_ids_one_process_picks() {
     );
     // Rank 0 alone prints; hydra prefixes its lines with `[0] `.
     assert!(!stdout.contains("[1]"), "rank 1 printed:\n{stdout}");
-    let json: String = stdout
-        .lines()
-        .map(|l| l.strip_prefix("[0] ").unwrap_or(l).to_string() + "\n")
-        .collect();
-    let split: serde_json::Value = serde_json::from_str(&json).expect("one JSON object");
+    let split = rank_0_json(&stdout);
     assert_eq!(split["tensor_parallel"], 2, "{split}");
     let whole = radix_json(&[&generate[..], &["--logits", prompt]].concat());
     let ids = |v: &serde_json::Value| -> Vec<u32> {
@@ -237,12 +233,17 @@ fn generate_split_over_2_ranks_samples_with_one_seed() {
         a.is_some() && a == b,
         "ranks' seeds {a:?} and {b:?}:\n{stderr}"
     );
+    let split = rank_0_json(&stdout);
+    assert_eq!(split["seed"].to_string(), a.unwrap(), "{split}");
+}
+
+/// The JSON object rank 0 printed, hydra's `[0] ` taken off its lines.
+fn rank_0_json(stdout: &str) -> serde_json::Value {
     let json: String = stdout
         .lines()
         .map(|l| l.strip_prefix("[0] ").unwrap_or(l).to_string() + "\n")
         .collect();
-    let split: serde_json::Value = serde_json::from_str(&json).expect("one JSON object");
-    assert_eq!(split["seed"].to_string(), a.unwrap(), "{split}");
+    serde_json::from_str(&json).expect("one JSON object")
 }
 
 #[test]

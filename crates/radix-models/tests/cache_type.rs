@@ -17,59 +17,20 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use common::engine_ids::{GEMMA3_CASES, SMOLLM2_CASES, greedy, prompts};
 use common::greedy::{assert_greedy_eq, assert_greedy_eq_within, top2_margin};
 
 use radix::nn::{CacheType, MatrixFormat};
 use radix_models::engine::Engine;
 use radix_models::sampling::Sampler;
 use radix_models::transformer::{Arch, Decoder, DecoderConfig};
-use serde_json::Value;
 
 /// Tokens generated per prompt with exact products: past the first prefill
 /// bucket's end for the short prompts, so that decode steps read positions
 /// a prefill wrote and positions decode steps wrote.
 const N_EXACT: usize = 24;
-
-/// The prompts (token ids) of a fixture's `cases`, and how many greedy ids
-/// it records for each.
-fn prompts(fixture: &str) -> (Vec<Vec<u32>>, usize) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(fixture);
-    let text = std::fs::read_to_string(&path).expect("the fixture");
-    let json: Value = serde_json::from_str(&text).expect("json");
-    let cases = json["cases"].as_array().expect("cases");
-    let prompts = cases
-        .iter()
-        .map(|c| {
-            let ids = c["prompt_ids"].as_array().expect("prompt_ids");
-            ids.iter()
-                .map(|x| x.as_u64().expect("an id") as u32)
-                .collect()
-        })
-        .collect();
-    let recorded = ["greedy_10_ids", "greedy_16_ids"]
-        .iter()
-        .find_map(|key| cases[0][key].as_array())
-        .expect("greedy ids")
-        .len();
-    (prompts, recorded)
-}
-
-/// `n` greedy ids after `prompt` and the top-2 logit margin of each pick.
-fn greedy(engine: &mut Engine, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<f32>) {
-    let (mut logits, mut cache) = engine.prefill(prompt).expect("prefill");
-    let (mut ids, mut margins) = (vec![], vec![]);
-    loop {
-        let next = Sampler::greedy().pick(&logits) as u32;
-        ids.push(next);
-        margins.push(top2_margin(&logits));
-        if ids.len() == n {
-            return (ids, margins);
-        }
-        logits = engine.decode(next, &mut cache).expect("decode");
-    }
-}
 
 /// Every prompt of `fixture` run on `file` with an f32 and an f16 cache:
 /// the same greedy ids.
@@ -100,9 +61,6 @@ fn f16_picks_what_f32_picks(file: &Path, matrices: MatrixFormat, fixture: &str) 
     }
     eprintln!("smallest top-2 logit margin over the compared steps: {smallest:.3e}");
 }
-
-const SMOLLM2_CASES: &str = "tests/fixtures/reference/smollm2/smollm2_reference.json";
-const GEMMA3_CASES: &str = "tests/fixtures/gemma3_270m/expected.json";
 
 #[test]
 fn smollm2_int8_f16_cache_picks_the_f32_ids() {
