@@ -208,7 +208,8 @@ def train_section(w, runs, g):
       "JAX: `jax.jit` of `jax.value_and_grad` and the same update, `donate_argnums`, on jaxlib's own CPU "
       "client and, registered as a PJRT plugin, on the CPU plugin radix runs on "
       "(`bench/peers/train.py --plugin`): the same JAX program on radix's runtime. PyTorch: autograd and "
-      "`torch.optim.AdamW`. Per-step milliseconds, lower is better."
+      "`torch.optim.AdamW`. Per-step milliseconds, lower is better; peak RSS is each process's over all "
+      "its steps (with the LoRA row's SmolLM2 where it is measured)."
       + (" The llama's step also in mixed precision (`radix::optim::MixedPrecision::BF16`: bf16 forward "
          "and backward, f32 master weights and update), radix alone." if g("radix train lm bf16") else "")
       + "\n")
