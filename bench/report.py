@@ -232,8 +232,12 @@ def train_section(w, runs, g):
           "`radix_models::lora::LoraTrainer`, the base in its Q4_1 blocks with exact products (`W·x`); "
           "PyTorch: PEFT on the same file's weights as transformers dequantizes them to f32. Both compute "
           "the same function of the same weights.\n")
-        w(table([("radix (`LoraTrainer`)", lora), ("PyTorch + PEFT", g("torch train lora"))],
-                lora, True, True) + "\n")
+        rows = [("radix (`LoraTrainer`)", lora)]
+        lora_f32 = g("radix train lora f32")
+        if lora_f32:
+            rows.append(("radix, the base dequantized to f32 at load (as PEFT holds it)", lora_f32))
+        rows.append(("PyTorch + PEFT", g("torch train lora")))
+        w(table(rows, lora, True, True) + "\n")
 
 
 def mpi_section(w, runs, g):
