@@ -292,13 +292,22 @@ impl PluginSpec {
         }
     }
 
+    /// The folder the plugin file `plugin` was unpacked into: its
+    /// [`PluginSpec::file`] path taken off (`site-packages` for an
+    /// installed Python package, a [`PluginSpec::cache_path`] for a fetched
+    /// one), where its libraries' wheels unpack beside it.
+    pub fn root_of<'a>(&self, plugin: &'a Path) -> Option<&'a Path> {
+        plugin
+            .ancestors()
+            .nth(Path::new(self.file).components().count())
+    }
+
     /// Opens this plugin's [`PluginSpec::preload`] libraries found in the
     /// folder of the plugin file `plugin` (one [`PluginSpec::cache_path`]
     /// holds), for good: a plugin elsewhere finds its libraries its own
     /// way. An `Err` names a library that is there but does not load.
     pub fn preload(&self, plugin: &Path) -> Result<()> {
-        let depth = Path::new(self.file).components().count();
-        let Some(root) = plugin.ancestors().nth(depth) else {
+        let Some(root) = self.root_of(plugin) else {
             return Ok(());
         };
         for rel in self.preload {
@@ -325,8 +334,7 @@ impl PluginSpec {
     /// (`ptxas` in `bin`, `libdevice` in `nvvm`) of its libraries' wheels,
     /// where the plugin's folder holds them.
     pub fn cuda_data_dir(&self, plugin: &Path) -> Option<PathBuf> {
-        let depth = Path::new(self.file).components().count();
-        let dir = plugin.ancestors().nth(depth)?.join("nvidia/cu13");
+        let dir = self.root_of(plugin)?.join("nvidia/cu13");
         dir.join("bin/ptxas").is_file().then_some(dir)
     }
 }

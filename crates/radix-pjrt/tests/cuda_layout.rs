@@ -20,11 +20,11 @@ use radix_pjrt::{Client, ClientOptions, Plugin};
 /// The fetched plugin file and the folder holding it and its libraries.
 fn fetched() -> (PathBuf, PathBuf) {
     let plugin = provision::install(Target::Cuda).expect("fetch the CUDA plugin and its libraries");
-    let depth = Path::new(provision::spec(Target::Cuda).file)
-        .components()
-        .count();
-    let root = plugin.ancestors().nth(depth).expect("the plugin's folder");
-    (plugin.clone(), root.to_path_buf())
+    let root = provision::spec(Target::Cuda)
+        .root_of(&plugin)
+        .expect("the plugin's folder")
+        .to_path_buf();
+    (plugin, root)
 }
 
 /// The libraries `ldd` finds for `lib` nowhere, the driver left out.
