@@ -20,10 +20,10 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
 
+use radix::Tensor;
 use radix::collective::{ReduceOp, all_reduce};
 use radix::io::{Error as IoError, HostTensor, TensorSource};
 use radix::quant::Format;
-use radix::{DType, Tensor};
 
 use super::DecoderConfig;
 use crate::{Error, Result};
@@ -197,12 +197,19 @@ impl Slice {
         dims
     }
 
-    /// The slice's bytes of `t` (elements of `dtype`, `cols_per_unit`
-    /// elements in each `unit_bytes` bytes of a row), as a `dtype` tensor
-    /// of `dims`.
-    fn cut(&self, t: &HostTensor, dims: Vec<i64>, dtype: DType, unit: (i64, usize)) -> HostTensor {
-        let (cols_per_unit, unit_bytes) = unit;
-        let bytes = t.bytes();
+    /// The same part of a row of blocks of `len` elements in `bytes`
+    /// bytes each, counted in bytes (the blocks kept whole).
+    fn in_bytes(&self, (len, bytes): (usize, usize)) -> Slice {
+        let at = |i: i64| i / len as i64 * bytes as i64;
+        match self {
+            Slice::Rows(r) => Slice::Rows(r.clone()),
+            Slice::Columns(r) => Slice::Columns(at(r.start)..at(r.end)),
+        }
+    }
+
+    /// This part of `t`, a tensor of its own.
+    fn cut(&self, t: &HostTensor) -> HostTensor {
+        let (bytes, size) = (t.bytes(), t.dtype().size_in_bytes());
         let rows = t.dims().first().copied().unwrap_or(1).max(1) as usize;
         let row_bytes = bytes.len() / rows;
         let cut: Vec<u8> = match self {
@@ -210,10 +217,7 @@ impl Slice {
                 bytes[r.start as usize * row_bytes..r.end as usize * row_bytes].to_vec()
             }
             Slice::Columns(r) => {
-                let (a, b) = (
-                    (r.start / cols_per_unit) as usize * unit_bytes,
-                    (r.end / cols_per_unit) as usize * unit_bytes,
-                );
+                let (a, b) = (r.start as usize * size, r.end as usize * size);
                 bytes
                     .chunks(row_bytes)
                     .flat_map(|row| &row[a..b])
@@ -221,7 +225,7 @@ impl Slice {
                     .collect()
             }
         };
-        HostTensor::from_bytes(dtype, &dims, &cut)
+        HostTensor::from_bytes(t.dtype(), &self.dims(t.dims()), &cut)
     }
 }
 
@@ -232,9 +236,10 @@ struct Sharded {
 }
 
 impl Sharded {
-    /// Whether columns `r` of `name`'s rows fall between its blocks of
-    /// `format` (rows always do).
-    fn splits_blocks(&self, name: &str, format: Format) -> bool {
+    /// Whether this process's part of `name` keeps its blocks of `format`
+    /// whole: a cut of columns that falls between blocks (a cut of rows
+    /// always does).
+    fn keeps_blocks_whole(&self, name: &str, format: Format) -> bool {
         match self.slices.get(name) {
             Some(Slice::Columns(r)) => {
                 let len = format.block_len() as i64;
@@ -273,16 +278,14 @@ impl TensorSource for Sharded {
         let Some(slice) = self.slices.get(name) else {
             return Ok(Some(t));
         };
-        let dims = slice.dims(t.dims());
-        let size = t.dtype().size_in_bytes();
-        Ok(Some(slice.cut(&t, dims, t.dtype(), (1, size))))
+        Ok(Some(slice.cut(&t)))
     }
 
     /// The stored format, unless this process's columns split its blocks:
     /// then f32 (the tensor is read dequantized and cut).
     fn format(&self, name: &str) -> Option<Format> {
         let format = self.inner.format(name)?;
-        if self.splits_blocks(name, format) {
+        if self.keeps_blocks_whole(name, format) {
             Some(format)
         } else {
             Some(Format::F32)
@@ -296,7 +299,7 @@ impl TensorSource for Sharded {
         let Some(slice) = self.slices.get(name) else {
             return Ok(Some((format, t)));
         };
-        if !self.splits_blocks(name, format) {
+        if !self.keeps_blocks_whole(name, format) {
             return Err(IoError::UnsupportedType {
                 path: self.file_of(name).to_path_buf(),
                 tensor: name.to_string(),
@@ -304,16 +307,9 @@ impl TensorSource for Sharded {
                 supported: "blocks whole within a process's columns",
             });
         }
-        let unit = (format.block_len() as i64, format.block_bytes());
-        let cols = slice.dims(&self.inner.dims(name).unwrap_or_default());
-        let mut dims = t.dims().to_vec();
-        if let (Some(last), Some(&c)) = (dims.last_mut(), cols.last()) {
-            *last = c / unit.0 * unit.1 as i64;
-        }
-        if let Slice::Rows(r) = slice {
-            dims[0] = r.end - r.start;
-        }
-        Ok(Some((format, slice.cut(&t, dims, DType::U8, unit))))
+        // `t` is rows of bytes: cut them where the blocks start and end.
+        let unit = (format.block_len(), format.block_bytes());
+        Ok(Some((format, slice.in_bytes(unit).cut(&t))))
     }
 }
 
@@ -338,6 +334,26 @@ mod tests {
         let s = shards((4, 1), 2048, 2);
         assert_eq!((s[0].kv_heads.clone(), s[0].q_heads.clone()), (0..1, 0..2));
         assert_eq!((s[1].kv_heads.clone(), s[1].q_heads.clone()), (0..1, 2..4));
+    }
+
+    /// A cut of columns through rows of blocks takes whole blocks' bytes
+    /// from every row; a cut of rows takes whole rows.
+    #[test]
+    fn cuts_of_blocks_take_whole_blocks() {
+        // 2 rows of 4 Q4_0 blocks (32 values in 18 bytes each).
+        let bytes: Vec<u8> = (0..2 * 4 * 18).map(|i| i as u8).collect();
+        let t = HostTensor::from_slice(&[2, 72], &bytes);
+        let unit = (Format::Q4_0.block_len(), Format::Q4_0.block_bytes());
+        let cols = Slice::Columns(32..96).in_bytes(unit).cut(&t);
+        assert_eq!(cols.dims(), &[2, 36]);
+        let want: Vec<u8> = [&bytes[18..54], &bytes[72 + 18..72 + 54]].concat();
+        assert_eq!(cols.bytes(), &want[..]);
+        let rows = Slice::Rows(1..2).in_bytes(unit).cut(&t);
+        assert_eq!((rows.dims(), rows.bytes()), (&[1, 72][..], &bytes[72..]));
+        // An f32 tensor's columns, counted in values.
+        let f = HostTensor::from_slice(&[2, 3], &[0f32, 1., 2., 3., 4., 5.]);
+        let cut = Slice::Columns(1..3).cut(&f);
+        assert_eq!(cut.to_vec::<f32>().unwrap(), vec![1., 2., 4., 5.]);
     }
 
     #[test]
