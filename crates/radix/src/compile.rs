@@ -105,6 +105,7 @@ where
         return Err(Error::Trace(e));
     }
     function.results = results.iter().map(|r| r.1).collect();
+    crate::ir::verify::debug_check(&function, "tracing");
     let results = results.into_iter().map(|r| r.0).collect();
     Ok((Program::new(function, args, n_weights, results), out))
 }

@@ -802,7 +802,9 @@ pub(crate) fn lower(
             ),
         });
     }
-    Ok(Some(crate::ir::ops::custom_call::replace_by_fallbacks(f)))
+    let replaced = crate::ir::ops::custom_call::replace_by_fallbacks(f);
+    crate::ir::verify::debug_check(&replaced, "replacing custom calls by their fallbacks");
+    Ok(Some(replaced))
 }
 
 /// Registers the kernels of the custom calls `f` uses with the platform's

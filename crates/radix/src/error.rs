@@ -62,6 +62,13 @@ pub enum Error {
         /// What is wrong, naming the platform where it matters.
         reason: String,
     },
+    /// A node of a program is not what its op's shape rule gives from its
+    /// operands ([`crate::Program::verify`]): the node, where it was traced
+    /// and what is wrong. The tracer checks every op as it is recorded, so
+    /// this names a fault in radix (a pass or a derivative rule), never in
+    /// the traced code.
+    #[error("ill-typed program: {0}")]
+    Verify(String),
     /// MPI, which collectives across processes use, cannot be used.
     #[error("MPI: {0}")]
     Mpi(String),

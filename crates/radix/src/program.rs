@@ -81,6 +81,25 @@ impl Program {
         self
     }
 
+    /// Checks the IR: every node's type is what its op's shape rule gives
+    /// from its operands' types, every operand comes before its user, and
+    /// so on in each nested body. An [`Error::Verify`] names the first node
+    /// that is not. Tracing, the passes and differentiation keep a program
+    /// valid; debug builds check it after each of them.
+    ///
+    /// ```
+    /// # use radix::{DType, Shape, Tensor};
+    /// let x = Tensor::param(Shape::tagged(DType::F32, &[("n", 3)]));
+    /// let program = radix::trace_fn(&x, |x: Tensor| x.exp() + 1.0).unwrap();
+    /// program.verify().unwrap();
+    /// program.optimize().verify().unwrap();
+    /// ```
+    pub fn verify(&self) -> Result<()> {
+        self.function
+            .verify()
+            .map_err(|e| Error::Verify(e.to_string()))
+    }
+
     /// Whether the passes have run ([`Program::optimize`]).
     pub fn is_optimized(&self) -> bool {
         self.optimized

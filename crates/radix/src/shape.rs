@@ -231,6 +231,12 @@ impl Shape {
         self
     }
 
+    /// Whether `other` has this dtype and these dims: the same tensor type
+    /// in StableHLO (tags and sharding aside).
+    pub fn same_type(&self, other: &Shape) -> bool {
+        self.dtype == other.dtype && self.dims() == other.dims()
+    }
+
     /// The number of axes.
     pub fn rank(&self) -> usize {
         self.rank as usize

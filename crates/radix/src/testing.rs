@@ -226,7 +226,8 @@ pub fn assert_close(got: &Literal, want: &[f64], tol: Tol) {
 }
 
 /// Runs `f` on `inputs` through the CPU plugin and through the reference
-/// interpreter, asserts both hold `want` within `tol`, and returns the
+/// interpreter, asserts both hold `want` within `tol` and that the program
+/// [verifies](Program::verify) as traced and optimized, and returns the
 /// plugin's result.
 ///
 /// # Panics
@@ -239,6 +240,10 @@ pub fn check(
     tol: Tol,
 ) -> Literal {
     let program = trace_fn(inputs, f).unwrap_or_else(|e| panic!("trace failed: {e}"));
+    for p in [program.clone(), program.clone().optimize()] {
+        p.verify()
+            .unwrap_or_else(|e| panic!("{e}\n{}", p.stablehlo()));
+    }
     let interp = program.interpret(inputs).remove(0);
     let text = program.stablehlo();
     let got = run_program(program, inputs)

@@ -136,6 +136,16 @@ fn input() -> impl Strategy<Value = Literal> {
         .prop_map(|v| Literal::new(Shape::tagged(DType::F32, &[("a", 2), ("b", 3)]), v))
 }
 
+/// That `program` verifies as traced and after the passes (which check
+/// themselves after each pass in debug builds, as differentiation does).
+fn verifies(program: &radix::Program) -> Result<(), TestCaseError> {
+    for p in [program.clone(), program.clone().optimize()] {
+        p.verify()
+            .map_err(|e| TestCaseError::fail(format!("{e}\n{}", p.stablehlo())))?;
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
@@ -149,6 +159,7 @@ proptest! {
             }
             (values[values.len() - 1], values[values.len() / 2])
         }).unwrap();
+        verifies(&program)?;
         let want = program.interpret(&inputs);
         let text = program.stablehlo();
         let got = run_program(program, &inputs).unwrap();
@@ -183,8 +194,9 @@ proptest! {
         let grads = trace_fn(&inputs, |xs| {
             radix::grad(|p: &Vec<Tensor>, _: &()| graph(p), &xs.to_vec(), &())
         })
-        .unwrap()
-        .interpret(&inputs);
+        .unwrap();
+        verifies(&grads)?;
+        let grads = grads.interpret(&inputs);
         let value = trace_fn(&inputs, graph).unwrap();
         let h = 1e-6;
         for i in 0..inputs.len() {

@@ -145,6 +145,7 @@ pub(crate) fn joint(f: &Function, n_wrt: usize) -> Result<Joint, GradError> {
         })
         .collect();
     e.f.results.extend(grads);
+    crate::ir::verify::debug_check(&g, "differentiation");
     Ok(Joint {
         function: g,
         boundary,

@@ -22,6 +22,7 @@ pub(crate) mod interp;
 pub mod ops;
 pub(crate) mod print;
 pub(crate) mod residuals;
+pub(crate) mod verify;
 
 use std::panic::Location;
 
@@ -100,6 +101,16 @@ impl std::hash::Hash for Function {
 impl Function {
     pub(crate) fn node(&self, id: ValueId) -> &Node {
         &self.nodes[id.0 as usize]
+    }
+
+    /// The types of the parameters, in order.
+    pub(crate) fn param_shapes(&self) -> Vec<Shape> {
+        self.params.iter().map(|&p| self.node(p).shape).collect()
+    }
+
+    /// The types of the results, in order.
+    pub(crate) fn result_shapes(&self) -> Vec<Shape> {
+        self.results.iter().map(|&r| self.node(r).shape).collect()
     }
 
     /// Where node `id` was traced.

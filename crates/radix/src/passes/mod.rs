@@ -23,7 +23,7 @@ pub(crate) mod canonicalize;
 pub(crate) mod cse;
 pub(crate) mod dce;
 
-use crate::ir::{Function, Op, ValueId};
+use crate::ir::{Function, Op, ValueId, verify};
 
 /// The function `f` after canonicalization, CSE and DCE, its nested
 /// functions included.
@@ -58,5 +58,8 @@ pub(crate) fn optimize(f: &Function) -> Function {
         .iter()
         .map(|&(v, p)| (renamed[v.0 as usize], p))
         .collect();
-    dce::run(&out)
+    verify::debug_check(&out, "canonicalization and CSE");
+    let out = dce::run(&out);
+    verify::debug_check(&out, "DCE");
+    out
 }

@@ -8,15 +8,14 @@ use crate::Tensor;
 use crate::ir::Op;
 use crate::ir::ops::dot::*;
 use crate::shape::{Axes, Tag};
-use crate::tensor::record;
+use crate::tensor::{record, record_inferred};
 
 impl Tensor {
     /// The general contraction (`stablehlo.dot_general`): the result has the
     /// batch axes (tags from the left), then the left's free axes, then the right's.
     #[track_caller]
     pub fn dot_general(self, rhs: Tensor, dims: DotDims) -> Tensor {
-        let res = dot_shape(self.shape(), rhs.shape(), &dims).map(|s| (Op::DotGeneral(dims), s));
-        record("dot_general", &[self, rhs], res)
+        record_inferred("dot_general", &[self, rhs], Ok(Op::DotGeneral(dims)))
     }
 
     /// Contracts the axes tagged `axes` (present in both operands); the other
@@ -40,29 +39,27 @@ impl Tensor {
     #[track_caller]
     pub fn matmul(self, rhs: Tensor) -> Tensor {
         let (lr, rr) = (self.rank(), rhs.rank());
-        let res = if lr < 1 || rr < 2 {
+        let dims = if lr < 1 || rr < 2 {
             Err("matmul needs ranks >= 1 and >= 2".to_string())
         } else if rr == 2 {
-            let dims = DotDims {
+            Ok(DotDims {
                 lhs_batch: vec![],
                 rhs_batch: vec![],
                 lhs_contract: vec![lr - 1],
                 rhs_contract: vec![0],
-            };
-            dot_shape(self.shape(), rhs.shape(), &dims).map(|s| (Op::DotGeneral(dims), s))
+            })
         } else if lr == rr {
             let b: Vec<usize> = (0..lr - 2).collect();
-            let dims = DotDims {
+            Ok(DotDims {
                 lhs_batch: b.clone(),
                 rhs_batch: b,
                 lhs_contract: vec![lr - 1],
                 rhs_contract: vec![rr - 2],
-            };
-            dot_shape(self.shape(), rhs.shape(), &dims).map(|s| (Op::DotGeneral(dims), s))
+            })
         } else {
             Err(format!("matmul of ranks {lr} and {rr}"))
         };
-        record("matmul", &[self, rhs], res)
+        record_inferred("matmul", &[self, rhs], dims.map(Op::DotGeneral))
     }
 }
 

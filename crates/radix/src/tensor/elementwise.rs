@@ -7,7 +7,7 @@ use std::ops;
 
 use crate::ir::Op;
 use crate::ir::ops::elementwise::{Elementwise, binary_table, compare_table, merge, unary_table};
-use crate::tensor::{emit, fail, record};
+use crate::tensor::{emit, fail, record_inferred};
 use crate::{Binary, Compare, DType, Shape, Tensor, Unary};
 
 /// The methods of the unary table's rows.
@@ -51,7 +51,7 @@ macro_rules! compare_methods {
                 #[doc = concat!($doc, " as bools (`stablehlo.compare ", $dir, "`).")]
                 #[track_caller]
                 pub fn $method(self, rhs: Tensor) -> Tensor {
-                    compare(Compare::$v, self, rhs)
+                    binary(Compare::$v, self, rhs)
                 }
             )*
         }
@@ -121,39 +121,20 @@ fn broadcast_scalar(t: Tensor, like: Shape) -> Tensor {
 
 #[track_caller]
 fn unary(op: Unary, x: Tensor) -> Tensor {
-    let res = if op.accepts(x.dtype()) {
-        Ok((op.into(), x.shape()))
-    } else {
-        Err(format!("not defined on {}", x.dtype()))
-    };
-    record(op.name(), &[x], res)
+    record_inferred(op.name(), &[x], Ok(op.into()))
 }
 
+/// A two-operand op (a row of the binary or the comparison table), a
+/// rank-0 operand broadcast to the other's shape first.
 #[track_caller]
-fn binary(op: Binary, a: Tensor, b: Tensor) -> Tensor {
+fn binary(op: impl Into<Op>, a: Tensor, b: Tensor) -> Tensor {
+    let op = op.into();
     match merge(a.shape(), b.shape()) {
-        Ok(s) if !op.accepts(s.dtype()) => fail(
-            op.name(),
-            format!("not defined on {}", s.dtype()),
-            &[a, b],
-            a.shape(),
-        ),
         Ok(s) => {
             let (a2, b2) = (broadcast_scalar(a, s), broadcast_scalar(b, s));
-            emit(op.into(), &[a2, b2], s)
+            record_inferred(op.name(), &[a2, b2], Ok(op))
         }
         Err(msg) => fail(op.name(), msg, &[a, b], a.shape()),
-    }
-}
-
-#[track_caller]
-fn compare(op: Compare, a: Tensor, b: Tensor) -> Tensor {
-    match merge(a.shape(), b.shape()) {
-        Ok(s) => {
-            let (a2, b2) = (broadcast_scalar(a, s), broadcast_scalar(b, s));
-            emit(op.into(), &[a2, b2], s.with_dtype(DType::Bool))
-        }
-        Err(msg) => fail("compare", msg, &[a, b], a.shape().with_dtype(DType::Bool)),
     }
 }
 

@@ -5,12 +5,12 @@
 //! These are the methods that record the ops while tracing; the ops' printing
 //! and reference semantics are in `ir/ops/indexing.rs`.
 
+use crate::Tensor;
 use crate::ir::Op;
 use crate::ir::ops::indexing::*;
 use crate::shape::AxisRef;
-use crate::tensor::record;
+use crate::tensor::record_inferred;
 use crate::tensor::reduce::{check_body, scalar_block};
-use crate::{Shape, Tensor};
 use std::sync::Arc;
 
 impl Tensor {
@@ -18,43 +18,18 @@ impl Tensor {
     /// per axis); starts are clamped so the box fits (`stablehlo.dynamic_slice`).
     #[track_caller]
     pub fn dynamic_slice(self, starts: &[Tensor], sizes: &[i64]) -> Tensor {
-        let s = self.shape();
         let mut args = vec![self];
         args.extend_from_slice(starts);
-        let res = check_starts(s, starts).and_then(|()| {
-            if sizes.len() != s.rank() || sizes.iter().zip(s.dims()).any(|(&n, &d)| n < 0 || n > d)
-            {
-                return Err(format!("slice sizes {sizes:?} do not fit {s}"));
-            }
-            let mut out = s;
-            for (i, &n) in sizes.iter().enumerate() {
-                out = out
-                    .remove_axis(i)
-                    .and_then(|o| o.insert_axis(i, n, s.tag(i).map_or("", |t| t.as_str())))
-                    .unwrap_or(out);
-            }
-            Ok((Op::DynamicSlice(sizes.to_vec()), out))
-        });
-        record("dynamic_slice", &args, res)
+        record_inferred("dynamic_slice", &args, Ok(Op::DynamicSlice(sizes.to_vec())))
     }
 
     /// `self` with `update` written at `starts` (clamped so it fits)
     /// (`stablehlo.dynamic_update_slice`).
     #[track_caller]
     pub fn dynamic_update_slice(self, update: Tensor, starts: &[Tensor]) -> Tensor {
-        let (s, u) = (self.shape(), update.shape());
         let mut args = vec![self, update];
         args.extend_from_slice(starts);
-        let res = check_starts(s, starts).and_then(|()| {
-            if u.rank() != s.rank()
-                || u.dtype() != s.dtype()
-                || u.dims().iter().zip(s.dims()).any(|(a, b)| a > b)
-            {
-                return Err(format!("update {u} does not fit {s}"));
-            }
-            Ok((Op::DynamicUpdateSlice, s))
-        });
-        record("dynamic_update_slice", &args, res)
+        record_inferred("dynamic_update_slice", &args, Ok(Op::DynamicUpdateSlice))
     }
 
     /// Slices of `self` along `axis` picked by integer `indices`: the result
@@ -63,10 +38,8 @@ impl Tensor {
     /// (`stablehlo.gather`).
     #[track_caller]
     pub fn gather(self, axis: impl Into<AxisRef>, indices: Tensor) -> Tensor {
-        let s = self.shape();
-        let axis = axis.into();
-        let res = gathered_shape(s, axis, indices.shape()).map(|(a, out)| (Op::Gather(a), out));
-        record("gather", &[self, indices], res)
+        let a = gathered_shape(self.shape(), axis.into(), indices.shape()).map(|(a, _)| a);
+        record_inferred("gather", &[self, indices], a.map(Op::Gather))
     }
 
     /// `self` with the slices along `axis` at `indices` replaced by `updates`
@@ -104,36 +77,15 @@ impl Tensor {
         let block = scalar_block("scatter update", &[s.dtype()], 2, |x| {
             vec![update(x[0], x[1])]
         });
-        let res = gathered_shape(s, axis, indices.shape()).and_then(|(a, want)| {
-            if want.dims() != updates.shape().dims() || updates.dtype() != s.dtype() {
-                return Err(format!(
-                    "updates {} should be shaped {want}",
-                    updates.shape()
-                ));
-            }
+        let op = gathered_shape(s, axis, indices.shape()).and_then(|(a, _)| {
             check_body(&block, &[s.dtype()])?;
-            let op = Op::Scatter {
+            Ok(Op::Scatter {
                 axis: a,
                 update: Arc::new(block.function),
-            };
-            Ok((op, s))
+            })
         });
-        record("scatter", &[self, indices, updates], res)
+        record_inferred("scatter", &[self, indices, updates], op)
     }
-}
-
-fn check_starts(s: Shape, starts: &[Tensor]) -> Result<(), String> {
-    if starts.len() != s.rank() {
-        return Err(format!("{} starts for {s}", starts.len()));
-    }
-    let t0 = starts.first().map(|t| t.dtype());
-    if starts
-        .iter()
-        .any(|t| t.rank() != 0 || !t.dtype().is_integer() || Some(t.dtype()) != t0)
-    {
-        return Err("starts must be integer scalars of one dtype".into());
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -333,21 +333,36 @@ pub(crate) fn parameter(index: usize, shape: Shape, loc: &'static Location<'stat
     })
 }
 
-/// Records `op` applied to `args`, producing a value of `shape`.
+/// Records `op` applied to `args`, producing a value of `shape` (its tags;
+/// the type must be the one the op's shape rule, [`Op::infer`], gives, or
+/// states for the ops that state theirs). Operands the rule rejects fail
+/// the trace with its message at the caller's line.
 #[track_caller]
 pub(crate) fn emit(op: Op, args: &[Tensor], shape: Shape) -> Tensor {
-    let name = op.name();
-    let mut live = Vec::with_capacity(args.len());
-    for &a in args {
-        match capture(a) {
-            Ok(t) => live.push(t),
-            Err(msg) => return fail(name, msg, args, shape),
-        }
+    match checked(&op, args, Some(shape)) {
+        Ok((live, _)) => push(op, &live, shape, |_, _| {}),
+        Err(msg) => fail(op.name(), msg, args, shape),
     }
-    push(op, &live, shape, |_, _| {})
 }
 
-/// Records `res` (an op and its result shape, or why the op is misused).
+/// Records `op` applied to `args`, of the type its shape rule gives (with
+/// the tags the rule gives), or why the op is misused; for the ops that
+/// compute their type (not `reshape`, `broadcast_in_dim`, `convert`, ...,
+/// which state it: see [`record`]).
+#[track_caller]
+pub(crate) fn record_inferred(
+    name: &'static str,
+    args: &[Tensor],
+    op: Result<Op, String>,
+) -> Tensor {
+    match op.and_then(|op| checked(&op, args, None).map(|(live, s)| (op, live, s))) {
+        Ok((op, live, shape)) => push(op, &live, shape, |_, _| {}),
+        Err(msg) => fail(name, msg, args, fallback_shape(args)),
+    }
+}
+
+/// Records `res` (an op and the result type it states, or why the op is
+/// misused).
 #[track_caller]
 pub(crate) fn record(
     name: &'static str,
@@ -356,10 +371,41 @@ pub(crate) fn record(
 ) -> Tensor {
     match res {
         Ok((op, shape)) => emit(op, args, shape),
-        Err(msg) => {
-            let fallback = args.first().map_or(Shape::scalar(DType::F32), |a| a.shape);
-            fail(name, msg, args, fallback)
-        }
+        Err(msg) => fail(name, msg, args, fallback_shape(args)),
+    }
+}
+
+/// The placeholder type of a misused op's result.
+fn fallback_shape(args: &[Tensor]) -> Shape {
+    args.first().map_or(Shape::scalar(DType::F32), |a| a.shape)
+}
+
+/// `args` as values of this trace (captured into an open block where they
+/// come from outside it) and the type of `op`'s (first) result by its
+/// shape rule, which must be `declared`'s where one is given.
+#[track_caller]
+fn checked(
+    op: &Op,
+    args: &[Tensor],
+    declared: Option<Shape>,
+) -> Result<(Vec<Tensor>, Shape), String> {
+    let live = args
+        .iter()
+        .map(|&a| capture(a))
+        .collect::<Result<Vec<_>, _>>()?;
+    let shapes: Vec<Shape> = live.iter().map(|t| t.shape).collect();
+    let stated = declared.unwrap_or_else(|| fallback_shape(args));
+    let inferred = op
+        .infer(&shapes, stated)?
+        .first()
+        .copied()
+        .unwrap_or(stated);
+    match declared {
+        Some(d) if !d.same_type(&inferred) => Err(format!(
+            "radix gave the result as {d} where the shape rule gives {inferred} (a fault in radix)"
+        )),
+        Some(d) => Ok((live, d)),
+        None => Ok((live, inferred)),
     }
 }
 

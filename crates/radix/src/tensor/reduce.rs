@@ -17,7 +17,7 @@ use crate::ir::ops::Binary;
 use crate::ir::ops::reduce::*;
 use crate::shape::{Axes, AxisRef};
 use crate::tensor::control::{multi, poison};
-use crate::tensor::{Block, emit, fail, record, trace_hermetic_block};
+use crate::tensor::{Block, emit, fail, record, record_inferred, trace_hermetic_block};
 use crate::{DType, Shape, Tensor};
 use std::sync::Arc;
 
@@ -91,18 +91,11 @@ impl Tensor {
         let block = scalar_block("reduce_window body", &[self.dtype()], 2, |s| {
             vec![body(s[0], s[1])]
         });
-        let s = self.shape();
-        let res = check_body(&block, &[self.dtype()])
-            .and_then(|()| check_init(init, self.dtype()))
-            .and_then(|()| windowed_shape(s, window))
-            .map(|out| {
-                let op = Op::ReduceWindow {
-                    body: Arc::new(block.function),
-                    window: window.clone(),
-                };
-                (op, out)
-            });
-        record("reduce_window", &[self, init], res)
+        let op = check_body(&block, &[self.dtype()]).map(|()| Op::ReduceWindow {
+            body: Arc::new(block.function),
+            window: window.clone(),
+        });
+        record_inferred("reduce_window", &[self, init], op)
     }
 
     /// The running sum along `axis` (`stablehlo.reduce_window` with a window

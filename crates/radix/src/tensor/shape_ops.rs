@@ -8,7 +8,7 @@
 use crate::ir::Op;
 use crate::ir::ops::shape_ops::*;
 use crate::shape::{Axes, AxisRef, Size};
-use crate::tensor::{fail, record};
+use crate::tensor::{fail, record, record_inferred};
 use crate::{Shape, Tensor};
 
 impl Tensor {
@@ -37,22 +37,8 @@ impl Tensor {
     /// by position or tag (`stablehlo.transpose`).
     #[track_caller]
     pub fn transpose(self, axes: impl Axes) -> Tensor {
-        let s = self.shape();
-        let res = s.resolve(&axes).and_then(|perm| {
-            let mut sorted = perm.clone();
-            sorted.sort();
-            if sorted != (0..s.rank()).collect::<Vec<_>>() {
-                return Err(format!("{perm:?} is not a permutation of the axes of {s}"));
-            }
-            let mut out = Shape::scalar(s.dtype());
-            for (k, &p) in perm.iter().enumerate() {
-                out = out
-                    .insert_axis(k, s.dims()[p], s.tag(p).map_or("", |t| t.as_str()))
-                    .unwrap_or(out);
-            }
-            Ok((Op::Transpose(perm), out))
-        });
-        record("transpose", &[self], res)
+        let perm = self.shape().resolve(&axes);
+        record_inferred("transpose", &[self], perm.map(Op::Transpose))
     }
 
     /// Broadcasts to `shape` (its dims and tags; dtype kept): axis `k` of
@@ -157,30 +143,7 @@ impl Tensor {
     /// A strided box of the tensor (`stablehlo.slice`).
     #[track_caller]
     pub fn slice_all(self, spec: SliceSpec) -> Tensor {
-        let s = self.shape();
-        let res = (|| {
-            let r = s.rank();
-            if spec.start.len() != r || spec.limit.len() != r || spec.strides.len() != r {
-                return Err(format!("slice spec of the wrong rank for {s}"));
-            }
-            let mut out = s;
-            for i in 0..r {
-                let (st, li, step) = (spec.start[i], spec.limit[i], spec.strides[i]);
-                if st < 0 || li > s.dims()[i] || st > li || step < 1 {
-                    return Err(format!(
-                        "slice {st}..{li} by {step} out of range for axis {i} of size {}",
-                        s.dims()[i]
-                    ));
-                }
-                let n = (li - st + step - 1) / step;
-                out = out
-                    .remove_axis(i)
-                    .and_then(|o| o.insert_axis(i, n, s.tag(i).map_or("", |t| t.as_str())))
-                    .unwrap_or(out);
-            }
-            Ok((Op::Slice(spec), out))
-        })();
-        record("slice", &[self], res)
+        record_inferred("slice", &[self], Ok(Op::Slice(spec)))
     }
 
     /// `tensors` joined along `axis` (`stablehlo.concatenate`).
@@ -195,26 +158,11 @@ impl Tensor {
                 Shape::scalar(crate::DType::F32),
             );
         };
-        let s = first.shape();
-        let res = (|| {
-            let a = s.axis(axis).ok_or_else(|| format!("no axis {axis}"))?;
-            let mut total = 0;
-            for t in tensors {
-                let ts = t.shape();
-                let same = ts.rank() == s.rank()
-                    && ts.dtype() == s.dtype()
-                    && (0..s.rank()).all(|i| i == a || ts.dims()[i] == s.dims()[i]);
-                if !same {
-                    return Err(format!("{ts} does not fit {s} along axis {a}"));
-                }
-                total += ts.dims()[a];
-            }
-            let out = s
-                .remove_axis(a)
-                .and_then(|o| o.insert_axis(a, total, s.tag(a).map_or("", |t| t.as_str())));
-            Ok((Op::Concatenate(a), out.unwrap_or(s)))
-        })();
-        record("concatenate", tensors, res)
+        let a = first
+            .shape()
+            .axis(axis)
+            .ok_or_else(|| format!("no axis {axis}"));
+        record_inferred("concatenate", tensors, a.map(Op::Concatenate))
     }
 
     /// `tensors` (equal shapes) stacked along a new axis at `at` tagged `tag`.
@@ -228,38 +176,15 @@ impl Tensor {
     /// `interior` between elements (`stablehlo.pad`).
     #[track_caller]
     pub fn pad(self, value: f64, spec: PadSpec) -> Tensor {
-        let s = self.shape();
-        let pad_value = Tensor::scalar(value, s.dtype());
-        let res = (|| {
-            let r = s.rank();
-            if spec.low.len() != r || spec.high.len() != r || spec.interior.len() != r {
-                return Err(format!("pad spec of the wrong rank for {s}"));
-            }
-            let mut out = s;
-            for i in 0..r {
-                let d = s.dims()[i];
-                let n = spec.low[i] + spec.high[i] + d + (d - 1).max(0) * spec.interior[i];
-                if spec.interior[i] < 0 || n < 0 {
-                    return Err(format!("bad padding of axis {i}"));
-                }
-                out = out
-                    .remove_axis(i)
-                    .and_then(|o| o.insert_axis(i, n, s.tag(i).map_or("", |t| t.as_str())))
-                    .unwrap_or(out);
-            }
-            Ok((Op::Pad(spec), out))
-        })();
-        record("pad", &[self, pad_value], res)
+        let pad_value = Tensor::scalar(value, self.dtype());
+        record_inferred("pad", &[self, pad_value], Ok(Op::Pad(spec)))
     }
 
     /// The order of elements reversed along `axes` (`stablehlo.reverse`).
     #[track_caller]
     pub fn reverse(self, axes: impl Axes) -> Tensor {
-        let res = self
-            .shape()
-            .resolve(&axes)
-            .map(|a| (Op::Reverse(a), self.shape()));
-        record("reverse", &[self], res)
+        let axes = self.shape().resolve(&axes);
+        record_inferred("reverse", &[self], axes.map(Op::Reverse))
     }
 
     /// Without the size-1 `axis` (`stablehlo.reshape`, tags kept).

@@ -12,6 +12,56 @@ use crate::ir::{Node, Op, ValueId, interp};
 use crate::literal::Literal;
 use std::sync::Arc;
 
+/// The shape rules of control flow. `while`: a condition from the state
+/// and its captures to a bool scalar, a body from the state and its
+/// captures to the state, which is the result. `if`: a bool scalar
+/// predicate, two branches of their captures giving one list of types,
+/// the result. `call`: the callee takes the operands; its results are the
+/// call's.
+pub(crate) fn infer(op: &Op, args: &[Shape]) -> Result<Vec<Shape>, String> {
+    let bool_scalar = Shape::scalar(crate::DType::Bool);
+    match op {
+        Op::While {
+            cond,
+            body,
+            n_cond_captures,
+            ..
+        } => {
+            let n = body.results.len();
+            if args.len() < n + n_cond_captures {
+                return Err(format!("{} operands for a state of {n}", args.len()));
+            }
+            let (state, captures) = args.split_at(n);
+            let (cc, bc) = captures.split_at(*n_cond_captures);
+            super::signature(cond, "condition", &[state, cc].concat(), &[bool_scalar])?;
+            super::signature(body, "body", &[state, bc].concat(), state)?;
+            Ok(state.to_vec())
+        }
+        Op::If {
+            then,
+            other,
+            n_then_captures,
+        } => {
+            let (&pred, captures) = args.split_first().ok_or("no predicate")?;
+            super::scalar(pred, Some(crate::DType::Bool), "the predicate")?;
+            if captures.len() < *n_then_captures {
+                return Err(format!("{} captures for {n_then_captures}", captures.len()));
+            }
+            let (tc, ec) = captures.split_at(*n_then_captures);
+            let results = then.result_shapes();
+            super::signature(then, "then branch", tc, &results)?;
+            super::signature(other, "else branch", ec, &results)?;
+            Ok(results)
+        }
+        Op::Call { f, .. } => {
+            let results = f.result_shapes();
+            super::signature(f, "callee", args, &results)?;
+            Ok(results)
+        }
+        _ => Err(format!("{} is not control flow", op.name())),
+    }
+}
+
 pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
     let args: Vec<String> = p.arg_names().iter().map(|s| s.to_string()).collect();
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();

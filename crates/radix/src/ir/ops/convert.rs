@@ -42,6 +42,18 @@ pub(crate) fn bitcast_shape(from: Shape, to: DType) -> Result<Shape, String> {
     }
 }
 
+/// The shape rule of `convert` (the declared type has the operand's dims)
+/// and `bitcast_convert` ([`bitcast_shape`] to the declared dtype).
+pub(crate) fn infer(op: &Op, args: &[Shape], declared: Shape) -> Result<Shape, String> {
+    super::arity(args, 1)?;
+    let want = match op {
+        Op::Convert => args[0].with_dtype(declared.dtype()),
+        Op::Bitcast => bitcast_shape(args[0], declared.dtype())?,
+        _ => return Err(format!("{} is not a conversion", op.name())),
+    };
+    super::same_type(want, declared).map(|()| declared)
+}
+
 pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
     match op {
         Op::Convert => p.generic("stablehlo.convert", ""),

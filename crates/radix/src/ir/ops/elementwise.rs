@@ -538,6 +538,50 @@ impl Elementwise {
         }
     }
 
+    /// The shape rule: operands of one type (`clamp`'s bounds may be
+    /// scalars), a dtype the row accepts; the result has that type (bool
+    /// for a comparison), with the tags of the operands merged.
+    pub(crate) fn infer(self, args: &[Shape]) -> Result<Shape, String> {
+        let want = match self {
+            Elementwise::Unary(_) => 1,
+            Elementwise::Binary(_) | Elementwise::Compare(_) => 2,
+            Elementwise::Select | Elementwise::Clamp => 3,
+        };
+        super::arity(args, want)?;
+        let same = |a: Shape, b: Shape| super::same_type(a, b).map(|()| merge(a, b).unwrap_or(a));
+        let accepted = |s: Shape, ok: bool| {
+            if ok {
+                Ok(s)
+            } else {
+                Err(format!("not defined on {}", s.dtype()))
+            }
+        };
+        match self {
+            Elementwise::Unary(u) => accepted(args[0], u.accepts(args[0].dtype())),
+            Elementwise::Binary(b) => {
+                let s = same(args[0], args[1])?;
+                accepted(s, b.accepts(s.dtype()))
+            }
+            Elementwise::Compare(_) => Ok(same(args[0], args[1])?.with_dtype(DType::Bool)),
+            Elementwise::Select => {
+                let s = same(args[1], args[2])?;
+                same(args[0], s.with_dtype(DType::Bool))?;
+                Ok(s)
+            }
+            Elementwise::Clamp => {
+                let x = args[1];
+                for bound in [args[0], args[2]] {
+                    if bound.rank() == 0 {
+                        super::scalar(bound, Some(x.dtype()), "a bound")?;
+                    } else {
+                        same(bound, x)?;
+                    }
+                }
+                accepted(x, x.dtype() != DType::Bool)
+            }
+        }
+    }
+
     pub(crate) fn print(self, p: &mut OpPrinter<'_>) {
         match self {
             Elementwise::Unary(u) => p.generic(&format!("stablehlo.{}", u.name()), ""),

@@ -32,6 +32,70 @@ pub(crate) fn gathered_shape(
     Ok((a, out))
 }
 
+/// The shape rules of the indexing ops: a `dynamic_slice` box within its
+/// operand, an update within the tensor it is written to, one integer
+/// scalar start per axis; a gather's result ([`gathered_shape`]), which a
+/// scatter's updates must have, with a body over two scalars of the
+/// operand's dtype.
+pub(crate) fn infer(op: &Op, args: &[Shape]) -> Result<Shape, String> {
+    let s = *args.first().ok_or("no operand")?;
+    match op {
+        Op::DynamicSlice(sizes) => {
+            starts(s, &args[1..])?;
+            if sizes.len() != s.rank() || sizes.iter().zip(s.dims()).any(|(&n, &d)| n < 0 || n > d)
+            {
+                return Err(format!("slice sizes {sizes:?} do not fit {s}"));
+            }
+            Ok(sizes
+                .iter()
+                .enumerate()
+                .fold(s, |out, (i, &n)| super::shape_ops::resized(out, i, n)))
+        }
+        Op::DynamicUpdateSlice => {
+            let u = *args.get(1).ok_or("no update")?;
+            starts(s, &args[2..])?;
+            if u.rank() != s.rank()
+                || u.dtype() != s.dtype()
+                || u.dims().iter().zip(s.dims()).any(|(a, b)| a > b)
+            {
+                return Err(format!("update {u} does not fit {s}"));
+            }
+            Ok(s)
+        }
+        Op::Gather(a) => {
+            super::arity(args, 2)?;
+            gathered_shape(s, (*a).into(), args[1]).map(|(_, out)| out)
+        }
+        Op::Scatter { axis, update } => {
+            super::arity(args, 3)?;
+            let (_, want) = gathered_shape(s, (*axis).into(), args[1])?;
+            let updates = args[2];
+            if want.dims() != updates.dims() || updates.dtype() != s.dtype() {
+                return Err(format!("updates {updates} should be shaped {want}"));
+            }
+            let scalar = Shape::scalar(s.dtype());
+            super::signature(update, "update body", &[scalar, scalar], &[scalar])?;
+            Ok(s)
+        }
+        _ => Err(format!("{} is not an indexing op", op.name())),
+    }
+}
+
+/// That `starts` are one integer scalar of one dtype per axis of `s`.
+pub(crate) fn starts(s: Shape, starts: &[Shape]) -> Result<(), String> {
+    if starts.len() != s.rank() {
+        return Err(format!("{} starts for {s}", starts.len()));
+    }
+    let t0 = starts.first().map(|t| t.dtype());
+    if starts
+        .iter()
+        .any(|t| t.rank() != 0 || !t.dtype().is_integer() || Some(t.dtype()) != t0)
+    {
+        return Err("starts must be integer scalars of one dtype".into());
+    }
+    Ok(())
+}
+
 /// `offset_dims`/`update_window_dims` of a gather or scatter along `a`.
 fn window_dims(rank: usize, a: usize, idx_rank: usize) -> Vec<i64> {
     (0..a)

@@ -171,6 +171,46 @@ impl Op {
         }
     }
 
+    /// The shape rule: the types of the op's results (one, or one per
+    /// result of a multi-result op) from its operands' types, or what is
+    /// wrong with them. The ops that state their result type in StableHLO
+    /// (parameters, constants, `iota`, `convert`, `bitcast_convert`,
+    /// `reshape`, `broadcast_in_dim`, a sharding constraint) are given it
+    /// as `declared` and check it against their operands; the others
+    /// compute theirs. A `Project` gives `declared`: its type is its
+    /// producer's result, which [`Function::verify`] compares.
+    pub(crate) fn infer(&self, args: &[Shape], declared: Shape) -> Result<Vec<Shape>, String> {
+        let one = |s: Result<Shape, String>| s.map(|s| vec![s]);
+        match self {
+            Op::Parameter(_) | Op::Poison => arity(args, 0).map(|()| vec![declared]),
+            Op::Project(_) => arity(args, 1).map(|()| vec![declared]),
+            Op::Constant(_) | Op::Iota(_) => one(constant::infer(self, args, declared)),
+            Op::Elementwise(e) => one(e.infer(args)),
+            Op::Convert | Op::Bitcast => one(convert::infer(self, args, declared)),
+            Op::DotGeneral(d) => {
+                one(arity(args, 2).and_then(|()| dot::dot_shape(args[0], args[1], d)))
+            }
+            Op::Reshape
+            | Op::Transpose(_)
+            | Op::Broadcast(_)
+            | Op::Slice(_)
+            | Op::Concatenate(_)
+            | Op::Pad(_)
+            | Op::Reverse(_) => one(shape_ops::infer(self, args, declared)),
+            Op::DynamicSlice(_) | Op::DynamicUpdateSlice | Op::Gather(_) | Op::Scatter { .. } => {
+                one(indexing::infer(self, args))
+            }
+            Op::Reduce { .. } | Op::ReduceWindow { .. } => reduce::infer(self, args),
+            Op::Sort { comparator, axis } => sort::infer(comparator, *axis, args),
+            Op::While { .. } | Op::If { .. } | Op::Call { .. } => control::infer(self, args),
+            Op::Sharding => {
+                one(arity(args, 1).and_then(|()| same_type(args[0], declared).map(|()| declared)))
+            }
+            Op::OptimizationBarrier => Ok(args.to_vec()),
+            Op::CustomCall(site) => Ok(site.results.clone()),
+        }
+    }
+
     /// Prints the op (parameters are printed by the function signature).
     pub(crate) fn print(&self, p: &mut OpPrinter<'_>) {
         match self {
@@ -359,5 +399,54 @@ impl Op {
             Op::OptimizationBarrier => args.iter().map(|&a| a.clone()).collect(),
             _ => control::eval(self, args),
         }
+    }
+}
+
+/// That `args` holds `n` operands.
+pub(crate) fn arity(args: &[Shape], n: usize) -> Result<(), String> {
+    if args.len() == n {
+        Ok(())
+    } else {
+        Err(format!("{} operands, not {n}", args.len()))
+    }
+}
+
+/// That `a` and `b` have one type (dtype and dims).
+pub(crate) fn same_type(a: Shape, b: Shape) -> Result<(), String> {
+    if a.same_type(&b) {
+        Ok(())
+    } else {
+        Err(format!("{a} and {b} differ"))
+    }
+}
+
+/// That `s` is a scalar of `dtype` (`None`: of any dtype).
+pub(crate) fn scalar(s: Shape, dtype: Option<crate::DType>, what: &str) -> Result<(), String> {
+    if s.rank() == 0 && dtype.is_none_or(|d| d == s.dtype()) {
+        Ok(())
+    } else {
+        let d = dtype.map_or(String::new(), |d| format!("{d} "));
+        Err(format!("{what} is {s}, not a {d}scalar"))
+    }
+}
+
+/// That `f`'s parameters are `params` and its results `results` (types).
+pub(crate) fn signature(
+    f: &Function,
+    what: &str,
+    params: &[Shape],
+    results: &[Shape],
+) -> Result<(), String> {
+    let p = f.param_shapes();
+    let r = f.result_shapes();
+    let same = |a: &[Shape], b: &[Shape]| {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.same_type(y))
+    };
+    if same(&p, params) && same(&r, results) {
+        Ok(())
+    } else {
+        Err(format!(
+            "the {what} takes {p:?} and gives {r:?}, not {params:?} to {results:?}"
+        ))
     }
 }

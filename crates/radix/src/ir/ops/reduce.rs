@@ -45,6 +45,55 @@ pub(crate) fn windowed_shape(s: Shape, w: &Window) -> Result<Shape, String> {
     Ok(out)
 }
 
+/// The shape rules of the reductions. `reduce`: operands of one dims, an
+/// initial scalar each of its dtype, a body from (accumulators, elements)
+/// to accumulators, distinct axes; each result is its operand without the
+/// axes. `reduce_window`: an operand and its initial scalar, a body over two
+/// scalars, the result [`windowed_shape`].
+pub(crate) fn infer(op: &Op, args: &[Shape]) -> Result<Vec<Shape>, String> {
+    match op {
+        Op::Reduce { body, axes } => {
+            let n = args.len() / 2;
+            let (operands, inits) = args.split_at(n);
+            let first = *operands.first().ok_or("no operands")?;
+            if args.len() % 2 != 0 {
+                return Err(format!("{} operands and initial values", args.len()));
+            }
+            if let Some(t) = operands.iter().find(|t| t.dims() != first.dims()) {
+                return Err(format!("operands {first} and {t} differ"));
+            }
+            let scalars: Vec<Shape> = operands.iter().map(|t| Shape::scalar(t.dtype())).collect();
+            for (&i, s) in inits.iter().zip(&scalars) {
+                super::scalar(i, Some(s.dtype()), "the initial value")?;
+            }
+            let params: Vec<Shape> = scalars.iter().chain(&scalars).copied().collect();
+            super::signature(body, "body", &params, &scalars)?;
+            let mut sorted = axes.clone();
+            sorted.sort();
+            sorted.dedup();
+            if sorted != *axes || axes.iter().any(|&a| a >= first.rank()) {
+                return Err(format!("axes {axes:?} of {first}"));
+            }
+            Ok(operands
+                .iter()
+                .map(|&t| {
+                    axes.iter()
+                        .rev()
+                        .fold(t, |s, &i| s.remove_axis(i).unwrap_or(s))
+                })
+                .collect())
+        }
+        Op::ReduceWindow { body, window } => {
+            super::arity(args, 2)?;
+            let scalar = Shape::scalar(args[0].dtype());
+            super::scalar(args[1], Some(scalar.dtype()), "the initial value")?;
+            super::signature(body, "body", &[scalar, scalar], &[scalar])?;
+            windowed_shape(args[0], window).map(|s| vec![s])
+        }
+        _ => Err(format!("{} is not a reduction", op.name())),
+    }
+}
+
 /// The lowest value of `dtype` (the identity of `maximum`).
 pub(crate) fn lowest(dtype: DType) -> f64 {
     match dtype {

@@ -82,6 +82,147 @@ pub(crate) fn infer_dims(s: Shape, dims: &[i64]) -> Result<Vec<i64>, String> {
         .collect())
 }
 
+/// `s` with axis `i` resized to `n` (its tag kept).
+pub(crate) fn resized(s: Shape, i: usize, n: i64) -> Shape {
+    let tag = s.tag(i).map_or("", |t| t.as_str());
+    s.remove_axis(i)
+        .and_then(|o| o.insert_axis(i, n, tag))
+        .unwrap_or(s)
+}
+
+/// The shape rules of the ops that move elements. `reshape` and
+/// `broadcast_in_dim` state their result type (`declared`): a reshape keeps
+/// the count and dtype; a broadcast sends operand axis `k` to `axes[k]`,
+/// where it has the target's size or stretches from 1. The others give
+/// their operand's tags to the axes they keep.
+pub(crate) fn infer(op: &Op, args: &[Shape], declared: Shape) -> Result<Shape, String> {
+    let s = *args.first().ok_or("no operand")?;
+    match op {
+        Op::Reshape => {
+            super::arity(args, 1)?;
+            if s.count() != declared.count() || s.dtype() != declared.dtype() {
+                return Err(format!("cannot reshape {s} to {declared}"));
+            }
+            Ok(declared)
+        }
+        Op::Broadcast(axes) => {
+            super::arity(args, 1)?;
+            broadcast(s, axes, declared).map(|()| declared)
+        }
+        Op::Transpose(perm) => {
+            super::arity(args, 1)?;
+            let mut sorted = perm.clone();
+            sorted.sort();
+            if sorted != (0..s.rank()).collect::<Vec<_>>() {
+                return Err(format!("{perm:?} is not a permutation of the axes of {s}"));
+            }
+            let mut out = Shape::scalar(s.dtype());
+            for (k, &p) in perm.iter().enumerate() {
+                let tag = s.tag(p).map_or("", |t| t.as_str());
+                out = out.insert_axis(k, s.dims()[p], tag).unwrap_or(out);
+            }
+            Ok(out)
+        }
+        Op::Slice(spec) => {
+            super::arity(args, 1)?;
+            slice(s, spec)
+        }
+        Op::Concatenate(a) => concatenate(args, *a),
+        Op::Pad(spec) => {
+            super::arity(args, 2)?;
+            super::scalar(args[1], Some(s.dtype()), "the padding value")?;
+            pad(s, spec)
+        }
+        Op::Reverse(axes) => {
+            super::arity(args, 1)?;
+            match axes.iter().find(|&&a| a >= s.rank()) {
+                Some(a) => Err(format!("no axis {a} in {s}")),
+                None => Ok(s),
+            }
+        }
+        _ => Err(format!("{} does not move elements", op.name())),
+    }
+}
+
+fn broadcast(s: Shape, axes: &[usize], target: Shape) -> Result<(), String> {
+    if s.dtype() != target.dtype() {
+        return Err(format!("broadcast of {s} to {target}"));
+    }
+    if axes.len() != s.rank() {
+        return Err(format!("{} axes given for rank {}", axes.len(), s.rank()));
+    }
+    for (k, &a) in axes.iter().enumerate() {
+        if a >= target.rank() || axes[..k].contains(&a) {
+            return Err(format!("bad target axis {a}"));
+        }
+        if s.dims()[k] != 1 && s.dims()[k] != target.dims()[a] {
+            return Err(format!(
+                "axis {k} of size {} cannot stretch to {}",
+                s.dims()[k],
+                target.dims()[a]
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The shape rule of `stablehlo.slice`.
+pub(crate) fn slice(s: Shape, spec: &SliceSpec) -> Result<Shape, String> {
+    let r = s.rank();
+    if spec.start.len() != r || spec.limit.len() != r || spec.strides.len() != r {
+        return Err(format!("slice spec of the wrong rank for {s}"));
+    }
+    let mut out = s;
+    for i in 0..r {
+        let (st, li, step) = (spec.start[i], spec.limit[i], spec.strides[i]);
+        if st < 0 || li > s.dims()[i] || st > li || step < 1 {
+            return Err(format!(
+                "slice {st}..{li} by {step} out of range for axis {i} of size {}",
+                s.dims()[i]
+            ));
+        }
+        out = resized(out, i, (li - st + step - 1) / step);
+    }
+    Ok(out)
+}
+
+/// The shape rule of `stablehlo.concatenate` along axis `a`.
+pub(crate) fn concatenate(args: &[Shape], a: usize) -> Result<Shape, String> {
+    let s = *args.first().ok_or("no tensors")?;
+    if a >= s.rank() {
+        return Err(format!("no axis {a} in {s}"));
+    }
+    let mut total = 0;
+    for &t in args {
+        let same = t.rank() == s.rank()
+            && t.dtype() == s.dtype()
+            && (0..s.rank()).all(|i| i == a || t.dims()[i] == s.dims()[i]);
+        if !same {
+            return Err(format!("{t} does not fit {s} along axis {a}"));
+        }
+        total += t.dims()[a];
+    }
+    Ok(resized(s, a, total))
+}
+
+/// The shape rule of `stablehlo.pad`.
+pub(crate) fn pad(s: Shape, spec: &PadSpec) -> Result<Shape, String> {
+    let r = s.rank();
+    if spec.low.len() != r || spec.high.len() != r || spec.interior.len() != r {
+        return Err(format!("pad spec of the wrong rank for {s}"));
+    }
+    let mut out = s;
+    for i in 0..r {
+        let d = s.dims()[i];
+        let n = spec.low[i] + spec.high[i] + d + (d - 1).max(0) * spec.interior[i];
+        if spec.interior[i] < 0 || n < 0 {
+            return Err(format!("bad padding of axis {i}"));
+        }
+        out = resized(out, i, n);
+    }
+    Ok(out)
+}
+
 pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
     let arr = |v: &[usize]| i64_array(v.iter().map(|&x| x as i64));
     match op {

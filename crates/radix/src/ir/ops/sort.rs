@@ -19,6 +19,34 @@ pub enum Order {
     Descending,
 }
 
+/// The shape rule of `sort`: operands of one dims with `axis` among
+/// them, a comparator from (lhs0, rhs0, lhs1, rhs1, ...) scalars to a bool;
+/// each result is its operand's type.
+pub(crate) fn infer(
+    comparator: &Function,
+    axis: usize,
+    args: &[Shape],
+) -> Result<Vec<Shape>, String> {
+    let first = *args.first().ok_or("no operands")?;
+    if let Some(t) = args.iter().find(|t| t.dims() != first.dims()) {
+        return Err(format!("operands {first} and {t} differ"));
+    }
+    if axis >= first.rank() {
+        return Err(format!("no axis {axis} in {first}"));
+    }
+    let params: Vec<Shape> = args
+        .iter()
+        .flat_map(|t| [Shape::scalar(t.dtype()); 2])
+        .collect();
+    super::signature(
+        comparator,
+        "comparator",
+        &params,
+        &[Shape::scalar(DType::Bool)],
+    )?;
+    Ok(args.to_vec())
+}
+
 pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
     let Op::Sort { comparator, axis } = op else {
         unreachable!("{op:?} is not a sort")
