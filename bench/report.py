@@ -417,6 +417,11 @@ def main(results, out=os.path.join(ROOT, "BENCHMARKS.md")):
     if tr:
         target("trace 30-layer stack to StableHLO", f"{fmt(tr.median)} ms (JAX {fmt(jtr.median) if jtr else '—'} ms)",
                "≤ 45 ms", tr.median <= 45)
+    twp, btwp = g("radix trace (with passes)"), g("before issue 27: radix trace (with passes)")
+    if twp and btwp:
+        target("trace with passes vs before issue 27 (every node checked by its rule)",
+               f"{fmt(twp.median)} ms vs {fmt(btwp.median)} ms ({twp.median / btwp.median:.2f}×)",
+               "≤ 1× (as fast)", twp.median <= btwp.median)
     if comp and cached:
         target("cached start vs compile", f"{fmt(cached.median)} ms vs {fmt(comp.median)} ms "
                f"({comp.median / cached.median:.1f}×)", "≥ 10× faster", comp.median >= 10 * cached.median)
@@ -502,9 +507,18 @@ def main(results, out=os.path.join(ROOT, "BENCHMARKS.md")):
       "`jax.jit(f).lower(shapes).as_text()`, a fresh function and cleared caches each run. "
       f"Text: radix {trm.get('stablehlo_lines', '?')} lines / {trm.get('stablehlo_bytes', '?')} bytes, "
       f"JAX {jtm.get('stablehlo_lines', '?')} lines / {jtm.get('stablehlo_bytes', '?')} bytes.\n")
+    built = meta(runs, "trace-before").get("built_from", "?")
+    before = g("before issue 27: radix trace + print")
+    before_rows = [(f"radix before issue 27 (`{built}`): trace + print", before),
+                   ("before issue 27: trace with passes", g("before issue 27: radix trace (with passes)"), False)]
     w(table([("radix trace + print", tr), ("radix: trace with passes", g("radix trace (with passes)"), False),
-             ("radix: print", g("radix print"), False), ("JAX lower + as_text", jtr),
+             ("radix: print", g("radix print"), False)] + (before_rows if before else []) +
+            [("JAX lower + as_text", jtr),
              ("JAX: lower only", g("jax.jit(f).lower(...) only"), False)], tr, True) + "\n")
+    if before:
+        w("The build before issue 27 is radix at the commit before every node was checked by its "
+          "op's shape rule as it is made (`Function::push`); bench/run alternates it with this "
+          "tree's build, round by round, on the same program.\n")
 
     w("## 3. Warm start: from model code to a runnable executable\n")
     w(provenance.stamp_line(runs, "warm-start"))

@@ -156,6 +156,20 @@ class Training(unittest.TestCase):
         self.assertNotIn("LoRA on SmolLM2", without)
         self.assertNotIn("radix's CPU plugin (the same", without)
 
+    def test_the_trace_before_issue_27_is_a_row_and_a_target_when_measured(self):
+        def trace(prefix, total, passes):
+            return result("radix", {f"{prefix}radix trace + print": total,
+                                    f"{prefix}radix trace (with passes)": passes}, RUN)
+        files = {**dispatch(RUN), "trace-radix-1": trace("", [30.0, 32.0], [20.0, 22.0]),
+                 "trace-before-1": trace("before issue 27: ", [31.0, 33.0], [21.0, 23.0])}
+        files["trace-before-1"]["meta"]["built_from"] = "723b688f232f"
+        md = check(files)
+        self.assertIn("| radix before issue 27 (`723b688f232f`): trace + print | 32.0 µs |", md)
+        self.assertIn("| trace with passes vs before issue 27 (every node checked by its rule) "
+                      "| 21.0 ms vs 22.0 ms (0.95×) | ≤ 1× (as fast) | **met** |", md)
+        without = check({**dispatch(RUN), "trace-radix-1": trace("", [30.0], [20.0])})
+        self.assertNotIn("before issue 27", without)
+
 
 class Spread(unittest.TestCase):
     def test_tables_print_min_and_max_beside_the_median(self):

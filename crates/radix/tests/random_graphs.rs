@@ -1,6 +1,7 @@
 //! Property tests: random well-typed graphs compiled through the CPU plugin
 //! give what the reference interpreter gives, and their gradients
-//! (`radix::grad`) match central finite differences in f64.
+//! (`radix::grad`) match central finite differences in f64; every graph and
+//! its gradient's verify (`Program::verify`) as traced and after the passes.
 
 mod kernels;
 

@@ -82,10 +82,10 @@ pub(crate) fn joint(f: &Function, n_wrt: usize) -> Result<Joint, GradError> {
                     saved[i] = Some(s);
                     id
                 }
-                None => e.f.push(node, f.locs[i]),
+                None => e.f.push_rebuilt(node, f.locs[i]),
             }
         } else {
-            e.f.push(node, f.locs[i])
+            e.f.push_rebuilt(node, f.locs[i])
         };
         map.push(id);
     }
@@ -236,7 +236,7 @@ impl<'f> Emitter<'f> {
                 Op::Parameter(k) => args[k],
                 _ => {
                     let a: Vec<ValueId> = n.args.iter().map(|a| map[a.0 as usize]).collect();
-                    self.f.push(
+                    self.f.push_rebuilt(
                         Node {
                             op: n.op.clone(),
                             args: a,
@@ -286,7 +286,7 @@ impl<'f> Emitter<'f> {
 
     /// Appends `op` applied to `args`, producing `shape`.
     pub(crate) fn emit(&mut self, op: Op, args: &[ValueId], shape: Shape) -> ValueId {
-        self.f.push(
+        self.f.push_rebuilt(
             Node {
                 op,
                 args: args.to_vec(),
@@ -461,7 +461,7 @@ pub(crate) fn scalar_body(dtype: DType, op: Binary, loc: &'static Location<'stat
     let s = Shape::scalar(dtype);
     let mut f = Function::default();
     for i in 0..2 {
-        let p = f.push(
+        let p = f.push_rebuilt(
             Node {
                 op: Op::Parameter(i),
                 args: vec![],
@@ -471,7 +471,7 @@ pub(crate) fn scalar_body(dtype: DType, op: Binary, loc: &'static Location<'stat
         );
         f.params.push(p);
     }
-    let r = f.push(
+    let r = f.push_rebuilt(
         Node {
             op: op.into(),
             args: f.params.clone(),

@@ -4,7 +4,9 @@
 //! its user), its parameters and its results. Each node is one op producing
 //! one tensor. The op set is a small closed enum, [`Op`]; each op family lives
 //! in one file under [`ops`] with its shape rule, StableHLO printing and
-//! reference semantics side by side. The IR knows nothing of the tracer:
+//! reference semantics side by side. [`Function::push`], the only way to
+//! add a node, checks it by its op's shape rule; [`Function::verify`]
+//! re-checks a whole function. The IR knows nothing of the tracer:
 //! the methods recording ops live under `tensor/`, which uses this module. Composites
 //! (softmax, gelu, mean, ...) are built from these primitives and add no op.
 //!
@@ -36,6 +38,13 @@ pub(crate) type Loc = &'static Location<'static>;
 /// The id of a node (and of the value it produces) in its function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct ValueId(pub(crate) u32);
+
+/// A node its op's shape rule rejects: the op and why.
+#[derive(Debug, Clone)]
+pub(crate) struct ShapeError {
+    pub(crate) op: &'static str,
+    pub(crate) message: String,
+}
 
 /// One op application. Its identity is structural: two nodes are equal
 /// (and hash equal) when their ops, operands and shapes are, wherever they
@@ -128,15 +137,86 @@ impl Function {
         h.finish()
     }
 
-    /// Appends `node`, traced at `loc`.
-    pub(crate) fn push(&mut self, node: Node, loc: Loc) -> ValueId {
+    /// Appends `node`, traced at `loc`: the only way a node is made, so
+    /// every node of every function is checked by its op's shape rule as it
+    /// is made. `node.shape` is the type the ops that state theirs (a
+    /// constant, a reshape, ...) are given, and for the others the tags the
+    /// caller wants on the rule's type, whose dtype and dims it must have.
+    pub(crate) fn push(&mut self, node: Node, loc: Loc) -> Result<ValueId, ShapeError> {
+        let error = |message: String| ShapeError {
+            op: node.op.name(),
+            message,
+        };
+        let ty = self
+            .rule_type(&node.op, &node.args, node.shape)
+            .map_err(error)?;
+        if !node.shape.same_type(&ty) {
+            return Err(error(format!(
+                "is typed {} but its rule gives {ty}",
+                node.shape
+            )));
+        }
         let id = ValueId(self.nodes.len() as u32);
         if node.op.has_side_effect() {
             self.effects.push(id);
         }
         self.nodes.push(node);
         self.locs.push(loc);
-        id
+        Ok(id)
+    }
+
+    /// [`Function::push`] of a node rebuilt from checked ones (a pass's
+    /// rewrite, a derivative rule's node), where a rejected node is a fault
+    /// of radix's own rule, not of the traced code: panics naming it.
+    pub(crate) fn push_rebuilt(&mut self, node: Node, loc: Loc) -> ValueId {
+        self.push(node, loc).unwrap_or_else(|e| {
+            panic!(
+                "radix built an ill-typed {} node at {}:{}: {}",
+                e.op,
+                loc.file(),
+                loc.line(),
+                e.message
+            )
+        })
+    }
+
+    /// The type of `op` applied to `args` by the op's shape rule
+    /// ([`Op::infer`]; a `Project`'s is its producer's result), `stated`
+    /// given to the ops that state theirs.
+    pub(crate) fn rule_type(
+        &self,
+        op: &Op,
+        args: &[ValueId],
+        stated: Shape,
+    ) -> Result<Shape, String> {
+        if let Some(a) = args.iter().find(|a| a.0 as usize >= self.nodes.len()) {
+            return Err(format!("operand %{} is not a node before it", a.0));
+        }
+        let shapes: Vec<Shape> = args.iter().map(|&a| self.node(a).shape).collect();
+        if let Op::Project(k) = op {
+            ops::arity(&shapes, 1)?;
+            let producer = self.node(args[0]);
+            if !producer.op.is_multi() {
+                return Err("its operand is not a multi-result op".into());
+            }
+            let results = self.rule_type_all(producer)?;
+            return results
+                .get(*k)
+                .copied()
+                .ok_or_else(|| format!("result {k} of an op of {}", results.len()));
+        }
+        Ok(op
+            .infer(&shapes, stated)?
+            .first()
+            .copied()
+            .unwrap_or(stated))
+    }
+
+    /// The types of all results of `node` (one of this function's) by its
+    /// op's shape rule.
+    fn rule_type_all(&self, node: &Node) -> Result<Vec<Shape>, String> {
+        let shapes: Vec<Shape> = node.args.iter().map(|&a| self.node(a).shape).collect();
+        node.op.infer(&shapes, node.shape)
     }
 
     /// Which nodes the results and the side effects depend on (parameters

@@ -122,7 +122,7 @@ pub(crate) fn split(f: &Function, n_wrt: usize, reads: Reads) -> Result<Split, G
     }
     let copy = |bwd: &mut Function, map: &mut HashMap<ValueId, ValueId>, i: usize| {
         let n = &j.nodes[i];
-        let id = bwd.push(
+        let id = bwd.push_rebuilt(
             Node {
                 op: n.op.clone(),
                 args: n.args.iter().map(|a| map[a]).collect(),

@@ -79,8 +79,6 @@ impl Function {
                 return Err(err(p.0 as usize, format!("is not parameter {k}")));
             }
         }
-        // The result types of each multi-result node, read by its `Project`s.
-        let mut multi: Vec<Option<Vec<Shape>>> = vec![None; n];
         for (i, node) in self.nodes.iter().enumerate() {
             if let Some(a) = node.args.iter().find(|a| a.0 as usize >= i) {
                 return Err(err(i, format!("operand %{} does not come before it", a.0)));
@@ -92,33 +90,9 @@ impl Function {
                 })?;
             }
             let args: Vec<Shape> = node.args.iter().map(|&a| self.node(a).shape).collect();
-            let want = match node.op {
-                Op::Project(k) => {
-                    let Some(results) =
-                        node.args.first().and_then(|a| multi[a.0 as usize].as_ref())
-                    else {
-                        return Err(err(i, "its operand is not a multi-result op".into()));
-                    };
-                    *results.get(k).ok_or_else(|| {
-                        err(i, format!("result {k} of an op of {}", results.len()))
-                    })?
-                }
-                _ => {
-                    let results = node
-                        .op
-                        .infer(&args, node.shape)
-                        .map_err(|m| err(i, format!("{m} (operands {})", list(&args))))?;
-                    let first = results.first().copied();
-                    if node.op.is_multi() {
-                        multi[i] = Some(results);
-                    }
-                    match first {
-                        Some(s) => s,
-                        // An op without results is stated by its first (absent) one.
-                        None => node.shape,
-                    }
-                }
-            };
+            let want = self
+                .rule_type(&node.op, &node.args, node.shape)
+                .map_err(|m| err(i, format!("{m} (operands {})", list(&args))))?;
             if !node.shape.same_type(&want) {
                 return Err(err(
                     i,
@@ -173,11 +147,13 @@ mod tests {
         let mut f = Function::default();
         let loc = Location::caller();
         for i in 0..2 {
-            let p = f.push(node(Op::Parameter(i), &[], s), loc);
+            let p = f.push(node(Op::Parameter(i), &[], s), loc).unwrap();
             f.params.push(p);
         }
-        let r = f.push(last, loc);
-        f.results.push(r);
+        // Appended as is: `Function::push` would reject the faulty ones.
+        f.nodes.push(last);
+        f.locs.push(loc);
+        f.results.push(ValueId(2));
         f
     }
 

@@ -57,7 +57,7 @@ impl Table {
     }
 
     fn push_hashed(&mut self, f: &mut Function, node: Node, loc: Loc, key: u64) -> ValueId {
-        let id = f.push(node, loc);
+        let id = f.push_rebuilt(node, loc);
         assert_eq!(
             id.0 as usize,
             self.hashes.len(),

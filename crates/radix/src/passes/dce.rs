@@ -16,7 +16,7 @@ pub(crate) fn run(f: &Function) -> Function {
     let mut out = Function::default();
     let mut renamed = vec![None::<ValueId>; f.nodes.len()];
     for &p in &f.params {
-        renamed[p.0 as usize] = Some(out.push(f.node(p).clone(), f.loc(p)));
+        renamed[p.0 as usize] = Some(out.push_rebuilt(f.node(p).clone(), f.loc(p)));
     }
     // Iterative post-order: (node, whether its operands were pushed).
     let mut stack: Vec<(ValueId, bool)> = vec![];
@@ -32,7 +32,7 @@ pub(crate) fn run(f: &Function) -> Function {
                 for a in &mut node.args {
                     *a = renamed[a.0 as usize].expect("operand scheduled first");
                 }
-                renamed[id.0 as usize] = Some(out.push(node, f.loc(id)));
+                renamed[id.0 as usize] = Some(out.push_rebuilt(node, f.loc(id)));
             } else {
                 stack.push((id, true));
                 for &a in node.args.iter().rev() {

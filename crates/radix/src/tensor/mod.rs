@@ -22,7 +22,7 @@ use std::panic::Location;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::error::TraceError;
-use crate::ir::{Function, Node, Op, ValueId};
+use crate::ir::{Function, Node, Op, ShapeError, ValueId};
 use crate::shape::AxisRef;
 use crate::{DType, Shape};
 
@@ -331,6 +331,7 @@ pub(crate) fn parameter(index: usize, shape: Shape, loc: &'static Location<'stat
     push_at(Op::Parameter(index), &[], shape, loc, |f, id| {
         f.params.push(id)
     })
+    .expect("a parameter has no operands to reject")
 }
 
 /// Records `op` applied to `args`, producing a value of `shape` (its tags;
@@ -339,10 +340,7 @@ pub(crate) fn parameter(index: usize, shape: Shape, loc: &'static Location<'stat
 /// the trace with its message at the caller's line.
 #[track_caller]
 pub(crate) fn emit(op: Op, args: &[Tensor], shape: Shape) -> Tensor {
-    match checked(&op, args, Some(shape)) {
-        Ok((live, _)) => push(op, &live, shape, |_, _| {}),
-        Err(msg) => fail(op.name(), msg, args, shape),
-    }
+    record_node(op, args, Some(shape))
 }
 
 /// Records `op` applied to `args`, of the type its shape rule gives (with
@@ -355,8 +353,8 @@ pub(crate) fn record_inferred(
     args: &[Tensor],
     op: Result<Op, String>,
 ) -> Tensor {
-    match op.and_then(|op| checked(&op, args, None).map(|(live, s)| (op, live, s))) {
-        Ok((op, live, shape)) => push(op, &live, shape, |_, _| {}),
+    match op {
+        Ok(op) => record_node(op, args, None),
         Err(msg) => fail(name, msg, args, fallback_shape(args)),
     }
 }
@@ -380,32 +378,36 @@ fn fallback_shape(args: &[Tensor]) -> Shape {
     args.first().map_or(Shape::scalar(DType::F32), |a| a.shape)
 }
 
-/// `args` as values of this trace (captured into an open block where they
-/// come from outside it) and the type of `op`'s (first) result by its
-/// shape rule, which must be `declared`'s where one is given.
+/// `op` on `args` (captured into an open block where they come from
+/// outside it), of type `stated` or, without one, the one its shape rule
+/// gives; a node [`Function::push`] rejects fails the trace.
 #[track_caller]
-fn checked(
-    op: &Op,
-    args: &[Tensor],
-    declared: Option<Shape>,
-) -> Result<(Vec<Tensor>, Shape), String> {
-    let live = args
+fn record_node(op: Op, args: &[Tensor], stated: Option<Shape>) -> Tensor {
+    let name = op.name();
+    let fallback = stated.unwrap_or_else(|| fallback_shape(args));
+    let live = match args
         .iter()
         .map(|&a| capture(a))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(live) => live,
+        Err(msg) => return fail(name, msg, args, fallback),
+    };
+    // The rule sees the tensors' shapes, whose tags may be renamed from
+    // their nodes' (`rename` records no node); `push` checks the type.
     let shapes: Vec<Shape> = live.iter().map(|t| t.shape).collect();
-    let stated = declared.unwrap_or_else(|| fallback_shape(args));
-    let inferred = op
-        .infer(&shapes, stated)?
-        .first()
-        .copied()
-        .unwrap_or(stated);
-    match declared {
-        Some(d) if !d.same_type(&inferred) => Err(format!(
-            "radix gave the result as {d} where the shape rule gives {inferred} (a fault in radix)"
-        )),
-        Some(d) => Ok((live, d)),
-        None => Ok((live, inferred)),
+    let shape = match stated {
+        Some(s) => Ok(s),
+        None => op
+            .infer(&shapes, fallback)
+            .map(|r| r.first().copied().unwrap_or(fallback)),
+    };
+    // Matches, not closures: `fail` and `push_at` name the caller's line
+    // (`#[track_caller]` does not reach into a closure).
+    let loc = Location::caller();
+    match shape.and_then(|shape| push_at(op, &live, shape, loc, |_, _| {}).map_err(|e| e.message)) {
+        Ok(t) => t,
+        Err(msg) => fail(name, msg, args, fallback),
     }
 }
 
@@ -413,7 +415,8 @@ fn checked(
 #[track_caller]
 pub(crate) fn fail(name: &'static str, message: String, args: &[Tensor], shape: Shape) -> Tensor {
     report(name, message, args);
-    push(Op::Poison, &[], shape, |_, _| {})
+    push_at(Op::Poison, &[], shape, Location::caller(), |_, _| {})
+        .expect("a placeholder has no operands to reject")
 }
 
 /// Records a misuse of op `name` on `args` at the caller's line, unless the
@@ -473,23 +476,13 @@ fn check_live(t: &Tensor) -> Result<(), String> {
     }
 }
 
-#[track_caller]
-fn push(
-    op: Op,
-    args: &[Tensor],
-    shape: Shape,
-    then: impl FnOnce(&mut Function, ValueId),
-) -> Tensor {
-    push_at(op, args, shape, Location::caller(), then)
-}
-
 fn push_at(
     op: Op,
     args: &[Tensor],
     shape: Shape,
     loc: &'static Location<'static>,
     then: impl FnOnce(&mut Function, ValueId),
-) -> Tensor {
+) -> Result<Tensor, ShapeError> {
     BUILDER.with(|b| {
         let mut b = b.borrow_mut();
         let node = Node {
@@ -497,12 +490,12 @@ fn push_at(
             args: args.iter().map(|a| a.value()).collect(),
             shape,
         };
-        let id = b.function.push(node, loc);
+        let id = b.function.push(node, loc)?;
         then(&mut b.function, id);
-        Tensor {
+        Ok(Tensor {
             id: id.0,
             trace: b.trace,
             shape,
-        }
+        })
     })
 }

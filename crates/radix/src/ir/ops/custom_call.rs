@@ -209,7 +209,7 @@ pub(crate) fn replace_by_fallbacks(f: &Function) -> Function {
             }
             op => op.map_bodies(&replace_by_fallbacks),
         };
-        out.push(Node { op, ..node.clone() }, loc);
+        out.push_rebuilt(Node { op, ..node.clone() }, loc);
     }
     out.params = f.params.clone();
     out.results = f.results.clone();

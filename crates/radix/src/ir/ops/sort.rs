@@ -121,7 +121,7 @@ pub(crate) fn vjp(
     // The comparator with two more (ignored) parameters for the iota.
     let mut with_iota = (**comparator).clone();
     for k in 0..2 {
-        let p = with_iota.push(
+        let p = with_iota.push_rebuilt(
             Node {
                 op: Op::Parameter(2 * n + k),
                 args: vec![],
@@ -185,7 +185,7 @@ fn first_ascending(dtypes: &[DType], loc: &'static std::panic::Location<'static>
         .iter()
         .enumerate()
     {
-        let p = f.push(
+        let p = f.push_rebuilt(
             Node {
                 op: Op::Parameter(i),
                 args: vec![],
@@ -195,7 +195,7 @@ fn first_ascending(dtypes: &[DType], loc: &'static std::panic::Location<'static>
         );
         f.params.push(p);
     }
-    let lt = f.push(
+    let lt = f.push_rebuilt(
         Node {
             op: Compare::Lt.into(),
             args: vec![f.params[0], f.params[1]],
