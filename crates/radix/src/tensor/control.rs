@@ -350,6 +350,29 @@ pub(crate) fn multi(op: Op, args: &[Tensor], shapes: &[Shape]) -> Vec<Tensor> {
         .collect()
 }
 
+/// Records `op` on `args` with its results typed by its shape rule (with
+/// the tags the rule gives): a multi-result op and a `Project` per
+/// result, or the one value of another op; placeholders shaped as
+/// `fallback` when the rule rejects the operands.
+#[track_caller]
+pub(crate) fn record_multi(
+    name: &'static str,
+    op: Op,
+    args: &[Tensor],
+    fallback: &[Shape],
+) -> Vec<Tensor> {
+    let shapes: Vec<Shape> = args.iter().map(|t| t.shape()).collect();
+    let stated = fallback
+        .first()
+        .copied()
+        .unwrap_or(Shape::scalar(DType::F32));
+    match op.infer(&shapes, stated) {
+        Ok(results) if op.is_multi() => multi(op, args, &results),
+        Ok(results) => vec![emit(op, args, results.first().copied().unwrap_or(stated))],
+        Err(msg) => poison(name, msg, args, fallback),
+    }
+}
+
 /// Records a misuse of op `name` and returns placeholders of `shapes`.
 #[track_caller]
 pub(crate) fn poison(

@@ -16,8 +16,8 @@ use crate::ir::Op;
 use crate::ir::ops::Binary;
 use crate::ir::ops::reduce::*;
 use crate::shape::{Axes, AxisRef};
-use crate::tensor::control::{multi, poison};
-use crate::tensor::{Block, emit, fail, record, record_inferred, trace_hermetic_block};
+use crate::tensor::control::{poison, record_multi};
+use crate::tensor::{Block, emit, fail, record_inferred, trace_hermetic_block};
 use crate::{DType, Shape, Tensor};
 use std::sync::Arc;
 
@@ -177,14 +177,6 @@ pub(crate) fn check_body(block: &Block, dtypes: &[DType]) -> Result<(), String> 
     }
 }
 
-fn check_init(init: Tensor, dtype: DType) -> Result<(), String> {
-    let s = init.shape();
-    if s.rank() != 0 || s.dtype() != dtype {
-        return Err(format!("the initial value is {s}, not a {dtype} scalar"));
-    }
-    Ok(())
-}
-
 #[track_caller]
 fn reduce_with_block(
     name: &'static str,
@@ -196,66 +188,32 @@ fn reduce_with_block(
     let dtypes: Vec<DType> = operands.iter().map(|t| t.dtype()).collect();
     let mut args = operands.to_vec();
     args.extend_from_slice(inits);
-    let shapes = reduced_shapes(operands, inits, axes, &block, &dtypes);
-    match shapes {
-        Ok((a, shapes)) => {
-            let op = Op::Reduce {
-                body: Arc::new(block.function),
-                axes: a,
-            };
-            if shapes.len() == 1 {
-                vec![record(name, &args, Ok((op, shapes[0])))]
-            } else {
-                multi(op, &args, &shapes)
-            }
-        }
-        Err(msg) => {
-            let fallback: Vec<Shape> = operands.iter().map(|t| t.shape()).collect();
-            poison(name, msg, &args, &fallback)
-        }
-    }
-}
-
-fn reduced_shapes(
-    operands: &[Tensor],
-    inits: &[Tensor],
-    axes: &impl Axes,
-    block: &Block,
-    dtypes: &[DType],
-) -> Result<(Vec<usize>, Vec<Shape>), String> {
-    let Some(first) = operands.first() else {
-        return Err("no operands".into());
-    };
-    if inits.len() != operands.len() {
-        return Err(format!(
+    let fallback: Vec<Shape> = operands.iter().map(|t| t.shape()).collect();
+    let axes = match operands.first() {
+        None => Err("no operands".to_string()),
+        // The split of `args` into operands and initial values is the
+        // tracer's to check; the rule checks their types.
+        Some(_) if inits.len() != operands.len() => Err(format!(
             "{} operands but {} initial values",
             operands.len(),
             inits.len()
-        ));
+        )),
+        Some(first) => first.shape().resolve(axes).and_then(|mut a| {
+            a.sort();
+            a.dedup();
+            check_body(&block, &dtypes).map(|()| a)
+        }),
+    };
+    match axes {
+        Ok(axes) => {
+            let op = Op::Reduce {
+                body: Arc::new(block.function),
+                axes,
+            };
+            record_multi(name, op, &args, &fallback)
+        }
+        Err(msg) => poison(name, msg, &args, &fallback),
     }
-    if let Some(t) = operands.iter().find(|t| t.dims() != first.dims()) {
-        return Err(format!(
-            "operands {} and {} differ",
-            first.shape(),
-            t.shape()
-        ));
-    }
-    for (&i, &d) in inits.iter().zip(dtypes) {
-        check_init(i, d)?;
-    }
-    check_body(block, dtypes)?;
-    let mut a = first.shape().resolve(axes)?;
-    a.sort();
-    a.dedup();
-    let shapes = operands
-        .iter()
-        .map(|t| {
-            a.iter()
-                .rev()
-                .fold(t.shape(), |s, &i| s.remove_axis(i).unwrap_or(s))
-        })
-        .collect();
-    Ok((a, shapes))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 use crate::ir::Op;
 use crate::ir::ops::shape_ops::*;
 use crate::shape::{Axes, AxisRef, Size};
-use crate::tensor::{fail, record, record_inferred};
+use crate::tensor::{emit, fail, record, record_inferred};
 use crate::{Shape, Tensor};
 
 impl Tensor {
@@ -47,30 +47,15 @@ impl Tensor {
     #[track_caller]
     pub fn broadcast_in_dim(self, shape: Shape, axes: &[usize]) -> Tensor {
         let s = self.shape();
-        let target = shape.with_dtype(s.dtype());
-        let res = (|| {
-            if axes.len() != s.rank() {
-                return Err(format!("{} axes given for rank {}", axes.len(), s.rank()));
+        // The target's untagged axes take the tags of the operand's axes
+        // sent there; the rule checks the axes.
+        let mut out = shape.with_dtype(s.dtype());
+        for (k, &a) in axes.iter().enumerate() {
+            if let (None, Some(t)) = (out.tag(a), s.tag(k)) {
+                out = out.with_tag(a, t.as_str()).unwrap_or(out);
             }
-            let mut out = target;
-            for (k, &a) in axes.iter().enumerate() {
-                if a >= target.rank() || axes[..k].contains(&a) {
-                    return Err(format!("bad target axis {a}"));
-                }
-                if s.dims()[k] != 1 && s.dims()[k] != target.dims()[a] {
-                    return Err(format!(
-                        "axis {k} of size {} cannot stretch to {}",
-                        s.dims()[k],
-                        target.dims()[a]
-                    ));
-                }
-                if let (None, Some(t)) = (target.tag(a), s.tag(k)) {
-                    out = out.with_tag(a, t.as_str()).unwrap_or(out);
-                }
-            }
-            Ok((Op::Broadcast(axes.to_vec()), out))
-        })();
-        record("broadcast", &[self], res)
+        }
+        emit(Op::Broadcast(axes.to_vec()), &[self], out)
     }
 
     /// Broadcasts to `shape` matching axes by tag: every axis of `self` must

@@ -11,7 +11,7 @@
 use crate::ir::Op;
 use crate::ir::ops::sort::*;
 use crate::shape::AxisRef;
-use crate::tensor::control::{multi, poison};
+use crate::tensor::control::{poison, record_multi};
 use crate::tensor::reduce::{check_body, scalar_block};
 use crate::{DType, Shape, Tensor};
 use std::sync::Arc;
@@ -43,13 +43,7 @@ pub fn sort(
             .shape()
             .axis(axis)
             .ok_or_else(|| format!("no axis {axis} in {}", first.shape()))?;
-        if let Some(t) = operands.iter().find(|t| t.dims() != first.dims()) {
-            return Err(format!(
-                "operands {} and {} differ",
-                first.shape(),
-                t.shape()
-            ));
-        }
+        // The rule checks the operands' dims as the op is recorded.
         check_body(&block, &[DType::Bool])?;
         Ok(a)
     })();
@@ -59,7 +53,7 @@ pub fn sort(
                 comparator: Arc::new(block.function),
                 axis: a,
             };
-            multi(op, operands, &shapes)
+            record_multi("sort", op, operands, &shapes)
         }
         Err(msg) => poison("sort", msg, operands, &shapes),
     }
