@@ -4,6 +4,7 @@
 
 use crate::donation;
 use crate::error::Error;
+use crate::ir::ops::Control;
 use crate::ir::{Function, Op, interp, print};
 use crate::literal::Literal;
 use crate::passes;
@@ -260,7 +261,7 @@ impl Program {
                 .iter()
                 .map(|n| {
                     let own = match &n.op {
-                        Op::While { body, .. } => body
+                        Op::Control(Control::While { body, .. }) => body
                             .results
                             .iter()
                             .map(|&r| body.node(r).shape.byte_size())

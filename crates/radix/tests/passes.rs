@@ -163,13 +163,13 @@ fn common_subexpressions_merge() {
         expect![[r#"
             module @radix {
               func.func @main(%arg0: tensor<2x3xf32>) -> (tensor<2x3xf32>) {
-                %0 = "stablehlo.constant"() {value = dense<"0x0000803F"> : tensor<2x3xf32>} : () -> tensor<2x3xf32>
-                %1 = "stablehlo.add"(%arg0, %0) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
-                %2 = "stablehlo.tanh"(%1) : (tensor<2x3xf32>) -> tensor<2x3xf32>
-                %3 = "stablehlo.exponential"(%arg0) : (tensor<2x3xf32>) -> tensor<2x3xf32>
-                %4 = "stablehlo.multiply"(%3, %3) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
-                %5 = "stablehlo.add"(%2, %4) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
-                %6 = "stablehlo.subtract"(%5, %2) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+                %0 = "stablehlo.exponential"(%arg0) : (tensor<2x3xf32>) -> tensor<2x3xf32>
+                %1 = "stablehlo.multiply"(%0, %0) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+                %2 = "stablehlo.constant"() {value = dense<"0x0000803F"> : tensor<2x3xf32>} : () -> tensor<2x3xf32>
+                %3 = "stablehlo.add"(%arg0, %2) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+                %4 = "stablehlo.tanh"(%3) : (tensor<2x3xf32>) -> tensor<2x3xf32>
+                %5 = "stablehlo.add"(%1, %4) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+                %6 = "stablehlo.subtract"(%5, %4) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
                 "func.return"(%6) : (tensor<2x3xf32>) -> ()
               }
             }

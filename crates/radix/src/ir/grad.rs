@@ -9,6 +9,7 @@
 //! value gets none, so a derivative through one is zero, never an error. A
 //! node none of whose results has a cotangent needs no rule.
 
+use crate::ir::ops::{Control, Conversion, Movement, Reduction, Source};
 use std::panic::Location;
 use std::sync::Arc;
 
@@ -183,11 +184,11 @@ fn mapped(n: &Node, map: &[ValueId]) -> Node {
 /// How many results a multi-result node has.
 fn n_results(n: &Node) -> usize {
     match &n.op {
-        Op::Call { f: body, .. } => body.results.len(),
-        Op::While { body, .. } => body.results.len(),
-        Op::If { then, .. } => then.results.len(),
-        Op::Reduce { body, .. } => body.results.len(),
-        Op::Sort { .. } | Op::OptimizationBarrier => n.args.len(),
+        Op::Control(Control::Call { f: body, .. }) => body.results.len(),
+        Op::Control(Control::While { body, .. }) => body.results.len(),
+        Op::Control(Control::If { then, .. }) => then.results.len(),
+        Op::Reduction(Reduction::Reduce { body, .. }) => body.results.len(),
+        Op::Sort(_) | Op::OptimizationBarrier => n.args.len(),
         Op::CustomCall(site) => site.results.len(),
         _ => 1,
     }
@@ -311,7 +312,7 @@ impl<'f> Emitter<'f> {
     /// `shape` filled with `v` (a splat constant).
     pub(crate) fn full(&mut self, shape: Shape, v: f64) -> ValueId {
         let bytes: Arc<[u8]> = encode(shape.dtype(), &[v]).into();
-        self.emit(Op::Constant(bytes), &[], shape)
+        self.emit(Op::Source(Source::Constant(bytes)), &[], shape)
     }
 
     /// `shape` filled with zeros.
@@ -388,13 +389,13 @@ impl<'f> Emitter<'f> {
     /// `x` converted to `dtype`.
     pub(crate) fn convert(&mut self, x: ValueId, dtype: DType) -> ValueId {
         let s = self.shape(x).with_dtype(dtype);
-        self.emit(Op::Convert, &[x], s)
+        self.emit(Op::Conversion(Conversion::Convert), &[x], s)
     }
 
     /// `x` with the dims (and tags) of `shape`, its dtype kept.
     pub(crate) fn reshape(&mut self, x: ValueId, shape: Shape) -> ValueId {
         let s = shape.with_dtype(self.shape(x).dtype());
-        self.emit(Op::Reshape, &[x], s)
+        self.emit(Op::Movement(Movement::Reshape), &[x], s)
     }
 
     /// `x` with axis `k` of the result read from axis `perm[k]`.
@@ -404,13 +405,13 @@ impl<'f> Emitter<'f> {
         for (k, &p) in perm.iter().enumerate() {
             out = out.insert_axis(k, s.dims()[p], tag(s, p)).unwrap_or(out);
         }
-        self.emit(Op::Transpose(perm.to_vec()), &[x], out)
+        self.emit(Op::Movement(Movement::Transpose(perm.to_vec())), &[x], out)
     }
 
     /// `x` broadcast to `shape` (dtype kept), its axis `k` going to `axes[k]`.
     pub(crate) fn broadcast(&mut self, x: ValueId, shape: Shape, axes: &[usize]) -> ValueId {
         let s = shape.with_dtype(self.shape(x).dtype());
-        self.emit(Op::Broadcast(axes.to_vec()), &[x], s)
+        self.emit(Op::Movement(Movement::Broadcast(axes.to_vec())), &[x], s)
     }
 
     /// The sum of `x` over `axes`, which are removed.
@@ -428,10 +429,10 @@ impl<'f> Emitter<'f> {
         let zero = self.zeros(Shape::scalar(s.dtype()));
         let body = scalar_body(s.dtype(), Binary::Add, self.loc);
         self.emit(
-            Op::Reduce {
+            Op::Reduction(Reduction::Reduce {
                 body: Arc::new(body),
                 axes: sorted,
-            },
+            }),
             &[x, zero],
             out,
         )

@@ -24,11 +24,7 @@ pub(crate) fn eval(f: &Function, args: &[Literal]) -> Vec<Literal> {
                     .iter()
                     .map(|a| &values[a.0 as usize].as_ref().expect("operand evaluated")[0])
                     .collect();
-                if op.is_multi() {
-                    op.eval_multi(&a)
-                } else {
-                    vec![op.eval(&a, node.shape)]
-                }
+                op.eval(&a, node.shape)
             }
         };
         values[i] = Some(v);

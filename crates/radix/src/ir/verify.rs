@@ -131,7 +131,7 @@ mod tests {
     use super::*;
     use crate::DType;
     use crate::ir::Node;
-    use crate::ir::ops::Binary;
+    use crate::ir::ops::{Binary, Control, Movement};
 
     fn node(op: Op, args: &[u32], shape: Shape) -> Node {
         Node {
@@ -164,7 +164,7 @@ mod tests {
             .verify()
             .unwrap();
         let t = Shape::new(DType::F32, &[3, 2]);
-        function(node(Op::Transpose(vec![1, 0]), &[0], t))
+        function(node(Op::Movement(Movement::Transpose(vec![1, 0])), &[0], t))
             .verify()
             .unwrap();
     }
@@ -177,15 +177,22 @@ mod tests {
                 node(Binary::Add.into(), &[0, 1], s.with_dtype(DType::F16)),
                 "is typed",
             ),
-            (node(Op::Transpose(vec![1, 0]), &[0], s), "is typed"),
             (
-                node(Op::Transpose(vec![0, 0]), &[0], s),
+                node(Op::Movement(Movement::Transpose(vec![1, 0])), &[0], s),
+                "is typed",
+            ),
+            (
+                node(Op::Movement(Movement::Transpose(vec![0, 0])), &[0], s),
                 "not a permutation",
             ),
             (node(Binary::Add.into(), &[0], s), "1 operands, not 2"),
             (node(Binary::Add.into(), &[0, 2], s), "does not come before"),
             (
-                node(Op::Reshape, &[0], Shape::new(DType::F32, &[5])),
+                node(
+                    Op::Movement(Movement::Reshape),
+                    &[0],
+                    Shape::new(DType::F32, &[5]),
+                ),
                 "cannot reshape",
             ),
             (node(Op::Project(0), &[0], s), "not a multi-result op"),
@@ -201,11 +208,11 @@ mod tests {
     #[test]
     fn a_fault_in_a_body_names_the_body() {
         let bad = function(node(Binary::Add.into(), &[0, 1], Shape::scalar(DType::I32)));
-        let call = Op::Call {
+        let call = Op::Control(Control::Call {
             name: "f".into(),
             f: std::sync::Arc::new(bad),
             checkpoint: false,
-        };
+        });
         let f = function(node(call, &[0, 1], Shape::new(DType::F32, &[2, 3])));
         let e = f.verify().unwrap_err();
         assert_eq!(e.path, ["call"], "{e}");

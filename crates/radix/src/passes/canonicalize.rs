@@ -20,6 +20,7 @@
 //! Floating point: `x + 0` → `x` differs from IEEE only for `x = -0.0`
 //! (where `-0 + 0 = +0`), the same liberty XLA's simplifier takes.
 
+use crate::ir::ops::{Conversion, Movement, Source};
 use std::sync::Arc;
 
 use crate::ir::ops::Elementwise;
@@ -56,10 +57,10 @@ pub(crate) fn simplify(f: &Function, mut node: Node) -> Simplified {
 
 /// One rewrite of `node`, or `None` when no rule applies.
 fn step(f: &Function, node: &Node) -> Option<Simplified> {
-    if let Op::Constant(bytes) = &node.op {
+    if let Op::Source(Source::Constant(bytes)) = &node.op {
         return splat(bytes, node.shape).map(|b| {
             Simplified::Node(Node {
-                op: Op::Constant(b),
+                op: Op::Source(Source::Constant(b)),
                 ..node.clone()
             })
         });
@@ -87,10 +88,10 @@ fn identity(f: &Function, node: &Node) -> Option<Simplified> {
                 None
             }
         }
-        Op::Convert => keep(arg(0)),
-        Op::Reshape => {
+        Op::Conversion(Conversion::Convert) => keep(arg(0)),
+        Op::Movement(Movement::Reshape) => {
             let inner = f.node(arg(0));
-            if matches!(inner.op, Op::Reshape) {
+            if matches!(inner.op, Op::Movement(Movement::Reshape)) {
                 return Some(Simplified::Node(Node {
                     args: inner.args.clone(),
                     ..node.clone()
@@ -98,23 +99,23 @@ fn identity(f: &Function, node: &Node) -> Option<Simplified> {
             }
             keep(arg(0))
         }
-        Op::Transpose(outer) => {
+        Op::Movement(Movement::Transpose(outer)) => {
             if outer.iter().enumerate().all(|(i, &p)| i == p) {
                 return keep(arg(0));
             }
             let inner = f.node(arg(0));
-            let Op::Transpose(first) = &inner.op else {
+            let Op::Movement(Movement::Transpose(first)) = &inner.op else {
                 return None;
             };
             // t1[i] = x[first[i]], t2[i] = t1[outer[i]] = x[first[outer[i]]].
             let perm = outer.iter().map(|&i| first[i]).collect();
             Some(Simplified::Node(Node {
-                op: Op::Transpose(perm),
+                op: Op::Movement(Movement::Transpose(perm)),
                 args: inner.args.clone(),
                 ..node.clone()
             }))
         }
-        Op::Broadcast(map) => {
+        Op::Movement(Movement::Broadcast(map)) => {
             let unchanged =
                 map.iter().enumerate().all(|(i, &m)| i == m) && map.len() == node.shape.rank();
             if unchanged { keep(arg(0)) } else { None }
@@ -125,8 +126,16 @@ fn identity(f: &Function, node: &Node) -> Option<Simplified> {
 
 /// `node` evaluated into a constant, when all its operands are constants.
 fn fold(f: &Function, node: &Node) -> Option<Node> {
-    let elementwise = matches!(node.op, Op::Elementwise(_) | Op::Convert);
-    let layout = matches!(node.op, Op::Reshape | Op::Transpose(_) | Op::Broadcast(_));
+    let elementwise = matches!(
+        node.op,
+        Op::Elementwise(_) | Op::Conversion(Conversion::Convert)
+    );
+    let layout = matches!(
+        node.op,
+        Op::Movement(Movement::Reshape)
+            | Op::Movement(Movement::Transpose(_))
+            | Op::Movement(Movement::Broadcast(_))
+    );
     if !(elementwise || layout) || node.args.is_empty() {
         return None;
     }
@@ -134,13 +143,13 @@ fn fold(f: &Function, node: &Node) -> Option<Node> {
         .args
         .iter()
         .map(|&a| match &f.node(a).op {
-            Op::Constant(b) => Some((b.clone(), f.node(a).shape)),
+            Op::Source(Source::Constant(b)) => Some((b.clone(), f.node(a).shape)),
             _ => None,
         })
         .collect::<Option<Vec<(Arc<[u8]>, Shape)>>>()?;
     let is_splat = |(b, s): &(Arc<[u8]>, Shape)| b.len() == s.dtype().size_in_bytes();
     let constant = |bytes: Arc<[u8]>| Node {
-        op: Op::Constant(bytes),
+        op: Op::Source(Source::Constant(bytes)),
         args: vec![],
         ..node.clone()
     };
@@ -161,7 +170,7 @@ fn fold(f: &Function, node: &Node) -> Option<Node> {
     }
     let literals: Vec<Literal> = consts
         .iter()
-        .map(|(b, s)| Op::Constant(b.clone()).eval(&[], *s))
+        .flat_map(|(b, s)| Op::Source(Source::Constant(b.clone())).eval(&[], *s))
         .collect();
     let res = eval(&node.op, &literals, node.shape)?;
     let bytes = res.to_bytes();
@@ -177,7 +186,7 @@ fn eval(op: &Op, args: &[Literal], shape: Shape) -> Option<Literal> {
         return None;
     }
     let refs: Vec<&Literal> = args.iter().collect();
-    let res = op.eval(&refs, shape);
+    let res = op.eval(&refs, shape).into_iter().next()?;
     exact(&res).then_some(res)
 }
 
@@ -205,7 +214,7 @@ fn splat(bytes: &[u8], shape: Shape) -> Option<Arc<[u8]>> {
 /// Whether `id` is a constant whose every element equals `v`.
 fn is_splat_of(f: &Function, id: ValueId, v: f64) -> bool {
     let node = f.node(id);
-    let Op::Constant(bytes) = &node.op else {
+    let Op::Source(Source::Constant(bytes)) = &node.op else {
         return false;
     };
     let n = node.shape.dtype().size_in_bytes();

@@ -9,6 +9,7 @@
 //! index), then computed values, then constants (as MLIR puts constants on
 //! the right), each by a structural hash of the subgraph that computes them.
 
+use crate::ir::ops::Source;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
@@ -74,7 +75,7 @@ impl Table {
         let hash = self.hashes[id.0 as usize];
         match f.node(id).op {
             Op::Parameter(i) => (0, i as u64, id),
-            Op::Constant(_) => (2, hash, id),
+            Op::Source(Source::Constant(_)) => (2, hash, id),
             _ => (1, hash, id),
         }
     }

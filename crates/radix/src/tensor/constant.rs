@@ -4,6 +4,7 @@
 //! and reference semantics are in `ir/ops/constant.rs`.
 
 use crate::ir::Op;
+use crate::ir::ops::Source;
 use crate::literal::{Literal, encode};
 use crate::tensor::{emit, fail};
 use crate::{DType, Element, Shape, Tensor};
@@ -14,7 +15,11 @@ impl Tensor {
     #[track_caller]
     pub fn scalar(v: f64, dtype: DType) -> Tensor {
         let shape = Shape::scalar(dtype);
-        emit(Op::Constant(encode(dtype, &[v]).into()), &[], shape)
+        emit(
+            Op::Source(Source::Constant(encode(dtype, &[v]).into())),
+            &[],
+            shape,
+        )
     }
 
     /// A constant holding `values` with sizes `dims` (`stablehlo.constant`).
@@ -27,7 +32,7 @@ impl Tensor {
     #[track_caller]
     pub fn constant(literal: &Literal) -> Tensor {
         emit(
-            Op::Constant(Arc::from(literal.to_bytes())),
+            Op::Source(Source::Constant(Arc::from(literal.to_bytes()))),
             &[],
             literal.shape(),
         )
@@ -36,7 +41,11 @@ impl Tensor {
     /// A tensor of `shape` filled with `v` (a splat `stablehlo.constant`).
     #[track_caller]
     pub fn full(shape: Shape, v: f64) -> Tensor {
-        emit(Op::Constant(encode(shape.dtype(), &[v]).into()), &[], shape)
+        emit(
+            Op::Source(Source::Constant(encode(shape.dtype(), &[v]).into())),
+            &[],
+            shape,
+        )
     }
 
     /// A tensor of `shape` filled with zeros.
@@ -51,7 +60,9 @@ impl Tensor {
     pub fn iota(shape: Shape, axis: impl Into<crate::AxisRef>) -> Tensor {
         let axis = axis.into();
         match shape.axis(axis) {
-            Some(i) if shape.dtype() != DType::Bool => emit(Op::Iota(i), &[], shape),
+            Some(i) if shape.dtype() != DType::Bool => {
+                emit(Op::Source(Source::Iota(i)), &[], shape)
+            }
             Some(_) => fail("iota", "iota of bools".into(), &[], shape),
             None => fail("iota", format!("no axis {axis} in {shape}"), &[], shape),
         }

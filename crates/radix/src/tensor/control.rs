@@ -13,6 +13,7 @@
 //! and reference semantics are in `ir/ops/control.rs`.
 
 use crate::ir::Op;
+use crate::ir::ops::Control;
 use crate::module::Module;
 use crate::tensor::{Block, emit, fail, trace_hermetic_block, trace_open_block};
 use crate::{DType, Shape, Tensor};
@@ -120,12 +121,12 @@ fn counted_while(
     let mut args = init.to_vec();
     args.extend(&c.captures);
     args.extend(&b.captures);
-    let op = Op::While {
+    let op = Op::Control(Control::While {
         n_cond_captures: c.captures.len(),
         cond: Arc::new(c.function),
         body: Arc::new(b.function),
         max_trips,
-    };
+    });
     multi(op, &args, &shapes)
 }
 
@@ -209,11 +210,11 @@ pub fn if_(
     let mut args = vec![pred];
     args.extend(&t.captures);
     args.extend(&e.captures);
-    let op = Op::If {
+    let op = Op::Control(Control::If {
         then: Arc::new(t.function),
         other: Arc::new(e.function),
         n_then_captures: t.captures.len(),
-    };
+    });
     multi(op, &args, &shapes)
 }
 
@@ -319,11 +320,11 @@ fn called<A: Module + Clone, O: Module + Clone>(
     let result_shapes: Vec<Shape> = results.iter().map(|r| r.shape()).collect();
     let inputs: Vec<Tensor> = tensors.iter().map(|t| t.1).collect();
     let res = multi(
-        Op::Call {
+        Op::Control(Control::Call {
             name,
             f: Arc::new(function),
             checkpoint,
-        },
+        }),
         &inputs,
         &result_shapes,
     );

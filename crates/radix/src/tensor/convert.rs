@@ -4,6 +4,7 @@
 //! and reference semantics are in `ir/ops/convert.rs`.
 
 use crate::ir::Op;
+use crate::ir::ops::Conversion;
 use crate::ir::ops::convert::bitcast_shape;
 use crate::tensor::record;
 use crate::{DType, Tensor};
@@ -16,7 +17,10 @@ impl Tensor {
         record(
             "convert",
             &[self],
-            Ok((Op::Convert, self.shape().with_dtype(dtype))),
+            Ok((
+                Op::Conversion(Conversion::Convert),
+                self.shape().with_dtype(dtype),
+            )),
         )
     }
 
@@ -27,7 +31,8 @@ impl Tensor {
     /// axis must be that ratio and is consumed (u8 `[n, 2]` to f16 `[n]`).
     #[track_caller]
     pub fn bitcast(self, dtype: DType) -> Tensor {
-        let res = bitcast_shape(self.shape(), dtype).map(|s| (Op::Bitcast, s));
+        let res =
+            bitcast_shape(self.shape(), dtype).map(|s| (Op::Conversion(Conversion::Bitcast), s));
         record("bitcast", &[self], res)
     }
 }

@@ -3,6 +3,7 @@
 //! rule, printing and reference semantics): a scalar operand is broadcast
 //! here, where nodes can be recorded.
 
+use crate::ir::ops::Movement;
 use std::ops;
 
 use crate::ir::Op;
@@ -113,7 +114,11 @@ impl Tensor {
 #[track_caller]
 fn broadcast_scalar(t: Tensor, like: Shape) -> Tensor {
     if t.rank() == 0 && like.rank() > 0 {
-        emit(Op::Broadcast(vec![]), &[t], like.with_dtype(t.dtype()))
+        emit(
+            Op::Movement(Movement::Broadcast(vec![])),
+            &[t],
+            like.with_dtype(t.dtype()),
+        )
     } else {
         t.retag(like.with_dtype(t.dtype()))
     }

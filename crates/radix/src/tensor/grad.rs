@@ -9,6 +9,7 @@
 //! enclosing code, which are passed to the call as arguments and, like
 //! `args`, are not differentiated.
 
+use crate::ir::ops::Control;
 use std::sync::Arc;
 
 use crate::error::TraceError;
@@ -141,11 +142,11 @@ where
             }
             Ok(joint) => {
                 inputs.extend(cts);
-                let op = Op::Call {
+                let op = Op::Control(Control::Call {
                     name: crate::ir::private_name("vjp", &joint),
                     f: Arc::new(joint),
                     checkpoint: false,
-                };
+                });
                 multi(op, &inputs, &all_shapes)
             }
         },

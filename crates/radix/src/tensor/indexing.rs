@@ -20,7 +20,11 @@ impl Tensor {
     pub fn dynamic_slice(self, starts: &[Tensor], sizes: &[i64]) -> Tensor {
         let mut args = vec![self];
         args.extend_from_slice(starts);
-        record_inferred("dynamic_slice", &args, Ok(Op::DynamicSlice(sizes.to_vec())))
+        record_inferred(
+            "dynamic_slice",
+            &args,
+            Ok(Op::Indexing(Indexing::DynamicSlice(sizes.to_vec()))),
+        )
     }
 
     /// `self` with `update` written at `starts` (clamped so it fits)
@@ -29,7 +33,11 @@ impl Tensor {
     pub fn dynamic_update_slice(self, update: Tensor, starts: &[Tensor]) -> Tensor {
         let mut args = vec![self, update];
         args.extend_from_slice(starts);
-        record_inferred("dynamic_update_slice", &args, Ok(Op::DynamicUpdateSlice))
+        record_inferred(
+            "dynamic_update_slice",
+            &args,
+            Ok(Op::Indexing(Indexing::DynamicUpdateSlice)),
+        )
     }
 
     /// Slices of `self` along `axis` picked by integer `indices`: the result
@@ -39,7 +47,11 @@ impl Tensor {
     #[track_caller]
     pub fn gather(self, axis: impl Into<AxisRef>, indices: Tensor) -> Tensor {
         let a = gathered_shape(self.shape(), axis.into(), indices.shape()).map(|(a, _)| a);
-        record_inferred("gather", &[self, indices], a.map(Op::Gather))
+        record_inferred(
+            "gather",
+            &[self, indices],
+            a.map(|a| Op::Indexing(Indexing::Gather(a))),
+        )
     }
 
     /// `self` with the slices along `axis` at `indices` replaced by `updates`
@@ -79,10 +91,10 @@ impl Tensor {
         });
         let op = gathered_shape(s, axis, indices.shape()).and_then(|(a, _)| {
             check_body(&block, &[s.dtype()])?;
-            Ok(Op::Scatter {
+            Ok(Op::Indexing(Indexing::Scatter {
                 axis: a,
                 update: Arc::new(block.function),
-            })
+            }))
         });
         record_inferred("scatter", &[self, indices, updates], op)
     }

@@ -91,9 +91,11 @@ impl Tensor {
         let block = scalar_block("reduce_window body", &[self.dtype()], 2, |s| {
             vec![body(s[0], s[1])]
         });
-        let op = check_body(&block, &[self.dtype()]).map(|()| Op::ReduceWindow {
-            body: Arc::new(block.function),
-            window: window.clone(),
+        let op = check_body(&block, &[self.dtype()]).map(|()| {
+            Op::Reduction(Reduction::ReduceWindow {
+                body: Arc::new(block.function),
+                window: window.clone(),
+            })
         });
         record_inferred("reduce_window", &[self, init], op)
     }
@@ -206,10 +208,10 @@ fn reduce_with_block(
     };
     match axes {
         Ok(axes) => {
-            let op = Op::Reduce {
+            let op = Op::Reduction(Reduction::Reduce {
                 body: Arc::new(block.function),
                 axes,
-            };
+            });
             record_multi(name, op, &args, &fallback)
         }
         Err(msg) => poison(name, msg, &args, &fallback),

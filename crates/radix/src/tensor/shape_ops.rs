@@ -16,8 +16,12 @@ impl Tensor {
     /// are dropped (`stablehlo.reshape`).
     #[track_caller]
     pub fn reshape(self, dims: &[i64]) -> Tensor {
-        let res =
-            infer_dims(self.shape(), dims).map(|d| (Op::Reshape, Shape::new(self.dtype(), &d)));
+        let res = infer_dims(self.shape(), dims).map(|d| {
+            (
+                Op::Movement(Movement::Reshape),
+                Shape::new(self.dtype(), &d),
+            )
+        });
         record("reshape", &[self], res)
     }
 
@@ -28,7 +32,7 @@ impl Tensor {
         let res = if shape.count() != self.shape().count() || shape.dtype() != self.dtype() {
             Err(format!("cannot reshape to {shape}"))
         } else {
-            Ok((Op::Reshape, shape))
+            Ok((Op::Movement(Movement::Reshape), shape))
         };
         record("reshape", &[self], res)
     }
@@ -38,7 +42,11 @@ impl Tensor {
     #[track_caller]
     pub fn transpose(self, axes: impl Axes) -> Tensor {
         let perm = self.shape().resolve(&axes);
-        record_inferred("transpose", &[self], perm.map(Op::Transpose))
+        record_inferred(
+            "transpose",
+            &[self],
+            perm.map(|p| Op::Movement(Movement::Transpose(p))),
+        )
     }
 
     /// Broadcasts to `shape` (its dims and tags; dtype kept): axis `k` of
@@ -55,7 +63,11 @@ impl Tensor {
                 out = out.with_tag(a, t.as_str()).unwrap_or(out);
             }
         }
-        emit(Op::Broadcast(axes.to_vec()), &[self], out)
+        emit(
+            Op::Movement(Movement::Broadcast(axes.to_vec())),
+            &[self],
+            out,
+        )
     }
 
     /// Broadcasts to `shape` matching axes by tag: every axis of `self` must
@@ -128,7 +140,7 @@ impl Tensor {
     /// A strided box of the tensor (`stablehlo.slice`).
     #[track_caller]
     pub fn slice_all(self, spec: SliceSpec) -> Tensor {
-        record_inferred("slice", &[self], Ok(Op::Slice(spec)))
+        record_inferred("slice", &[self], Ok(Op::Movement(Movement::Slice(spec))))
     }
 
     /// `tensors` joined along `axis` (`stablehlo.concatenate`).
@@ -147,7 +159,11 @@ impl Tensor {
             .shape()
             .axis(axis)
             .ok_or_else(|| format!("no axis {axis}"));
-        record_inferred("concatenate", tensors, a.map(Op::Concatenate))
+        record_inferred(
+            "concatenate",
+            tensors,
+            a.map(|a| Op::Movement(Movement::Concatenate(a))),
+        )
     }
 
     /// `tensors` (equal shapes) stacked along a new axis at `at` tagged `tag`.
@@ -162,14 +178,22 @@ impl Tensor {
     #[track_caller]
     pub fn pad(self, value: f64, spec: PadSpec) -> Tensor {
         let pad_value = Tensor::scalar(value, self.dtype());
-        record_inferred("pad", &[self, pad_value], Ok(Op::Pad(spec)))
+        record_inferred(
+            "pad",
+            &[self, pad_value],
+            Ok(Op::Movement(Movement::Pad(spec))),
+        )
     }
 
     /// The order of elements reversed along `axes` (`stablehlo.reverse`).
     #[track_caller]
     pub fn reverse(self, axes: impl Axes) -> Tensor {
         let axes = self.shape().resolve(&axes);
-        record_inferred("reverse", &[self], axes.map(Op::Reverse))
+        record_inferred(
+            "reverse",
+            &[self],
+            axes.map(|a| Op::Movement(Movement::Reverse(a))),
+        )
     }
 
     /// Without the size-1 `axis` (`stablehlo.reshape`, tags kept).
@@ -178,7 +202,10 @@ impl Tensor {
         let s = self.shape();
         let axis = axis.into();
         let res = match s.axis(axis) {
-            Some(a) if s.dims()[a] == 1 => Ok((Op::Reshape, s.remove_axis(a).unwrap_or(s))),
+            Some(a) if s.dims()[a] == 1 => Ok((
+                Op::Movement(Movement::Reshape),
+                s.remove_axis(a).unwrap_or(s),
+            )),
             Some(a) => Err(format!("axis {a} has size {}, not 1", s.dims()[a])),
             None => Err(format!("no axis {axis}")),
         };
@@ -192,7 +219,7 @@ impl Tensor {
         let s = self.shape();
         let res = s
             .insert_axis(at, 1, tag)
-            .map(|o| (Op::Reshape, o))
+            .map(|o| (Op::Movement(Movement::Reshape), o))
             .ok_or_else(|| format!("cannot insert an axis at {at}"));
         record("unsqueeze", &[self], res)
     }
@@ -206,7 +233,7 @@ impl Tensor {
         let res = self
             .shape()
             .split_axis(axis, parts)
-            .map(|o| (Op::Reshape, o))
+            .map(|o| (Op::Movement(Movement::Reshape), o))
             .ok_or_else(|| format!("cannot split axis {axis} into {parts:?}"));
         record("split_axis", &[self], res)
     }
@@ -218,7 +245,7 @@ impl Tensor {
         let res = self
             .shape()
             .merge_axes(&refs, tag)
-            .map(|o| (Op::Reshape, o))
+            .map(|o| (Op::Movement(Movement::Reshape), o))
             .ok_or_else(|| format!("cannot merge axes {refs:?}"));
         record("merge_axes", &[self], res)
     }

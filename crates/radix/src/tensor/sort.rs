@@ -49,10 +49,10 @@ pub fn sort(
     })();
     match res {
         Ok(a) => {
-            let op = Op::Sort {
+            let op = Op::Sort(crate::ir::ops::Sort {
                 comparator: Arc::new(block.function),
                 axis: a,
-            };
+            });
             record_multi("sort", op, operands, &shapes)
         }
         Err(msg) => poison("sort", msg, operands, &shapes),

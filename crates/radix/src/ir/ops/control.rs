@@ -12,16 +12,48 @@ use crate::ir::{Node, Op, ValueId, interp};
 use crate::literal::Literal;
 use std::sync::Arc;
 
+/// Control flow over nested functions.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Control {
+    /// `stablehlo.while`: operands are the initial state, then the values
+    /// `cond` captures, then those `body` captures. `max_trips` bounds the
+    /// number of iterations when the bound is known when traced (`for_`
+    /// runs exactly that many, `while_bounded` at most): the derivative
+    /// rule sizes the saved iterations by it, and has none without it.
+    While {
+        cond: Arc<Function>,
+        body: Arc<Function>,
+        n_cond_captures: usize,
+        max_trips: Option<i64>,
+    },
+    /// `stablehlo.if`: operands are the predicate, then the captures of
+    /// `then`, then those of `other`.
+    If {
+        then: Arc<Function>,
+        other: Arc<Function>,
+        n_then_captures: usize,
+    },
+    /// `func.call` of the private function `@name` with body `f`. A
+    /// `checkpoint`ed call's derivative saves only its arguments and runs
+    /// the body again in the backward pass (`radix::checkpoint`); another
+    /// saves the body's residuals.
+    Call {
+        name: Arc<str>,
+        f: Arc<Function>,
+        checkpoint: bool,
+    },
+}
+
 /// The shape rules of control flow. `while`: a condition from the state
 /// and its captures to a bool scalar, a body from the state and its
 /// captures to the state, which is the result. `if`: a bool scalar
 /// predicate, two branches of their captures giving one list of types,
 /// the result. `call`: the callee takes the operands; its results are the
 /// call's.
-pub(crate) fn infer(op: &Op, args: &[Shape]) -> Result<Vec<Shape>, String> {
+fn infer_op(op: &Control, args: &[Shape]) -> Result<Vec<Shape>, String> {
     let bool_scalar = Shape::scalar(crate::DType::Bool);
     match op {
-        Op::While {
+        Control::While {
             cond,
             body,
             n_cond_captures,
@@ -37,7 +69,7 @@ pub(crate) fn infer(op: &Op, args: &[Shape]) -> Result<Vec<Shape>, String> {
             super::signature(body, "body", &[state, bc].concat(), state)?;
             Ok(state.to_vec())
         }
-        Op::If {
+        Control::If {
             then,
             other,
             n_then_captures,
@@ -53,20 +85,19 @@ pub(crate) fn infer(op: &Op, args: &[Shape]) -> Result<Vec<Shape>, String> {
             super::signature(other, "else branch", ec, &results)?;
             Ok(results)
         }
-        Op::Call { f, .. } => {
+        Control::Call { f, .. } => {
             let results = f.result_shapes();
             super::signature(f, "callee", args, &results)?;
             Ok(results)
         }
-        _ => Err(format!("{} is not control flow", op.name())),
     }
 }
 
-pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
+fn print_op(op: &Control, p: &mut OpPrinter<'_>) {
     let args: Vec<String> = p.arg_names().iter().map(|s| s.to_string()).collect();
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     match op {
-        Op::While {
+        Control::While {
             cond,
             body,
             n_cond_captures,
@@ -78,7 +109,7 @@ pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
             let shapes: Vec<Shape> = p.arg_shapes()[..n].to_vec();
             p.multi("stablehlo.while", n, &regions, "", &shapes);
         }
-        Op::If {
+        Control::If {
             then,
             other,
             n_then_captures,
@@ -88,21 +119,20 @@ pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
             let shapes: Vec<Shape> = then.results.iter().map(|&r| then.node(r).shape).collect();
             p.multi("stablehlo.if", 1, &regions, "", &shapes);
         }
-        Op::Call { name, f, .. } => {
+        Control::Call { name, f, .. } => {
             p.private_function(name, f);
             let shapes: Vec<Shape> = f.results.iter().map(|&r| f.node(r).shape).collect();
             let n = refs.len();
             p.multi("func.call", n, &[], &format!("callee = @{name}"), &shapes);
         }
-        _ => unreachable!("{op:?} is not control flow"),
     }
 }
 
 /// The results of a multi-result op.
-pub(crate) fn eval(op: &Op, args: &[&Literal]) -> Vec<Literal> {
+fn eval_op(op: &Control, args: &[&Literal]) -> Vec<Literal> {
     let owned = |xs: &[&Literal]| xs.iter().map(|&l| l.clone()).collect::<Vec<_>>();
     match op {
-        Op::While {
+        Control::While {
             cond,
             body,
             n_cond_captures,
@@ -121,7 +151,7 @@ pub(crate) fn eval(op: &Op, args: &[&Literal]) -> Vec<Literal> {
                 state = interp::eval(body, &state);
             }
         }
-        Op::If {
+        Control::If {
             then,
             other,
             n_then_captures,
@@ -133,8 +163,7 @@ pub(crate) fn eval(op: &Op, args: &[&Literal]) -> Vec<Literal> {
                 interp::eval(other, &owned(ec))
             }
         }
-        Op::Call { f, .. } => interp::eval(f, &owned(args)),
-        _ => unreachable!("{op:?} is not control flow"),
+        Control::Call { f, .. } => interp::eval(f, &owned(args)),
     }
 }
 
@@ -148,14 +177,14 @@ pub(crate) fn eval(op: &Op, args: &[&Literal]) -> Vec<Literal> {
 /// through. A `while_` without a bound has no reverse-mode derivative, as
 /// in JAX: the iterations to save are not known when traced.
 pub(crate) fn vjp(
-    op: &Op,
+    op: &Control,
     e: &mut Emitter<'_>,
     node: &Node,
     cts: &[Option<ValueId>],
 ) -> Cotangents {
     match op {
-        Op::Call { name, f, .. } => call_vjp(name, f, e, node, cts),
-        Op::While {
+        Control::Call { name, f, .. } => call_vjp(name, f, e, node, cts),
+        Control::While {
             body,
             max_trips: Some(0),
             ..
@@ -165,12 +194,12 @@ pub(crate) fn vjp(
             res.extend(std::iter::repeat_n(None, node.args.len() - n_state));
             Ok(res)
         }
-        Op::While { .. } => Err(e.error(
+        Control::While { .. } => Err(e.error(
             "no derivative of a `while_` loop without a bound on its iterations: \
              reverse mode saves every iteration, so write it with \
              `while_bounded(max_trips, ..)` (or `for_` for a known count)",
         )),
-        _ => Err(e.error(format!("no derivative rule for {}", op.name()))),
+        Control::If { .. } => Err(e.error("no derivative rule for if")),
     }
 }
 
@@ -190,15 +219,37 @@ fn call_vjp(
     }
     let shapes: Vec<Shape> = body.results.iter().map(|&r| body.node(r).shape).collect();
     let call = e.emit(
-        Op::Call {
+        Op::Control(Control::Call {
             name: format!("{name}_vjp").into(),
             f: Arc::new(body),
             checkpoint: false,
-        },
+        }),
         &args,
         shapes[0],
     );
     Ok((0..node.args.len())
         .map(|k| Some(e.project(call, n_out + k, shapes[n_out + k])))
         .collect())
+}
+
+impl super::Family for Control {
+    fn name(&self) -> &'static str {
+        match self {
+            Control::While { .. } => "while",
+            Control::If { .. } => "if",
+            Control::Call { .. } => "call",
+        }
+    }
+
+    fn infer(&self, args: &[Shape], _: Shape) -> Result<Vec<Shape>, String> {
+        infer_op(self, args)
+    }
+
+    fn print(&self, p: &mut OpPrinter<'_>) {
+        print_op(self, p)
+    }
+
+    fn eval(&self, args: &[&Literal], _: Shape) -> Vec<Literal> {
+        eval_op(self, args)
+    }
 }

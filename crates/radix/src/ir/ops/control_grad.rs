@@ -18,6 +18,7 @@
 //!   alone is computed again), so the memory grows linearly with the
 //!   bound.
 
+use crate::ir::ops::{Control, Indexing};
 use std::sync::Arc;
 
 use crate::ir::grad::{Cotangents, Emitter, GradError};
@@ -61,22 +62,22 @@ pub(crate) fn save(
     node: &Node,
 ) -> Result<Option<(ValueId, Saved)>, GradError> {
     match &node.op {
-        Op::Call {
+        Op::Control(Control::Call {
             name,
             f,
             checkpoint: false,
-        } if !f.results.is_empty() => save_call(e, node, name, f).map(Some),
-        Op::If {
+        }) if !f.results.is_empty() => save_call(e, node, name, f).map(Some),
+        Op::Control(Control::If {
             then,
             other,
             n_then_captures,
-        } if !then.results.is_empty() => save_if(e, node, then, other, *n_then_captures).map(Some),
-        Op::While {
+        }) if !then.results.is_empty() => save_if(e, node, then, other, *n_then_captures).map(Some),
+        Op::Control(Control::While {
             cond,
             body,
             n_cond_captures,
             max_trips: Some(m),
-        } if *m > 0 => save_loop(e, node, cond, body, *n_cond_captures, *m).map(Some),
+        }) if *m > 0 => save_loop(e, node, cond, body, *n_cond_captures, *m).map(Some),
         _ => Ok(None),
     }
 }
@@ -102,11 +103,11 @@ pub(crate) fn restore(
             args.extend(seeds(e, cts, outs));
             let shapes = result_shapes(bwd);
             let call = e.emit(
-                Op::Call {
+                Op::Control(Control::Call {
                     name: format!("{name}_bwd").into(),
                     f: bwd.clone(),
                     checkpoint: false,
-                },
+                }),
                 &args,
                 shapes[0],
             );
@@ -123,10 +124,10 @@ pub(crate) fn restore(
             other_free,
             outs,
         } => {
-            let Op::If {
+            let Op::Control(Control::If {
                 n_then_captures: nt,
                 ..
-            } = node.op
+            }) = node.op
             else {
                 unreachable!("saved as an if")
             };
@@ -143,11 +144,11 @@ pub(crate) fn restore(
             eargs.extend(&seeds);
             let tshapes: Vec<Shape> = tcaps.iter().map(|&c| e.shape(c)).collect();
             let eshapes: Vec<Shape> = ecaps.iter().map(|&c| e.shape(c)).collect();
-            let op = Op::If {
+            let op = Op::Control(Control::If {
                 then: Arc::new(with_zeros((**then).clone(), nt, &eshapes)),
                 other: Arc::new(with_zeros((**other).clone(), 0, &tshapes)),
                 n_then_captures: targs.len(),
-            };
+            });
             let shapes: Vec<Shape> = [&tshapes[..], &eshapes[..]].concat();
             let mut args = vec![node.args[0]];
             args.extend(targs);
@@ -177,11 +178,11 @@ fn save_call(
     let outs = result_shapes(f);
     let shapes = result_shapes(&s.fwd);
     let call = e.emit(
-        Op::Call {
+        Op::Control(Control::Call {
             name: format!("{name}_fwd").into(),
             f: Arc::new(s.fwd),
             checkpoint: false,
-        },
+        }),
         &node.args,
         shapes[0],
     );
@@ -209,11 +210,11 @@ fn save_if(
     let o = residuals::split(other, other.params.len(), Reads::Params)?;
     let outs = result_shapes(then);
     let n = outs.len();
-    let op = Op::If {
+    let op = Op::Control(Control::If {
         then: Arc::new(with_zeros(t.fwd, n + t.residuals.len(), &o.residuals)),
         other: Arc::new(with_zeros(o.fwd, n, &t.residuals)),
         n_then_captures,
-    };
+    });
     let first = outs[0];
     let id = e.emit(op, &node.args, first);
     let then_residuals = project_from(e, id, n, &t.residuals);
@@ -284,7 +285,7 @@ fn save_loop(
             let zero = b.zeros(index);
             let mut at = vec![stack, row, j];
             at.extend(std::iter::repeat_n(zero, s.residuals[k].rank()));
-            out.push(b.emit(Op::DynamicUpdateSlice, &at, stacked[k]));
+            out.push(b.emit(Op::Indexing(Indexing::DynamicUpdateSlice), &at, stacked[k]));
         }
         b.finish(out);
     }
@@ -294,12 +295,12 @@ fn save_loop(
     args.extend(ccaps);
     args.extend(caps);
     let fwd = e.emit(
-        Op::While {
+        Op::Control(Control::While {
             cond: Arc::new(new_cond),
             body: Arc::new(new_body),
             n_cond_captures,
             max_trips: Some(max_trips),
-        },
+        }),
         &args,
         carried[0],
     );
@@ -330,11 +331,11 @@ fn restore_loop(
     free_used: &[usize],
     max_trips: i64,
 ) -> Cotangents {
-    let Op::While {
+    let Op::Control(Control::While {
         body,
         n_cond_captures,
         ..
-    } = &node.op
+    }) = &node.op
     else {
         unreachable!("saved as a loop")
     };
@@ -378,7 +379,7 @@ fn restore_loop(
             let mut sizes = vec![1];
             sizes.extend(row_shape.dims());
             let one_row = row_shape.insert_axis(0, 1, "").expect("checked");
-            let row = b.emit(Op::DynamicSlice(sizes), &at, one_row);
+            let row = b.emit(Op::Indexing(Indexing::DynamicSlice(sizes)), &at, one_row);
             args.push(b.reshape(row, row_shape));
         }
         args.extend(free_ps);
@@ -399,12 +400,12 @@ fn restore_loop(
     init.extend(seeds(e, cts, &states));
     init.extend(cap_shapes.iter().map(|&s| e.zeros(s)));
     let bwd_loop = e.emit(
-        Op::While {
+        Op::Control(Control::While {
             cond: Arc::new(cond),
             body: Arc::new(back),
             n_cond_captures: 0,
             max_trips: Some(max_trips),
-        },
+        }),
         &[&init[..], stacks, &free[..]].concat(),
         index,
     );

@@ -1,9 +1,11 @@
 //! Element type changes, `stablehlo.convert` (by value) and
-//! `stablehlo.bitcast_convert` (by bits): printing and reference semantics.
+//! `stablehlo.bitcast_convert` (by bits): the shape rules, printing,
+//! reference semantics and derivatives.
 
+use super::Family;
 use crate::ir::grad::{Cotangents, Emitter};
 use crate::ir::print::OpPrinter;
-use crate::ir::{Node, Op, ValueId};
+use crate::ir::{Node, ValueId};
 use crate::literal::{Literal, encode};
 use crate::{DType, Shape};
 
@@ -42,58 +44,77 @@ pub(crate) fn bitcast_shape(from: Shape, to: DType) -> Result<Shape, String> {
     }
 }
 
-/// The shape rule of `convert` (the declared type has the operand's dims)
-/// and `bitcast_convert` ([`bitcast_shape`] to the declared dtype).
-pub(crate) fn infer(op: &Op, args: &[Shape], declared: Shape) -> Result<Shape, String> {
-    super::arity(args, 1)?;
-    let want = match op {
-        Op::Convert => args[0].with_dtype(declared.dtype()),
-        Op::Bitcast => bitcast_shape(args[0], declared.dtype())?,
-        _ => return Err(format!("{} is not a conversion", op.name())),
-    };
-    super::same_type(want, declared).map(|()| declared)
+/// The element type changes; both state their result type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Conversion {
+    /// `stablehlo.convert`.
+    Convert,
+    /// `stablehlo.bitcast_convert` (widths may differ: see [`bitcast_shape`]).
+    Bitcast,
 }
 
-pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
-    match op {
-        Op::Convert => p.generic("stablehlo.convert", ""),
-        Op::Bitcast => p.generic("stablehlo.bitcast_convert", ""),
-        _ => unreachable!(),
-    }
-}
-
-pub(crate) fn eval(op: &Op, args: &[&Literal], shape: Shape) -> Literal {
-    match op {
-        Op::Convert => Literal::new(shape, args[0].data().to_vec()),
-        // The operand's row-major little-endian bytes are the result's at
-        // any widths: an added or consumed axis is the last, the fastest
-        // varying, and holds each wide element's pieces in memory order.
-        // (NaN payloads are not kept: literals hold values as f64.)
-        Op::Bitcast => {
-            let bytes = encode(args[0].shape().dtype(), args[0].data());
-            Literal::from_bytes(shape, &bytes)
+impl Family for Conversion {
+    fn name(&self) -> &'static str {
+        match self {
+            Conversion::Convert => "convert",
+            Conversion::Bitcast => "bitcast",
         }
-        _ => unreachable!(),
+    }
+
+    /// `convert`: the declared type has the operand's dims;
+    /// `bitcast_convert`: it is [`bitcast_shape`] to the declared dtype.
+    fn infer(&self, args: &[Shape], declared: Shape) -> Result<Vec<Shape>, String> {
+        super::arity(args, 1)?;
+        let want = match self {
+            Conversion::Convert => args[0].with_dtype(declared.dtype()),
+            Conversion::Bitcast => bitcast_shape(args[0], declared.dtype())?,
+        };
+        super::same_type(want, declared).map(|()| vec![declared])
+    }
+
+    fn print(&self, p: &mut OpPrinter<'_>) {
+        match self {
+            Conversion::Convert => p.generic("stablehlo.convert", ""),
+            Conversion::Bitcast => p.generic("stablehlo.bitcast_convert", ""),
+        }
+    }
+
+    fn eval(&self, args: &[&Literal], shape: Shape) -> Vec<Literal> {
+        let value = match self {
+            Conversion::Convert => Literal::new(shape, args[0].data().to_vec()),
+            // The operand's row-major little-endian bytes are the result's at
+            // any widths: an added or consumed axis is the last, the fastest
+            // varying, and holds each wide element's pieces in memory order.
+            // (NaN payloads are not kept: literals hold values as f64.)
+            Conversion::Bitcast => {
+                let bytes = encode(args[0].shape().dtype(), args[0].data());
+                Literal::from_bytes(shape, &bytes)
+            }
+        };
+        vec![value]
     }
 }
 
-/// The derivative rule: a float-to-float `convert` converts the cotangent
-/// back; from or to an integer or bool there is none (zero). A `bitcast`
-/// reinterprets bits, so a float operand has no derivative through it.
-pub(crate) fn vjp(
-    op: &Op,
-    e: &mut Emitter<'_>,
-    node: &Node,
-    cts: &[Option<ValueId>],
-) -> Cotangents {
-    let g = cts[0].expect("the driver skips nodes without cotangents");
-    let from = e.shape(node.args[0]).dtype();
-    match op {
-        Op::Convert if from.is_float() => Ok(vec![Some(e.convert(g, from))]),
-        Op::Convert => Ok(vec![None]),
-        _ if from.is_float() => Err(e.error(format!(
-            "no derivative through a bitcast of {from}: it reinterprets bits"
-        ))),
-        _ => Ok(vec![None]),
+impl Conversion {
+    /// The derivative rule: a float-to-float `convert` converts the
+    /// cotangent back; from or to an integer or bool there is none (zero).
+    /// A `bitcast` reinterprets bits, so a float operand has no derivative
+    /// through it.
+    pub(crate) fn vjp(
+        &self,
+        e: &mut Emitter<'_>,
+        node: &Node,
+        cts: &[Option<ValueId>],
+    ) -> Cotangents {
+        let g = cts[0].expect("the driver skips nodes without cotangents");
+        let from = e.shape(node.args[0]).dtype();
+        match self {
+            Conversion::Convert if from.is_float() => Ok(vec![Some(e.convert(g, from))]),
+            Conversion::Convert => Ok(vec![None]),
+            Conversion::Bitcast if from.is_float() => Err(e.error(format!(
+                "no derivative through a bitcast of {from}: it reinterprets bits"
+            ))),
+            Conversion::Bitcast => Ok(vec![None]),
+        }
     }
 }

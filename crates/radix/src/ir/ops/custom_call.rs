@@ -6,6 +6,7 @@
 
 use crate::Shape;
 use crate::custom_call::{AttrValue, Attrs, CustomCall, Kernel, View};
+use crate::ir::ops::Control;
 use crate::ir::print::{OpPrinter, i64_list};
 use crate::ir::{Function, Node, Op};
 use crate::literal::Literal;
@@ -221,11 +222,11 @@ pub(crate) fn replace_by_fallbacks(f: &Function) -> Function {
 /// in place of the custom call: the same operands and results.
 pub(crate) fn fallback_call(site: &Site, body: Arc<Function>) -> Op {
     let name = format!("{}_fallback", site.call.name());
-    Op::Call {
+    Op::Control(Control::Call {
         name: crate::ir::private_name(&name, &body),
         f: body,
         checkpoint: false,
-    }
+    })
 }
 
 /// The derivative rule: a call of the derivative the custom call declares
@@ -254,11 +255,11 @@ pub(crate) fn vjp(
     let shapes: Vec<Shape> = d.results.iter().map(|&r| d.node(r).shape).collect();
     let name = crate::ir::private_name(&format!("{}_vjp", site.call.name()), d);
     let call = e.emit(
-        Op::Call {
+        Op::Control(Control::Call {
             name,
             f: d.clone(),
             checkpoint: false,
-        },
+        }),
         &args,
         shapes[0],
     );

@@ -304,3 +304,22 @@ fn merge_contracting(
     };
     (merge(e, a, la), merge(e, b, ra), merged)
 }
+
+impl super::Family for DotDims {
+    fn name(&self) -> &'static str {
+        "dot_general"
+    }
+
+    fn infer(&self, args: &[Shape], _: Shape) -> Result<Vec<Shape>, String> {
+        super::arity(args, 2)?;
+        dot_shape(args[0], args[1], self).map(|s| vec![s])
+    }
+
+    fn print(&self, p: &mut OpPrinter<'_>) {
+        print(self, p)
+    }
+
+    fn eval(&self, args: &[&Literal], shape: Shape) -> Vec<Literal> {
+        vec![eval(self, args, shape)]
+    }
+}

@@ -739,3 +739,21 @@ pub(crate) fn merge(a: Shape, b: Shape) -> Result<Shape, String> {
     }
     Ok(res)
 }
+
+impl super::Family for Elementwise {
+    fn name(&self) -> &'static str {
+        Elementwise::name(*self)
+    }
+
+    fn infer(&self, args: &[Shape], _: Shape) -> Result<Vec<Shape>, String> {
+        Elementwise::infer(*self, args).map(|s| vec![s])
+    }
+
+    fn print(&self, p: &mut OpPrinter<'_>) {
+        Elementwise::print(*self, p)
+    }
+
+    fn eval(&self, args: &[&Literal], shape: Shape) -> Vec<Literal> {
+        vec![Elementwise::eval(*self, args, shape)]
+    }
+}

@@ -5,12 +5,28 @@
 use super::reduce::apply;
 use super::shape_ops::gather_by_index;
 use crate::Shape;
+use crate::ir::Function;
 use crate::ir::grad::{Cotangents, Emitter, body_binary, scalar_body};
 use crate::ir::ops::Binary;
 use crate::ir::print::{OpPrinter, i64_array, i64_list};
 use crate::ir::{Node, Op, ValueId};
 use crate::literal::{Literal, strides, unravel};
 use crate::shape::AxisRef;
+use std::sync::Arc;
+
+/// The ops that read or write at computed positions.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Indexing {
+    /// `stablehlo.dynamic_slice` (operand, scalar starts...) with slice sizes.
+    DynamicSlice(Vec<i64>),
+    /// `stablehlo.dynamic_update_slice` (operand, update, scalar starts...).
+    DynamicUpdateSlice,
+    /// `stablehlo.gather` of slices along an axis (operand, indices).
+    Gather(usize),
+    /// `stablehlo.scatter` of slices along an axis (operand, indices,
+    /// updates), combining old and new elements with `update`.
+    Scatter { axis: usize, update: Arc<Function> },
+}
 
 pub(crate) fn gathered_shape(
     s: Shape,
@@ -37,10 +53,10 @@ pub(crate) fn gathered_shape(
 /// scalar start per axis; a gather's result ([`gathered_shape`]), which a
 /// scatter's updates must have, with a body over two scalars of the
 /// operand's dtype.
-pub(crate) fn infer(op: &Op, args: &[Shape]) -> Result<Shape, String> {
+fn infer_op(op: &Indexing, args: &[Shape]) -> Result<Shape, String> {
     let s = *args.first().ok_or("no operand")?;
     match op {
-        Op::DynamicSlice(sizes) => {
+        Indexing::DynamicSlice(sizes) => {
             starts(s, &args[1..])?;
             if sizes.len() != s.rank() || sizes.iter().zip(s.dims()).any(|(&n, &d)| n < 0 || n > d)
             {
@@ -51,7 +67,7 @@ pub(crate) fn infer(op: &Op, args: &[Shape]) -> Result<Shape, String> {
                 .enumerate()
                 .fold(s, |out, (i, &n)| super::shape_ops::resized(out, i, n)))
         }
-        Op::DynamicUpdateSlice => {
+        Indexing::DynamicUpdateSlice => {
             let u = *args.get(1).ok_or("no update")?;
             starts(s, &args[2..])?;
             if u.rank() != s.rank()
@@ -62,11 +78,11 @@ pub(crate) fn infer(op: &Op, args: &[Shape]) -> Result<Shape, String> {
             }
             Ok(s)
         }
-        Op::Gather(a) => {
+        Indexing::Gather(a) => {
             super::arity(args, 2)?;
             gathered_shape(s, (*a).into(), args[1]).map(|(_, out)| out)
         }
-        Op::Scatter { axis, update } => {
+        Indexing::Scatter { axis, update } => {
             super::arity(args, 3)?;
             let (_, want) = gathered_shape(s, (*axis).into(), args[1])?;
             let updates = args[2];
@@ -77,7 +93,6 @@ pub(crate) fn infer(op: &Op, args: &[Shape]) -> Result<Shape, String> {
             super::signature(update, "update body", &[scalar, scalar], &[scalar])?;
             Ok(s)
         }
-        _ => Err(format!("{} is not an indexing op", op.name())),
     }
 }
 
@@ -104,15 +119,15 @@ fn window_dims(rank: usize, a: usize, idx_rank: usize) -> Vec<i64> {
         .collect()
 }
 
-pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
+fn print_op(op: &Indexing, p: &mut OpPrinter<'_>) {
     let shapes = p.arg_shapes().to_vec();
     match op {
-        Op::DynamicSlice(sizes) => p.generic(
+        Indexing::DynamicSlice(sizes) => p.generic(
             "stablehlo.dynamic_slice",
             &format!("slice_sizes = {}", i64_array(sizes.iter().copied())),
         ),
-        Op::DynamicUpdateSlice => p.generic("stablehlo.dynamic_update_slice", ""),
-        Op::Gather(a) => {
+        Indexing::DynamicUpdateSlice => p.generic("stablehlo.dynamic_update_slice", ""),
+        Indexing::Gather(a) => {
             let (s, i) = (shapes[0], shapes[1]);
             let win = window_dims(s.rank(), *a, i.rank());
             let offset = if win.is_empty() {
@@ -132,7 +147,7 @@ pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
             );
             p.generic("stablehlo.gather", &attrs)
         }
-        Op::Scatter {
+        Indexing::Scatter {
             axis: a,
             update: body,
         } => {
@@ -150,17 +165,16 @@ pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
             let region = p.region(0, body, 2, &[]);
             p.generic_with("stablehlo.scatter", &region, &attrs)
         }
-        _ => unreachable!(),
     }
 }
 
-pub(crate) fn eval(op: &Op, args: &[&Literal], shape: Shape) -> Literal {
+fn eval_op(op: &Indexing, args: &[&Literal], shape: Shape) -> Literal {
     let x = args[0];
     let xs = x.shape();
     let st = strides(xs.dims());
     let off = |ii: &[usize]| ii.iter().zip(&st).map(|(a, b)| a * b).sum::<usize>();
     match op {
-        Op::DynamicSlice(sizes) => {
+        Indexing::DynamicSlice(sizes) => {
             let starts: Vec<usize> = (0..xs.rank())
                 .map(|k| (args[1 + k].data()[0] as i64).clamp(0, xs.dims()[k] - sizes[k]) as usize)
                 .collect();
@@ -169,7 +183,7 @@ pub(crate) fn eval(op: &Op, args: &[&Literal], shape: Shape) -> Literal {
                 x.data()[off(&ii)]
             })
         }
-        Op::DynamicUpdateSlice => {
+        Indexing::DynamicUpdateSlice => {
             let u = args[1];
             let us = u.shape();
             let starts: Vec<usize> = (0..xs.rank())
@@ -185,7 +199,7 @@ pub(crate) fn eval(op: &Op, args: &[&Literal], shape: Shape) -> Literal {
             }
             Literal::new(shape, data)
         }
-        Op::Gather(a) => {
+        Indexing::Gather(a) => {
             let idx = args[1];
             let ir = idx.shape().rank();
             let ist = strides(idx.shape().dims());
@@ -201,7 +215,7 @@ pub(crate) fn eval(op: &Op, args: &[&Literal], shape: Shape) -> Literal {
                 x.data()[off(&ii)]
             })
         }
-        Op::Scatter { axis: a, update } => {
+        Indexing::Scatter { axis: a, update } => {
             let (idx, upd) = (args[1], args[2]);
             let ir = idx.shape().rank();
             let ist = strides(idx.shape().dims());
@@ -224,7 +238,6 @@ pub(crate) fn eval(op: &Op, args: &[&Literal], shape: Shape) -> Literal {
             }
             Literal::new(shape, data)
         }
-        _ => unreachable!(),
     }
 }
 
@@ -234,7 +247,7 @@ pub(crate) fn eval(op: &Op, args: &[&Literal], shape: Shape) -> Literal {
 /// the updates (what they became). A scatter must add or replace; indices
 /// get none.
 pub(crate) fn vjp(
-    op: &Op,
+    op: &Indexing,
     e: &mut Emitter<'_>,
     node: &Node,
     cts: &[Option<ValueId>],
@@ -244,38 +257,42 @@ pub(crate) fn vjp(
     let xs = e.shape(x);
     let none = |n: usize| vec![None; n];
     Ok(match op {
-        Op::DynamicSlice(_) => {
+        Indexing::DynamicSlice(_) => {
             let zeros = e.zeros(xs);
             let mut args = vec![zeros, g];
             args.extend(&node.args[1..]);
-            let dx = e.emit(Op::DynamicUpdateSlice, &args, xs);
+            let dx = e.emit(Op::Indexing(Indexing::DynamicUpdateSlice), &args, xs);
             [vec![Some(dx)], none(node.args.len() - 1)].concat()
         }
-        Op::DynamicUpdateSlice => {
+        Indexing::DynamicUpdateSlice => {
             let u = node.args[1];
             let us = e.shape(u);
             let zeros = e.zeros(us);
             let mut args = vec![g, zeros];
             args.extend(&node.args[2..]);
-            let dx = e.emit(Op::DynamicUpdateSlice, &args, xs);
+            let dx = e.emit(Op::Indexing(Indexing::DynamicUpdateSlice), &args, xs);
             let mut args = vec![g];
             args.extend(&node.args[2..]);
-            let du = e.emit(Op::DynamicSlice(us.dims().to_vec()), &args, us);
+            let du = e.emit(
+                Op::Indexing(Indexing::DynamicSlice(us.dims().to_vec())),
+                &args,
+                us,
+            );
             [vec![Some(dx), Some(du)], none(node.args.len() - 2)].concat()
         }
-        Op::Gather(a) => {
+        Indexing::Gather(a) => {
             let zeros = e.zeros(xs);
             let update = scalar_body(xs.dtype(), Binary::Add, e.loc());
-            let scatter = Op::Scatter {
+            let scatter = Op::Indexing(Indexing::Scatter {
                 axis: *a,
                 update: std::sync::Arc::new(update),
-            };
+            });
             vec![Some(e.emit(scatter, &[zeros, node.args[1], g], xs)), None]
         }
-        Op::Scatter { axis, update } => {
+        Indexing::Scatter { axis, update } => {
             let (idx, upd) = (node.args[1], node.args[2]);
             let us = e.shape(upd);
-            let du = e.emit(Op::Gather(*axis), &[g, idx], us);
+            let du = e.emit(Op::Indexing(Indexing::Gather(*axis)), &[g, idx], us);
             let adds = body_binary(update) == Some(Binary::Add);
             let replaces =
                 matches!(update.results[..], [r] if update.node(r).op == Op::Parameter(1));
@@ -284,7 +301,7 @@ pub(crate) fn vjp(
             } else if replaces {
                 // The replaced elements do not reach the result.
                 let zeros = e.zeros(us);
-                e.emit(op.clone(), &[g, idx, zeros], xs)
+                e.emit(Op::Indexing(op.clone()), &[g, idx, zeros], xs)
             } else {
                 return Err(e.error(
                     "no derivative rule for a scatter whose update neither adds nor replaces",
@@ -292,6 +309,28 @@ pub(crate) fn vjp(
             };
             vec![Some(dx), None, Some(du)]
         }
-        _ => unreachable!("{op:?} is not an indexing op"),
     })
+}
+
+impl super::Family for Indexing {
+    fn name(&self) -> &'static str {
+        match self {
+            Indexing::DynamicSlice(_) => "dynamic_slice",
+            Indexing::DynamicUpdateSlice => "dynamic_update_slice",
+            Indexing::Gather(_) => "gather",
+            Indexing::Scatter { .. } => "scatter",
+        }
+    }
+
+    fn infer(&self, args: &[Shape], _: Shape) -> Result<Vec<Shape>, String> {
+        infer_op(self, args).map(|s| vec![s])
+    }
+
+    fn print(&self, p: &mut OpPrinter<'_>) {
+        print_op(self, p)
+    }
+
+    fn eval(&self, args: &[&Literal], shape: Shape) -> Vec<Literal> {
+        vec![eval_op(self, args, shape)]
+    }
 }

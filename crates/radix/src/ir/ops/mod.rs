@@ -1,6 +1,10 @@
-//! The op set: one file per op family. Each file holds the shape rules, the
-//! printing and the reference semantics of its ops; the methods that record
-//! them while tracing are in the family's file under `tensor/`, which
+//! The op set: one file per op family. Each family is an enum of its ops
+//! (or one struct) implementing [`Family`]: the shape rules, the printing
+//! and the reference semantics of its ops, each one exhaustive match over
+//! the family's own enum; its derivative rules sit beside them. [`Op`]
+//! holds the families and the graph's own ops (parameters, projections,
+//! sharding constraints, barriers, custom calls). The methods that record
+//! the ops while tracing are in the family's file under `tensor/`, which
 //! depends on this one and never the other way round.
 
 pub mod constant;
@@ -24,104 +28,52 @@ use crate::ir::print::OpPrinter;
 use crate::ir::{Function, Node, ValueId};
 use crate::literal::Literal;
 
+pub(crate) use constant::Source;
+pub(crate) use control::Control;
+pub(crate) use convert::Conversion;
 pub(crate) use elementwise::Elementwise;
 pub use elementwise::{Binary, Compare, Unary};
+pub(crate) use indexing::Indexing;
+pub(crate) use reduce::Reduction;
 pub use reduce::Window;
+pub(crate) use shape_ops::Movement;
 pub use sort::Order;
+pub(crate) use sort::Sort;
 
-/// An op of the IR: a small closed set of StableHLO primitives. Equality
-/// and hashing are structural (bodies compare by their nodes, never their
-/// locations), so equal ops merge in CSE wherever they were traced.
+/// An op of the IR: a small closed set of StableHLO primitives, grouped in
+/// families (one enum and one file each, implementing [`Family`]) beside
+/// the few ops that belong to the graph itself. Equality and hashing are
+/// structural (bodies compare by their nodes, never their locations), so
+/// equal ops merge in CSE wherever they were traced.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum Op {
     /// Argument `i` of the function.
     Parameter(usize),
     /// The placeholder produced by a misused op; never printed.
     Poison,
-    /// `stablehlo.constant` with little-endian bytes (one element: a splat).
-    Constant(std::sync::Arc<[u8]>),
-    /// `stablehlo.iota` along an axis.
-    Iota(usize),
-    /// An elementwise op (one row of the tables in `elementwise.rs`,
-    /// `select` or `clamp`).
-    Elementwise(Elementwise),
-    /// `stablehlo.convert`.
-    Convert,
-    /// `stablehlo.bitcast_convert` (widths may differ: see `convert::bitcast_shape`).
-    Bitcast,
-    /// `stablehlo.dot_general`.
-    DotGeneral(dot::DotDims),
-    /// `stablehlo.reshape`.
-    Reshape,
-    /// `stablehlo.transpose` with a permutation.
-    Transpose(Vec<usize>),
-    /// `stablehlo.broadcast_in_dim`: where each operand axis goes.
-    Broadcast(Vec<usize>),
-    /// `stablehlo.slice`.
-    Slice(shape_ops::SliceSpec),
-    /// `stablehlo.concatenate` along an axis.
-    Concatenate(usize),
-    /// `stablehlo.pad` (operand, padding value).
-    Pad(shape_ops::PadSpec),
-    /// `stablehlo.reverse` of some axes.
-    Reverse(Vec<usize>),
-    /// `stablehlo.dynamic_slice` (operand, scalar starts...) with slice sizes.
-    DynamicSlice(Vec<i64>),
-    /// `stablehlo.dynamic_update_slice` (operand, update, scalar starts...).
-    DynamicUpdateSlice,
-    /// `stablehlo.gather` of slices along an axis (operand, indices).
-    Gather(usize),
-    /// `stablehlo.scatter` of slices along an axis (operand, indices,
-    /// updates), combining old and new elements with `update`.
-    Scatter { axis: usize, update: Arc<Function> },
-    /// `stablehlo.reduce` over axes: operands are the tensors, then one
-    /// initial value each; `body` is hermetic over scalars (accumulators,
-    /// then elements). Several results when it has several operands.
-    Reduce {
-        body: Arc<Function>,
-        axes: Vec<usize>,
-    },
-    /// `stablehlo.reduce_window` (operand, initial value).
-    ReduceWindow {
-        body: Arc<Function>,
-        window: reduce::Window,
-    },
-    /// `stablehlo.sort` along an axis, stable, of several operands (one
-    /// result each); `comparator` is hermetic over scalars (lhs0, rhs0, ...).
-    Sort {
-        comparator: Arc<Function>,
-        axis: usize,
-    },
     /// Result `i` of the multi-result op that is its operand; not printed
     /// (its users name `%op#i`).
     Project(usize),
-    /// `stablehlo.while`: operands are the initial state, then the values
-    /// `cond` captures, then those `body` captures. `max_trips` bounds the
-    /// number of iterations when the bound is known when traced (`for_`
-    /// runs exactly that many, `while_bounded` at most): the derivative
-    /// rule sizes the saved iterations by it, and has none without it.
-    While {
-        cond: Arc<Function>,
-        body: Arc<Function>,
-        n_cond_captures: usize,
-        max_trips: Option<i64>,
-    },
-    /// `stablehlo.if`: operands are the predicate, then the captures of
-    /// `then`, then those of `other`.
-    If {
-        then: Arc<Function>,
-        other: Arc<Function>,
-        n_then_captures: usize,
-    },
-    /// `func.call` of the private function `@name` with body `f`. A
-    /// `checkpoint`ed call's derivative saves only its arguments and runs
-    /// the body again in the backward pass (`radix::checkpoint`); another
-    /// saves the body's residuals.
-    Call {
-        name: Arc<str>,
-        f: Arc<Function>,
-        checkpoint: bool,
-    },
+    /// Constants and `iota` (`constant.rs`).
+    Source(constant::Source),
+    /// An elementwise op (one row of the tables in `elementwise.rs`,
+    /// `select` or `clamp`).
+    Elementwise(Elementwise),
+    /// `convert` and `bitcast_convert` (`convert.rs`).
+    Conversion(convert::Conversion),
+    /// `stablehlo.dot_general`.
+    DotGeneral(dot::DotDims),
+    /// The ops that move elements without computing (`shape_ops.rs`).
+    Movement(shape_ops::Movement),
+    /// `dynamic_slice`, `dynamic_update_slice`, `gather`, `scatter`
+    /// (`indexing.rs`).
+    Indexing(indexing::Indexing),
+    /// `reduce` and `reduce_window` (`reduce.rs`).
+    Reduction(reduce::Reduction),
+    /// `stablehlo.sort` (`sort.rs`).
+    Sort(sort::Sort),
+    /// `while`, `if` and `call` (`control.rs`).
+    Control(control::Control),
     /// `stablehlo.custom_call @Sharding`: the operand, split as the result
     /// shape's sharding says.
     Sharding,
@@ -135,104 +87,85 @@ pub(crate) enum Op {
     CustomCall(Arc<custom_call::Site>),
 }
 
+/// What every op family defines in its file, each a match over the
+/// family's own enum: its ops' names, shape rule, StableHLO printing and
+/// reference semantics. (Derivative rules sit beside them, as `vjp`.)
+pub(crate) trait Family {
+    /// The op's short name for error messages.
+    fn name(&self) -> &'static str;
+    /// The types of the op's results from its operands' types, or what is
+    /// wrong with them; the ops that state their result type in StableHLO
+    /// (a constant, `iota`, `convert`, `reshape`, `broadcast_in_dim`) are
+    /// given it as `declared` and check it.
+    fn infer(&self, args: &[Shape], declared: Shape) -> Result<Vec<Shape>, String>;
+    /// Prints the op.
+    fn print(&self, p: &mut OpPrinter<'_>);
+    /// The reference semantics: the results from `args`, the first of type
+    /// `shape`.
+    fn eval(&self, args: &[&Literal], shape: Shape) -> Vec<Literal>;
+}
+
 impl Op {
+    /// The family an op belongs to; `None` for the graph's own ops.
+    fn family(&self) -> Option<&dyn Family> {
+        match self {
+            Op::Source(f) => Some(f),
+            Op::Elementwise(f) => Some(f),
+            Op::Conversion(f) => Some(f),
+            Op::DotGeneral(f) => Some(f),
+            Op::Movement(f) => Some(f),
+            Op::Indexing(f) => Some(f),
+            Op::Reduction(f) => Some(f),
+            Op::Sort(f) => Some(f),
+            Op::Control(f) => Some(f),
+            Op::Parameter(_)
+            | Op::Poison
+            | Op::Project(_)
+            | Op::Sharding
+            | Op::OptimizationBarrier
+            | Op::CustomCall(_) => None,
+        }
+    }
+
     /// The op's short name for error messages.
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Op::Parameter(_) => "parameter",
             Op::Poison => "poison",
-            Op::Constant(_) => "constant",
-            Op::Iota(_) => "iota",
-            Op::Elementwise(e) => e.name(),
-            Op::Convert => "convert",
-            Op::Bitcast => "bitcast",
-            Op::DotGeneral(_) => "dot_general",
-            Op::Reshape => "reshape",
-            Op::Transpose(_) => "transpose",
-            Op::Broadcast(_) => "broadcast",
-            Op::Slice(_) => "slice",
-            Op::Concatenate(_) => "concatenate",
-            Op::Pad(_) => "pad",
-            Op::Reverse(_) => "reverse",
-            Op::DynamicSlice(_) => "dynamic_slice",
-            Op::DynamicUpdateSlice => "dynamic_update_slice",
-            Op::Gather(_) => "gather",
-            Op::Scatter { .. } => "scatter",
-            Op::Reduce { .. } => "reduce",
-            Op::ReduceWindow { .. } => "reduce_window",
-            Op::Sort { .. } => "sort",
             Op::Project(_) => "project",
-            Op::While { .. } => "while",
-            Op::If { .. } => "if",
-            Op::Call { .. } => "call",
             Op::Sharding => "sharding",
             Op::OptimizationBarrier => "optimization_barrier",
             Op::CustomCall(_) => "custom_call",
+            _ => self.family().map_or("op", |f| f.name()),
         }
     }
 
     /// The shape rule: the types of the op's results (one, or one per
     /// result of a multi-result op) from its operands' types, or what is
-    /// wrong with them. The ops that state their result type in StableHLO
-    /// (parameters, constants, `iota`, `convert`, `bitcast_convert`,
-    /// `reshape`, `broadcast_in_dim`, a sharding constraint) are given it
-    /// as `declared` and check it against their operands; the others
-    /// compute theirs. A `Project` gives `declared`: its type is its
-    /// producer's result, which [`Function::verify`] compares.
+    /// wrong with them ([`Family::infer`]). Parameters and placeholders
+    /// state their type, `declared`; a sharding constraint states its
+    /// sharding on its operand's type. A `Project` gives `declared`: its
+    /// type is its producer's result, which [`Function::rule_type`] reads.
     pub(crate) fn infer(&self, args: &[Shape], declared: Shape) -> Result<Vec<Shape>, String> {
-        let one = |s: Result<Shape, String>| s.map(|s| vec![s]);
         match self {
             Op::Parameter(_) | Op::Poison => arity(args, 0).map(|()| vec![declared]),
             Op::Project(_) => arity(args, 1).map(|()| vec![declared]),
-            Op::Constant(_) | Op::Iota(_) => one(constant::infer(self, args, declared)),
-            Op::Elementwise(e) => one(e.infer(args)),
-            Op::Convert | Op::Bitcast => one(convert::infer(self, args, declared)),
-            Op::DotGeneral(d) => {
-                one(arity(args, 2).and_then(|()| dot::dot_shape(args[0], args[1], d)))
-            }
-            Op::Reshape
-            | Op::Transpose(_)
-            | Op::Broadcast(_)
-            | Op::Slice(_)
-            | Op::Concatenate(_)
-            | Op::Pad(_)
-            | Op::Reverse(_) => one(shape_ops::infer(self, args, declared)),
-            Op::DynamicSlice(_) | Op::DynamicUpdateSlice | Op::Gather(_) | Op::Scatter { .. } => {
-                one(indexing::infer(self, args))
-            }
-            Op::Reduce { .. } | Op::ReduceWindow { .. } => reduce::infer(self, args),
-            Op::Sort { comparator, axis } => sort::infer(comparator, *axis, args),
-            Op::While { .. } | Op::If { .. } | Op::Call { .. } => control::infer(self, args),
-            Op::Sharding => {
-                one(arity(args, 1).and_then(|()| same_type(args[0], declared).map(|()| declared)))
-            }
+            Op::Sharding => arity(args, 1)
+                .and_then(|()| same_type(args[0], declared))
+                .map(|()| vec![declared]),
             Op::OptimizationBarrier => Ok(args.to_vec()),
             Op::CustomCall(site) => Ok(site.results.clone()),
+            _ => self
+                .family()
+                .map_or(Ok(vec![declared]), |f| f.infer(args, declared)),
         }
     }
 
-    /// Prints the op (parameters are printed by the function signature).
+    /// Prints the op. Parameters print in the function's signature and
+    /// projections as their users' `%op#i`: nothing here.
     pub(crate) fn print(&self, p: &mut OpPrinter<'_>) {
         match self {
-            Op::Parameter(_) | Op::Poison => unreachable!("{self:?} is not printed"),
-            Op::Constant(_) | Op::Iota(_) => constant::print(self, p),
-            Op::Elementwise(e) => e.print(p),
-            Op::Convert | Op::Bitcast => convert::print(self, p),
-            Op::DotGeneral(d) => dot::print(d, p),
-            Op::Reshape
-            | Op::Transpose(_)
-            | Op::Broadcast(_)
-            | Op::Slice(_)
-            | Op::Concatenate(_)
-            | Op::Pad(_)
-            | Op::Reverse(_) => shape_ops::print(self, p),
-            Op::DynamicSlice(_) | Op::DynamicUpdateSlice | Op::Gather(_) | Op::Scatter { .. } => {
-                indexing::print(self, p)
-            }
-            Op::Reduce { .. } | Op::ReduceWindow { .. } => reduce::print(self, p),
-            Op::Sort { .. } => sort::print(self, p),
-            Op::Project(_) => unreachable!("projections are not printed"),
-            Op::While { .. } | Op::If { .. } | Op::Call { .. } => control::print(self, p),
+            Op::Parameter(_) | Op::Poison | Op::Project(_) => {}
             Op::Sharding => sharding::print(p),
             Op::OptimizationBarrier => {
                 let shapes = p.arg_shapes().to_vec();
@@ -245,38 +178,24 @@ impl Op {
                 )
             }
             Op::CustomCall(site) => custom_call::print(site, p),
+            _ => {
+                if let Some(f) = self.family() {
+                    f.print(p)
+                }
+            }
         }
     }
 
-    /// The reference semantics: the result of `shape` from `args`.
-    pub(crate) fn eval(&self, args: &[&Literal], shape: Shape) -> Literal {
+    /// The reference semantics: the results from `args`, the first of type
+    /// `shape`. Parameters, placeholders and projections are the
+    /// interpreter's to bind (`ir/interp.rs`); here they give nothing.
+    pub(crate) fn eval(&self, args: &[&Literal], shape: Shape) -> Vec<Literal> {
         match self {
-            Op::Parameter(_) | Op::Poison => unreachable!("{self:?} is not evaluated"),
-            Op::Constant(_) | Op::Iota(_) => constant::eval(self, shape),
-            Op::Elementwise(e) => e.eval(args, shape),
-            Op::Convert | Op::Bitcast => convert::eval(self, args, shape),
-            Op::DotGeneral(d) => dot::eval(d, args, shape),
-            Op::Reshape
-            | Op::Transpose(_)
-            | Op::Broadcast(_)
-            | Op::Slice(_)
-            | Op::Concatenate(_)
-            | Op::Pad(_)
-            | Op::Reverse(_) => shape_ops::eval(self, args, shape),
-            Op::DynamicSlice(_) | Op::DynamicUpdateSlice | Op::Gather(_) | Op::Scatter { .. } => {
-                indexing::eval(self, args, shape)
-            }
-            Op::Reduce { .. } | Op::ReduceWindow { .. } => reduce::eval(self, args).remove(0),
-            Op::Sharding => sharding::eval(args, shape),
-            Op::Project(_)
-            | Op::OptimizationBarrier
-            | Op::While { .. }
-            | Op::If { .. }
-            | Op::Call { .. }
-            | Op::CustomCall(_)
-            | Op::Sort { .. } => {
-                unreachable!("{} is evaluated by `eval_multi`", self.name())
-            }
+            Op::Parameter(_) | Op::Poison | Op::Project(_) => vec![],
+            Op::Sharding => vec![sharding::eval(args, shape)],
+            Op::OptimizationBarrier => args.iter().map(|&a| a.clone()).collect(),
+            Op::CustomCall(site) => custom_call::eval(site, args),
+            _ => self.family().map_or_else(Vec::new, |f| f.eval(args, shape)),
         }
     }
 
@@ -291,24 +210,15 @@ impl Op {
         cts: &[Option<ValueId>],
     ) -> Cotangents {
         match self {
-            Op::Parameter(_) | Op::Poison | Op::Project(_) => Ok(vec![]),
-            Op::Constant(_) | Op::Iota(_) => Ok(vec![]),
+            Op::Parameter(_) | Op::Poison | Op::Project(_) | Op::Source(_) => Ok(vec![]),
             Op::Elementwise(x) => x.vjp(e, node, out, cts),
-            Op::Convert | Op::Bitcast => convert::vjp(self, e, node, cts),
+            Op::Conversion(c) => c.vjp(e, node, cts),
             Op::DotGeneral(d) => dot::vjp(d, e, node, cts),
-            Op::Reshape
-            | Op::Transpose(_)
-            | Op::Broadcast(_)
-            | Op::Slice(_)
-            | Op::Concatenate(_)
-            | Op::Pad(_)
-            | Op::Reverse(_) => shape_ops::vjp(self, e, node, cts),
-            Op::DynamicSlice(_) | Op::DynamicUpdateSlice | Op::Gather(_) | Op::Scatter { .. } => {
-                indexing::vjp(self, e, node, cts)
-            }
-            Op::Reduce { .. } | Op::ReduceWindow { .. } => reduce::vjp(self, e, node, out, cts),
-            Op::Sort { .. } => sort::vjp(self, e, node, out, cts),
-            Op::While { .. } | Op::If { .. } | Op::Call { .. } => control::vjp(self, e, node, cts),
+            Op::Movement(m) => shape_ops::vjp(m, e, node, cts),
+            Op::Indexing(i) => indexing::vjp(i, e, node, cts),
+            Op::Reduction(r) => reduce::vjp(r, e, node, out, cts),
+            Op::Sort(s) => s.vjp(e, node, out, cts),
+            Op::Control(c) => control::vjp(c, e, node, cts),
             Op::Sharding => Ok(vec![cts[0]]),
             // The cotangents pass as the values did: what the barrier
             // orders is the forward computation.
@@ -329,13 +239,8 @@ impl Op {
     /// Whether the op has several results (read through `Project` nodes).
     pub(crate) fn is_multi(&self) -> bool {
         match self {
-            Op::While { .. }
-            | Op::If { .. }
-            | Op::Call { .. }
-            | Op::Sort { .. }
-            | Op::OptimizationBarrier
-            | Op::CustomCall(_) => true,
-            Op::Reduce { body, .. } => body.results.len() > 1,
+            Op::Control(_) | Op::Sort(_) | Op::OptimizationBarrier | Op::CustomCall(_) => true,
+            Op::Reduction(reduce::Reduction::Reduce { body, .. }) => body.results.len() > 1,
             _ => false,
         }
     }
@@ -346,10 +251,7 @@ impl Op {
     pub(crate) fn has_side_effect(&self) -> bool {
         match self {
             Op::CustomCall(site) => site.has_side_effect(),
-            Op::While { cond, body, .. } => !cond.effects.is_empty() || !body.effects.is_empty(),
-            Op::If { then, other, .. } => !then.effects.is_empty() || !other.effects.is_empty(),
-            Op::Call { f, .. } => !f.effects.is_empty(),
-            _ => false,
+            _ => self.bodies().iter().any(|b| !b.effects.is_empty()),
         }
     }
 
@@ -357,13 +259,13 @@ impl Op {
     /// it is compiled only in the call's place).
     pub(crate) fn bodies(&self) -> Vec<&Function> {
         match self {
-            Op::Scatter { update: b, .. }
-            | Op::Reduce { body: b, .. }
-            | Op::ReduceWindow { body: b, .. }
-            | Op::Sort { comparator: b, .. }
-            | Op::Call { f: b, .. } => vec![b],
-            Op::While { cond, body, .. } => vec![cond, body],
-            Op::If { then, other, .. } => vec![then, other],
+            Op::Indexing(indexing::Indexing::Scatter { update: b, .. })
+            | Op::Reduction(reduce::Reduction::Reduce { body: b, .. })
+            | Op::Reduction(reduce::Reduction::ReduceWindow { body: b, .. })
+            | Op::Sort(sort::Sort { comparator: b, .. })
+            | Op::Control(control::Control::Call { f: b, .. }) => vec![b],
+            Op::Control(control::Control::While { cond, body, .. }) => vec![cond, body],
+            Op::Control(control::Control::If { then, other, .. }) => vec![then, other],
             _ => vec![],
         }
     }
@@ -372,33 +274,22 @@ impl Op {
     pub(crate) fn map_bodies(&self, g: &dyn Fn(&Function) -> Function) -> Op {
         let mut op = self.clone();
         match &mut op {
-            Op::Scatter { update: b, .. }
-            | Op::Reduce { body: b, .. }
-            | Op::ReduceWindow { body: b, .. }
-            | Op::Sort { comparator: b, .. }
-            | Op::Call { f: b, .. } => *b = Arc::new(g(b)),
-            Op::While { cond, body, .. } => {
+            Op::Indexing(indexing::Indexing::Scatter { update: b, .. })
+            | Op::Reduction(reduce::Reduction::Reduce { body: b, .. })
+            | Op::Reduction(reduce::Reduction::ReduceWindow { body: b, .. })
+            | Op::Sort(sort::Sort { comparator: b, .. })
+            | Op::Control(control::Control::Call { f: b, .. }) => *b = Arc::new(g(b)),
+            Op::Control(control::Control::While { cond, body, .. }) => {
                 *cond = Arc::new(g(cond));
                 *body = Arc::new(g(body));
             }
-            Op::If { then, other, .. } => {
+            Op::Control(control::Control::If { then, other, .. }) => {
                 *then = Arc::new(g(then));
                 *other = Arc::new(g(other));
             }
             _ => {}
         }
         op
-    }
-
-    /// The reference semantics of a multi-result op.
-    pub(crate) fn eval_multi(&self, args: &[&Literal]) -> Vec<Literal> {
-        match self {
-            Op::Reduce { .. } => reduce::eval(self, args),
-            Op::Sort { .. } => sort::eval(self, args),
-            Op::CustomCall(site) => custom_call::eval(site, args),
-            Op::OptimizationBarrier => args.iter().map(|&a| a.clone()).collect(),
-            _ => control::eval(self, args),
-        }
     }
 }
 

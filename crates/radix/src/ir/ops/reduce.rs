@@ -5,9 +5,24 @@
 use crate::ir::grad::{Cotangents, Emitter, body_binary};
 use crate::ir::ops::{Binary, Compare};
 use crate::ir::print::{OpPrinter, i64_array, i64_list};
-use crate::ir::{Function, Node, Op, ValueId, interp};
+use crate::ir::{Function, Node, ValueId, interp};
 use crate::literal::{Literal, strides, unravel};
 use crate::{DType, Shape};
+use std::sync::Arc;
+
+/// The reductions with a body.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Reduction {
+    /// `stablehlo.reduce` over axes: operands are the tensors, then one
+    /// initial value each; `body` is hermetic over scalars (accumulators,
+    /// then elements). Several results when it has several operands.
+    Reduce {
+        body: Arc<Function>,
+        axes: Vec<usize>,
+    },
+    /// `stablehlo.reduce_window` (operand, initial value).
+    ReduceWindow { body: Arc<Function>, window: Window },
+}
 
 /// The window of a `reduce_window`, one entry per axis of the operand.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -50,9 +65,9 @@ pub(crate) fn windowed_shape(s: Shape, w: &Window) -> Result<Shape, String> {
 /// to accumulators, distinct axes; each result is its operand without the
 /// axes. `reduce_window`: an operand and its initial scalar, a body over two
 /// scalars, the result [`windowed_shape`].
-pub(crate) fn infer(op: &Op, args: &[Shape]) -> Result<Vec<Shape>, String> {
+fn infer_op(op: &Reduction, args: &[Shape]) -> Result<Vec<Shape>, String> {
     match op {
-        Op::Reduce { body, axes } => {
+        Reduction::Reduce { body, axes } => {
             let n = args.len() / 2;
             let (operands, inits) = args.split_at(n);
             let first = *operands.first().ok_or("no operands")?;
@@ -83,14 +98,13 @@ pub(crate) fn infer(op: &Op, args: &[Shape]) -> Result<Vec<Shape>, String> {
                 })
                 .collect())
         }
-        Op::ReduceWindow { body, window } => {
+        Reduction::ReduceWindow { body, window } => {
             super::arity(args, 2)?;
             let scalar = Shape::scalar(args[0].dtype());
             super::scalar(args[1], Some(scalar.dtype()), "the initial value")?;
             super::signature(body, "body", &[scalar, scalar], &[scalar])?;
             windowed_shape(args[0], window).map(|s| vec![s])
         }
-        _ => Err(format!("{} is not a reduction", op.name())),
     }
 }
 
@@ -135,9 +149,9 @@ pub(crate) fn apply(body: &Function, args: &[f64]) -> Vec<f64> {
         .collect()
 }
 
-pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
+fn print_op(op: &Reduction, p: &mut OpPrinter<'_>) {
     match op {
-        Op::Reduce { body, axes } => {
+        Reduction::Reduce { body, axes } => {
             let n = body.results.len();
             let region = p.region(0, body, 2 * n, &[]);
             let attrs = format!("dimensions = {}", i64_array(axes.iter().map(|&a| a as i64)));
@@ -148,7 +162,7 @@ pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
                 p.multi("stablehlo.reduce", 2 * n, &[region], &attrs, &shapes)
             }
         }
-        Op::ReduceWindow { body, window } => {
+        Reduction::ReduceWindow { body, window } => {
             let region = p.region(0, body, 2, &[]);
             let pads: Vec<String> = window
                 .padding
@@ -164,7 +178,6 @@ pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
             );
             p.generic_with("stablehlo.reduce_window", &region, &attrs)
         }
-        _ => unreachable!("{op:?} is not a reduction"),
     }
 }
 
@@ -182,9 +195,9 @@ fn result_shapes(arg_shapes: &[Shape], axes: &[usize]) -> Vec<Shape> {
 
 /// The results of a reduction: one literal per operand (`Reduce`), or
 /// the single windowed result (`ReduceWindow`).
-pub(crate) fn eval(op: &Op, args: &[&Literal]) -> Vec<Literal> {
+fn eval_op(op: &Reduction, args: &[&Literal]) -> Vec<Literal> {
     match op {
-        Op::Reduce { body, axes } => {
+        Reduction::Reduce { body, axes } => {
             let n = body.results.len();
             let shapes: Vec<Shape> =
                 result_shapes(&args.iter().map(|l| l.shape()).collect::<Vec<_>>(), axes);
@@ -208,7 +221,7 @@ pub(crate) fn eval(op: &Op, args: &[&Literal]) -> Vec<Literal> {
                 .map(|k| Literal::new(shapes[k], acc.iter().map(|a| a[k]).collect()))
                 .collect()
         }
-        Op::ReduceWindow { body, window } => {
+        Reduction::ReduceWindow { body, window } => {
             let (x, init) = (args[0], args[1].data()[0]);
             let xs = x.shape();
             let shape = windowed_shape(xs, window).expect("checked when traced");
@@ -235,7 +248,6 @@ pub(crate) fn eval(op: &Op, args: &[&Literal]) -> Vec<Literal> {
                 .collect();
             vec![Literal::new(shape, data)]
         }
-        _ => unreachable!("{op:?} is not a reduction"),
     }
 }
 
@@ -246,13 +258,13 @@ pub(crate) fn eval(op: &Op, args: &[&Literal]) -> Vec<Literal> {
 /// float results of several-operand reductions (an argmax's index needs
 /// none), have no rule.
 pub(crate) fn vjp(
-    op: &Op,
+    op: &Reduction,
     e: &mut Emitter<'_>,
     node: &Node,
     z: ValueId,
     cts: &[Option<ValueId>],
 ) -> Cotangents {
-    let (Op::Reduce { body, axes }, [g]) = (op, cts) else {
+    let (Reduction::Reduce { body, axes }, [g]) = (op, cts) else {
         return Err(e.error("no derivative rule for this reduction"));
     };
     let g = g.expect("the driver skips nodes without cotangents");
@@ -279,4 +291,25 @@ pub(crate) fn vjp(
         }
     };
     Ok(vec![Some(dx), None])
+}
+
+impl super::Family for Reduction {
+    fn name(&self) -> &'static str {
+        match self {
+            Reduction::Reduce { .. } => "reduce",
+            Reduction::ReduceWindow { .. } => "reduce_window",
+        }
+    }
+
+    fn infer(&self, args: &[Shape], _: Shape) -> Result<Vec<Shape>, String> {
+        infer_op(self, args)
+    }
+
+    fn print(&self, p: &mut OpPrinter<'_>) {
+        print_op(self, p)
+    }
+
+    fn eval(&self, args: &[&Literal], _: Shape) -> Vec<Literal> {
+        eval_op(self, args)
+    }
 }

@@ -8,6 +8,27 @@ use crate::ir::print::{OpPrinter, i64_array};
 use crate::ir::{Node, Op, ValueId};
 use crate::literal::{Literal, strides, unravel};
 
+/// The ops that move elements without computing. `reshape` and
+/// `broadcast_in_dim` state their result type; the others give their
+/// operand's tags to the axes they keep.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Movement {
+    /// `stablehlo.reshape`.
+    Reshape,
+    /// `stablehlo.transpose` with a permutation.
+    Transpose(Vec<usize>),
+    /// `stablehlo.broadcast_in_dim`: where each operand axis goes.
+    Broadcast(Vec<usize>),
+    /// `stablehlo.slice`.
+    Slice(SliceSpec),
+    /// `stablehlo.concatenate` along an axis.
+    Concatenate(usize),
+    /// `stablehlo.pad` (operand, padding value).
+    Pad(PadSpec),
+    /// `stablehlo.reverse` of some axes.
+    Reverse(Vec<usize>),
+}
+
 /// The bounds `slice` takes along one axis: `a..b`, `a..`, `..b`
 /// or `..`, where a negative bound counts from the end.
 pub trait SliceRange {
@@ -95,21 +116,21 @@ pub(crate) fn resized(s: Shape, i: usize, n: i64) -> Shape {
 /// the count and dtype; a broadcast sends operand axis `k` to `axes[k]`,
 /// where it has the target's size or stretches from 1. The others give
 /// their operand's tags to the axes they keep.
-pub(crate) fn infer(op: &Op, args: &[Shape], declared: Shape) -> Result<Shape, String> {
+fn infer_op(op: &Movement, args: &[Shape], declared: Shape) -> Result<Shape, String> {
     let s = *args.first().ok_or("no operand")?;
     match op {
-        Op::Reshape => {
+        Movement::Reshape => {
             super::arity(args, 1)?;
             if s.count() != declared.count() || s.dtype() != declared.dtype() {
                 return Err(format!("cannot reshape {s} to {declared}"));
             }
             Ok(declared)
         }
-        Op::Broadcast(axes) => {
+        Movement::Broadcast(axes) => {
             super::arity(args, 1)?;
             broadcast(s, axes, declared).map(|()| declared)
         }
-        Op::Transpose(perm) => {
+        Movement::Transpose(perm) => {
             super::arity(args, 1)?;
             let mut sorted = perm.clone();
             sorted.sort();
@@ -123,24 +144,23 @@ pub(crate) fn infer(op: &Op, args: &[Shape], declared: Shape) -> Result<Shape, S
             }
             Ok(out)
         }
-        Op::Slice(spec) => {
+        Movement::Slice(spec) => {
             super::arity(args, 1)?;
             slice(s, spec)
         }
-        Op::Concatenate(a) => concatenate(args, *a),
-        Op::Pad(spec) => {
+        Movement::Concatenate(a) => concatenate(args, *a),
+        Movement::Pad(spec) => {
             super::arity(args, 2)?;
             super::scalar(args[1], Some(s.dtype()), "the padding value")?;
             pad(s, spec)
         }
-        Op::Reverse(axes) => {
+        Movement::Reverse(axes) => {
             super::arity(args, 1)?;
             match axes.iter().find(|&&a| a >= s.rank()) {
                 Some(a) => Err(format!("no axis {a} in {s}")),
                 None => Ok(s),
             }
         }
-        _ => Err(format!("{} does not move elements", op.name())),
     }
 }
 
@@ -223,19 +243,19 @@ pub(crate) fn pad(s: Shape, spec: &PadSpec) -> Result<Shape, String> {
     Ok(out)
 }
 
-pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
+fn print_op(op: &Movement, p: &mut OpPrinter<'_>) {
     let arr = |v: &[usize]| i64_array(v.iter().map(|&x| x as i64));
     match op {
-        Op::Reshape => p.generic("stablehlo.reshape", ""),
-        Op::Transpose(perm) => p.generic(
+        Movement::Reshape => p.generic("stablehlo.reshape", ""),
+        Movement::Transpose(perm) => p.generic(
             "stablehlo.transpose",
             &format!("permutation = {}", arr(perm)),
         ),
-        Op::Broadcast(axes) => p.generic(
+        Movement::Broadcast(axes) => p.generic(
             "stablehlo.broadcast_in_dim",
             &format!("broadcast_dimensions = {}", arr(axes)),
         ),
-        Op::Slice(s) => {
+        Movement::Slice(s) => {
             let attrs = format!(
                 "start_indices = {}, limit_indices = {}, strides = {}",
                 i64_array(s.start.iter().copied()),
@@ -244,8 +264,10 @@ pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
             );
             p.generic("stablehlo.slice", &attrs)
         }
-        Op::Concatenate(a) => p.generic("stablehlo.concatenate", &format!("dimension = {a} : i64")),
-        Op::Pad(s) => {
+        Movement::Concatenate(a) => {
+            p.generic("stablehlo.concatenate", &format!("dimension = {a} : i64"))
+        }
+        Movement::Pad(s) => {
             let attrs = format!(
                 "edge_padding_low = {}, edge_padding_high = {}, interior_padding = {}",
                 i64_array(s.low.iter().copied()),
@@ -254,8 +276,9 @@ pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
             );
             p.generic("stablehlo.pad", &attrs)
         }
-        Op::Reverse(axes) => p.generic("stablehlo.reverse", &format!("dimensions = {}", arr(axes))),
-        _ => unreachable!(),
+        Movement::Reverse(axes) => {
+            p.generic("stablehlo.reverse", &format!("dimensions = {}", arr(axes)))
+        }
     }
 }
 
@@ -271,32 +294,32 @@ fn offset(idx: &[usize], st: &[usize]) -> usize {
     idx.iter().zip(st).map(|(a, b)| a * b).sum()
 }
 
-pub(crate) fn eval(op: &Op, args: &[&Literal], shape: Shape) -> Literal {
+fn eval_op(op: &Movement, args: &[&Literal], shape: Shape) -> Literal {
     let x = args[0];
     let xs = x.shape();
     let st = strides(xs.dims());
     let mut ii = vec![0usize; xs.rank()];
     match op {
-        Op::Reshape => Literal::new(shape, x.data().to_vec()),
-        Op::Transpose(perm) => gather_by_index(shape, |oi| {
+        Movement::Reshape => Literal::new(shape, x.data().to_vec()),
+        Movement::Transpose(perm) => gather_by_index(shape, |oi| {
             for (k, &p) in perm.iter().enumerate() {
                 ii[p] = oi[k];
             }
             x.data()[offset(&ii, &st)]
         }),
-        Op::Broadcast(axes) => gather_by_index(shape, |oi| {
+        Movement::Broadcast(axes) => gather_by_index(shape, |oi| {
             for (k, &a) in axes.iter().enumerate() {
                 ii[k] = if xs.dims()[k] == 1 { 0 } else { oi[a] };
             }
             x.data()[offset(&ii, &st)]
         }),
-        Op::Slice(s) => gather_by_index(shape, |oi| {
+        Movement::Slice(s) => gather_by_index(shape, |oi| {
             for k in 0..ii.len() {
                 ii[k] = (s.start[k] + oi[k] as i64 * s.strides[k]) as usize;
             }
             x.data()[offset(&ii, &st)]
         }),
-        Op::Concatenate(a) => gather_by_index(shape, |oi| {
+        Movement::Concatenate(a) => gather_by_index(shape, |oi| {
             let mut pos = oi[*a] as i64;
             for t in args {
                 let d = t.shape().dims()[*a];
@@ -309,7 +332,7 @@ pub(crate) fn eval(op: &Op, args: &[&Literal], shape: Shape) -> Literal {
             }
             unreachable!()
         }),
-        Op::Pad(s) => gather_by_index(shape, |oi| {
+        Movement::Pad(s) => gather_by_index(shape, |oi| {
             for k in 0..ii.len() {
                 let p = oi[k] as i64 - s.low[k];
                 let step = s.interior[k] + 1;
@@ -320,7 +343,7 @@ pub(crate) fn eval(op: &Op, args: &[&Literal], shape: Shape) -> Literal {
             }
             x.data()[offset(&ii, &st)]
         }),
-        Op::Reverse(axes) => gather_by_index(shape, |oi| {
+        Movement::Reverse(axes) => gather_by_index(shape, |oi| {
             for k in 0..ii.len() {
                 ii[k] = if axes.contains(&k) {
                     xs.dims()[k] as usize - 1 - oi[k]
@@ -330,7 +353,6 @@ pub(crate) fn eval(op: &Op, args: &[&Literal], shape: Shape) -> Literal {
             }
             x.data()[offset(&ii, &st)]
         }),
-        _ => unreachable!(),
     }
 }
 
@@ -338,7 +360,7 @@ pub(crate) fn eval(op: &Op, args: &[&Literal], shape: Shape) -> Literal {
 /// operand came (a broadcast sums over the axes it made, a slice pads
 /// with zeros, a pad slices, a concatenation slices each operand's part).
 pub(crate) fn vjp(
-    op: &Op,
+    op: &Movement,
     e: &mut Emitter<'_>,
     node: &Node,
     cts: &[Option<ValueId>],
@@ -348,15 +370,15 @@ pub(crate) fn vjp(
     let xs = e.shape(x);
     let gs = e.shape(g);
     Ok(match op {
-        Op::Reshape => vec![Some(e.reshape(g, xs))],
-        Op::Transpose(perm) => {
+        Movement::Reshape => vec![Some(e.reshape(g, xs))],
+        Movement::Transpose(perm) => {
             let mut inv = vec![0; perm.len()];
             for (k, &p) in perm.iter().enumerate() {
                 inv[p] = k;
             }
             vec![Some(e.transpose(g, &inv))]
         }
-        Op::Broadcast(axes) => {
+        Movement::Broadcast(axes) => {
             let summed: Vec<usize> = (0..gs.rank())
                 .filter(|&o| match axes.iter().position(|&a| a == o) {
                     None => true,
@@ -366,7 +388,7 @@ pub(crate) fn vjp(
             let s = e.sum(g, &summed);
             vec![Some(e.reshape(s, xs))]
         }
-        Op::Slice(spec) => {
+        Movement::Slice(spec) => {
             let mut pad = PadSpec {
                 low: spec.start.clone(),
                 high: vec![],
@@ -383,12 +405,12 @@ pub(crate) fn vjp(
             }
             let zero = e.zeros(Shape::scalar(gs.dtype()));
             vec![Some(e.emit(
-                Op::Pad(pad),
+                Op::Movement(Movement::Pad(pad)),
                 &[g, zero],
                 xs.with_dtype(gs.dtype()),
             ))]
         }
-        Op::Concatenate(a) => {
+        Movement::Concatenate(a) => {
             let mut at = 0;
             let mut res = vec![];
             for &arg in &node.args {
@@ -405,14 +427,14 @@ pub(crate) fn vjp(
                 };
                 at += n;
                 res.push(Some(e.emit(
-                    Op::Slice(spec),
+                    Op::Movement(Movement::Slice(spec)),
                     &[g],
                     s.with_dtype(gs.dtype()),
                 )));
             }
             res
         }
-        Op::Pad(p) => {
+        Movement::Pad(p) => {
             if p.low.iter().chain(&p.high).any(|&v| v < 0) {
                 return Err(e.error("no derivative rule for a pad with negative edges"));
             }
@@ -423,14 +445,47 @@ pub(crate) fn vjp(
                     .collect(),
                 strides: p.interior.iter().map(|i| i + 1).collect(),
             };
-            let dx = e.emit(Op::Slice(spec), &[g], xs.with_dtype(gs.dtype()));
+            let dx = e.emit(
+                Op::Movement(Movement::Slice(spec)),
+                &[g],
+                xs.with_dtype(gs.dtype()),
+            );
             // The padding value's cotangent: what `g` holds outside `x`.
             let all: Vec<usize> = (0..gs.rank()).collect();
             let total = e.sum(g, &all);
             let inside = e.sum(dx, &all);
             vec![Some(dx), Some(e.sub(total, inside))]
         }
-        Op::Reverse(axes) => vec![Some(e.emit(Op::Reverse(axes.clone()), &[g], gs))],
-        _ => unreachable!("{op:?} is not a shape op"),
+        Movement::Reverse(axes) => vec![Some(e.emit(
+            Op::Movement(Movement::Reverse(axes.clone())),
+            &[g],
+            gs,
+        ))],
     })
+}
+
+impl super::Family for Movement {
+    fn name(&self) -> &'static str {
+        match self {
+            Movement::Reshape => "reshape",
+            Movement::Transpose(_) => "transpose",
+            Movement::Broadcast(_) => "broadcast",
+            Movement::Slice(_) => "slice",
+            Movement::Concatenate(_) => "concatenate",
+            Movement::Pad(_) => "pad",
+            Movement::Reverse(_) => "reverse",
+        }
+    }
+
+    fn infer(&self, args: &[Shape], declared: Shape) -> Result<Vec<Shape>, String> {
+        infer_op(self, args, declared).map(|s| vec![s])
+    }
+
+    fn print(&self, p: &mut OpPrinter<'_>) {
+        print_op(self, p)
+    }
+
+    fn eval(&self, args: &[&Literal], shape: Shape) -> Vec<Literal> {
+        vec![eval_op(self, args, shape)]
+    }
 }

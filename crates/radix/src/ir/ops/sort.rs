@@ -4,6 +4,7 @@
 use super::reduce::apply;
 use crate::ir::grad::{Cotangents, Emitter};
 use crate::ir::ops::Compare;
+use crate::ir::ops::Source;
 use crate::ir::print::OpPrinter;
 use crate::ir::{Function, Node, Op, ValueId};
 use crate::literal::{Literal, strides, unravel};
@@ -19,14 +20,40 @@ pub enum Order {
     Descending,
 }
 
+/// `stablehlo.sort` along an axis, stable, of several operands (one
+/// result each); `comparator` is hermetic over scalars (lhs0, rhs0, ...).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Sort {
+    pub(crate) comparator: Arc<Function>,
+    pub(crate) axis: usize,
+}
+
+impl super::Family for Sort {
+    fn name(&self) -> &'static str {
+        "sort"
+    }
+
+    fn infer(&self, args: &[Shape], _: Shape) -> Result<Vec<Shape>, String> {
+        infer(&self.comparator, self.axis, args)
+    }
+
+    fn print(&self, p: &mut OpPrinter<'_>) {
+        let n = p.arg_shapes().len();
+        let region = p.region(0, &self.comparator, 2 * n, &[]);
+        let attrs = format!("dimension = {} : i64, is_stable = true", self.axis);
+        let shapes = p.arg_shapes().to_vec();
+        p.multi("stablehlo.sort", n, &[region], &attrs, &shapes)
+    }
+
+    fn eval(&self, args: &[&Literal], _: Shape) -> Vec<Literal> {
+        eval(self, args)
+    }
+}
+
 /// The shape rule of `sort`: operands of one dims with `axis` among
 /// them, a comparator from (lhs0, rhs0, lhs1, rhs1, ...) scalars to a bool;
 /// each result is its operand's type.
-pub(crate) fn infer(
-    comparator: &Function,
-    axis: usize,
-    args: &[Shape],
-) -> Result<Vec<Shape>, String> {
+fn infer(comparator: &Function, axis: usize, args: &[Shape]) -> Result<Vec<Shape>, String> {
     let first = *args.first().ok_or("no operands")?;
     if let Some(t) = args.iter().find(|t| t.dims() != first.dims()) {
         return Err(format!("operands {first} and {t} differ"));
@@ -47,23 +74,10 @@ pub(crate) fn infer(
     Ok(args.to_vec())
 }
 
-pub(crate) fn print(op: &Op, p: &mut OpPrinter<'_>) {
-    let Op::Sort { comparator, axis } = op else {
-        unreachable!("{op:?} is not a sort")
-    };
-    let n = p.arg_shapes().len();
-    let region = p.region(0, comparator, 2 * n, &[]);
-    let attrs = format!("dimension = {axis} : i64, is_stable = true");
-    let shapes = p.arg_shapes().to_vec();
-    p.multi("stablehlo.sort", n, &[region], &attrs, &shapes)
-}
-
 /// The sorted operands: each line along the axis is ordered by a stable
 /// insertion sort with the comparator (which need not be a total order).
-pub(crate) fn eval(op: &Op, args: &[&Literal]) -> Vec<Literal> {
-    let Op::Sort { comparator, axis } = op else {
-        unreachable!("{op:?} is not a sort")
-    };
+fn eval(op: &Sort, args: &[&Literal]) -> Vec<Literal> {
+    let Sort { comparator, axis } = op;
     let s = args[0].shape();
     let len = s.dims()[*axis] as usize;
     let step = strides(s.dims())[*axis];
@@ -100,24 +114,34 @@ pub(crate) fn eval(op: &Op, args: &[&Literal]) -> Vec<Literal> {
         .collect()
 }
 
-/// The derivative rule: the sort is run again with an `iota` beside its
-/// operands, which gives the permutation it applies; sorting the
-/// cotangents by that permutation puts each back where its element came
-/// from.
-pub(crate) fn vjp(
-    op: &Op,
+impl Sort {
+    /// The derivative rule: the sort is run again with an `iota` beside its
+    /// operands, which gives the permutation it applies; sorting the
+    /// cotangents by that permutation puts each back where its element came
+    /// from.
+    pub(crate) fn vjp(
+        &self,
+        e: &mut Emitter<'_>,
+        node: &Node,
+        out: ValueId,
+        cts: &[Option<ValueId>],
+    ) -> Cotangents {
+        vjp(self, e, node, out, cts)
+    }
+}
+
+fn vjp(
+    op: &Sort,
     e: &mut Emitter<'_>,
     node: &Node,
     _: ValueId,
     cts: &[Option<ValueId>],
 ) -> Cotangents {
-    let Op::Sort { comparator, axis } = op else {
-        unreachable!("{op:?} is not a sort")
-    };
+    let Sort { comparator, axis } = op;
     let n = node.args.len();
     let shape = e.shape(node.args[0]);
     let index = shape.with_dtype(DType::I32);
-    let iota = e.emit(Op::Iota(*axis), &[], index);
+    let iota = e.emit(Op::Source(Source::Iota(*axis)), &[], index);
     // The comparator with two more (ignored) parameters for the iota.
     let mut with_iota = (**comparator).clone();
     for k in 0..2 {
@@ -134,10 +158,10 @@ pub(crate) fn vjp(
     let mut args = node.args.clone();
     args.push(iota);
     let sorted = e.emit(
-        Op::Sort {
+        Op::Sort(Sort {
             comparator: Arc::new(with_iota),
             axis: *axis,
-        },
+        }),
         &args,
         shape,
     );
@@ -154,10 +178,10 @@ pub(crate) fn vjp(
     }
     let by_perm = first_ascending(&dtypes, e.loc());
     let undone = e.emit(
-        Op::Sort {
+        Op::Sort(Sort {
             comparator: Arc::new(by_perm),
             axis: *axis,
-        },
+        }),
         &operands,
         index,
     );
