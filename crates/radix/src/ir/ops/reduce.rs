@@ -71,7 +71,7 @@ fn infer_op(op: &Reduction, args: &[Shape]) -> Result<Vec<Shape>, String> {
             let n = args.len() / 2;
             let (operands, inits) = args.split_at(n);
             let first = *operands.first().ok_or("no operands")?;
-            if args.len() % 2 != 0 {
+            if !args.len().is_multiple_of(2) {
                 return Err(format!("{} operands and initial values", args.len()));
             }
             if let Some(t) = operands.iter().find(|t| t.dims() != first.dims()) {
