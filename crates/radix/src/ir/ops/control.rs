@@ -43,130 +43,6 @@ pub(crate) enum Control {
         checkpoint: bool,
     },
 }
-
-/// The shape rules of control flow. `while`: a condition from the state
-/// and its captures to a bool scalar, a body from the state and its
-/// captures to the state, which is the result. `if`: a bool scalar
-/// predicate, two branches of their captures giving one list of types,
-/// the result. `call`: the callee takes the operands; its results are the
-/// call's.
-fn infer_op(op: &Control, args: &[Shape]) -> Result<Vec<Shape>, String> {
-    let bool_scalar = Shape::scalar(crate::DType::Bool);
-    match op {
-        Control::While {
-            cond,
-            body,
-            n_cond_captures,
-            ..
-        } => {
-            let n = body.results.len();
-            if args.len() < n + n_cond_captures {
-                return Err(format!("{} operands for a state of {n}", args.len()));
-            }
-            let (state, captures) = args.split_at(n);
-            let (cc, bc) = captures.split_at(*n_cond_captures);
-            super::signature(cond, "condition", &[state, cc].concat(), &[bool_scalar])?;
-            super::signature(body, "body", &[state, bc].concat(), state)?;
-            Ok(state.to_vec())
-        }
-        Control::If {
-            then,
-            other,
-            n_then_captures,
-        } => {
-            let (&pred, captures) = args.split_first().ok_or("no predicate")?;
-            super::scalar(pred, Some(crate::DType::Bool), "the predicate")?;
-            if captures.len() < *n_then_captures {
-                return Err(format!("{} captures for {n_then_captures}", captures.len()));
-            }
-            let (tc, ec) = captures.split_at(*n_then_captures);
-            let results = then.result_shapes();
-            super::signature(then, "then branch", tc, &results)?;
-            super::signature(other, "else branch", ec, &results)?;
-            Ok(results)
-        }
-        Control::Call { f, .. } => {
-            let results = f.result_shapes();
-            super::signature(f, "callee", args, &results)?;
-            Ok(results)
-        }
-    }
-}
-
-fn print_op(op: &Control, p: &mut OpPrinter<'_>) {
-    let args: Vec<String> = p.arg_names().iter().map(|s| s.to_string()).collect();
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    match op {
-        Control::While {
-            cond,
-            body,
-            n_cond_captures,
-            ..
-        } => {
-            let n = body.results.len();
-            let (cc, bc) = refs[n..].split_at(*n_cond_captures);
-            let regions = [p.region(0, cond, n, cc), p.region(1, body, n, bc)];
-            let shapes: Vec<Shape> = p.arg_shapes()[..n].to_vec();
-            p.multi("stablehlo.while", n, &regions, "", &shapes);
-        }
-        Control::If {
-            then,
-            other,
-            n_then_captures,
-        } => {
-            let (tc, ec) = refs[1..].split_at(*n_then_captures);
-            let regions = [p.region(0, then, 0, tc), p.region(1, other, 0, ec)];
-            let shapes: Vec<Shape> = then.results.iter().map(|&r| then.node(r).shape).collect();
-            p.multi("stablehlo.if", 1, &regions, "", &shapes);
-        }
-        Control::Call { name, f, .. } => {
-            p.private_function(name, f);
-            let shapes: Vec<Shape> = f.results.iter().map(|&r| f.node(r).shape).collect();
-            let n = refs.len();
-            p.multi("func.call", n, &[], &format!("callee = @{name}"), &shapes);
-        }
-    }
-}
-
-/// The results of a multi-result op.
-fn eval_op(op: &Control, args: &[&Literal]) -> Vec<Literal> {
-    let owned = |xs: &[&Literal]| xs.iter().map(|&l| l.clone()).collect::<Vec<_>>();
-    match op {
-        Control::While {
-            cond,
-            body,
-            n_cond_captures,
-            ..
-        } => {
-            let n = body.results.len();
-            let (cc, bc) = args[n..].split_at(*n_cond_captures);
-            let mut state = owned(&args[..n]);
-            loop {
-                let mut ca = state.clone();
-                ca.extend(owned(cc));
-                if interp::eval(cond, &ca)[0].data()[0] == 0.0 {
-                    return state;
-                }
-                state.extend(owned(bc));
-                state = interp::eval(body, &state);
-            }
-        }
-        Control::If {
-            then,
-            other,
-            n_then_captures,
-        } => {
-            let (tc, ec) = args[1..].split_at(*n_then_captures);
-            if args[0].data()[0] != 0.0 {
-                interp::eval(then, &owned(tc))
-            } else {
-                interp::eval(other, &owned(ec))
-            }
-        }
-        Control::Call { f, .. } => interp::eval(f, &owned(args)),
-    }
-}
-
 /// The derivative rules that save nothing (the others, which save the
 /// residuals of a body, are in `control_grad.rs`). A `checkpoint`ed call:
 /// the derivative of a called function is a called function,
@@ -232,6 +108,43 @@ fn call_vjp(
         .collect())
 }
 
+impl Control {
+    /// `args` split as the op reads them: a `while`'s state, its
+    /// condition's captures and its body's; an `if`'s predicate (one
+    /// operand), its then-branch's captures and its else-branch's; a call's
+    /// operands and nothing. Too few operands is an error.
+    fn split<'a, T>(&self, args: &'a [T]) -> Result<(&'a [T], &'a [T], &'a [T]), String> {
+        let (n_head, n_first) = match self {
+            Control::While {
+                body,
+                n_cond_captures,
+                ..
+            } => {
+                let n = body.results.len();
+                if args.len() < n + n_cond_captures {
+                    return Err(format!("{} operands for a state of {n}", args.len()));
+                }
+                (n, *n_cond_captures)
+            }
+            Control::If {
+                n_then_captures, ..
+            } => {
+                if args.len() < 1 + n_then_captures {
+                    return Err(format!(
+                        "{} operands for {n_then_captures} captures",
+                        args.len()
+                    ));
+                }
+                (1, *n_then_captures)
+            }
+            Control::Call { .. } => (args.len(), 0),
+        };
+        let (head, captures) = args.split_at(n_head);
+        let (first, second) = captures.split_at(n_first);
+        Ok((head, first, second))
+    }
+}
+
 impl super::Family for Control {
     fn name(&self) -> &'static str {
         match self {
@@ -241,15 +154,93 @@ impl super::Family for Control {
         }
     }
 
+    /// The shape rules of control flow. `while`: a condition from the state
+    /// and its captures to a bool scalar, a body from the state and its
+    /// captures to the state, which is the result. `if`: a bool scalar
+    /// predicate, two branches of their captures giving one list of types,
+    /// the result. `call`: the callee takes the operands; its results are the
+    /// call's.
     fn infer(&self, args: &[Shape], _: Shape) -> Result<Vec<Shape>, String> {
-        infer_op(self, args)
+        let bool_scalar = Shape::scalar(crate::DType::Bool);
+        match self {
+            Control::While { cond, body, .. } => {
+                let (state, cc, bc) = self.split(args)?;
+                super::signature(cond, "condition", &[state, cc].concat(), &[bool_scalar])?;
+                super::signature(body, "body", &[state, bc].concat(), state)?;
+                Ok(state.to_vec())
+            }
+            Control::If { then, other, .. } => {
+                let (pred, tc, ec) = self.split(args)?;
+                super::scalar(pred[0], Some(crate::DType::Bool), "the predicate")?;
+                let results = then.result_shapes();
+                super::signature(then, "then branch", tc, &results)?;
+                super::signature(other, "else branch", ec, &results)?;
+                Ok(results)
+            }
+            Control::Call { f, .. } => {
+                let results = f.result_shapes();
+                super::signature(f, "callee", args, &results)?;
+                Ok(results)
+            }
+        }
     }
 
     fn print(&self, p: &mut OpPrinter<'_>) {
-        print_op(self, p)
+        let args: Vec<String> = p.arg_names().iter().map(|s| s.to_string()).collect();
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        // The verified operands split as the op reads them.
+        let Ok((_, first, second)) = self.split(&refs) else {
+            return;
+        };
+        match self {
+            Control::While { cond, body, .. } => {
+                let n = body.results.len();
+                let regions = [p.region(0, cond, n, first), p.region(1, body, n, second)];
+                let shapes: Vec<Shape> = p.arg_shapes()[..n].to_vec();
+                p.multi("stablehlo.while", n, &regions, "", &shapes);
+            }
+            Control::If { then, other, .. } => {
+                let regions = [p.region(0, then, 0, first), p.region(1, other, 0, second)];
+                p.multi("stablehlo.if", 1, &regions, "", &then.result_shapes());
+            }
+            Control::Call { name, f, .. } => {
+                p.private_function(name, f);
+                let shapes = f.result_shapes();
+                let n = refs.len();
+                p.multi("func.call", n, &[], &format!("callee = @{name}"), &shapes);
+            }
+        }
     }
 
+    /// The results of a multi-result op.
     fn eval(&self, args: &[&Literal], _: Shape) -> Vec<Literal> {
-        eval_op(self, args)
+        let owned = |xs: &[&Literal]| xs.iter().map(|&l| l.clone()).collect::<Vec<_>>();
+        let Ok((head, first, second)) = self.split(args) else {
+            return vec![];
+        };
+        match self {
+            Control::While { cond, body, .. } => {
+                let (cc, bc) = (first, second);
+                let mut state = owned(head);
+                loop {
+                    let mut ca = state.clone();
+                    ca.extend(owned(cc));
+                    if interp::eval(cond, &ca)[0].data()[0] == 0.0 {
+                        return state;
+                    }
+                    state.extend(owned(bc));
+                    state = interp::eval(body, &state);
+                }
+            }
+            Control::If { then, other, .. } => {
+                let (tc, ec) = (first, second);
+                if head[0].data()[0] != 0.0 {
+                    interp::eval(then, &owned(tc))
+                } else {
+                    interp::eval(other, &owned(ec))
+                }
+            }
+            Control::Call { f, .. } => interp::eval(f, &owned(args)),
+        }
     }
 }

@@ -217,7 +217,7 @@ impl Op {
             Op::Movement(m) => shape_ops::vjp(m, e, node, cts),
             Op::Indexing(i) => indexing::vjp(i, e, node, cts),
             Op::Reduction(r) => reduce::vjp(r, e, node, out, cts),
-            Op::Sort(s) => s.vjp(e, node, out, cts),
+            Op::Sort(s) => sort::vjp(s, e, node, out, cts),
             Op::Control(c) => control::vjp(c, e, node, cts),
             Op::Sharding => Ok(vec![cts[0]]),
             // The cotangents pass as the values did: what the barrier

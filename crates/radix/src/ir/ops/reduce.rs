@@ -60,54 +60,6 @@ pub(crate) fn windowed_shape(s: Shape, w: &Window) -> Result<Shape, String> {
     Ok(out)
 }
 
-/// The shape rules of the reductions. `reduce`: operands of one dims, an
-/// initial scalar each of its dtype, a body from (accumulators, elements)
-/// to accumulators, distinct axes; each result is its operand without the
-/// axes. `reduce_window`: an operand and its initial scalar, a body over two
-/// scalars, the result [`windowed_shape`].
-fn infer_op(op: &Reduction, args: &[Shape]) -> Result<Vec<Shape>, String> {
-    match op {
-        Reduction::Reduce { body, axes } => {
-            let n = args.len() / 2;
-            let (operands, inits) = args.split_at(n);
-            let first = *operands.first().ok_or("no operands")?;
-            if !args.len().is_multiple_of(2) {
-                return Err(format!("{} operands and initial values", args.len()));
-            }
-            if let Some(t) = operands.iter().find(|t| t.dims() != first.dims()) {
-                return Err(format!("operands {first} and {t} differ"));
-            }
-            let scalars: Vec<Shape> = operands.iter().map(|t| Shape::scalar(t.dtype())).collect();
-            for (&i, s) in inits.iter().zip(&scalars) {
-                super::scalar(i, Some(s.dtype()), "the initial value")?;
-            }
-            let params: Vec<Shape> = scalars.iter().chain(&scalars).copied().collect();
-            super::signature(body, "body", &params, &scalars)?;
-            let mut sorted = axes.clone();
-            sorted.sort();
-            sorted.dedup();
-            if sorted != *axes || axes.iter().any(|&a| a >= first.rank()) {
-                return Err(format!("axes {axes:?} of {first}"));
-            }
-            Ok(operands
-                .iter()
-                .map(|&t| {
-                    axes.iter()
-                        .rev()
-                        .fold(t, |s, &i| s.remove_axis(i).unwrap_or(s))
-                })
-                .collect())
-        }
-        Reduction::ReduceWindow { body, window } => {
-            super::arity(args, 2)?;
-            let scalar = Shape::scalar(args[0].dtype());
-            super::scalar(args[1], Some(scalar.dtype()), "the initial value")?;
-            super::signature(body, "body", &[scalar, scalar], &[scalar])?;
-            windowed_shape(args[0], window).map(|s| vec![s])
-        }
-    }
-}
-
 /// The lowest value of `dtype` (the identity of `maximum`).
 pub(crate) fn lowest(dtype: DType) -> f64 {
     match dtype {
@@ -148,39 +100,6 @@ pub(crate) fn apply(body: &Function, args: &[f64]) -> Vec<f64> {
         .map(|l| l.data()[0])
         .collect()
 }
-
-fn print_op(op: &Reduction, p: &mut OpPrinter<'_>) {
-    match op {
-        Reduction::Reduce { body, axes } => {
-            let n = body.results.len();
-            let region = p.region(0, body, 2 * n, &[]);
-            let attrs = format!("dimensions = {}", i64_array(axes.iter().map(|&a| a as i64)));
-            if n == 1 {
-                p.generic_with("stablehlo.reduce", &region, &attrs)
-            } else {
-                let shapes = result_shapes(p.arg_shapes(), axes);
-                p.multi("stablehlo.reduce", 2 * n, &[region], &attrs, &shapes)
-            }
-        }
-        Reduction::ReduceWindow { body, window } => {
-            let region = p.region(0, body, 2, &[]);
-            let pads: Vec<String> = window
-                .padding
-                .iter()
-                .map(|&[lo, hi]| i64_list([lo, hi]))
-                .collect();
-            let attrs = format!(
-                "window_dimensions = {}, window_strides = {}, padding = dense<[{}]> : tensor<{}x2xi64>",
-                i64_array(window.dims.iter().copied()),
-                i64_array(window.strides.iter().copied()),
-                pads.join(", "),
-                window.dims.len()
-            );
-            p.generic_with("stablehlo.reduce_window", &region, &attrs)
-        }
-    }
-}
-
 fn result_shapes(arg_shapes: &[Shape], axes: &[usize]) -> Vec<Shape> {
     let n = arg_shapes.len() / 2;
     arg_shapes[..n]
@@ -191,64 +110,6 @@ fn result_shapes(arg_shapes: &[Shape], axes: &[usize]) -> Vec<Shape> {
                 .fold(s, |s, &i| s.remove_axis(i).unwrap_or(s))
         })
         .collect()
-}
-
-/// The results of a reduction: one literal per operand (`Reduce`), or
-/// the single windowed result (`ReduceWindow`).
-fn eval_op(op: &Reduction, args: &[&Literal]) -> Vec<Literal> {
-    match op {
-        Reduction::Reduce { body, axes } => {
-            let n = body.results.len();
-            let shapes: Vec<Shape> =
-                result_shapes(&args.iter().map(|l| l.shape()).collect::<Vec<_>>(), axes);
-            let xs = args[0].shape();
-            let ost = strides(shapes[0].dims());
-            let mut acc: Vec<Vec<f64>> = (0..shapes[0].count())
-                .map(|_| args[n..].iter().map(|l| l.data()[0]).collect())
-                .collect();
-            for i in 0..xs.count() {
-                let xi = unravel(i, xs.dims());
-                let o: usize = (0..xs.rank())
-                    .filter(|k| !axes.contains(k))
-                    .zip(&ost)
-                    .map(|(k, s)| xi[k] * s)
-                    .sum();
-                let mut a = acc[o].clone();
-                a.extend(args[..n].iter().map(|l| l.data()[i]));
-                acc[o] = apply(body, &a);
-            }
-            (0..n)
-                .map(|k| Literal::new(shapes[k], acc.iter().map(|a| a[k]).collect()))
-                .collect()
-        }
-        Reduction::ReduceWindow { body, window } => {
-            let (x, init) = (args[0], args[1].data()[0]);
-            let xs = x.shape();
-            let shape = windowed_shape(xs, window).expect("checked when traced");
-            let xst = strides(xs.dims());
-            let data = (0..shape.count())
-                .map(|o| {
-                    let oi = unravel(o, shape.dims());
-                    let wshape = Shape::new(DType::F32, &window.dims);
-                    (0..wshape.count()).fold(init, |acc, w| {
-                        let wi = unravel(w, &window.dims);
-                        let mut off = Some(0usize);
-                        for k in 0..xs.rank() {
-                            let at = oi[k] as i64 * window.strides[k] + wi[k] as i64
-                                - window.padding[k][0];
-                            if at < 0 || at >= xs.dims()[k] {
-                                off = None;
-                            }
-                            off = off.map(|f| f + at.max(0) as usize * xst[k]);
-                        }
-                        let v = off.map_or(init, |f| x.data()[f]);
-                        apply(body, &[acc, v])[0]
-                    })
-                })
-                .collect();
-            vec![Literal::new(shape, data)]
-        }
-    }
 }
 
 /// The derivative rules of the one-operand reductions whose body is `add`,
@@ -301,15 +162,142 @@ impl super::Family for Reduction {
         }
     }
 
+    /// The shape rules of the reductions. `reduce`: operands of one dims, an
+    /// initial scalar each of its dtype, a body from (accumulators, elements)
+    /// to accumulators, distinct axes; each result is its operand without the
+    /// axes. `reduce_window`: an operand and its initial scalar, a body over two
+    /// scalars, the result [`windowed_shape`].
     fn infer(&self, args: &[Shape], _: Shape) -> Result<Vec<Shape>, String> {
-        infer_op(self, args)
+        match self {
+            Reduction::Reduce { body, axes } => {
+                let n = args.len() / 2;
+                let (operands, inits) = args.split_at(n);
+                let first = *operands.first().ok_or("no operands")?;
+                if !args.len().is_multiple_of(2) {
+                    return Err(format!("{} operands and initial values", args.len()));
+                }
+                if let Some(t) = operands.iter().find(|t| t.dims() != first.dims()) {
+                    return Err(format!("operands {first} and {t} differ"));
+                }
+                let scalars: Vec<Shape> =
+                    operands.iter().map(|t| Shape::scalar(t.dtype())).collect();
+                for (&i, s) in inits.iter().zip(&scalars) {
+                    super::scalar(i, Some(s.dtype()), "the initial value")?;
+                }
+                let params: Vec<Shape> = scalars.iter().chain(&scalars).copied().collect();
+                super::signature(body, "body", &params, &scalars)?;
+                let mut sorted = axes.clone();
+                sorted.sort();
+                sorted.dedup();
+                if sorted != *axes || axes.iter().any(|&a| a >= first.rank()) {
+                    return Err(format!("axes {axes:?} of {first}"));
+                }
+                Ok(operands
+                    .iter()
+                    .map(|&t| {
+                        axes.iter()
+                            .rev()
+                            .fold(t, |s, &i| s.remove_axis(i).unwrap_or(s))
+                    })
+                    .collect())
+            }
+            Reduction::ReduceWindow { body, window } => {
+                super::arity(args, 2)?;
+                let scalar = Shape::scalar(args[0].dtype());
+                super::scalar(args[1], Some(scalar.dtype()), "the initial value")?;
+                super::signature(body, "body", &[scalar, scalar], &[scalar])?;
+                windowed_shape(args[0], window).map(|s| vec![s])
+            }
+        }
     }
 
     fn print(&self, p: &mut OpPrinter<'_>) {
-        print_op(self, p)
+        match self {
+            Reduction::Reduce { body, axes } => {
+                let n = body.results.len();
+                let region = p.region(0, body, 2 * n, &[]);
+                let attrs = format!("dimensions = {}", i64_array(axes.iter().map(|&a| a as i64)));
+                if n == 1 {
+                    p.generic_with("stablehlo.reduce", &region, &attrs)
+                } else {
+                    let shapes = result_shapes(p.arg_shapes(), axes);
+                    p.multi("stablehlo.reduce", 2 * n, &[region], &attrs, &shapes)
+                }
+            }
+            Reduction::ReduceWindow { body, window } => {
+                let region = p.region(0, body, 2, &[]);
+                let pads: Vec<String> = window
+                    .padding
+                    .iter()
+                    .map(|&[lo, hi]| i64_list([lo, hi]))
+                    .collect();
+                let attrs = format!(
+                    "window_dimensions = {}, window_strides = {}, padding = dense<[{}]> : tensor<{}x2xi64>",
+                    i64_array(window.dims.iter().copied()),
+                    i64_array(window.strides.iter().copied()),
+                    pads.join(", "),
+                    window.dims.len()
+                );
+                p.generic_with("stablehlo.reduce_window", &region, &attrs)
+            }
+        }
     }
 
+    /// The results of a reduction: one literal per operand (`Reduce`), or
+    /// the single windowed result (`ReduceWindow`).
     fn eval(&self, args: &[&Literal], _: Shape) -> Vec<Literal> {
-        eval_op(self, args)
+        match self {
+            Reduction::Reduce { body, axes } => {
+                let n = body.results.len();
+                let shapes: Vec<Shape> =
+                    result_shapes(&args.iter().map(|l| l.shape()).collect::<Vec<_>>(), axes);
+                let xs = args[0].shape();
+                let ost = strides(shapes[0].dims());
+                let mut acc: Vec<Vec<f64>> = (0..shapes[0].count())
+                    .map(|_| args[n..].iter().map(|l| l.data()[0]).collect())
+                    .collect();
+                for i in 0..xs.count() {
+                    let xi = unravel(i, xs.dims());
+                    let o: usize = (0..xs.rank())
+                        .filter(|k| !axes.contains(k))
+                        .zip(&ost)
+                        .map(|(k, s)| xi[k] * s)
+                        .sum();
+                    let mut a = acc[o].clone();
+                    a.extend(args[..n].iter().map(|l| l.data()[i]));
+                    acc[o] = apply(body, &a);
+                }
+                (0..n)
+                    .map(|k| Literal::new(shapes[k], acc.iter().map(|a| a[k]).collect()))
+                    .collect()
+            }
+            Reduction::ReduceWindow { body, window } => {
+                let (x, init) = (args[0], args[1].data()[0]);
+                let xs = x.shape();
+                let shape = windowed_shape(xs, window).expect("checked when traced");
+                let xst = strides(xs.dims());
+                let data = (0..shape.count())
+                    .map(|o| {
+                        let oi = unravel(o, shape.dims());
+                        let wshape = Shape::new(DType::F32, &window.dims);
+                        (0..wshape.count()).fold(init, |acc, w| {
+                            let wi = unravel(w, &window.dims);
+                            let mut off = Some(0usize);
+                            for k in 0..xs.rank() {
+                                let at = oi[k] as i64 * window.strides[k] + wi[k] as i64
+                                    - window.padding[k][0];
+                                if at < 0 || at >= xs.dims()[k] {
+                                    off = None;
+                                }
+                                off = off.map(|f| f + at.max(0) as usize * xst[k]);
+                            }
+                            let v = off.map_or(init, |f| x.data()[f]);
+                            apply(body, &[acc, v])[0]
+                        })
+                    })
+                    .collect();
+                vec![Literal::new(shape, data)]
+            }
+        }
     }
 }

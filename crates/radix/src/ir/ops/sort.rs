@@ -114,23 +114,11 @@ fn eval(op: &Sort, args: &[&Literal]) -> Vec<Literal> {
         .collect()
 }
 
-impl Sort {
-    /// The derivative rule: the sort is run again with an `iota` beside its
-    /// operands, which gives the permutation it applies; sorting the
-    /// cotangents by that permutation puts each back where its element came
-    /// from.
-    pub(crate) fn vjp(
-        &self,
-        e: &mut Emitter<'_>,
-        node: &Node,
-        out: ValueId,
-        cts: &[Option<ValueId>],
-    ) -> Cotangents {
-        vjp(self, e, node, out, cts)
-    }
-}
-
-fn vjp(
+/// The derivative rule: the sort is run again with an `iota` beside its
+/// operands, which gives the permutation it applies; sorting the
+/// cotangents by that permutation puts each back where its element came
+/// from.
+pub(crate) fn vjp(
     op: &Sort,
     e: &mut Emitter<'_>,
     node: &Node,
