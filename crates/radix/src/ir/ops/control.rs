@@ -108,12 +108,15 @@ fn call_vjp(
         .collect())
 }
 
+/// A control-flow op's operands in three runs ([`Control::split`]).
+type Split<'a, T> = (&'a [T], &'a [T], &'a [T]);
+
 impl Control {
     /// `args` split as the op reads them: a `while`'s state, its
     /// condition's captures and its body's; an `if`'s predicate (one
     /// operand), its then-branch's captures and its else-branch's; a call's
     /// operands and nothing. Too few operands is an error.
-    fn split<'a, T>(&self, args: &'a [T]) -> Result<(&'a [T], &'a [T], &'a [T]), String> {
+    fn split<'a, T>(&self, args: &'a [T]) -> Result<Split<'a, T>, String> {
         let (n_head, n_first) = match self {
             Control::While {
                 body,
