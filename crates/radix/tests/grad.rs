@@ -359,6 +359,22 @@ fn custom_calls_with_a_derivative() {
     compare(got[0].data(), want[0].data(), Tol::ulps(DType::F64, 8.0)).unwrap();
 }
 
+/// A custom call's derivative reads its results, and a called body's
+/// derivative runs in two parts: the backward part's result of the call
+/// is a residual of the forward part (projected there, not passed as the
+/// call itself).
+#[test]
+fn custom_calls_with_a_derivative_inside_a_called_body() {
+    fn body(x: &Tensor) -> Tensor {
+        let y = SOFTSIGN_F64.call(&[*x * 2.0], &Attrs::new())[0];
+        y * y.tanh()
+    }
+    let inputs = [lit(&[2, 3], 41)];
+    check(&inputs, |v| {
+        loss(radix::call("softsign_body", body, &v[0]) * 3.0)
+    });
+}
+
 #[test]
 fn custom_calls_differentiated_through_their_fallback() {
     let inputs = [lit(&[2, 3], 40)];

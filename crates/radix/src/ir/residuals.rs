@@ -68,10 +68,22 @@ pub(crate) fn split(f: &Function, n_wrt: usize, reads: Reads) -> Result<Split, G
             (_, Reads::Params) => false,
         };
     }
+    // A backward `Project` of a forward multi-result op that is not free
+    // reads one of its results: that result is the residual (the op's own
+    // value is not a tensor to pass), projected at the end of the forward
+    // function. By backward node: (producer, result index).
+    let projected: HashMap<usize, (ValueId, usize)> = (boundary..j.nodes.len())
+        .filter_map(|i| match (&j.nodes[i].op, j.nodes[i].args.first()) {
+            (Op::Project(k), Some(&p)) if (p.0 as usize) < boundary && !free[p.0 as usize] => {
+                Some((i, (p, *k)))
+            }
+            _ => None,
+        })
+        .collect();
     let mut needed = vec![false; boundary];
-    let mut stack: Vec<ValueId> = j.nodes[boundary..]
-        .iter()
-        .flat_map(|n| n.args.iter().copied())
+    let mut stack: Vec<ValueId> = (boundary..j.nodes.len())
+        .filter(|i| !projected.contains_key(i))
+        .flat_map(|i| j.nodes[i].args.iter().copied())
         .chain(j.results[n_out..].iter().copied())
         .filter(|v| (v.0 as usize) < boundary)
         .collect();
@@ -88,6 +100,19 @@ pub(crate) fn split(f: &Function, n_wrt: usize, reads: Reads) -> Result<Split, G
         }
     }
     residuals.sort();
+    // The projected residuals, each (producer, index) once with its
+    // shape, after the others.
+    let mut results_read: Vec<((ValueId, usize), Shape)> = projected
+        .iter()
+        .map(|(&i, &read)| (read, j.nodes[i].shape))
+        .collect();
+    results_read.sort_by_key(|r| r.0);
+    results_read.dedup_by_key(|r| r.0);
+    let read_index = |read: &(ValueId, usize)| {
+        results_read
+            .binary_search_by_key(read, |r| r.0)
+            .expect("every read is listed")
+    };
     let mut free_used: Vec<usize> = vec![];
     for (i, n) in j.nodes[..boundary].iter().enumerate() {
         if let Op::Parameter(k) = n.op
@@ -109,6 +134,15 @@ pub(crate) fn split(f: &Function, n_wrt: usize, reads: Reads) -> Result<Split, G
         for &r in &residuals {
             map.insert(r, e.parameter(k, j.node(r).shape));
             k += 1;
+        }
+        let reads: Vec<ValueId> = results_read
+            .iter()
+            .enumerate()
+            .map(|(n, &(_, shape))| e.parameter(k + n, shape))
+            .collect();
+        k += reads.len();
+        for (&i, read) in &projected {
+            map.insert(ValueId(i as u32), reads[read_index(read)]);
         }
         for &p in &free_used {
             let id = j.params[p];
@@ -138,16 +172,20 @@ pub(crate) fn split(f: &Function, n_wrt: usize, reads: Reads) -> Result<Split, G
         }
     }
     for i in boundary..j.nodes.len() {
-        if !matches!(j.nodes[i].op, Op::Parameter(_)) {
+        if !matches!(j.nodes[i].op, Op::Parameter(_)) && !projected.contains_key(&i) {
             copy(&mut bwd, &mut map, i);
         }
     }
     bwd.results = j.results[n_out..].iter().map(|r| map[r]).collect();
 
-    let residual_shapes = residuals.iter().map(|&r| j.node(r).shape).collect();
+    let residual_shapes = residuals
+        .iter()
+        .map(|&r| j.node(r).shape)
+        .chain(results_read.iter().map(|r| r.1))
+        .collect();
     let mut fwd_results = j.results[..n_out].to_vec();
     fwd_results.extend(&residuals);
-    let fwd = Function {
+    let mut fwd = Function {
         nodes: j.nodes[..boundary].to_vec(),
         locs: j.locs[..boundary].to_vec(),
         params: j.params[..n_params].to_vec(),
@@ -160,6 +198,15 @@ pub(crate) fn split(f: &Function, n_wrt: usize, reads: Reads) -> Result<Split, G
             .filter(|v| (v.0 as usize) < boundary)
             .collect(),
     };
+    for &((producer, k), shape) in &results_read {
+        let node = Node {
+            op: Op::Project(k),
+            args: vec![producer],
+            shape,
+        };
+        let id = fwd.push_rebuilt(node, loc);
+        fwd.results.push(id);
+    }
     Ok(Split {
         fwd,
         bwd,
