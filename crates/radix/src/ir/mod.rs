@@ -137,32 +137,74 @@ impl Function {
         h.finish()
     }
 
-    /// Appends `node`, traced at `loc`: the only way a node is made, so
-    /// every node of every function is checked by its op's shape rule as it
-    /// is made. `node.shape` is the type the ops that state theirs (a
-    /// constant, a reshape, ...) are given, and for the others the tags the
-    /// caller wants on the rule's type, whose dtype and dims it must have.
+    /// Appends `node`, traced at `loc`: with [`Function::push_seen`], the
+    /// only way a node is made, so every node of every function is checked
+    /// by its op's shape rule as it is made. `node.shape` is the type the
+    /// ops that state theirs (a constant, a reshape, ...) are given, and for
+    /// the others the tags the caller wants on the rule's type, whose dtype
+    /// and dims it must have.
     pub(crate) fn push(&mut self, node: Node, loc: Loc) -> Result<ValueId, ShapeError> {
+        let seen: ops::Shapes = node
+            .args
+            .iter()
+            .map(|&a| self.nodes.get(a.0 as usize).map_or(node.shape, |n| n.shape))
+            .collect();
+        self.push_seen(node.op, node.args, &seen, Some(node.shape), loc)
+            .map(|(id, _)| id)
+    }
+
+    /// Appends `op` applied to `args` as the caller sees them, `seen`: one
+    /// type per operand, the operands' own (their tags may differ: the
+    /// tracer renames a value's axes without a node), which the shape rule
+    /// reads. The node's type is `stated` (which must be the rule's, for
+    /// the ops that do not state theirs) or, without one, the rule's with
+    /// the tags the rule gives; it is returned with the node.
+    pub(crate) fn push_seen(
+        &mut self,
+        op: Op,
+        args: Vec<ValueId>,
+        seen: &[Shape],
+        stated: Option<Shape>,
+        loc: Loc,
+    ) -> Result<(ValueId, Shape), ShapeError> {
         let error = |message: String| ShapeError {
-            op: node.op.name(),
+            op: op.name(),
             message,
         };
-        let ty = self
-            .rule_type(&node.op, &node.args, node.shape)
-            .map_err(error)?;
-        if !node.shape.same_type(&ty) {
+        let n = self.nodes.len();
+        let types_match = args.len() == seen.len()
+            && args
+                .iter()
+                .zip(seen)
+                .all(|(a, s)| (a.0 as usize) < n && self.node(*a).shape.same_type(s));
+        if !types_match {
             return Err(error(format!(
-                "is typed {} but its rule gives {ty}",
-                node.shape
+                "operands {args:?} are not nodes before it of the types seen"
             )));
         }
-        let id = ValueId(self.nodes.len() as u32);
-        if node.op.has_side_effect() {
+        let fallback = stated.or(seen.first().copied());
+        let fallback = fallback.unwrap_or(Shape::scalar(crate::DType::F32));
+        let ty = match op {
+            Op::Project(_) => self.rule_type(&op, &args, fallback),
+            _ => op
+                .infer(seen, fallback)
+                .map(|r| r.first().copied().unwrap_or(fallback)),
+        }
+        .map_err(error)?;
+        let shape = match stated {
+            Some(s) if !s.same_type(&ty) => {
+                return Err(error(format!("is typed {s} but its rule gives {ty}")));
+            }
+            Some(s) => s,
+            None => ty,
+        };
+        let id = ValueId(n as u32);
+        if op.has_side_effect() {
             self.effects.push(id);
         }
-        self.nodes.push(node);
+        self.nodes.push(Node { op, args, shape });
         self.locs.push(loc);
-        Ok(id)
+        Ok((id, shape))
     }
 
     /// [`Function::push`] of a node rebuilt from checked ones (a pass's
@@ -192,7 +234,7 @@ impl Function {
         if let Some(a) = args.iter().find(|a| a.0 as usize >= self.nodes.len()) {
             return Err(format!("operand %{} is not a node before it", a.0));
         }
-        let shapes: Vec<Shape> = args.iter().map(|&a| self.node(a).shape).collect();
+        let shapes: ops::Shapes = args.iter().map(|&a| self.node(a).shape).collect();
         if let Op::Project(k) = op {
             ops::arity(&shapes, 1)?;
             let producer = self.node(args[0]);
@@ -214,8 +256,8 @@ impl Function {
 
     /// The types of all results of `node` (one of this function's) by its
     /// op's shape rule.
-    fn rule_type_all(&self, node: &Node) -> Result<Vec<Shape>, String> {
-        let shapes: Vec<Shape> = node.args.iter().map(|&a| self.node(a).shape).collect();
+    fn rule_type_all(&self, node: &Node) -> Result<ops::Shapes, String> {
+        let shapes: ops::Shapes = node.args.iter().map(|&a| self.node(a).shape).collect();
         node.op.infer(&shapes, node.shape)
     }
 

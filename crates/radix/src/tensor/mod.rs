@@ -22,7 +22,7 @@ use std::panic::Location;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::error::TraceError;
-use crate::ir::{Function, Node, Op, ShapeError, ValueId};
+use crate::ir::{Function, Op, ShapeError, ValueId};
 use crate::shape::AxisRef;
 use crate::{DType, Shape};
 
@@ -328,7 +328,7 @@ fn capture(t: Tensor) -> Result<Tensor, String> {
 
 /// Adds parameter `index` of `shape` to the current trace.
 pub(crate) fn parameter(index: usize, shape: Shape, loc: &'static Location<'static>) -> Tensor {
-    push_at(Op::Parameter(index), &[], shape, loc, |f, id| {
+    push_at(Op::Parameter(index), &[], Some(shape), loc, |f, id| {
         f.params.push(id)
     })
     .expect("a parameter has no operands to reject")
@@ -380,7 +380,8 @@ fn fallback_shape(args: &[Tensor]) -> Shape {
 
 /// `op` on `args` (captured into an open block where they come from
 /// outside it), of type `stated` or, without one, the one its shape rule
-/// gives; a node [`Function::push`] rejects fails the trace.
+/// gives from the tensors' shapes (with their tags); a node the rule
+/// rejects fails the trace.
 #[track_caller]
 fn record_node(op: Op, args: &[Tensor], stated: Option<Shape>) -> Tensor {
     let name = op.name();
@@ -393,21 +394,11 @@ fn record_node(op: Op, args: &[Tensor], stated: Option<Shape>) -> Tensor {
         Ok(live) => live,
         Err(msg) => return fail(name, msg, args, fallback),
     };
-    // The rule sees the tensors' shapes, whose tags may be renamed from
-    // their nodes' (`rename` records no node); `push` checks the type.
-    let shapes: Vec<Shape> = live.iter().map(|t| t.shape).collect();
-    let shape = match stated {
-        Some(s) => Ok(s),
-        None => op
-            .infer(&shapes, fallback)
-            .map(|r| r.first().copied().unwrap_or(fallback)),
-    };
-    // Matches, not closures: `fail` and `push_at` name the caller's line
+    // A match, not a closure: `fail` and `push_at` name the caller's line
     // (`#[track_caller]` does not reach into a closure).
-    let loc = Location::caller();
-    match shape.and_then(|shape| push_at(op, &live, shape, loc, |_, _| {}).map_err(|e| e.message)) {
+    match push_at(op, &live, stated, Location::caller(), |_, _| {}) {
         Ok(t) => t,
-        Err(msg) => fail(name, msg, args, fallback),
+        Err(e) => fail(name, e.message, args, fallback),
     }
 }
 
@@ -415,7 +406,7 @@ fn record_node(op: Op, args: &[Tensor], stated: Option<Shape>) -> Tensor {
 #[track_caller]
 pub(crate) fn fail(name: &'static str, message: String, args: &[Tensor], shape: Shape) -> Tensor {
     report(name, message, args);
-    push_at(Op::Poison, &[], shape, Location::caller(), |_, _| {})
+    push_at(Op::Poison, &[], Some(shape), Location::caller(), |_, _| {})
         .expect("a placeholder has no operands to reject")
 }
 
@@ -479,18 +470,15 @@ fn check_live(t: &Tensor) -> Result<(), String> {
 fn push_at(
     op: Op,
     args: &[Tensor],
-    shape: Shape,
+    stated: Option<Shape>,
     loc: &'static Location<'static>,
     then: impl FnOnce(&mut Function, ValueId),
 ) -> Result<Tensor, ShapeError> {
+    let seen: crate::ir::ops::Shapes = args.iter().map(|a| a.shape).collect();
     BUILDER.with(|b| {
         let mut b = b.borrow_mut();
-        let node = Node {
-            op,
-            args: args.iter().map(|a| a.value()).collect(),
-            shape,
-        };
-        let id = b.function.push(node, loc)?;
+        let ids = args.iter().map(|a| a.value()).collect();
+        let (id, shape) = b.function.push_seen(op, ids, &seen, stated, loc)?;
         then(&mut b.function, id);
         Ok(Tensor {
             id: id.0,

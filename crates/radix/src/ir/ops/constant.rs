@@ -28,7 +28,7 @@ impl Family for Source {
 
     /// A constant's bytes hold one element (a splat) or one per element of
     /// its declared type; `iota`'s axis is one of the declared type's.
-    fn infer(&self, args: &[Shape], declared: Shape) -> Result<Vec<Shape>, String> {
+    fn infer(&self, args: &[Shape], declared: Shape) -> Result<super::Shapes, String> {
         super::arity(args, 0)?;
         match self {
             Source::Constant(bytes) => {

@@ -163,7 +163,7 @@ impl super::Family for Control {
     /// predicate, two branches of their captures giving one list of types,
     /// the result. `call`: the callee takes the operands; its results are the
     /// call's.
-    fn infer(&self, args: &[Shape], _: Shape) -> Result<Vec<Shape>, String> {
+    fn infer(&self, args: &[Shape], _: Shape) -> Result<super::Shapes, String> {
         let bool_scalar = Shape::scalar(crate::DType::Bool);
         match self {
             Control::While { cond, body, .. } => {

@@ -63,7 +63,7 @@ impl Family for Conversion {
 
     /// `convert`: the declared type has the operand's dims;
     /// `bitcast_convert`: it is [`bitcast_shape`] to the declared dtype.
-    fn infer(&self, args: &[Shape], declared: Shape) -> Result<Vec<Shape>, String> {
+    fn infer(&self, args: &[Shape], declared: Shape) -> Result<super::Shapes, String> {
         super::arity(args, 1)?;
         let want = match self {
             Conversion::Convert => args[0].with_dtype(declared.dtype()),

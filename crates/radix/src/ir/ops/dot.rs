@@ -310,7 +310,7 @@ impl super::Family for DotDims {
         "dot_general"
     }
 
-    fn infer(&self, args: &[Shape], _: Shape) -> Result<Vec<Shape>, String> {
+    fn infer(&self, args: &[Shape], _: Shape) -> Result<super::Shapes, String> {
         super::arity(args, 2)?;
         dot_shape(args[0], args[1], self).map(|s| vec![s])
     }

@@ -745,7 +745,7 @@ impl super::Family for Elementwise {
         Elementwise::name(*self)
     }
 
-    fn infer(&self, args: &[Shape], _: Shape) -> Result<Vec<Shape>, String> {
+    fn infer(&self, args: &[Shape], _: Shape) -> Result<super::Shapes, String> {
         Elementwise::infer(*self, args).map(|s| vec![s])
     }
 

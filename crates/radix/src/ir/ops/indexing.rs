@@ -322,7 +322,7 @@ impl super::Family for Indexing {
         }
     }
 
-    fn infer(&self, args: &[Shape], _: Shape) -> Result<Vec<Shape>, String> {
+    fn infer(&self, args: &[Shape], _: Shape) -> Result<super::Shapes, String> {
         infer_op(self, args).map(|s| vec![s])
     }
 

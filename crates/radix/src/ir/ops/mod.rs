@@ -87,6 +87,9 @@ pub(crate) enum Op {
     CustomCall(Arc<custom_call::Site>),
 }
 
+/// The types of an op's operands or results.
+pub(crate) type Shapes = Vec<Shape>;
+
 /// What every op family defines in its file, each a match over the
 /// family's own enum: its ops' names, shape rule, StableHLO printing and
 /// reference semantics. (Derivative rules sit beside them, as `vjp`.)
@@ -97,7 +100,7 @@ pub(crate) trait Family {
     /// wrong with them; the ops that state their result type in StableHLO
     /// (a constant, `iota`, `convert`, `reshape`, `broadcast_in_dim`) are
     /// given it as `declared` and check it.
-    fn infer(&self, args: &[Shape], declared: Shape) -> Result<Vec<Shape>, String>;
+    fn infer(&self, args: &[Shape], declared: Shape) -> Result<Shapes, String>;
     /// Prints the op.
     fn print(&self, p: &mut OpPrinter<'_>);
     /// The reference semantics: the results from `args`, the first of type
@@ -146,7 +149,7 @@ impl Op {
     /// state their type, `declared`; a sharding constraint states its
     /// sharding on its operand's type. A `Project` gives `declared`: its
     /// type is its producer's result, which [`Function::rule_type`] reads.
-    pub(crate) fn infer(&self, args: &[Shape], declared: Shape) -> Result<Vec<Shape>, String> {
+    pub(crate) fn infer(&self, args: &[Shape], declared: Shape) -> Result<Shapes, String> {
         match self {
             Op::Parameter(_) | Op::Poison => arity(args, 0).map(|()| vec![declared]),
             Op::Project(_) => arity(args, 1).map(|()| vec![declared]),

@@ -167,7 +167,7 @@ impl super::Family for Reduction {
     /// to accumulators, distinct axes; each result is its operand without the
     /// axes. `reduce_window`: an operand and its initial scalar, a body over two
     /// scalars, the result [`windowed_shape`].
-    fn infer(&self, args: &[Shape], _: Shape) -> Result<Vec<Shape>, String> {
+    fn infer(&self, args: &[Shape], _: Shape) -> Result<super::Shapes, String> {
         match self {
             Reduction::Reduce { body, axes } => {
                 let n = args.len() / 2;

@@ -477,7 +477,7 @@ impl super::Family for Movement {
         }
     }
 
-    fn infer(&self, args: &[Shape], declared: Shape) -> Result<Vec<Shape>, String> {
+    fn infer(&self, args: &[Shape], declared: Shape) -> Result<super::Shapes, String> {
         infer_op(self, args, declared).map(|s| vec![s])
     }
 

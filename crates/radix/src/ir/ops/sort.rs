@@ -33,7 +33,7 @@ impl super::Family for Sort {
         "sort"
     }
 
-    fn infer(&self, args: &[Shape], _: Shape) -> Result<Vec<Shape>, String> {
+    fn infer(&self, args: &[Shape], _: Shape) -> Result<super::Shapes, String> {
         infer(&self.comparator, self.axis, args)
     }
 
@@ -53,7 +53,7 @@ impl super::Family for Sort {
 /// The shape rule of `sort`: operands of one dims with `axis` among
 /// them, a comparator from (lhs0, rhs0, lhs1, rhs1, ...) scalars to a bool;
 /// each result is its operand's type.
-fn infer(comparator: &Function, axis: usize, args: &[Shape]) -> Result<Vec<Shape>, String> {
+fn infer(comparator: &Function, axis: usize, args: &[Shape]) -> Result<super::Shapes, String> {
     let first = *args.first().ok_or("no operands")?;
     if let Some(t) = args.iter().find(|t| t.dims() != first.dims()) {
         return Err(format!("operands {first} and {t} differ"));
