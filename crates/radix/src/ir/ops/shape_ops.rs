@@ -6,7 +6,7 @@ use crate::Shape;
 use crate::ir::grad::{Cotangents, Emitter};
 use crate::ir::print::{OpPrinter, i64_array};
 use crate::ir::{Node, Op, ValueId};
-use crate::literal::{Literal, strides, unravel};
+use crate::literal::{Literal, strides};
 
 /// The ops that move elements without computing. `reshape` and
 /// `broadcast_in_dim` state their result type; the others give their
@@ -283,10 +283,25 @@ fn print_op(op: &Movement, p: &mut OpPrinter<'_>) {
 }
 
 /// Fills a result of `shape` by mapping each output index to an input value.
+///
+/// The indices come in row-major order from one counter stepped like an
+/// odometer (the last axis fastest), not unravelled per element: the
+/// passes fold constants through this on every trace.
 pub(crate) fn gather_by_index(shape: Shape, mut f: impl FnMut(&[usize]) -> f64) -> Literal {
-    let data = (0..shape.count())
-        .map(|i| f(&unravel(i, shape.dims())))
-        .collect();
+    let dims = shape.dims();
+    let count = shape.count();
+    let mut index = vec![0usize; dims.len()];
+    let mut data = Vec::with_capacity(count);
+    for _ in 0..count {
+        data.push(f(&index));
+        for k in (0..index.len()).rev() {
+            index[k] += 1;
+            if (index[k] as i64) < dims[k] {
+                break;
+            }
+            index[k] = 0;
+        }
+    }
     Literal::new(shape, data)
 }
 
