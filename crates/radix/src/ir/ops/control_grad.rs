@@ -37,6 +37,7 @@ pub(crate) enum Saved {
         outs: Vec<Shape>,
     },
     If {
+        n_then_captures: usize,
         then: Arc<Function>,
         other: Arc<Function>,
         then_residuals: Vec<ValueId>,
@@ -46,6 +47,8 @@ pub(crate) enum Saved {
         outs: Vec<Shape>,
     },
     Loop {
+        n_state: usize,
+        n_cond_captures: usize,
         bwd: Arc<Function>,
         count: ValueId,
         stacks: Vec<ValueId>,
@@ -116,6 +119,7 @@ pub(crate) fn restore(
                 .collect())
         }
         Saved::If {
+            n_then_captures,
             then,
             other,
             then_residuals,
@@ -124,14 +128,7 @@ pub(crate) fn restore(
             other_free,
             outs,
         } => {
-            let Op::Control(Control::If {
-                n_then_captures: nt,
-                ..
-            }) = node.op
-            else {
-                unreachable!("saved as an if")
-            };
-            let (tcaps, ecaps) = node.args[1..].split_at(nt);
+            let (tcaps, ecaps) = node.args[1..].split_at(*n_then_captures);
             if tcaps.len() + ecaps.len() == 0 {
                 return Ok(vec![None]);
             }
@@ -145,7 +142,7 @@ pub(crate) fn restore(
             let tshapes: Vec<Shape> = tcaps.iter().map(|&c| e.shape(c)).collect();
             let eshapes: Vec<Shape> = ecaps.iter().map(|&c| e.shape(c)).collect();
             let op = Op::Control(Control::If {
-                then: Arc::new(with_zeros((**then).clone(), nt, &eshapes)),
+                then: Arc::new(with_zeros((**then).clone(), *n_then_captures, &eshapes)),
                 other: Arc::new(with_zeros((**other).clone(), 0, &tshapes)),
                 n_then_captures: targs.len(),
             });
@@ -159,12 +156,19 @@ pub(crate) fn restore(
             Ok(res)
         }
         Saved::Loop {
+            n_state,
+            n_cond_captures,
             bwd,
             count,
             stacks,
             free_used,
             max_trips,
-        } => restore_loop(e, node, cts, bwd, *count, stacks, free_used, *max_trips),
+        } => {
+            let operands = (*n_state, *n_cond_captures);
+            restore_loop(
+                e, node, operands, cts, bwd, *count, stacks, free_used, *max_trips,
+            )
+        }
     }
 }
 
@@ -222,6 +226,7 @@ fn save_if(
     Ok((
         id,
         Saved::If {
+            n_then_captures,
             then: Arc::new(t.bwd),
             other: Arc::new(o.bwd),
             then_residuals,
@@ -309,6 +314,8 @@ fn save_loop(
     Ok((
         fwd,
         Saved::Loop {
+            n_state,
+            n_cond_captures,
             bwd: Arc::new(s.bwd),
             count,
             stacks,
@@ -324,6 +331,7 @@ fn save_loop(
 fn restore_loop(
     e: &mut Emitter<'_>,
     node: &Node,
+    (n_state, n_cond_captures): (usize, usize),
     cts: &[Option<ValueId>],
     bwd: &Arc<Function>,
     count: ValueId,
@@ -331,15 +339,6 @@ fn restore_loop(
     free_used: &[usize],
     max_trips: i64,
 ) -> Cotangents {
-    let Op::Control(Control::While {
-        body,
-        n_cond_captures,
-        ..
-    }) = &node.op
-    else {
-        unreachable!("saved as a loop")
-    };
-    let n_state = body.results.len();
     let states: Vec<Shape> = node.args[..n_state].iter().map(|&a| e.shape(a)).collect();
     let caps = &node.args[n_state + n_cond_captures..];
     let cap_shapes: Vec<Shape> = caps.iter().map(|&c| e.shape(c)).collect();
@@ -412,7 +411,7 @@ fn restore_loop(
     let mut res: Vec<Option<ValueId>> = (0..n_state)
         .map(|m| Some(e.project(bwd_loop, 1 + m, states[m])))
         .collect();
-    res.extend(std::iter::repeat_n(None, *n_cond_captures));
+    res.extend(std::iter::repeat_n(None, n_cond_captures));
     res.extend((0..caps.len()).map(|c| Some(e.project(bwd_loop, 1 + n_state + c, cap_shapes[c]))));
     Ok(res)
 }

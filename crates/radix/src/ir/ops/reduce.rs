@@ -35,6 +35,8 @@ pub struct Window {
     pub padding: Vec<[i64; 2]>,
 }
 
+/// The shape rule of `reduce_window`: each axis counts the window's
+/// positions over the padded operand.
 pub(crate) fn windowed_shape(s: Shape, w: &Window) -> Result<Shape, String> {
     let r = s.rank();
     if w.dims.len() != r || w.strides.len() != r || w.padding.len() != r {
@@ -50,12 +52,7 @@ pub(crate) fn windowed_shape(s: Shape, w: &Window) -> Result<Shape, String> {
         if bad {
             return Err(format!("window {w:?} does not fit {s}"));
         }
-        let n = (padded - w.dims[k]) / w.strides[k] + 1;
-        let tag = s.tag(k).map_or("", |t| t.as_str());
-        out = out
-            .remove_axis(k)
-            .and_then(|o| o.insert_axis(k, n, tag))
-            .unwrap_or(out);
+        out = super::shape_ops::resized(out, k, (padded - w.dims[k]) / w.strides[k] + 1);
     }
     Ok(out)
 }
