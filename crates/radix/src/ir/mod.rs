@@ -184,13 +184,9 @@ impl Function {
         }
         let fallback = stated.or(seen.first().copied());
         let fallback = fallback.unwrap_or(Shape::scalar(crate::DType::F32));
-        let ty = match op {
-            Op::Project(_) => self.rule_type(&op, &args, fallback),
-            _ => op
-                .infer(seen, fallback)
-                .map(|r| r.first().copied().unwrap_or(fallback)),
-        }
-        .map_err(error)?;
+        let ty = self
+            .rule_type_seen(&op, &args, seen, fallback)
+            .map_err(error)?;
         let shape = match stated {
             Some(s) if !s.same_type(&ty) => {
                 return Err(error(format!("is typed {s} but its rule gives {ty}")));
@@ -235,8 +231,20 @@ impl Function {
             return Err(format!("operand %{} is not a node before it", a.0));
         }
         let shapes: ops::Shapes = args.iter().map(|&a| self.node(a).shape).collect();
+        self.rule_type_seen(op, args, &shapes, stated)
+    }
+
+    /// [`Function::rule_type`] with the operands' types as the caller sees
+    /// them, `seen` (the operands are nodes of this function).
+    fn rule_type_seen(
+        &self,
+        op: &Op,
+        args: &[ValueId],
+        seen: &[Shape],
+        stated: Shape,
+    ) -> Result<Shape, String> {
         if let Op::Project(k) = op {
-            ops::arity(&shapes, 1)?;
+            ops::arity(seen, 1)?;
             let producer = self.node(args[0]);
             if !producer.op.is_multi() {
                 return Err("its operand is not a multi-result op".into());
@@ -247,11 +255,7 @@ impl Function {
                 .copied()
                 .ok_or_else(|| format!("result {k} of an op of {}", results.len()));
         }
-        Ok(op
-            .infer(&shapes, stated)?
-            .first()
-            .copied()
-            .unwrap_or(stated))
+        Ok(op.infer(seen, stated)?.first().copied().unwrap_or(stated))
     }
 
     /// The types of all results of `node` (one of this function's) by its

@@ -93,7 +93,7 @@ fn call_vjp(
         let s = f.node(r).shape;
         args.push(ct.unwrap_or_else(|| e.zeros(s)));
     }
-    let shapes: Vec<Shape> = body.results.iter().map(|&r| body.node(r).shape).collect();
+    let shapes = body.result_shapes();
     let call = e.emit(
         Op::Control(Control::Call {
             name: format!("{name}_vjp").into(),

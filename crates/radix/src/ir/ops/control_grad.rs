@@ -104,7 +104,7 @@ pub(crate) fn restore(
             let mut args = residuals.clone();
             args.extend(free_used.iter().map(|&k| node.args[k]));
             args.extend(seeds(e, cts, outs));
-            let shapes = result_shapes(bwd);
+            let shapes = bwd.result_shapes();
             let call = e.emit(
                 Op::Control(Control::Call {
                     name: format!("{name}_bwd").into(),
@@ -179,8 +179,8 @@ fn save_call(
     f: &Function,
 ) -> Result<(ValueId, Saved), GradError> {
     let s = residuals::split(f, f.params.len(), Reads::Params)?;
-    let outs = result_shapes(f);
-    let shapes = result_shapes(&s.fwd);
+    let outs = f.result_shapes();
+    let shapes = s.fwd.result_shapes();
     let call = e.emit(
         Op::Control(Control::Call {
             name: format!("{name}_fwd").into(),
@@ -212,7 +212,7 @@ fn save_if(
 ) -> Result<(ValueId, Saved), GradError> {
     let t = residuals::split(then, then.params.len(), Reads::Params)?;
     let o = residuals::split(other, other.params.len(), Reads::Params)?;
-    let outs = result_shapes(then);
+    let outs = then.result_shapes();
     let n = outs.len();
     let op = Op::Control(Control::If {
         then: Arc::new(with_zeros(t.fwd, n + t.residuals.len(), &o.residuals)),
@@ -414,11 +414,6 @@ fn restore_loop(
     res.extend(std::iter::repeat_n(None, n_cond_captures));
     res.extend((0..caps.len()).map(|c| Some(e.project(bwd_loop, 1 + n_state + c, cap_shapes[c]))));
     Ok(res)
-}
-
-/// The shapes of `f`'s results.
-fn result_shapes(f: &Function) -> Vec<Shape> {
-    f.results.iter().map(|&r| f.node(r).shape).collect()
 }
 
 /// A cotangent per result (zeros where there is none).

@@ -252,7 +252,7 @@ pub(crate) fn vjp(
     for (k, ct) in cts.iter().enumerate() {
         args.push(ct.unwrap_or_else(|| e.zeros(site.results[k])));
     }
-    let shapes: Vec<Shape> = d.results.iter().map(|&r| d.node(r).shape).collect();
+    let shapes = d.result_shapes();
     let name = crate::ir::private_name(&format!("{}_vjp", site.call.name()), d);
     let call = e.emit(
         Op::Control(Control::Call {
