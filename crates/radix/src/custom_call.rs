@@ -411,8 +411,9 @@ impl CustomCallBuilder {
     /// [`crate::grad`]: `derivative(operands, results, cotangents, attrs)`
     /// gives one cotangent per operand (shaped as it; the cotangent of an
     /// integer operand is ignored) from one per result, written with
-    /// ordinary ops. It is traced with each call's operands and attributes,
-    /// and called (`func.call`) where a gradient needs it.
+    /// ordinary ops. It runs where a gradient flows through the call, as
+    /// the built-in ops' rules do: its ops join the derivative at the
+    /// call's line.
     pub fn derivative<F>(mut self, derivative: F) -> CustomCallBuilder
     where
         F: Fn(&[Tensor], &[Tensor], &[Tensor], &Attrs) -> Vec<Tensor> + Send + Sync + 'static,

@@ -18,6 +18,7 @@
 
 extern crate self as radix;
 
+mod autodiff;
 mod buffer;
 pub mod cache;
 pub mod collective;

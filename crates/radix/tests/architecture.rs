@@ -319,9 +319,11 @@ fn an_entry_that_lists_a_dependency_the_crate_lacks_fails_the_check() {
 }
 
 /// What a file of the IR must not name: the tracer's module, its handle, its
-/// thread-local builder and the functions that trace blocks with it.
+/// thread-local builder, the functions that trace blocks with it, and the
+/// derivative rules written in it.
 const TRACER_NAMES: &[&str] = &[
     "crate::tensor",
+    "crate::autodiff",
     "Tensor",
     "BUILDER",
     "with_trace",

@@ -376,11 +376,21 @@ fn a_mixed_precision_adamw_step_matches_a_bf16_reference() {
 }
 
 /// Static loss scaling by a power of two changes only exponents on the
-/// way, so a step with it equals the step without, bit for bit; the loss
-/// comes back unscaled.
+/// way, so a step with it gives the gradient of the step without, bit for
+/// bit; the loss comes back unscaled. The optimizer's update then computes
+/// the same values from the same gradient, but the two programs differ
+/// (one divides by the scale), so their canonical operand orders do, and
+/// XLA may fuse a different product of `b1 * m + (1 - b1) * g` into a
+/// multiply-add: the state may differ by the roundings of f32 that a sum
+/// of two products makes (a few units in the last place of the result,
+/// whose terms may be larger than it).
 #[test]
 fn loss_scaling_by_a_power_of_two_leaves_the_step_as_it_is() {
     let plain = mixed_step(Precision::Mixed(MixedPrecision::BF16));
+    let f32_roundings = Tol {
+        rel: 4.0 * f64::from(f32::EPSILON),
+        abs: 0.0,
+    };
     for k in [10, -4] {
         let scaled = mixed_step(Precision::Mixed(MixedPrecision {
             compute: DType::BF16,
@@ -388,8 +398,13 @@ fn loss_scaling_by_a_power_of_two_leaves_the_step_as_it_is() {
         }));
         assert_eq!(scaled.loss, plain.loss, "scale 2^{k}");
         assert_eq!(scaled.grad, plain.grad, "scale 2^{k}");
-        assert_eq!(scaled.params, plain.params, "scale 2^{k}");
-        assert_eq!(scaled.m, plain.m, "scale 2^{k}");
-        assert_eq!(scaled.v, plain.v, "scale 2^{k}");
+        for (what, got, want) in [
+            ("params", &scaled.params, &plain.params),
+            ("m", &scaled.m, &plain.m),
+            ("v", &scaled.v, &plain.v),
+        ] {
+            compare(got, want, f32_roundings)
+                .unwrap_or_else(|e| panic!("scale 2^{k}, {what}: {e}"));
+        }
     }
 }

@@ -19,11 +19,9 @@
 //! part of its op: CSE compares it whole. An op with several results is one
 //! node followed by a `Project` node per result.
 
-pub(crate) mod grad;
 pub(crate) mod interp;
 pub mod ops;
 pub(crate) mod print;
-pub(crate) mod residuals;
 pub(crate) mod verify;
 
 use std::panic::Location;

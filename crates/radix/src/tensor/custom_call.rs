@@ -73,31 +73,11 @@ pub(crate) fn emit(call: &CustomCall, operands: &[Tensor], attrs: &Attrs) -> Vec
             Some(Arc::new(block.function))
         }
     };
-    let derivative = match call.derivative() {
-        None => None,
-        Some(d) => {
-            let n = (operands.len(), results.len());
-            let params = [&shapes[..], &results[..], &results[..]].concat();
-            let block = trace_hermetic_block("custom call derivative", &params, |a| {
-                d(&a[..n.0], &a[n.0..n.0 + n.1], &a[n.0 + n.1..], attrs)
-            });
-            let got: Vec<Vec<i64>> = block.results.iter().map(|t| t.dims()).collect();
-            let want: Vec<Vec<i64>> = shapes.iter().map(|s| s.dims().to_vec()).collect();
-            if got.len() != want.len() || got.iter().zip(&want).any(|(g, w)| g != w) {
-                return fail(
-                    format!("the derivative gives {got:?}, not one cotangent per operand {want:?}"),
-                    results.len(),
-                );
-            }
-            Some(Arc::new(block.function))
-        }
-    };
     let site = Site {
         call: call.clone(),
         attrs: attrs.clone(),
         results: results.clone(),
         fallback,
-        derivative,
     };
     multi(Op::CustomCall(Arc::new(site)), operands, &results)
 }

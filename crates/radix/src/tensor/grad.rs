@@ -1,7 +1,7 @@
 //! Reverse-mode derivatives of traced code: [`value_and_grad`], [`grad`]
 //! and [`vjp`] trace a function of some parameters (any [`Module`] tree:
 //! a model, a tuple of tensors) and other arguments, differentiate it with
-//! the op rules of `ir/grad.rs`, and record it as one `func.call` whose
+//! the op rules of `autodiff/`, and record it as one `func.call` whose
 //! results are the function's and the parameters' cotangents, which come
 //! back as the parameters' own tree type.
 //!
@@ -12,9 +12,9 @@
 use crate::ir::ops::Control;
 use std::sync::Arc;
 
+use crate::autodiff::GradError;
 use crate::error::TraceError;
 use crate::ir::Op;
-use crate::ir::grad::GradError;
 use crate::module::{Module, tensors};
 use crate::tensor::control::{multi, poison};
 use crate::tensor::{fail, report_error, trace_open_block};
@@ -132,7 +132,7 @@ where
     inputs.extend(&block.captures);
     let res = match seed(&out) {
         Err(msg) => poison("grad", msg, &inputs, &all_shapes),
-        Ok(cts) => match crate::ir::grad::vjp(&block.function, p_ts.len()) {
+        Ok(cts) => match crate::autodiff::vjp(&block.function, p_ts.len()) {
             Err(e) => {
                 report_error(trace_error(e));
                 all_shapes

@@ -119,6 +119,11 @@ pub(crate) struct Builder {
     /// The order token of this block's last collective across processes
     /// (`collective`), which the next one takes as an operand.
     order: Option<Tensor>,
+    /// Where the nodes recorded now are located, instead of the line that
+    /// records them: derivative rules append to a function being
+    /// differentiated, and their nodes belong to the user's line of the
+    /// node whose rule runs, not to the rule's own line.
+    at: Option<&'static Location<'static>>,
 }
 
 thread_local! {
@@ -137,6 +142,7 @@ impl Builder {
             kind: "function",
             captures: vec![],
             order: None,
+            at: None,
         }
     }
 }
@@ -156,6 +162,77 @@ pub(crate) fn with_trace<R>(f: impl FnOnce() -> R) -> (R, Function, Option<Trace
     SITES.set(saved_sites);
     let done = BUILDER.with(|b| std::mem::replace(&mut *b.borrow_mut(), saved));
     (res, done.function, done.error)
+}
+
+/// Runs `f` recording into `function` (a function whose values `f` reads
+/// through [`value_of`]), and returns what it recorded, with the first
+/// trace error if any. Unlike [`with_trace`], the collective call sites go
+/// on being numbered: the derivative rules extend the current trace's
+/// program.
+pub(crate) fn appending<R>(
+    function: Function,
+    f: impl FnOnce() -> R,
+) -> (R, Function, Option<TraceError>) {
+    let mut inner = Builder::new();
+    inner.function = function;
+    let saved = BUILDER.with(|b| std::mem::replace(&mut *b.borrow_mut(), inner));
+    let res = f();
+    let done = BUILDER.with(|b| std::mem::replace(&mut *b.borrow_mut(), saved));
+    (res, done.function, done.error)
+}
+
+/// Locates the nodes recorded from now on at `loc` (see [`Builder::at`]).
+pub(crate) fn locate_at(loc: &'static Location<'static>) {
+    BUILDER.with(|b| b.borrow_mut().at = Some(loc));
+}
+
+/// The first trace error recorded so far, taken out of the current trace.
+pub(crate) fn take_error() -> Option<TraceError> {
+    BUILDER.with(|b| b.borrow_mut().error.take())
+}
+
+/// Node `id` of the current trace as a tensor, its axes untagged (the
+/// derivative rules work on positions, so the tags of a value and of its
+/// cotangent never have to agree).
+pub(crate) fn value_of(id: ValueId) -> Tensor {
+    BUILDER.with(|b| {
+        let b = b.borrow();
+        let s = b.function.node(id).shape;
+        Tensor {
+            id: id.0,
+            trace: b.trace,
+            shape: Shape::new(s.dtype(), s.dims()),
+        }
+    })
+}
+
+/// The nodes of `g` recorded into the current trace, where each keeps its
+/// line, with its parameter `k` standing for `args[k]`; its results.
+pub(crate) fn inline(g: &Function, args: &[Tensor]) -> Vec<Tensor> {
+    let mut map: Vec<Tensor> = Vec::with_capacity(g.nodes.len());
+    for (n, &loc) in g.nodes.iter().zip(&g.locs) {
+        let t = match n.op {
+            Op::Parameter(k) => args[k],
+            _ => {
+                let a: Vec<Tensor> = n.args.iter().map(|a| map[a.0 as usize]).collect();
+                let at = BUILDER.with(|b| b.borrow_mut().at.replace(loc));
+                let t = record_node(n.op.clone(), &a, Some(n.shape));
+                BUILDER.with(|b| b.borrow_mut().at = at);
+                t
+            }
+        };
+        map.push(t);
+    }
+    g.results.iter().map(|r| map[r.0 as usize]).collect()
+}
+
+/// Runs `f` on the current trace's function taken out of the trace (for
+/// code that builds nodes itself, which may start traces of its own).
+pub(crate) fn detached<R>(f: impl FnOnce(&mut Function) -> R) -> R {
+    let mut g = BUILDER.with(|b| std::mem::take(&mut b.borrow_mut().function));
+    let res = f(&mut g);
+    BUILDER.with(|b| b.borrow_mut().function = g);
+    res
 }
 
 /// The order token of the current block's last collective, if it has one.
@@ -263,6 +340,7 @@ fn trace_block(
     inner.open_parents = open_parents;
     inner.enclosing = enclosing;
     inner.kind = kind;
+    inner.at = BUILDER.with(|b| b.borrow().at);
     let saved = BUILDER.with(|b| std::mem::replace(&mut *b.borrow_mut(), inner));
     let args: Vec<Tensor> = params
         .iter()
@@ -417,6 +495,7 @@ fn report(name: &'static str, message: String, args: &[Tensor]) {
     let loc = Location::caller();
     BUILDER.with(|b| {
         let mut b = b.borrow_mut();
+        let loc = b.at.unwrap_or(loc);
         if b.error.is_none() {
             b.error = Some(TraceError {
                 op: name,
@@ -478,6 +557,7 @@ fn push_at(
     BUILDER.with(|b| {
         let mut b = b.borrow_mut();
         let ids = args.iter().map(|a| a.value()).collect();
+        let loc = b.at.unwrap_or(loc);
         let (id, shape) = b.function.push_seen(op, ids, &seen, stated, loc)?;
         then(&mut b.function, id);
         Ok(Tensor {

@@ -6,9 +6,8 @@
 
 use crate::Shape;
 use crate::ir::Function;
-use crate::ir::grad::{self, Cotangents, Emitter};
+use crate::ir::interp;
 use crate::ir::print::OpPrinter;
-use crate::ir::{Node, Op, ValueId, interp};
 use crate::literal::Literal;
 use std::sync::Arc;
 
@@ -43,71 +42,6 @@ pub(crate) enum Control {
         checkpoint: bool,
     },
 }
-/// The derivative rules that save nothing (the others, which save the
-/// residuals of a body, are in `control_grad.rs`). A `checkpoint`ed call:
-/// the derivative of a called function is a called function,
-/// `@<name>_vjp` (its [`grad::vjp`]: the body's results and then its
-/// arguments' cotangents), which runs the body again from the saved
-/// operands, so a stack of equal layers still emits one body, and one for
-/// their derivative. A loop that never runs passes its cotangents
-/// through. A `while_` without a bound has no reverse-mode derivative, as
-/// in JAX: the iterations to save are not known when traced.
-pub(crate) fn vjp(
-    op: &Control,
-    e: &mut Emitter<'_>,
-    node: &Node,
-    cts: &[Option<ValueId>],
-) -> Cotangents {
-    match op {
-        Control::Call { name, f, .. } => call_vjp(name, f, e, node, cts),
-        Control::While {
-            body,
-            max_trips: Some(0),
-            ..
-        } => {
-            let n_state = body.results.len();
-            let mut res = cts.to_vec();
-            res.extend(std::iter::repeat_n(None, node.args.len() - n_state));
-            Ok(res)
-        }
-        Control::While { .. } => Err(e.error(
-            "no derivative of a `while_` loop without a bound on its iterations: \
-             reverse mode saves every iteration, so write it with \
-             `while_bounded(max_trips, ..)` (or `for_` for a known count)",
-        )),
-        Control::If { .. } => Err(e.error("no derivative rule for if")),
-    }
-}
-
-fn call_vjp(
-    name: &str,
-    f: &Function,
-    e: &mut Emitter<'_>,
-    node: &Node,
-    cts: &[Option<ValueId>],
-) -> Cotangents {
-    let body = grad::vjp(f, f.params.len())?;
-    let n_out = f.results.len();
-    let mut args = node.args.clone();
-    for (&r, ct) in f.results.iter().zip(cts) {
-        let s = f.node(r).shape;
-        args.push(ct.unwrap_or_else(|| e.zeros(s)));
-    }
-    let shapes = body.result_shapes();
-    let call = e.emit(
-        Op::Control(Control::Call {
-            name: format!("{name}_vjp").into(),
-            f: Arc::new(body),
-            checkpoint: false,
-        }),
-        &args,
-        shapes[0],
-    );
-    Ok((0..node.args.len())
-        .map(|k| Some(e.project(call, n_out + k, shapes[n_out + k])))
-        .collect())
-}
-
 /// A control-flow op's operands in three runs ([`Control::split`]).
 type Split<'a, T> = (&'a [T], &'a [T], &'a [T]);
 

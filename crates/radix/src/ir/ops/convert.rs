@@ -3,9 +3,7 @@
 //! reference semantics and derivatives.
 
 use super::Family;
-use crate::ir::grad::{Cotangents, Emitter};
 use crate::ir::print::OpPrinter;
-use crate::ir::{Node, ValueId};
 use crate::literal::{Literal, encode};
 use crate::{DType, Shape};
 
@@ -92,29 +90,5 @@ impl Family for Conversion {
             }
         };
         vec![value]
-    }
-}
-
-impl Conversion {
-    /// The derivative rule: a float-to-float `convert` converts the
-    /// cotangent back; from or to an integer or bool there is none (zero).
-    /// A `bitcast` reinterprets bits, so a float operand has no derivative
-    /// through it.
-    pub(crate) fn vjp(
-        &self,
-        e: &mut Emitter<'_>,
-        node: &Node,
-        cts: &[Option<ValueId>],
-    ) -> Cotangents {
-        let g = cts[0].expect("the driver skips nodes without cotangents");
-        let from = e.shape(node.args[0]).dtype();
-        match self {
-            Conversion::Convert if from.is_float() => Ok(vec![Some(e.convert(g, from))]),
-            Conversion::Convert => Ok(vec![None]),
-            Conversion::Bitcast if from.is_float() => Err(e.error(format!(
-                "no derivative through a bitcast of {from}: it reinterprets bits"
-            ))),
-            Conversion::Bitcast => Ok(vec![None]),
-        }
     }
 }

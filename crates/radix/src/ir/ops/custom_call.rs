@@ -21,10 +21,6 @@ pub(crate) struct Site {
     pub(crate) attrs: Attrs,
     pub(crate) results: Vec<Shape>,
     pub(crate) fallback: Option<Arc<Function>>,
-    /// When declared, its derivative traced for these operands: a function
-    /// of the operands, the results and their cotangents giving the
-    /// operands' cotangents.
-    pub(crate) derivative: Option<Arc<Function>>,
 }
 
 impl Site {
@@ -39,7 +35,6 @@ impl PartialEq for Site {
             && self.attrs == other.attrs
             && self.results == other.results
             && self.fallback == other.fallback
-            && self.derivative == other.derivative
     }
 }
 
@@ -47,7 +42,7 @@ impl Eq for Site {}
 
 impl std::hash::Hash for Site {
     // The declaration by its name and version (equal sites share one
-    // declaration); the fallback and derivative follow from the rest.
+    // declaration); the fallback follows from the rest.
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
         (self.call.name(), self.call.version()).hash(h);
         self.attrs.hash(h);
@@ -227,43 +222,4 @@ pub(crate) fn fallback_call(site: &Site, body: Arc<Function>) -> Op {
         f: body,
         checkpoint: false,
     })
-}
-
-/// The derivative rule: a call of the derivative the custom call declares
-/// ([`crate::CustomCall`]'s `derivative`), traced for this site; without
-/// one, a trace error.
-pub(crate) fn vjp(
-    site: &Site,
-    e: &mut crate::ir::grad::Emitter<'_>,
-    node: &Node,
-    out: crate::ir::ValueId,
-    cts: &[Option<crate::ir::ValueId>],
-) -> crate::ir::grad::Cotangents {
-    let Some(d) = &site.derivative else {
-        return Err(e.error(format!(
-            "no derivative rule for the custom call {}: declare one with `.derivative(...)`",
-            site.call.name()
-        )));
-    };
-    let mut args = node.args.clone();
-    for (k, &s) in site.results.iter().enumerate() {
-        args.push(e.project(out, k, s));
-    }
-    for (k, ct) in cts.iter().enumerate() {
-        args.push(ct.unwrap_or_else(|| e.zeros(site.results[k])));
-    }
-    let shapes = d.result_shapes();
-    let name = crate::ir::private_name(&format!("{}_vjp", site.call.name()), d);
-    let call = e.emit(
-        Op::Control(Control::Call {
-            name,
-            f: d.clone(),
-            checkpoint: false,
-        }),
-        &args,
-        shapes[0],
-    );
-    Ok((0..node.args.len())
-        .map(|k| Some(e.project(call, k, shapes[k])))
-        .collect())
 }

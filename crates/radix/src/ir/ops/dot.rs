@@ -1,12 +1,10 @@
 //! Contractions, `stablehlo.dot_general`: the axes, the shape rule (and the
 //! axes of a contraction by tags), printing and reference semantics.
 
-use crate::ir::grad::{Cotangents, Emitter};
+use crate::Shape;
 use crate::ir::print::{OpPrinter, i64_list};
-use crate::ir::{Node, Op, ValueId};
 use crate::literal::{Literal, round_to, strides, unravel};
 use crate::shape::Axes;
-use crate::{DType, Shape};
 
 /// The axes of a `dot_general`: batch axes pair up, contracting axes are summed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -100,7 +98,7 @@ pub(crate) fn dot_shape(l: Shape, r: Shape, d: &DotDims) -> Result<Shape, String
     Ok(res)
 }
 
-fn free(s: Shape, batch: &[usize], contract: &[usize]) -> Vec<usize> {
+pub(crate) fn free(s: Shape, batch: &[usize], contract: &[usize]) -> Vec<usize> {
     (0..s.rank())
         .filter(|i| !batch.contains(i) && !contract.contains(i))
         .collect()
@@ -169,140 +167,6 @@ pub(crate) fn eval(d: &DotDims, args: &[&Literal], shape: Shape) -> Literal {
         })
         .collect();
     Literal::new(shape, data)
-}
-
-/// The derivative rule: each operand's cotangent is the dot of the result's
-/// cotangent `g` (axes: batch, lhs free, rhs free) with the other operand
-/// over that operand's free axes, transposed back into the operand's
-/// order.
-pub(crate) fn vjp(
-    d: &DotDims,
-    e: &mut Emitter<'_>,
-    node: &Node,
-    cts: &[Option<ValueId>],
-) -> Cotangents {
-    let g = cts[0].expect("the driver skips nodes without cotangents");
-    let (l, r) = (node.args[0], node.args[1]);
-    let (ls, rs) = (e.shape(l), e.shape(r));
-    let lf = free(ls, &d.lhs_batch, &d.lhs_contract);
-    let rf = free(rs, &d.rhs_batch, &d.rhs_contract);
-    let nb = d.lhs_batch.len();
-    let batch: Vec<usize> = (0..nb).collect();
-    let g_lf: Vec<usize> = (nb..nb + lf.len()).collect();
-    let g_rf: Vec<usize> = (nb + lf.len()..nb + lf.len() + rf.len()).collect();
-    let dl = operand_ct(
-        e,
-        g,
-        r,
-        DotDims {
-            lhs_batch: batch.clone(),
-            rhs_batch: d.rhs_batch.clone(),
-            lhs_contract: g_rf,
-            rhs_contract: rf.clone(),
-        },
-        (&d.lhs_batch, &lf, &d.lhs_contract, &d.rhs_contract),
-        ls,
-    );
-    let dr = operand_ct(
-        e,
-        g,
-        l,
-        DotDims {
-            lhs_batch: batch,
-            rhs_batch: d.lhs_batch.clone(),
-            lhs_contract: g_lf,
-            rhs_contract: lf,
-        },
-        (&d.rhs_batch, &rf, &d.rhs_contract, &d.lhs_contract),
-        rs,
-    );
-    Ok(vec![dl?, dr?])
-}
-
-/// The cotangent of one operand of a dot: `dot_general(g, other, dims)`,
-/// whose axes are batch, this operand's free axes, then the other's
-/// contracting axes in ascending order, transposed to `shape`'s order.
-/// `axes` are this operand's batch, free and contracting axes and the
-/// other's contracting axes paired with them.
-fn operand_ct(
-    e: &mut Emitter<'_>,
-    g: ValueId,
-    other: ValueId,
-    dims: DotDims,
-    axes: (&[usize], &[usize], &[usize], &[usize]),
-    shape: Shape,
-) -> Result<Option<ValueId>, crate::ir::grad::GradError> {
-    let (batch, free_axes, contract, paired) = axes;
-    let (g, other, dims) = merge_contracting(e, g, other, dims);
-    let raw_shape = dot_shape(e.shape(g), e.shape(other), &dims).map_err(|m| e.error(m))?;
-    let raw = e.emit(Op::DotGeneral(dims), &[g, other], raw_shape);
-    let mut sorted = paired.to_vec();
-    sorted.sort();
-    let mut perm = vec![0; shape.rank()];
-    for (k, &a) in batch.iter().enumerate() {
-        perm[a] = k;
-    }
-    for (j, &a) in free_axes.iter().enumerate() {
-        perm[a] = batch.len() + j;
-    }
-    for (&a, p) in contract.iter().zip(paired) {
-        let rank = sorted.iter().position(|s| s == p).expect("paired axis");
-        perm[a] = batch.len() + free_axes.len() + rank;
-    }
-    if perm.iter().enumerate().all(|(i, &p)| i == p) {
-        Ok(Some(raw))
-    } else {
-        Ok(Some(e.transpose(raw, &perm)))
-    }
-}
-
-/// `dot_general(a, b, dims)` with its contracting axes merged into one
-/// (reshapes, which XLA lays out as bitcasts) where they are adjacent and
-/// in the same order in both operands: the cotangent of a weight contracts
-/// every token axis of `x [b, s, d]`, and XLA's CPU backend turns a dot of
-/// several contracting axes into one of a single axis by transposing an
-/// operand into a copy (one more pass over the activations, per weight, per
-/// step), where it runs a dot of one leading contracting axis, as JAX's
-/// program of flattened tokens has, in place. Not for 16-bit floats: XLA
-/// runs such a dot outside YNNPACK, converting both operands to f32, where
-/// the transposed copy and YNNPACK's dot stay in bf16 (a mixed-precision
-/// step's weight gradients).
-fn merge_contracting(
-    e: &mut Emitter<'_>,
-    a: ValueId,
-    b: ValueId,
-    dims: DotDims,
-) -> (ValueId, ValueId, DotDims) {
-    let adjacent = |c: &[usize]| c.windows(2).all(|w| w[1] == w[0] + 1);
-    let (lc, rc) = (&dims.lhs_contract, &dims.rhs_contract);
-    let wide = [a, b]
-        .iter()
-        .all(|&x| matches!(e.shape(x).dtype(), DType::F32 | DType::F64));
-    if !wide || lc.len() < 2 || !adjacent(lc) || !adjacent(rc) {
-        return (a, b, dims);
-    }
-    let n = lc.len();
-    // `x` with axes `at..at + n` merged, and an axis index after the merge.
-    let merge = |e: &mut Emitter<'_>, x: ValueId, at: usize| {
-        let s = e.shape(x);
-        let mut d = s.dims().to_vec();
-        let size = d.drain(at..at + n).product();
-        d.insert(at, size);
-        e.reshape(x, Shape::new(s.dtype(), &d))
-    };
-    let after = |axes: &[usize], at: usize| -> Vec<usize> {
-        axes.iter()
-            .map(|&i| if i > at { i + 1 - n } else { i })
-            .collect()
-    };
-    let (la, ra) = (lc[0], rc[0]);
-    let merged = DotDims {
-        lhs_batch: after(&dims.lhs_batch, la),
-        rhs_batch: after(&dims.rhs_batch, ra),
-        lhs_contract: vec![la],
-        rhs_contract: vec![ra],
-    };
-    (merge(e, a, la), merge(e, b, ra), merged)
 }
 
 impl super::Family for DotDims {

@@ -6,16 +6,17 @@
 //! Each unary, binary and comparison op is one row of a table below
 //! ([`unary_table!`], [`binary_table!`], [`compare_table!`]): its variant,
 //! its method name, its StableHLO name, the dtypes it accepts, its
-//! properties and its reference semantics. Adding such an op is adding a
-//! row; the enums, names, printing, evaluation and the properties the
-//! passes read ([`Binary::is_commutative`], [`Binary::identity`]) are
-//! generated from it here, and the tracer's methods from the same row in
-//! `tensor/elementwise.rs` (each table is a macro handing its rows to
-//! another macro, so the IR side never names the tracer).
+//! properties, its reference semantics and its derivative. Adding such an
+//! op is adding a row; the enums, names, printing, evaluation and the
+//! properties the passes read ([`Binary::is_commutative`],
+//! [`Binary::identity`]) are generated from it here, the tracer's methods
+//! from the same row in `tensor/elementwise.rs` and the derivative rules in
+//! `autodiff/elementwise.rs` (each table is a macro handing its rows to
+//! another macro, so the IR side never names the tracer: a rule is written
+//! in the tracer's language, and its names resolve where it is expanded).
 
-use crate::ir::grad::{Cotangents, Emitter};
+use crate::ir::Op;
 use crate::ir::print::OpPrinter;
-use crate::ir::{Node, Op, ValueId};
 use crate::literal::{Literal, round_to};
 use crate::{DType, Shape};
 
@@ -53,7 +54,8 @@ fn signed(d: DType) -> bool {
 /// `Variant => method, "stablehlo name", dtypes, semantics, vjp: rule, "doc";`
 /// where `dtypes` is a `fn(DType) -> bool`, `semantics` a
 /// `fn(DType, f64) -> f64` on the operand's dtype and value, and `rule` the
-/// derivative, a [`UnaryVjp`].
+/// derivative (`autodiff/elementwise.rs`: from the operand `x`, the result
+/// `z` and its cotangent `g`, the cotangent of `x`, `None` for zero).
 macro_rules! unary_ops {
     ($($v:ident => $method:ident, $mlir:literal, $accepts:expr, $eval:expr, vjp: $vjp:expr, $doc:literal;)*) => {
         /// One-operand elementwise ops.
@@ -82,13 +84,6 @@ macro_rules! unary_ops {
                 let f: fn(DType, f64) -> f64 = match self { $(Unary::$v => $eval,)* };
                 f(dtype, x)
             }
-
-            /// The derivative rule: the cotangent of `x` from the result
-            /// `z` and its cotangent `g` (`None`: zero).
-            pub(crate) fn vjp(self, e: &mut Emitter<'_>, x: ValueId, z: ValueId, g: ValueId) -> Option<ValueId> {
-                let f: UnaryVjp = match self { $(Unary::$v => $vjp,)* };
-                f(e, x, z, g)
-            }
         }
 
     };
@@ -98,8 +93,8 @@ macro_rules! unary_ops {
 /// `Variant => method, "stablehlo name", dtypes, commutative: bool,
 /// identity: Option<f64>, semantics, vjp: rule, "doc";` where `identity` is
 /// the `e` with `x op e = x` (and `e op x = x` when commutative),
-/// `semantics` a `fn(DType, f64, f64) -> f64` and `rule` the derivative, a
-/// [`BinaryVjp`].
+/// `semantics` a `fn(DType, f64, f64) -> f64` and `rule` the derivative
+/// (from `x`, `y`, `z` and `g`, the cotangents of `x` and `y`).
 macro_rules! binary_ops {
     ($($v:ident => $method:ident, $mlir:literal, $accepts:expr,
        commutative: $comm:expr, identity: $id:expr, $eval:expr, vjp: $vjp:expr, $doc:literal;)*) => {
@@ -139,20 +134,6 @@ macro_rules! binary_ops {
             pub fn eval(self, dtype: DType, a: f64, b: f64) -> f64 {
                 let f: fn(DType, f64, f64) -> f64 = match self { $(Binary::$v => $eval,)* };
                 f(dtype, a, b)
-            }
-
-            /// The derivative rule: the cotangents of `x` and `y` from the
-            /// result `z` and its cotangent `g` (`None`: zero).
-            pub(crate) fn vjp(
-                self,
-                e: &mut Emitter<'_>,
-                x: ValueId,
-                y: ValueId,
-                z: ValueId,
-                g: ValueId,
-            ) -> (Option<ValueId>, Option<ValueId>) {
-                let f: BinaryVjp = match self { $(Binary::$v => $vjp,)* };
-                f(e, x, y, z, g)
             }
         }
 
@@ -200,22 +181,22 @@ macro_rules! compare_ops {
 macro_rules! unary_table {
     ($then:ident) => {
         $then! {
-                Neg      => neg,      "negate",                  signed,    |_, x| -x, vjp: |e, _, _, g| Some(e.neg(g)),                     "`-x`";
-                Abs      => abs,      "abs",                     signed,    |_, x| x.abs(), vjp: d_abs,                "`|x|`";
+                Neg      => neg,      "negate",                  signed,    |_, x| -x, vjp: |_, _, g| Some(-g),                     "`-x`";
+                Abs      => abs,      "abs",                     signed,    |_, x| x.abs(), vjp: |x, _, g| Some(g * x.sign()),                "`|x|`";
                 Sign     => sign,     "sign",                    signed,    |_, x| sign(x), vjp: zero,                "-1, 0 or 1";
-                Exp      => exp,      "exponential",             float,     |_, x| x.exp(), vjp: |e, _, z, g| Some(e.mul(g, z)),                "`e^x`";
-                Log      => log,      "log",                     float,     |_, x| x.ln(), vjp: |e, x, _, g| Some(e.div(g, x)),                 "Natural log";
-                Log1p    => log1p,    "log_plus_one",            float,     |_, x| x.ln_1p(), vjp: d_log1p,              "`ln(1 + x)`";
-                Expm1    => expm1,    "exponential_minus_one",   float,     |_, x| x.exp_m1(), vjp: d_expm1,             "`e^x - 1`";
-                Sqrt     => sqrt,     "sqrt",                    float,     |_, x| x.sqrt(), vjp: d_sqrt,               "Square root";
-                Rsqrt    => rsqrt,    "rsqrt",                   float,     |_, x| 1.0 / x.sqrt(), vjp: d_rsqrt,         "`1 / sqrt(x)`";
-                Tanh     => tanh,     "tanh",                    float,     |_, x| x.tanh(), vjp: d_tanh,               "Hyperbolic tangent";
-                Sin      => sin,      "sine",                    float,     |_, x| x.sin(), vjp: d_sin,                "Sine";
-                Cos      => cos,      "cosine",                  float,     |_, x| x.cos(), vjp: d_cos,                "Cosine";
+                Exp      => exp,      "exponential",             float,     |_, x| x.exp(), vjp: |_, z, g| Some(g * z),                "`e^x`";
+                Log      => log,      "log",                     float,     |_, x| x.ln(), vjp: |x, _, g| Some(g / x),                 "Natural log";
+                Log1p    => log1p,    "log_plus_one",            float,     |_, x| x.ln_1p(), vjp: |x, _, g| Some(g / (x + 1.0)),              "`ln(1 + x)`";
+                Expm1    => expm1,    "exponential_minus_one",   float,     |_, x| x.exp_m1(), vjp: |_, z, g| Some(g * (z + 1.0)),             "`e^x - 1`";
+                Sqrt     => sqrt,     "sqrt",                    float,     |_, x| x.sqrt(), vjp: |_, z, g| Some(g / (z * 2.0)),               "Square root";
+                Rsqrt    => rsqrt,    "rsqrt",                   float,     |_, x| 1.0 / x.sqrt(), vjp: |x, z, g| Some(g * (z / x * -0.5)),         "`1 / sqrt(x)`";
+                Tanh     => tanh,     "tanh",                    float,     |_, x| x.tanh(), vjp: |_, z, g| Some(g * (1.0 - z * z)),               "Hyperbolic tangent";
+                Sin      => sin,      "sine",                    float,     |_, x| x.sin(), vjp: |x, _, g| Some(g * x.cos()),                "Sine";
+                Cos      => cos,      "cosine",                  float,     |_, x| x.cos(), vjp: |x, _, g| Some(-(g * x.sin())),                "Cosine";
                 Floor    => floor,    "floor",                   float,     |_, x| x.floor(), vjp: zero,              "Round down";
                 Ceil     => ceil,     "ceil",                    float,     |_, x| x.ceil(), vjp: zero,               "Round up";
                 Round    => round,    "round_nearest_even",      float,     |_, x| x.round_ties_even(), vjp: zero,    "Round half to even";
-                Logistic => logistic, "logistic",                float,     |_, x| 1.0 / (1.0 + (-x).exp()), vjp: d_logistic, "`1 / (1 + e^-x)`";
+                Logistic => logistic, "logistic",                float,     |_, x| 1.0 / (1.0 + (-x).exp()), vjp: |_, z, g| Some(g * (z * (1.0 - z))), "`1 / (1 + e^-x)`";
                 Not      => not,      "not",                     not_float, not, vjp: zero,                           "Logical or bitwise not";
         }
     };
@@ -230,14 +211,14 @@ unary_table!(unary_ops);
 macro_rules! binary_table {
     ($then:ident) => {
         $then! {
-                Add => add,     "add",       not_bool,  commutative: true,  identity: Some(0.0), |_, a, b| a + b, vjp: |_, _, _, _, g| (Some(g), Some(g)), "`x + y`";
-                Sub => sub,     "subtract",  not_bool,  commutative: false, identity: Some(0.0), |_, a, b| a - b, vjp: |e, _, _, _, g| (Some(g), Some(e.neg(g))), "`x - y`";
-                Mul => mul,     "multiply",  not_bool,  commutative: true,  identity: Some(1.0), |_, a, b| a * b, vjp: |e, x, y, _, g| (Some(e.mul(g, y)), Some(e.mul(g, x))), "`x * y`";
+                Add => add,     "add",       not_bool,  commutative: true,  identity: Some(0.0), |_, a, b| a + b, vjp: |_, _, _, g| (Some(g), Some(g)), "`x + y`";
+                Sub => sub,     "subtract",  not_bool,  commutative: false, identity: Some(0.0), |_, a, b| a - b, vjp: |_, _, _, g| (Some(g), Some(-g)), "`x - y`";
+                Mul => mul,     "multiply",  not_bool,  commutative: true,  identity: Some(1.0), |_, a, b| a * b, vjp: |x, y, _, g| (Some(g * y), Some(g * x)), "`x * y`";
                 Div => div,     "divide",    not_bool,  commutative: false, identity: Some(1.0), div, vjp: d_div,             "`x / y` (integers truncate)";
                 Pow => pow,     "power",     not_bool,  commutative: false, identity: Some(1.0),     |_, a, b| a.powf(b), vjp: d_pow, "`x ^ y`";
-                Max => maximum, "maximum",   any,       commutative: true,  identity: None,      |_, a, b| a.max(b), vjp: |e, x, y, _, g| d_extremum(e, Compare::Gt, x, y, g), "Elementwise maximum";
-                Min => minimum, "minimum",   any,       commutative: true,  identity: None,      |_, a, b| a.min(b), vjp: |e, x, y, _, g| d_extremum(e, Compare::Lt, x, y, g), "Elementwise minimum";
-                Rem => rem,     "remainder", not_bool,  commutative: false, identity: None,      |_, a, b| a % b, vjp: d_rem, "Remainder with the dividend's sign";
+                Max => maximum, "maximum",   any,       commutative: true,  identity: None,      |_, a, b| a.max(b), vjp: |x, y, _, g| d_extremum(x.gt(y), x.eq(y), g), "Elementwise maximum";
+                Min => minimum, "minimum",   any,       commutative: true,  identity: None,      |_, a, b| a.min(b), vjp: |x, y, _, g| d_extremum(x.lt(y), x.eq(y), g), "Elementwise minimum";
+                Rem => rem,     "remainder", not_bool,  commutative: false, identity: None,      |_, a, b| a % b, vjp: |x, y, z, g| (Some(g), Some(-(g * ((x - z) / y)))), "Remainder with the dividend's sign";
                 And => and,     "and",       not_float, commutative: true,  identity: None,      |_, a, b| bits(a, b, |x, y| x & y), vjp: zero2, "Logical or bitwise and";
                 Or  => or,      "or",        not_float, commutative: true,  identity: Some(0.0), |_, a, b| bits(a, b, |x, y| x | y), vjp: zero2, "Logical or bitwise or";
                 Xor => xor,     "xor",       not_float, commutative: true,  identity: Some(0.0), |_, a, b| bits(a, b, |x, y| x ^ y), vjp: zero2, "Logical or bitwise xor";
@@ -345,163 +326,6 @@ fn shift_right_arithmetic(a: u64, b: u64, width: u32) -> u64 {
     (signed >> b.min(u64::from(width) - 1)) as u64
 }
 
-/// A unary op's derivative rule: `(emitter, x, z = op(x), g = the
-/// cotangent of z)` to the cotangent of `x` (`None`: zero).
-pub(crate) type UnaryVjp = fn(&mut Emitter<'_>, ValueId, ValueId, ValueId) -> Option<ValueId>;
-
-/// A binary op's derivative rule: `(emitter, x, y, z = op(x, y), g = the
-/// cotangent of z)` to the cotangents of `x` and `y` (`None`: zero).
-pub(crate) type BinaryVjp =
-    fn(&mut Emitter<'_>, ValueId, ValueId, ValueId, ValueId) -> (Option<ValueId>, Option<ValueId>);
-
-/// A piecewise-constant op: zero derivative.
-fn zero(_: &mut Emitter<'_>, _: ValueId, _: ValueId, _: ValueId) -> Option<ValueId> {
-    None
-}
-
-/// A binary op on integers or bools: no derivative.
-fn zero2(
-    _: &mut Emitter<'_>,
-    _: ValueId,
-    _: ValueId,
-    _: ValueId,
-    _: ValueId,
-) -> (Option<ValueId>, Option<ValueId>) {
-    (None, None)
-}
-
-/// `d|x| = sign(x)`.
-fn d_abs(e: &mut Emitter<'_>, x: ValueId, _: ValueId, g: ValueId) -> Option<ValueId> {
-    let s = e.unary(Unary::Sign, x);
-    Some(e.mul(g, s))
-}
-
-/// `d ln(1 + x) = 1 / (1 + x)`.
-fn d_log1p(e: &mut Emitter<'_>, x: ValueId, _: ValueId, g: ValueId) -> Option<ValueId> {
-    let one = e.full(e.shape(x), 1.0);
-    let d = e.add(x, one);
-    Some(e.div(g, d))
-}
-
-/// `d (e^x - 1) = z + 1`.
-fn d_expm1(e: &mut Emitter<'_>, _: ValueId, z: ValueId, g: ValueId) -> Option<ValueId> {
-    let one = e.full(e.shape(z), 1.0);
-    let d = e.add(z, one);
-    Some(e.mul(g, d))
-}
-
-/// `d sqrt(x) = 1 / (2 z)`.
-fn d_sqrt(e: &mut Emitter<'_>, _: ValueId, z: ValueId, g: ValueId) -> Option<ValueId> {
-    let d = e.scale(z, 2.0);
-    Some(e.div(g, d))
-}
-
-/// `d x^-1/2 = -z / (2 x)`.
-fn d_rsqrt(e: &mut Emitter<'_>, x: ValueId, z: ValueId, g: ValueId) -> Option<ValueId> {
-    let d = e.div(z, x);
-    let d = e.scale(d, -0.5);
-    Some(e.mul(g, d))
-}
-
-/// `d tanh(x) = 1 - z²`.
-fn d_tanh(e: &mut Emitter<'_>, _: ValueId, z: ValueId, g: ValueId) -> Option<ValueId> {
-    let one = e.full(e.shape(z), 1.0);
-    let zz = e.mul(z, z);
-    let d = e.sub(one, zz);
-    Some(e.mul(g, d))
-}
-
-/// `d sin(x) = cos(x)`.
-fn d_sin(e: &mut Emitter<'_>, x: ValueId, _: ValueId, g: ValueId) -> Option<ValueId> {
-    let d = e.unary(Unary::Cos, x);
-    Some(e.mul(g, d))
-}
-
-/// `d cos(x) = -sin(x)`.
-fn d_cos(e: &mut Emitter<'_>, x: ValueId, _: ValueId, g: ValueId) -> Option<ValueId> {
-    let d = e.unary(Unary::Sin, x);
-    let d = e.mul(g, d);
-    Some(e.neg(d))
-}
-
-/// `d logistic(x) = z (1 - z)`.
-fn d_logistic(e: &mut Emitter<'_>, _: ValueId, z: ValueId, g: ValueId) -> Option<ValueId> {
-    let one = e.full(e.shape(z), 1.0);
-    let d = e.sub(one, z);
-    let d = e.mul(z, d);
-    Some(e.mul(g, d))
-}
-
-/// `d (x / y) = (1 / y, -z / y)`.
-fn d_div(
-    e: &mut Emitter<'_>,
-    _: ValueId,
-    y: ValueId,
-    z: ValueId,
-    g: ValueId,
-) -> (Option<ValueId>, Option<ValueId>) {
-    let dx = e.div(g, y);
-    let dy = e.mul(dx, z);
-    (Some(dx), Some(e.neg(dy)))
-}
-
-/// `d x^y = (y x^(y-1), z ln x)`, as JAX: `ln` of 1 where `x` is 0, so
-/// that `0^y` has a finite derivative in `y`.
-fn d_pow(
-    e: &mut Emitter<'_>,
-    x: ValueId,
-    y: ValueId,
-    z: ValueId,
-    g: ValueId,
-) -> (Option<ValueId>, Option<ValueId>) {
-    let s = e.shape(x);
-    let one = e.full(s, 1.0);
-    let ym1 = e.sub(y, one);
-    let p = e.binary(Binary::Pow, x, ym1);
-    let dx = e.mul(p, y);
-    let dx = e.mul(g, dx);
-    let zero = e.zeros(s);
-    let is_zero = e.compare(Compare::Eq, x, zero);
-    let safe = e.select(is_zero, one, x);
-    let ln = e.unary(Unary::Log, safe);
-    let dy = e.mul(z, ln);
-    (Some(dx), Some(e.mul(g, dy)))
-}
-
-/// `max`/`min` (`c` is `Gt`/`Lt`): the cotangent goes to the operand that
-/// wins, half to each on a tie (as JAX).
-fn d_extremum(
-    e: &mut Emitter<'_>,
-    c: Compare,
-    x: ValueId,
-    y: ValueId,
-    g: ValueId,
-) -> (Option<ValueId>, Option<ValueId>) {
-    let s = e.shape(x);
-    let (one, half, zero) = (e.full(s, 1.0), e.full(s, 0.5), e.zeros(s));
-    let wins = e.compare(c, x, y);
-    let ties = e.compare(Compare::Eq, x, y);
-    let tie_share = e.select(ties, half, zero);
-    let share = e.select(wins, one, tie_share);
-    let dx = e.mul(g, share);
-    (Some(dx), Some(e.sub(g, dx)))
-}
-
-/// `x rem y = x - y q` with `q = trunc(x / y)` constant almost everywhere:
-/// `(1, -q)`, `q = (x - z) / y`.
-fn d_rem(
-    e: &mut Emitter<'_>,
-    x: ValueId,
-    y: ValueId,
-    z: ValueId,
-    g: ValueId,
-) -> (Option<ValueId>, Option<ValueId>) {
-    let q = e.sub(x, z);
-    let q = e.div(q, y);
-    let dy = e.mul(g, q);
-    (Some(g), Some(e.neg(dy)))
-}
-
 /// An elementwise op: the ops of the tables above, `select` and `clamp`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Elementwise {
@@ -604,64 +428,6 @@ impl Elementwise {
             Elementwise::Select => p.generic("stablehlo.select", ""),
             Elementwise::Clamp => p.generic("stablehlo.clamp", ""),
         }
-    }
-
-    /// The derivative rule of every elementwise op: a rank-0 operand is
-    /// broadcast first and its cotangent summed back, then the row's rule
-    /// (or `select`'s, `clamp`'s) runs on equal shapes.
-    pub(crate) fn vjp(
-        self,
-        e: &mut Emitter<'_>,
-        node: &Node,
-        z: ValueId,
-        cts: &[Option<ValueId>],
-    ) -> Cotangents {
-        let g = cts[0].expect("the driver skips nodes without cotangents");
-        let shape = node.shape;
-        let args: Vec<ValueId> = node
-            .args
-            .iter()
-            .map(|&a| {
-                let s = e.shape(a);
-                if s.rank() == 0 && shape.rank() > 0 {
-                    e.broadcast(a, shape, &[])
-                } else {
-                    a
-                }
-            })
-            .collect();
-        let res = match self {
-            Elementwise::Unary(u) => vec![u.vjp(e, args[0], z, g)],
-            Elementwise::Binary(b) => {
-                let (dx, dy) = b.vjp(e, args[0], args[1], z, g);
-                vec![dx, dy]
-            }
-            Elementwise::Compare(_) => vec![None, None],
-            Elementwise::Select => {
-                let (p, zero) = (args[0], e.zeros(e.shape(g)));
-                let on_true = e.select(p, g, zero);
-                let on_false = e.select(p, zero, g);
-                vec![None, Some(on_true), Some(on_false)]
-            }
-            Elementwise::Clamp => {
-                let (lo, x, hi) = (args[0], args[1], args[2]);
-                let below = e.compare(Compare::Lt, x, lo);
-                let above = e.compare(Compare::Gt, x, hi);
-                let out = e.binary(Binary::Or, below, above);
-                let zero = e.zeros(e.shape(g));
-                let dx = e.select(out, zero, g);
-                vec![
-                    Some(e.where_or_zero(below, g)),
-                    Some(dx),
-                    Some(e.where_or_zero(above, g)),
-                ]
-            }
-        };
-        Ok(res
-            .into_iter()
-            .zip(&node.args)
-            .map(|(ct, &a)| ct.map(|ct| e.unbroadcast(ct, e.shape(a))))
-            .collect())
     }
 
     pub(crate) fn eval(self, args: &[&Literal], shape: Shape) -> Literal {

@@ -6,10 +6,7 @@ use super::reduce::apply;
 use super::shape_ops::gather_by_index;
 use crate::Shape;
 use crate::ir::Function;
-use crate::ir::grad::{Cotangents, Emitter, body_binary, scalar_body};
-use crate::ir::ops::Binary;
 use crate::ir::print::{OpPrinter, i64_array, i64_list};
-use crate::ir::{Node, Op, ValueId};
 use crate::literal::{Literal, strides, unravel};
 use crate::shape::AxisRef;
 use std::sync::Arc;
@@ -239,77 +236,6 @@ fn eval_op(op: &Indexing, args: &[&Literal], shape: Shape) -> Literal {
             Literal::new(shape, data)
         }
     }
-}
-
-/// The derivative rules: a slice or gather sends the cotangent back to the
-/// elements it read (a dynamic update of zeros, a scatter that adds), an
-/// update or scatter splits it between the operand (where it was kept) and
-/// the updates (what they became). A scatter must add or replace; indices
-/// get none.
-pub(crate) fn vjp(
-    op: &Indexing,
-    e: &mut Emitter<'_>,
-    node: &Node,
-    cts: &[Option<ValueId>],
-) -> Cotangents {
-    let g = cts[0].expect("the driver skips nodes without cotangents");
-    let x = node.args[0];
-    let xs = e.shape(x);
-    let none = |n: usize| vec![None; n];
-    Ok(match op {
-        Indexing::DynamicSlice(_) => {
-            let zeros = e.zeros(xs);
-            let mut args = vec![zeros, g];
-            args.extend(&node.args[1..]);
-            let dx = e.emit(Op::Indexing(Indexing::DynamicUpdateSlice), &args, xs);
-            [vec![Some(dx)], none(node.args.len() - 1)].concat()
-        }
-        Indexing::DynamicUpdateSlice => {
-            let u = node.args[1];
-            let us = e.shape(u);
-            let zeros = e.zeros(us);
-            let mut args = vec![g, zeros];
-            args.extend(&node.args[2..]);
-            let dx = e.emit(Op::Indexing(Indexing::DynamicUpdateSlice), &args, xs);
-            let mut args = vec![g];
-            args.extend(&node.args[2..]);
-            let du = e.emit(
-                Op::Indexing(Indexing::DynamicSlice(us.dims().to_vec())),
-                &args,
-                us,
-            );
-            [vec![Some(dx), Some(du)], none(node.args.len() - 2)].concat()
-        }
-        Indexing::Gather(a) => {
-            let zeros = e.zeros(xs);
-            let update = scalar_body(xs.dtype(), Binary::Add, e.loc());
-            let scatter = Op::Indexing(Indexing::Scatter {
-                axis: *a,
-                update: std::sync::Arc::new(update),
-            });
-            vec![Some(e.emit(scatter, &[zeros, node.args[1], g], xs)), None]
-        }
-        Indexing::Scatter { axis, update } => {
-            let (idx, upd) = (node.args[1], node.args[2]);
-            let us = e.shape(upd);
-            let du = e.emit(Op::Indexing(Indexing::Gather(*axis)), &[g, idx], us);
-            let adds = body_binary(update) == Some(Binary::Add);
-            let replaces =
-                matches!(update.results[..], [r] if update.node(r).op == Op::Parameter(1));
-            let dx = if adds {
-                g
-            } else if replaces {
-                // The replaced elements do not reach the result.
-                let zeros = e.zeros(us);
-                e.emit(Op::Indexing(op.clone()), &[g, idx, zeros], xs)
-            } else {
-                return Err(e.error(
-                    "no derivative rule for a scatter whose update neither adds nor replaces",
-                ));
-            };
-            vec![Some(dx), None, Some(du)]
-        }
-    })
 }
 
 impl super::Family for Indexing {

@@ -9,7 +9,6 @@
 
 pub mod constant;
 pub mod control;
-pub(crate) mod control_grad;
 pub mod convert;
 pub mod custom_call;
 pub mod dot;
@@ -23,9 +22,8 @@ pub mod sort;
 use std::sync::Arc;
 
 use crate::Shape;
-use crate::ir::grad::{Cotangents, Emitter};
+use crate::ir::Function;
 use crate::ir::print::OpPrinter;
-use crate::ir::{Function, Node, ValueId};
 use crate::literal::Literal;
 
 pub(crate) use constant::Source;
@@ -199,34 +197,6 @@ impl Op {
             Op::OptimizationBarrier => args.iter().map(|&a| a.clone()).collect(),
             Op::CustomCall(site) => custom_call::eval(site, args),
             _ => self.family().map_or_else(Vec::new, |f| f.eval(args, shape)),
-        }
-    }
-
-    /// The derivative rule: the cotangents of `node`'s operands from those
-    /// of its results (`cts`, one per result; `out` is the node's value).
-    /// Each family's rule sits beside its shape rule and semantics.
-    pub(crate) fn vjp(
-        &self,
-        e: &mut Emitter<'_>,
-        node: &Node,
-        out: ValueId,
-        cts: &[Option<ValueId>],
-    ) -> Cotangents {
-        match self {
-            Op::Parameter(_) | Op::Poison | Op::Project(_) | Op::Source(_) => Ok(vec![]),
-            Op::Elementwise(x) => x.vjp(e, node, out, cts),
-            Op::Conversion(c) => c.vjp(e, node, cts),
-            Op::DotGeneral(d) => dot::vjp(d, e, node, cts),
-            Op::Movement(m) => shape_ops::vjp(m, e, node, cts),
-            Op::Indexing(i) => indexing::vjp(i, e, node, cts),
-            Op::Reduction(r) => reduce::vjp(r, e, node, out, cts),
-            Op::Sort(s) => sort::vjp(s, e, node, out, cts),
-            Op::Control(c) => control::vjp(c, e, node, cts),
-            Op::Sharding => Ok(vec![cts[0]]),
-            // The cotangents pass as the values did: what the barrier
-            // orders is the forward computation.
-            Op::OptimizationBarrier => Ok(cts.to_vec()),
-            Op::CustomCall(site) => custom_call::vjp(site, e, node, out, cts),
         }
     }
 

@@ -2,10 +2,8 @@
 //! `stablehlo.reduce_window`: the window, its shape rule, the identities of
 //! `max`/`min`, printing and reference semantics (which run the body).
 
-use crate::ir::grad::{Cotangents, Emitter, body_binary};
-use crate::ir::ops::{Binary, Compare};
 use crate::ir::print::{OpPrinter, i64_array, i64_list};
-use crate::ir::{Function, Node, ValueId, interp};
+use crate::ir::{Function, interp};
 use crate::literal::{Literal, strides, unravel};
 use crate::{DType, Shape};
 use std::sync::Arc;
@@ -107,48 +105,6 @@ fn result_shapes(arg_shapes: &[Shape], axes: &[usize]) -> Vec<Shape> {
                 .fold(s, |s, &i| s.remove_axis(i).unwrap_or(s))
         })
         .collect()
-}
-
-/// The derivative rules of the one-operand reductions whose body is `add`,
-/// `maximum` or `minimum`: a sum broadcasts the cotangent back; a maximum
-/// or minimum sends it to the elements equal to the result, shared equally
-/// on ties (as JAX). The initial value gets none. Other bodies, and the
-/// float results of several-operand reductions (an argmax's index needs
-/// none), have no rule.
-pub(crate) fn vjp(
-    op: &Reduction,
-    e: &mut Emitter<'_>,
-    node: &Node,
-    z: ValueId,
-    cts: &[Option<ValueId>],
-) -> Cotangents {
-    let (Reduction::Reduce { body, axes }, [g]) = (op, cts) else {
-        return Err(e.error("no derivative rule for this reduction"));
-    };
-    let g = g.expect("the driver skips nodes without cotangents");
-    let x = node.args[0];
-    let xs = e.shape(x);
-    let kept: Vec<usize> = (0..xs.rank()).filter(|a| !axes.contains(a)).collect();
-    let gb = e.broadcast(g, xs, &kept);
-    let dx = match body_binary(body) {
-        Some(Binary::Add) => gb,
-        Some(Binary::Max | Binary::Min) => {
-            let zb = e.broadcast(z, xs, &kept);
-            let hit = e.compare(Compare::Eq, x, zb);
-            let ones = e.full(xs, 1.0);
-            let hits = e.where_or_zero(hit, ones);
-            let count = e.sum(hits, axes);
-            let share = e.div(g, count);
-            let share = e.broadcast(share, xs, &kept);
-            e.where_or_zero(hit, share)
-        }
-        _ => {
-            return Err(e.error(
-                "no derivative rule for a reduction whose body is not add, maximum or minimum",
-            ));
-        }
-    };
-    Ok(vec![Some(dx), None])
 }
 
 impl super::Family for Reduction {
@@ -297,4 +253,18 @@ impl super::Family for Reduction {
             }
         }
     }
+}
+
+/// The binary op a scalar body `(acc, x) -> op(acc, x)` applies, if it is
+/// one such op on its two parameters (either order).
+pub(crate) fn body_binary(body: &Function) -> Option<super::Binary> {
+    let [r] = body.results[..] else { return None };
+    let n = body.node(r);
+    let crate::ir::Op::Elementwise(super::Elementwise::Binary(b)) = n.op else {
+        return None;
+    };
+    let params: Vec<crate::ir::ValueId> = body.params.clone();
+    let mut args = n.args.clone();
+    args.sort();
+    (params.len() == 2 && args == params).then_some(b)
 }

@@ -3,9 +3,7 @@
 //! shape rule, printing and reference semantics.
 
 use crate::Shape;
-use crate::ir::grad::{Cotangents, Emitter};
 use crate::ir::print::{OpPrinter, i64_array};
-use crate::ir::{Node, Op, ValueId};
 use crate::literal::{Literal, strides};
 
 /// The ops that move elements without computing. `reshape` and
@@ -369,114 +367,6 @@ fn eval_op(op: &Movement, args: &[&Literal], shape: Shape) -> Literal {
             x.data()[offset(&ii, &st)]
         }),
     }
-}
-
-/// The derivative rules: each op moves the cotangent `g` back the way its
-/// operand came (a broadcast sums over the axes it made, a slice pads
-/// with zeros, a pad slices, a concatenation slices each operand's part).
-pub(crate) fn vjp(
-    op: &Movement,
-    e: &mut Emitter<'_>,
-    node: &Node,
-    cts: &[Option<ValueId>],
-) -> Cotangents {
-    let g = cts[0].expect("the driver skips nodes without cotangents");
-    let x = node.args[0];
-    let xs = e.shape(x);
-    let gs = e.shape(g);
-    Ok(match op {
-        Movement::Reshape => vec![Some(e.reshape(g, xs))],
-        Movement::Transpose(perm) => {
-            let mut inv = vec![0; perm.len()];
-            for (k, &p) in perm.iter().enumerate() {
-                inv[p] = k;
-            }
-            vec![Some(e.transpose(g, &inv))]
-        }
-        Movement::Broadcast(axes) => {
-            let summed: Vec<usize> = (0..gs.rank())
-                .filter(|&o| match axes.iter().position(|&a| a == o) {
-                    None => true,
-                    Some(k) => xs.dims()[k] == 1 && gs.dims()[o] != 1,
-                })
-                .collect();
-            let s = e.sum(g, &summed);
-            vec![Some(e.reshape(s, xs))]
-        }
-        Movement::Slice(spec) => {
-            let mut pad = PadSpec {
-                low: spec.start.clone(),
-                high: vec![],
-                interior: spec.strides.iter().map(|s| s - 1).collect(),
-            };
-            for k in 0..xs.rank() {
-                let n = gs.dims()[k];
-                let last = if n == 0 {
-                    spec.start[k] - 1
-                } else {
-                    spec.start[k] + (n - 1) * spec.strides[k]
-                };
-                pad.high.push(xs.dims()[k] - 1 - last);
-            }
-            let zero = e.zeros(Shape::scalar(gs.dtype()));
-            vec![Some(e.emit(
-                Op::Movement(Movement::Pad(pad)),
-                &[g, zero],
-                xs.with_dtype(gs.dtype()),
-            ))]
-        }
-        Movement::Concatenate(a) => {
-            let mut at = 0;
-            let mut res = vec![];
-            for &arg in &node.args {
-                let s = e.shape(arg);
-                let n = s.dims()[*a];
-                let spec = SliceSpec {
-                    start: (0..s.rank())
-                        .map(|k| if k == *a { at } else { 0 })
-                        .collect(),
-                    limit: (0..s.rank())
-                        .map(|k| if k == *a { at + n } else { s.dims()[k] })
-                        .collect(),
-                    strides: vec![1; s.rank()],
-                };
-                at += n;
-                res.push(Some(e.emit(
-                    Op::Movement(Movement::Slice(spec)),
-                    &[g],
-                    s.with_dtype(gs.dtype()),
-                )));
-            }
-            res
-        }
-        Movement::Pad(p) => {
-            if p.low.iter().chain(&p.high).any(|&v| v < 0) {
-                return Err(e.error("no derivative rule for a pad with negative edges"));
-            }
-            let spec = SliceSpec {
-                start: p.low.clone(),
-                limit: (0..xs.rank())
-                    .map(|k| p.low[k] + (xs.dims()[k] - 1).max(0) * (p.interior[k] + 1) + 1)
-                    .collect(),
-                strides: p.interior.iter().map(|i| i + 1).collect(),
-            };
-            let dx = e.emit(
-                Op::Movement(Movement::Slice(spec)),
-                &[g],
-                xs.with_dtype(gs.dtype()),
-            );
-            // The padding value's cotangent: what `g` holds outside `x`.
-            let all: Vec<usize> = (0..gs.rank()).collect();
-            let total = e.sum(g, &all);
-            let inside = e.sum(dx, &all);
-            vec![Some(dx), Some(e.sub(total, inside))]
-        }
-        Movement::Reverse(axes) => vec![Some(e.emit(
-            Op::Movement(Movement::Reverse(axes.clone())),
-            &[g],
-            gs,
-        ))],
-    })
 }
 
 impl super::Family for Movement {

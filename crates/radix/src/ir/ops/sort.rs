@@ -2,11 +2,8 @@
 //! comparator body): the order, printing and reference semantics.
 
 use super::reduce::apply;
-use crate::ir::grad::{Cotangents, Emitter};
-use crate::ir::ops::Compare;
-use crate::ir::ops::Source;
+use crate::ir::Function;
 use crate::ir::print::OpPrinter;
-use crate::ir::{Function, Node, Op, ValueId};
 use crate::literal::{Literal, strides, unravel};
 use crate::{DType, Shape};
 use std::sync::Arc;
@@ -112,109 +109,4 @@ fn eval(op: &Sort, args: &[&Literal]) -> Vec<Literal> {
         .zip(out)
         .map(|(l, d)| Literal::new(l.shape(), d))
         .collect()
-}
-
-/// The derivative rule: the sort is run again with an `iota` beside its
-/// operands, which gives the permutation it applies; sorting the
-/// cotangents by that permutation puts each back where its element came
-/// from.
-pub(crate) fn vjp(
-    op: &Sort,
-    e: &mut Emitter<'_>,
-    node: &Node,
-    _: ValueId,
-    cts: &[Option<ValueId>],
-) -> Cotangents {
-    let Sort { comparator, axis } = op;
-    let n = node.args.len();
-    let shape = e.shape(node.args[0]);
-    let index = shape.with_dtype(DType::I32);
-    let iota = e.emit(Op::Source(Source::Iota(*axis)), &[], index);
-    // The comparator with two more (ignored) parameters for the iota.
-    let mut with_iota = (**comparator).clone();
-    for k in 0..2 {
-        let p = with_iota.push_rebuilt(
-            Node {
-                op: Op::Parameter(2 * n + k),
-                args: vec![],
-                shape: Shape::scalar(DType::I32),
-            },
-            e.loc(),
-        );
-        with_iota.params.push(p);
-    }
-    let mut args = node.args.clone();
-    args.push(iota);
-    let sorted = e.emit(
-        Op::Sort(Sort {
-            comparator: Arc::new(with_iota),
-            axis: *axis,
-        }),
-        &args,
-        shape,
-    );
-    let perm = e.project(sorted, n, index);
-    // Sorting by the permutation, ascending, undoes the sort.
-    let mut operands = vec![perm];
-    let mut dtypes = vec![DType::I32];
-    for (&a, ct) in node.args.iter().zip(cts) {
-        let s = e.shape(a);
-        if let Some(ct) = ct {
-            operands.push(*ct);
-            dtypes.push(s.dtype());
-        }
-    }
-    let by_perm = first_ascending(&dtypes, e.loc());
-    let undone = e.emit(
-        Op::Sort(Sort {
-            comparator: Arc::new(by_perm),
-            axis: *axis,
-        }),
-        &operands,
-        index,
-    );
-    let mut k = 0;
-    Ok(node
-        .args
-        .iter()
-        .zip(cts)
-        .map(|(&a, ct)| {
-            ct.map(|_| {
-                k += 1;
-                e.project(undone, k, e.shape(a))
-            })
-        })
-        .collect())
-}
-
-/// The comparator `lhs0 < rhs0` over scalars of `dtypes` (two each).
-fn first_ascending(dtypes: &[DType], loc: &'static std::panic::Location<'static>) -> Function {
-    let mut f = Function::default();
-    for (i, &d) in dtypes
-        .iter()
-        .flat_map(|d| [d, d])
-        .collect::<Vec<_>>()
-        .iter()
-        .enumerate()
-    {
-        let p = f.push_rebuilt(
-            Node {
-                op: Op::Parameter(i),
-                args: vec![],
-                shape: Shape::scalar(*d),
-            },
-            loc,
-        );
-        f.params.push(p);
-    }
-    let lt = f.push_rebuilt(
-        Node {
-            op: Compare::Lt.into(),
-            args: vec![f.params[0], f.params[1]],
-            shape: Shape::scalar(DType::Bool),
-        },
-        loc,
-    );
-    f.results.push(lt);
-    f
 }

@@ -21,9 +21,10 @@
 use crate::ir::ops::{Control, Indexing};
 use std::sync::Arc;
 
-use crate::ir::grad::{Cotangents, Emitter, GradError};
+use crate::autodiff::GradError;
+use crate::autodiff::emitter::{Cotangents, Emitter};
+use crate::autodiff::residuals::{self, Reads, with_zeros};
 use crate::ir::ops::{Binary, Compare};
-use crate::ir::residuals::{self, Reads, with_zeros};
 use crate::ir::{Function, Node, Op, ValueId};
 use crate::{DType, Shape};
 

@@ -3,7 +3,7 @@
 //! function giving `f`'s results and the *residuals* (the values of `f`'s
 //! forward pass that its derivative rules read), and a *backward* function
 //! taking those residuals and the results' cotangents. The control-flow
-//! rules (`ir/ops/control_grad.rs`) run the forward function in place of
+//! rules (`control_grad.rs`) run the forward function in place of
 //! the op, so the body runs once, and keep the residuals until the
 //! backward pass: a loop keeps one row per iteration, which is all the
 //! memory its derivative needs.
@@ -11,7 +11,8 @@
 use std::collections::HashMap;
 
 use crate::Shape;
-use crate::ir::grad::{self, Emitter, GradError, Joint};
+use crate::autodiff::emitter::Emitter;
+use crate::autodiff::{self as grad, GradError, Joint};
 use crate::ir::{Function, Node, Op, ValueId};
 
 /// `f`'s derivative as a forward and a backward function.
