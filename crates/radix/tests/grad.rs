@@ -413,6 +413,39 @@ fn custom_calls_differentiated_through_their_fallback() {
     assert!(err.to_string().contains("wants a fallback"), "{err}");
 }
 
+/// A declared derivative is user code run where the gradient needs it: one
+/// that gives the wrong cotangents, or misuses an op, is a trace error at
+/// the custom call's line, not a panic.
+#[test]
+fn a_faulty_declared_derivative_is_a_trace_error_at_the_call() {
+    let wrong_count = softsign_builder("radix_test.softsign_two_cotangents")
+        .derivative(|_, _, g, _| vec![g[0], g[0]])
+        .register()
+        .expect("declared");
+    let misused = softsign_builder("radix_test.softsign_misused")
+        .derivative(|x, _, g, _| vec![g[0] + x[0].reshape(&[2, 2])])
+        .register()
+        .expect("declared");
+    let inputs = [lit(&[4], 42)];
+    for (call, says) in [
+        (&wrong_count, "not one cotangent per operand"),
+        (&misused, "its derivative rule failed"),
+    ] {
+        let line = line!() + 3;
+        let err = trace_fn(&inputs, |v| {
+            radix::grad(
+                |x: &Tensor, _: &()| call.call(&[*x], &Attrs::new())[0].sum(0),
+                &v[0],
+                &(),
+            )
+        })
+        .unwrap_err();
+        let e = err.as_trace().expect("a trace error");
+        assert_eq!((e.op, e.line), ("custom_call", line), "{e}");
+        assert!(e.message.contains(says), "{e}");
+    }
+}
+
 #[test]
 fn vjp_takes_output_cotangents() {
     let inputs = [tagged(&[("a", 3)], 31), tagged(&[("a", 3)], 32)];

@@ -14,12 +14,10 @@
 use std::sync::Arc;
 
 use crate::Tensor;
-use crate::autodiff::emitter::Emitter;
-use crate::autodiff::{GradError, control_grad, control_grad::Saved};
+use crate::autodiff::GradError;
 use crate::ir::ops::Control;
-use crate::ir::{Function, Node, Op, ValueId};
+use crate::ir::{Function, Op};
 use crate::tensor::control::multi;
-use crate::tensor::{self, value_of};
 
 /// The cotangents of the operands of a control-flow op that saved nothing.
 pub(super) fn vjp(
@@ -74,37 +72,4 @@ fn call(
         .iter()
         .map(|&t| Some(t))
         .collect())
-}
-
-/// Emits into `g` in place of node `i` of `f` (`node`, its operands
-/// renamed) the op that also gives its residuals, returning it and what
-/// its rule reads; `None` where the op keeps its plain rule.
-pub(super) fn save(
-    g: &mut Function,
-    f: &Function,
-    i: usize,
-    node: &Node,
-) -> Result<Option<(ValueId, Saved)>, GradError> {
-    let mut e = Emitter::new(g, f.locs[i]);
-    e.at(ValueId(i as u32), f);
-    control_grad::save(&mut e, node)
-}
-
-/// The cotangents of node `i`'s operands, read from what [`save`] kept
-/// (the rules that build their bodies node by node run on the function
-/// being differentiated taken out of the trace, and trade values by id).
-pub(super) fn restore(
-    f: &Function,
-    i: usize,
-    saved: &Saved,
-    node: &Node,
-    cts: &[Option<Tensor>],
-) -> Result<Vec<Option<Tensor>>, GradError> {
-    let cts: Vec<Option<ValueId>> = cts.iter().map(|t| t.map(Tensor::value)).collect();
-    let res = tensor::detached(|g| {
-        let mut e = Emitter::new(g, f.locs[i]);
-        e.at(ValueId(i as u32), f);
-        control_grad::restore(&mut e, saved, node, &cts)
-    })?;
-    Ok(res.into_iter().map(|v| v.map(value_of)).collect())
 }

@@ -1,7 +1,7 @@
 //! The derivative rules of control flow that save residuals: [`save`]
 //! replaces a `call`, `if` or bounded `while` of the forward pass by one
 //! that also gives the residuals of its body ([`residuals::split`]), and
-//! [`restore`] emits the backward op that reads them.
+//! [`restore`] records the backward op that reads them.
 //!
 //! - `call`: `@<name>_fwd` gives the body's results and residuals,
 //!   `@<name>_bwd` the operands' cotangents (a stack of equal layers still
@@ -18,22 +18,22 @@
 //!   alone is computed again), so the memory grows linearly with the
 //!   bound.
 
-use crate::ir::ops::{Control, Indexing};
 use std::sync::Arc;
 
 use crate::autodiff::GradError;
-use crate::autodiff::emitter::{Cotangents, Emitter};
 use crate::autodiff::residuals::{self, Reads, with_zeros};
-use crate::ir::ops::{Binary, Compare};
-use crate::ir::{Function, Node, Op, ValueId};
-use crate::{DType, Shape};
+use crate::ir::ops::Control;
+use crate::ir::{Function, Node, Op};
+use crate::tensor::control::counted_while;
+use crate::tensor::{emit, inline, producer, value_of};
+use crate::{DType, Shape, Tensor};
 
 /// What the forward pass of a control-flow op kept for its derivative.
 pub(crate) enum Saved {
     Call {
         name: Arc<str>,
         bwd: Arc<Function>,
-        residuals: Vec<ValueId>,
+        residuals: Vec<Tensor>,
         free_used: Vec<usize>,
         outs: Vec<Shape>,
     },
@@ -41,8 +41,8 @@ pub(crate) enum Saved {
         n_then_captures: usize,
         then: Arc<Function>,
         other: Arc<Function>,
-        then_residuals: Vec<ValueId>,
-        other_residuals: Vec<ValueId>,
+        then_residuals: Vec<Tensor>,
+        other_residuals: Vec<Tensor>,
         then_free: Vec<usize>,
         other_free: Vec<usize>,
         outs: Vec<Shape>,
@@ -51,49 +51,57 @@ pub(crate) enum Saved {
         n_state: usize,
         n_cond_captures: usize,
         bwd: Arc<Function>,
-        count: ValueId,
-        stacks: Vec<ValueId>,
+        count: Tensor,
+        stacks: Vec<Tensor>,
         free_used: Vec<usize>,
         max_trips: i64,
     },
 }
 
-/// Emits in place of `node` (operands already renamed) the op that also
+/// Why a rule cannot run, at the line of the node it runs for.
+type ErrorAt<'a> = &'a dyn Fn(String) -> GradError;
+
+/// Records in place of `node` (operands already renamed) the op that also
 /// gives its residuals, returning it and what its rule needs; `None`
 /// where the op keeps its plain rule.
-pub(crate) fn save(
-    e: &mut Emitter<'_>,
-    node: &Node,
-) -> Result<Option<(ValueId, Saved)>, GradError> {
+pub(crate) fn save(node: &Node, error: ErrorAt<'_>) -> Result<Option<(Tensor, Saved)>, GradError> {
+    let args: Vec<Tensor> = node.args.iter().map(|&a| value_of(a)).collect();
     match &node.op {
         Op::Control(Control::Call {
             name,
             f,
             checkpoint: false,
-        }) if !f.results.is_empty() => save_call(e, node, name, f).map(Some),
+        }) if !f.results.is_empty() => save_call(&args, name, f).map(Some),
         Op::Control(Control::If {
             then,
             other,
             n_then_captures,
-        }) if !then.results.is_empty() => save_if(e, node, then, other, *n_then_captures).map(Some),
+        }) if !then.results.is_empty() => save_if(&args, then, other, *n_then_captures).map(Some),
         Op::Control(Control::While {
             cond,
             body,
             n_cond_captures,
             max_trips: Some(m),
-        }) if *m > 0 => save_loop(e, node, cond, body, *n_cond_captures, *m).map(Some),
+        }) if *m > 0 => {
+            let loop_ = Loop {
+                cond,
+                body,
+                n_cond_captures: *n_cond_captures,
+                max_trips: *m,
+            };
+            save_loop(&args, loop_, error).map(Some)
+        }
         _ => Ok(None),
     }
 }
 
-/// The cotangents of `node`'s operands from those of its results, from
-/// what [`save`] kept.
+/// The cotangents of the operands `args` of a node from those of its
+/// results, from what [`save`] kept.
 pub(crate) fn restore(
-    e: &mut Emitter<'_>,
     saved: &Saved,
-    node: &Node,
-    cts: &[Option<ValueId>],
-) -> Cotangents {
+    args: &[Tensor],
+    cts: &[Option<Tensor>],
+) -> Vec<Option<Tensor>> {
     match saved {
         Saved::Call {
             name,
@@ -102,22 +110,20 @@ pub(crate) fn restore(
             free_used,
             outs,
         } => {
-            let mut args = residuals.clone();
-            args.extend(free_used.iter().map(|&k| node.args[k]));
-            args.extend(seeds(e, cts, outs));
+            let mut operands = residuals.clone();
+            operands.extend(free_used.iter().map(|&k| args[k]));
+            operands.extend(seeds(cts, outs));
             let shapes = bwd.result_shapes();
-            let call = e.emit(
-                Op::Control(Control::Call {
-                    name: format!("{name}_bwd").into(),
-                    f: bwd.clone(),
-                    checkpoint: false,
-                }),
-                &args,
-                shapes[0],
-            );
-            Ok((0..node.args.len())
-                .map(|k| Some(e.project(call, k, shapes[k])))
-                .collect())
+            let op = Op::Control(Control::Call {
+                name: format!("{name}_bwd").into(),
+                f: bwd.clone(),
+                checkpoint: false,
+            });
+            let call = emit(op, &operands, shapes[0]);
+            project_from(call, 0, &shapes[..args.len()])
+                .into_iter()
+                .map(Some)
+                .collect()
         }
         Saved::If {
             n_then_captures,
@@ -129,32 +135,32 @@ pub(crate) fn restore(
             other_free,
             outs,
         } => {
-            let (tcaps, ecaps) = node.args[1..].split_at(*n_then_captures);
+            let (tcaps, ecaps) = args[1..].split_at(*n_then_captures);
             if tcaps.len() + ecaps.len() == 0 {
-                return Ok(vec![None]);
+                return vec![None];
             }
-            let seeds = seeds(e, cts, outs);
+            let seeds = seeds(cts, outs);
             let mut targs = then_residuals.clone();
             targs.extend(then_free.iter().map(|&k| tcaps[k]));
             targs.extend(&seeds);
             let mut eargs = other_residuals.clone();
             eargs.extend(other_free.iter().map(|&k| ecaps[k]));
             eargs.extend(&seeds);
-            let tshapes: Vec<Shape> = tcaps.iter().map(|&c| e.shape(c)).collect();
-            let eshapes: Vec<Shape> = ecaps.iter().map(|&c| e.shape(c)).collect();
+            let tshapes: Vec<Shape> = tcaps.iter().map(Tensor::shape).collect();
+            let eshapes: Vec<Shape> = ecaps.iter().map(Tensor::shape).collect();
             let op = Op::Control(Control::If {
                 then: Arc::new(with_zeros((**then).clone(), *n_then_captures, &eshapes)),
                 other: Arc::new(with_zeros((**other).clone(), 0, &tshapes)),
                 n_then_captures: targs.len(),
             });
             let shapes: Vec<Shape> = [&tshapes[..], &eshapes[..]].concat();
-            let mut args = vec![node.args[0]];
-            args.extend(targs);
-            args.extend(eargs);
-            let back = e.emit(op, &args, shapes[0]);
+            let mut operands = vec![args[0]];
+            operands.extend(targs);
+            operands.extend(eargs);
+            let back = emit(op, &operands, shapes[0]);
             let mut res = vec![None];
-            res.extend((0..shapes.len()).map(|k| Some(e.project(back, k, shapes[k]))));
-            Ok(res)
+            res.extend(project_from(back, 0, &shapes).into_iter().map(Some));
+            res
         }
         Saved::Loop {
             n_state,
@@ -165,52 +171,44 @@ pub(crate) fn restore(
             free_used,
             max_trips,
         } => {
-            let operands = (*n_state, *n_cond_captures);
-            restore_loop(
-                e, node, operands, cts, bwd, *count, stacks, free_used, *max_trips,
-            )
+            let kept = Kept {
+                bwd,
+                count: *count,
+                stacks,
+                free_used,
+            };
+            restore_loop(args, (*n_state, *n_cond_captures), cts, kept, *max_trips)
         }
     }
 }
 
-fn save_call(
-    e: &mut Emitter<'_>,
-    node: &Node,
-    name: &Arc<str>,
-    f: &Function,
-) -> Result<(ValueId, Saved), GradError> {
+fn save_call(args: &[Tensor], name: &Arc<str>, f: &Function) -> Result<(Tensor, Saved), GradError> {
     let s = residuals::split(f, f.params.len(), Reads::Params)?;
     let outs = f.result_shapes();
     let shapes = s.fwd.result_shapes();
-    let call = e.emit(
-        Op::Control(Control::Call {
-            name: format!("{name}_fwd").into(),
-            f: Arc::new(s.fwd),
-            checkpoint: false,
-        }),
-        &node.args,
-        shapes[0],
-    );
-    let residuals = project_from(e, call, outs.len(), &s.residuals);
-    Ok((
-        call,
-        Saved::Call {
-            name: name.clone(),
-            bwd: Arc::new(s.bwd),
-            residuals,
-            free_used: s.free_used,
-            outs,
-        },
-    ))
+    let op = Op::Control(Control::Call {
+        name: format!("{name}_fwd").into(),
+        f: Arc::new(s.fwd),
+        checkpoint: false,
+    });
+    let call = emit(op, args, shapes[0]);
+    let residuals = project_from(call, outs.len(), &s.residuals);
+    let saved = Saved::Call {
+        name: name.clone(),
+        bwd: Arc::new(s.bwd),
+        residuals,
+        free_used: s.free_used,
+        outs,
+    };
+    Ok((call, saved))
 }
 
 fn save_if(
-    e: &mut Emitter<'_>,
-    node: &Node,
+    args: &[Tensor],
     then: &Function,
     other: &Function,
     n_then_captures: usize,
-) -> Result<(ValueId, Saved), GradError> {
+) -> Result<(Tensor, Saved), GradError> {
     let t = residuals::split(then, then.params.len(), Reads::Params)?;
     let o = residuals::split(other, other.params.len(), Reads::Params)?;
     let outs = then.result_shapes();
@@ -220,246 +218,171 @@ fn save_if(
         other: Arc::new(with_zeros(o.fwd, n, &t.residuals)),
         n_then_captures,
     });
-    let first = outs[0];
-    let id = e.emit(op, &node.args, first);
-    let then_residuals = project_from(e, id, n, &t.residuals);
-    let other_residuals = project_from(e, id, n + t.residuals.len(), &o.residuals);
-    Ok((
-        id,
-        Saved::If {
-            n_then_captures,
-            then: Arc::new(t.bwd),
-            other: Arc::new(o.bwd),
-            then_residuals,
-            other_residuals,
-            then_free: t.free_used,
-            other_free: o.free_used,
-            outs,
-        },
-    ))
+    let id = emit(op, args, outs[0]);
+    let saved = Saved::If {
+        n_then_captures,
+        then: Arc::new(t.bwd),
+        other: Arc::new(o.bwd),
+        then_residuals: project_from(id, n, &t.residuals),
+        other_residuals: project_from(id, n + t.residuals.len(), &o.residuals),
+        then_free: t.free_used,
+        other_free: o.free_used,
+        outs,
+    };
+    Ok((id, saved))
+}
+
+/// A bounded `while` of the forward pass.
+struct Loop<'a> {
+    cond: &'a Function,
+    body: &'a Function,
+    n_cond_captures: usize,
+    max_trips: i64,
 }
 
 /// The forward loop: the state, a counter `j` and a stack per residual
 /// (`max_trips` rows), running while the loop's own condition holds and
-/// `j < max_trips`.
+/// `j < max_trips`. Its condition and body use the loop's captures as
+/// user code does, from outside (the loop captures them again).
 fn save_loop(
-    e: &mut Emitter<'_>,
-    node: &Node,
-    cond: &Function,
-    body: &Function,
-    n_cond_captures: usize,
-    max_trips: i64,
-) -> Result<(ValueId, Saved), GradError> {
+    args: &[Tensor],
+    l: Loop<'_>,
+    error: ErrorAt<'_>,
+) -> Result<(Tensor, Saved), GradError> {
+    let Loop {
+        cond,
+        body,
+        n_cond_captures,
+        max_trips,
+    } = l;
     let n_state = body.results.len();
-    let n_caps = body.params.len() - n_state;
     let s = residuals::split(body, body.params.len(), Reads::Invariant { n_state })?;
-    let states: Vec<Shape> = node.args[..n_state].iter().map(|&a| e.shape(a)).collect();
-    let (ccaps, caps) = node.args[n_state..].split_at(n_cond_captures);
-    let ccap_shapes: Vec<Shape> = ccaps.iter().map(|&c| e.shape(c)).collect();
-    let cap_shapes: Vec<Shape> = caps.iter().map(|&c| e.shape(c)).collect();
-    debug_assert_eq!(n_caps, caps.len());
-    let stacked = stacked_shapes(e, &s.residuals, max_trips)?;
-    let index = Shape::scalar(DType::I32);
-    let carried: Vec<Shape> = [&states[..], &[index], &stacked[..]].concat();
-    let loc = e.loc();
-
-    let mut new_cond = Function::default();
-    {
-        let mut b = Emitter::new(&mut new_cond, loc);
-        let ps = parameters(&mut b, &[&carried[..], &ccap_shapes[..]].concat());
-        let mut args = ps[..n_state].to_vec();
-        args.extend(&ps[carried.len()..]);
-        let holds = b.inline(cond, &args)[0];
-        let limit = b.full(index, max_trips as f64);
-        let below = b.compare(Compare::Lt, ps[n_state], limit);
-        let both = b.binary(Binary::And, holds, below);
-        b.finish(vec![both]);
-    }
-    let mut new_body = Function::default();
-    {
-        let mut b = Emitter::new(&mut new_body, loc);
-        let ps = parameters(&mut b, &[&carried[..], &cap_shapes[..]].concat());
-        let j = ps[n_state];
-        let mut args = ps[..n_state].to_vec();
-        args.extend(&ps[carried.len()..]);
-        let res = b.inline(&s.fwd, &args);
-        let mut out = res[..n_state].to_vec();
-        out.push(step_by(&mut b, j, 1.0));
-        for (k, &r) in res[n_state..].iter().enumerate() {
-            let stack = ps[n_state + 1 + k];
-            let row = b.reshape(r, s.residuals[k].insert_axis(0, 1, "").expect("checked"));
-            let zero = b.zeros(index);
-            let mut at = vec![stack, row, j];
-            at.extend(std::iter::repeat_n(zero, s.residuals[k].rank()));
-            out.push(b.emit(Op::Indexing(Indexing::DynamicUpdateSlice), &at, stacked[k]));
-        }
-        b.finish(out);
-    }
-    let mut args = node.args[..n_state].to_vec();
-    args.push(e.zeros(index));
-    args.extend(stacked.iter().map(|&st| e.zeros(st)));
-    args.extend(ccaps);
-    args.extend(caps);
-    let fwd = e.emit(
-        Op::Control(Control::While {
-            cond: Arc::new(new_cond),
-            body: Arc::new(new_body),
-            n_cond_captures,
-            max_trips: Some(max_trips),
-        }),
-        &args,
-        carried[0],
-    );
-    let count = e.project(fwd, n_state, index);
-    let stacks = project_from(e, fwd, n_state + 1, &stacked);
-    Ok((
-        fwd,
-        Saved::Loop {
-            n_state,
-            n_cond_captures,
-            bwd: Arc::new(s.bwd),
-            count,
-            stacks,
-            free_used: s.free_used,
-            max_trips,
+    let (states, captures) = args.split_at(n_state);
+    let (ccaps, caps) = captures.split_at(n_cond_captures);
+    let stacked = stacked_shapes(&s.residuals, max_trips).map_err(error)?;
+    let index = |v: i64| Tensor::scalar(v as f64, DType::I32);
+    let mut init = states.to_vec();
+    init.push(index(0));
+    init.extend(stacked.iter().map(|&st| Tensor::zeros(st)));
+    let res = counted_while(
+        &init,
+        |c| {
+            let holds = inline(cond, &[&c[..n_state], ccaps].concat())[0];
+            holds.and(c[n_state].lt(index(max_trips)))
         },
-    ))
+        |c| {
+            let j = c[n_state];
+            let res = inline(&s.fwd, &[&c[..n_state], caps].concat());
+            let mut out = res[..n_state].to_vec();
+            out.push(j + index(1));
+            for (k, &r) in res[n_state..].iter().enumerate() {
+                let row = r.reshape_to(s.residuals[k].insert_axis(0, 1, "").expect("checked"));
+                let at = [vec![j], vec![index(0); s.residuals[k].rank()]].concat();
+                out.push(c[n_state + 1 + k].dynamic_update_slice(row, &at));
+            }
+            out
+        },
+        Some(max_trips),
+    );
+    let saved = Saved::Loop {
+        n_state,
+        n_cond_captures,
+        bwd: Arc::new(s.bwd),
+        count: res[n_state],
+        stacks: res[n_state + 1..].to_vec(),
+        free_used: s.free_used,
+        max_trips,
+    };
+    Ok((producer(res[0]), saved))
+}
+
+/// What the forward loop kept for the backward one.
+struct Kept<'a> {
+    bwd: &'a Function,
+    count: Tensor,
+    stacks: &'a [Tensor],
+    free_used: &'a [usize],
 }
 
 /// The backward loop: `(k, state cotangents, capture cotangents)` from
 /// `k = count - 1` down to 0, reading row `k` of each stack.
-#[allow(clippy::too_many_arguments)]
 fn restore_loop(
-    e: &mut Emitter<'_>,
-    node: &Node,
+    args: &[Tensor],
     (n_state, n_cond_captures): (usize, usize),
-    cts: &[Option<ValueId>],
-    bwd: &Arc<Function>,
-    count: ValueId,
-    stacks: &[ValueId],
-    free_used: &[usize],
+    cts: &[Option<Tensor>],
+    kept: Kept<'_>,
     max_trips: i64,
-) -> Cotangents {
-    let states: Vec<Shape> = node.args[..n_state].iter().map(|&a| e.shape(a)).collect();
-    let caps = &node.args[n_state + n_cond_captures..];
-    let cap_shapes: Vec<Shape> = caps.iter().map(|&c| e.shape(c)).collect();
+) -> Vec<Option<Tensor>> {
+    let Kept {
+        bwd,
+        count,
+        stacks,
+        free_used,
+    } = kept;
+    let (states, captures) = args.split_at(n_state);
+    let caps = &captures[n_cond_captures..];
     // The backward function reads the captures `free_used` names (indices
     // among the body's parameters, the state first).
-    let free: Vec<ValueId> = free_used.iter().map(|&k| caps[k - n_state]).collect();
-    let stack_shapes: Vec<Shape> = stacks.iter().map(|&s| e.shape(s)).collect();
-    let free_shapes: Vec<Shape> = free.iter().map(|&v| e.shape(v)).collect();
-    let index = Shape::scalar(DType::I32);
-    let carried: Vec<Shape> = [&[index], &states[..], &cap_shapes[..]].concat();
-    let loc = e.loc();
-
-    let mut cond = Function::default();
-    {
-        let mut b = Emitter::new(&mut cond, loc);
-        let ps = parameters(&mut b, &carried);
-        let zero = b.zeros(index);
-        let more = b.compare(Compare::Ge, ps[0], zero);
-        b.finish(vec![more]);
-    }
-    let mut back = Function::default();
-    {
-        let mut b = Emitter::new(&mut back, loc);
-        let all = [&carried[..], &stack_shapes[..], &free_shapes[..]].concat();
-        let ps = parameters(&mut b, &all);
-        let k = ps[0];
-        let ct_state = &ps[1..=n_state];
-        let acc = &ps[1 + n_state..carried.len()];
-        let stack_ps = &ps[carried.len()..carried.len() + stacks.len()];
-        let free_ps = &ps[carried.len() + stacks.len()..];
-        let zero = b.zeros(index);
-        let mut args = vec![];
-        for (m, &stack) in stack_ps.iter().enumerate() {
-            let row_shape = stack_shapes[m].remove_axis(0).expect("stacked");
-            let mut at = vec![stack, k];
-            at.extend(std::iter::repeat_n(zero, row_shape.rank()));
-            let mut sizes = vec![1];
-            sizes.extend(row_shape.dims());
-            let one_row = row_shape.insert_axis(0, 1, "").expect("checked");
-            let row = b.emit(Op::Indexing(Indexing::DynamicSlice(sizes)), &at, one_row);
-            args.push(b.reshape(row, row_shape));
-        }
-        args.extend(free_ps);
-        args.extend(ct_state);
-        let res = b.inline(bwd, &args);
-        let mut out = vec![step_by(&mut b, k, -1.0)];
-        out.extend(&res[..n_state]);
-        for (c, &a) in acc.iter().enumerate() {
-            out.push(if cap_shapes[c].dtype().is_float() {
-                b.add(a, res[n_state + c])
-            } else {
-                a
-            });
-        }
-        b.finish(out);
-    }
-    let mut init = vec![step_by(e, count, -1.0)];
-    init.extend(seeds(e, cts, &states));
-    init.extend(cap_shapes.iter().map(|&s| e.zeros(s)));
-    let bwd_loop = e.emit(
-        Op::Control(Control::While {
-            cond: Arc::new(cond),
-            body: Arc::new(back),
-            n_cond_captures: 0,
-            max_trips: Some(max_trips),
-        }),
-        &[&init[..], stacks, &free[..]].concat(),
-        index,
+    let free: Vec<Tensor> = free_used.iter().map(|&k| caps[k - n_state]).collect();
+    let index = |v: i64| Tensor::scalar(v as f64, DType::I32);
+    let states: Vec<Shape> = states.iter().map(Tensor::shape).collect();
+    let mut init = vec![count - index(1)];
+    init.extend(seeds(cts, &states));
+    init.extend(caps.iter().map(|c| Tensor::zeros(c.shape())));
+    let res = counted_while(
+        &init,
+        |c| c[0].ge(index(0)),
+        |c| {
+            let (k, ct_state, acc) = (c[0], &c[1..=n_state], &c[1 + n_state..]);
+            let mut operands = vec![];
+            for &stack in stacks {
+                let row = stack.shape().remove_axis(0).expect("stacked");
+                let at = [vec![k], vec![index(0); row.rank()]].concat();
+                let sizes = [&[1], row.dims()].concat();
+                operands.push(stack.dynamic_slice(&at, &sizes).reshape_to(row));
+            }
+            operands.extend(&free);
+            operands.extend(ct_state);
+            let res = inline(bwd, &operands);
+            let mut out = vec![k - index(1)];
+            out.extend(&res[..n_state]);
+            for (c, &a) in acc.iter().enumerate() {
+                out.push(match a.dtype().is_float() {
+                    true => a + res[n_state + c],
+                    false => a,
+                });
+            }
+            out
+        },
+        Some(max_trips),
     );
-    let mut res: Vec<Option<ValueId>> = (0..n_state)
-        .map(|m| Some(e.project(bwd_loop, 1 + m, states[m])))
-        .collect();
-    res.extend(std::iter::repeat_n(None, n_cond_captures));
-    res.extend((0..caps.len()).map(|c| Some(e.project(bwd_loop, 1 + n_state + c, cap_shapes[c]))));
-    Ok(res)
+    let mut cotangents: Vec<Option<Tensor>> = res[1..=n_state].iter().map(|&t| Some(t)).collect();
+    cotangents.extend(std::iter::repeat_n(None, n_cond_captures));
+    cotangents.extend(res[1 + n_state..].iter().map(|&t| Some(t)));
+    cotangents
 }
 
 /// A cotangent per result (zeros where there is none).
-fn seeds(e: &mut Emitter<'_>, cts: &[Option<ValueId>], outs: &[Shape]) -> Vec<ValueId> {
-    cts.iter()
-        .zip(outs)
-        .map(|(ct, &s)| ct.unwrap_or_else(|| e.zeros(s)))
+fn seeds(cts: &[Option<Tensor>], outs: &[Shape]) -> Vec<Tensor> {
+    (cts.iter().zip(outs))
+        .map(|(ct, &s)| ct.unwrap_or_else(|| Tensor::zeros(s)))
         .collect()
 }
 
-/// Results `from..` of the multi-result node `v`, of `shapes`.
-fn project_from(e: &mut Emitter<'_>, v: ValueId, from: usize, shapes: &[Shape]) -> Vec<ValueId> {
-    shapes
-        .iter()
-        .enumerate()
-        .map(|(k, &s)| e.project(v, from + k, s))
-        .collect()
-}
-
-/// Parameters of `shapes`, in order.
-fn parameters(b: &mut Emitter<'_>, shapes: &[Shape]) -> Vec<ValueId> {
-    shapes
-        .iter()
-        .enumerate()
-        .map(|(k, &s)| b.parameter(k, s))
+/// Results `from..` of the multi-result value `v`, of `shapes`.
+fn project_from(v: Tensor, from: usize, shapes: &[Shape]) -> Vec<Tensor> {
+    (shapes.iter().enumerate())
+        .map(|(k, &s)| emit(Op::Project(from + k), &[v], s))
         .collect()
 }
 
 /// `max_trips` rows of each residual.
-fn stacked_shapes(
-    e: &Emitter<'_>,
-    residuals: &[Shape],
-    max_trips: i64,
-) -> Result<Vec<Shape>, GradError> {
+fn stacked_shapes(residuals: &[Shape], max_trips: i64) -> Result<Vec<Shape>, String> {
     residuals
         .iter()
         .map(|s| {
             s.insert_axis(0, max_trips, "")
-                .ok_or_else(|| e.error("no room for the saved iterations' axis"))
+                .ok_or_else(|| "no room for the saved iterations' axis".to_string())
         })
         .collect()
-}
-
-/// `j + d` for an `i32` counter.
-fn step_by(b: &mut Emitter<'_>, j: ValueId, d: f64) -> ValueId {
-    let step = b.full(Shape::scalar(DType::I32), d);
-    b.add(j, step)
 }

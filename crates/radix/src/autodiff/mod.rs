@@ -16,7 +16,6 @@ mod control_grad;
 mod custom_call;
 mod dot;
 mod elementwise;
-mod emitter;
 mod indexing;
 mod movement;
 mod reduce;
@@ -82,45 +81,71 @@ pub(crate) fn joint(f: &Function, n_wrt: usize) -> Result<Joint, GradError> {
         }
     }
     let f = &fallbacks_where_active(f, &active);
-    let mut g = Function::default();
-    let mut map: Vec<ValueId> = Vec::with_capacity(f.nodes.len());
-    let mut saved: Vec<Option<Saved>> = (0..f.nodes.len()).map(|_| None).collect();
-    for (i, n) in f.nodes.iter().enumerate() {
-        let node = mapped(n, &map);
-        let id = match live[i] && active[i] {
-            true => match control::save(&mut g, f, i, &node)? {
-                Some((id, s)) => {
-                    saved[i] = Some(s);
-                    id
-                }
-                None => g.push_rebuilt(node, f.locs[i]),
-            },
-            false => g.push_rebuilt(node, f.locs[i]),
+    let (res, mut g, error) = tensor::appending(Function::default(), || {
+        let (map, saved) = forward(f, &live, &active)?;
+        let boundary = tensor::detached(|g| {
+            g.params = f.params.iter().map(|p| map[p.0 as usize]).collect();
+            g.results = f.results.iter().map(|r| map[r.0 as usize]).collect();
+            g.nodes.len()
+        });
+        let pass = Backward {
+            f,
+            live: &live,
+            active: &active,
+            map: &map,
+            saved: &saved,
         };
-        map.push(id);
-    }
-    g.params = f.params.iter().map(|p| map[p.0 as usize]).collect();
-    g.results = f.results.iter().map(|r| map[r.0 as usize]).collect();
-    let boundary = g.nodes.len();
-    let pass = Backward {
-        f,
-        live: &live,
-        active: &active,
-        map: &map,
-        saved: &saved,
-    };
-    let (grads, mut g, error) = tensor::appending(g, || pass.run(n_wrt));
+        Ok((pass.run(n_wrt)?, boundary))
+    });
+    // Each rule's misuse of an op (a custom call's derivative is user
+    // code) is taken as it happens and reported at its node, never a
+    // panic; what is left here is the driver's own.
     if let Some(e) = error {
-        // A rule misused an op (a custom call's derivative is user code):
-        // reported, never a panic.
         return Err(rule_failed(f, 0, e));
     }
-    g.results.extend(grads?);
+    let (grads, boundary) = res?;
+    g.results.extend(grads);
     crate::ir::verify::debug_check(&g, "differentiation");
     Ok(Joint {
         function: g,
         boundary,
     })
+}
+
+/// The forward part of [`joint`], recorded into the current trace: `f`'s
+/// nodes (node `i` is the value `map[i]`), each control-flow op a gradient
+/// flows through replaced by one that also gives the residuals its rule
+/// reads.
+fn forward(
+    f: &Function,
+    live: &[bool],
+    active: &[bool],
+) -> Result<(Vec<ValueId>, Vec<Option<Saved>>), GradError> {
+    let mut map: Vec<ValueId> = Vec::with_capacity(f.nodes.len());
+    let mut saved: Vec<Option<Saved>> = (0..f.nodes.len()).map(|_| None).collect();
+    for (i, n) in f.nodes.iter().enumerate() {
+        let node = mapped(n, &map);
+        let kept = match live[i] && active[i] {
+            true => {
+                tensor::locate_at(f.locs[i]);
+                let kept = control_grad::save(&node, &|m| rule_error(f, i, m))?;
+                if let Some(e) = tensor::take_error() {
+                    return Err(rule_failed(f, i, e));
+                }
+                kept
+            }
+            false => None,
+        };
+        let id = match kept {
+            Some((t, s)) => {
+                saved[i] = Some(s);
+                t.value()
+            }
+            None => tensor::detached(|g| g.push_rebuilt(node, f.locs[i])),
+        };
+        map.push(id);
+    }
+    Ok((map, saved))
 }
 
 /// The backward pass of [`joint`] over `f`, whose node `i` is
@@ -199,14 +224,9 @@ impl Backward<'_> {
         let node = mapped(n, map);
         let args: Vec<Tensor> = node.args.iter().map(|&a| value_of(a)).collect();
         let out = value_of(map[i]);
-        let error = |message: String| GradError {
-            op: n.op.name(),
-            message,
-            shapes: n.args.iter().map(|&a| f.node(a).shape).collect(),
-            loc: f.locs[i],
-        };
+        let error = |message: String| rule_error(f, i, message);
         if let Some(s) = &self.saved[i] {
-            return control::restore(f, i, s, &node, cts);
+            return Ok(control_grad::restore(s, &args, cts));
         }
         let g = || cts[0].expect("the driver skips nodes without cotangents");
         match &n.op {
@@ -246,6 +266,17 @@ fn convert(c: &Conversion, x: Tensor, g: Tensor) -> Rule {
             "no derivative through a bitcast of {from}: it reinterprets bits"
         )),
         Conversion::Convert | Conversion::Bitcast => Ok(vec![None]),
+    }
+}
+
+/// Why node `i` of `f` has no derivative: `message`, at its line.
+fn rule_error(f: &Function, i: usize, message: String) -> GradError {
+    let n = &f.nodes[i];
+    GradError {
+        op: n.op.name(),
+        message,
+        shapes: n.args.iter().map(|&a| f.node(a).shape).collect(),
+        loc: f.locs[i],
     }
 }
 

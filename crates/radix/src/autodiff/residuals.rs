@@ -11,7 +11,6 @@
 use std::collections::HashMap;
 
 use crate::Shape;
-use crate::autodiff::emitter::Emitter;
 use crate::autodiff::{self as grad, GradError, Joint};
 use crate::ir::{Function, Node, Op, ValueId};
 
@@ -129,31 +128,21 @@ pub(crate) fn split(f: &Function, n_wrt: usize, reads: Reads) -> Result<Split, G
     let loc = j.locs.first().copied();
     let loc = loc.unwrap_or(std::panic::Location::caller());
     let mut map: HashMap<ValueId, ValueId> = HashMap::new();
-    {
-        let mut e = Emitter::new(&mut bwd, loc);
-        let mut k = 0;
-        for &r in &residuals {
-            map.insert(r, e.parameter(k, j.node(r).shape));
-            k += 1;
-        }
-        let reads: Vec<ValueId> = results_read
-            .iter()
-            .enumerate()
-            .map(|(n, &(_, shape))| e.parameter(k + n, shape))
-            .collect();
-        k += reads.len();
-        for (&i, read) in &projected {
-            map.insert(ValueId(i as u32), reads[read_index(read)]);
-        }
-        for &p in &free_used {
-            let id = j.params[p];
-            map.insert(id, e.parameter(k, j.node(id).shape));
-            k += 1;
-        }
-        for &ct in &j.params[n_params..] {
-            map.insert(ct, e.parameter(k, j.node(ct).shape));
-            k += 1;
-        }
+    for &r in &residuals {
+        map.insert(r, bwd.add_parameter(j.node(r).shape, loc));
+    }
+    let reads: Vec<ValueId> = (results_read.iter())
+        .map(|&(_, shape)| bwd.add_parameter(shape, loc))
+        .collect();
+    for (&i, read) in &projected {
+        map.insert(ValueId(i as u32), reads[read_index(read)]);
+    }
+    for &p in &free_used {
+        let id = j.params[p];
+        map.insert(id, bwd.add_parameter(j.node(id).shape, loc));
+    }
+    for &ct in &j.params[n_params..] {
+        map.insert(ct, bwd.add_parameter(j.node(ct).shape, loc));
     }
     let copy = |bwd: &mut Function, map: &mut HashMap<ValueId, ValueId>, i: usize| {
         let n = &j.nodes[i];
@@ -222,10 +211,7 @@ pub(crate) fn split(f: &Function, n_wrt: usize, reads: Reads) -> Result<Split, G
 pub(crate) fn with_zeros(mut f: Function, at: usize, shapes: &[Shape]) -> Function {
     let loc = f.locs.first().copied();
     let loc = loc.unwrap_or(std::panic::Location::caller());
-    let zeros: Vec<ValueId> = {
-        let mut e = Emitter::new(&mut f, loc);
-        shapes.iter().map(|&s| e.zeros(s)).collect()
-    };
+    let zeros: Vec<ValueId> = shapes.iter().map(|&s| f.push_zeros(s, loc)).collect();
     f.results.splice(at..at, zeros);
     f
 }

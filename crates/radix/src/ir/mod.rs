@@ -263,6 +263,29 @@ impl Function {
         node.op.infer(&shapes, node.shape)
     }
 
+    /// Appends parameter `params.len()` of `shape`.
+    pub(crate) fn add_parameter(&mut self, shape: Shape, loc: Loc) -> ValueId {
+        let node = Node {
+            op: Op::Parameter(self.params.len()),
+            args: vec![],
+            shape,
+        };
+        let id = self.push_rebuilt(node, loc);
+        self.params.push(id);
+        id
+    }
+
+    /// Appends a constant of `shape` holding zeros.
+    pub(crate) fn push_zeros(&mut self, shape: Shape, loc: Loc) -> ValueId {
+        let zero = crate::literal::encode(shape.dtype(), &[0.0]);
+        let node = Node {
+            op: Op::Source(ops::Source::Constant(zero.into())),
+            args: vec![],
+            shape,
+        };
+        self.push_rebuilt(node, loc)
+    }
+
     /// Which nodes the results and the side effects depend on (parameters
     /// always count).
     pub(crate) fn reachable(&self) -> Vec<bool> {

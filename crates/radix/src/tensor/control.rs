@@ -92,7 +92,7 @@ pub fn while_bounded(
 /// [`while_`], knowing a bound on the number of iterations when it is
 /// `Some` (for the derivative rule).
 #[track_caller]
-fn counted_while(
+pub(crate) fn counted_while(
     init: &[Tensor],
     cond: impl FnOnce(&[Tensor]) -> Tensor,
     body: impl FnOnce(&[Tensor]) -> Vec<Tensor>,

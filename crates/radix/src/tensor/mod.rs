@@ -226,6 +226,19 @@ pub(crate) fn inline(g: &Function, args: &[Tensor]) -> Vec<Tensor> {
     g.results.iter().map(|r| map[r.0 as usize]).collect()
 }
 
+/// The multi-result node whose result `t` (a `Project` node) is.
+pub(crate) fn producer(t: Tensor) -> Tensor {
+    BUILDER.with(|b| {
+        let b = b.borrow();
+        let id = b.function.node(t.value()).args[0];
+        Tensor {
+            id: id.0,
+            trace: b.trace,
+            shape: b.function.node(id).shape,
+        }
+    })
+}
+
 /// Runs `f` on the current trace's function taken out of the trace (for
 /// code that builds nodes itself, which may start traces of its own).
 pub(crate) fn detached<R>(f: impl FnOnce(&mut Function) -> R) -> R {
