@@ -18,6 +18,7 @@
 
 #![warn(missing_docs)]
 
+pub mod attr;
 pub mod dtype;
 mod error;
 pub mod gguf;

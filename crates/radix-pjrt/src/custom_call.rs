@@ -26,86 +26,11 @@ use crate::plugin::{Plugin, lossy};
 use crate::xla_ffi as x;
 use crate::{Error, Result, ffi};
 
-/// The string attribute that names the Rust handler of a call site; every
-/// custom call radix emits carries it in its `backend_config`.
-pub const NAME_ATTR: &str = "radix.name";
+pub use radix_io::attr::{AttrValue, NAME_ATTR};
 
 /// A handler: reads the frame's operands and attributes, writes its
 /// results, or says what went wrong.
 pub type Handler = dyn Fn(&CallFrame<'_>) -> std::result::Result<(), String> + Send + Sync;
-
-/// An attribute value a handler receives: the types XLA's FFI encodes and
-/// radix emits. Two values are equal when their bits are (a kernel given
-/// either reads the same bytes): a NaN equals itself, `0.0` is not `-0.0`;
-/// so equality is an `Eq` and hashing agrees with it.
-#[derive(Debug, Clone)]
-pub enum AttrValue {
-    /// `true` / `false` (`i1`).
-    Bool(bool),
-    /// `42 : i32`.
-    I32(i32),
-    /// `42 : i64`.
-    I64(i64),
-    /// An `f32` scalar.
-    F32(f32),
-    /// An `f64` scalar.
-    F64(f64),
-    /// A string.
-    Str(String),
-    /// `array<i32: ...>`.
-    I32s(Vec<i32>),
-    /// `array<i64: ...>`.
-    I64s(Vec<i64>),
-    /// `array<f32: ...>`.
-    F32s(Vec<f32>),
-    /// `array<f64: ...>`.
-    F64s(Vec<f64>),
-}
-
-impl AttrValue {
-    /// The variant and its payload as integers: floats by their bits.
-    fn bits(&self) -> (u8, Vec<u64>, Option<&str>) {
-        match self {
-            AttrValue::Bool(b) => (0, vec![u64::from(*b)], None),
-            AttrValue::I32(x) => (1, vec![*x as u64], None),
-            AttrValue::I64(x) => (2, vec![*x as u64], None),
-            AttrValue::F32(x) => (3, vec![u64::from(x.to_bits())], None),
-            AttrValue::F64(x) => (4, vec![x.to_bits()], None),
-            AttrValue::Str(s) => (5, vec![], Some(s)),
-            AttrValue::I32s(xs) => (6, xs.iter().map(|&x| x as u64).collect(), None),
-            AttrValue::I64s(xs) => (7, xs.iter().map(|&x| x as u64).collect(), None),
-            AttrValue::F32s(xs) => (8, xs.iter().map(|x| u64::from(x.to_bits())).collect(), None),
-            AttrValue::F64s(xs) => (9, xs.iter().map(|x| x.to_bits()).collect(), None),
-        }
-    }
-}
-
-impl PartialEq for AttrValue {
-    fn eq(&self, other: &AttrValue) -> bool {
-        self.bits() == other.bits()
-    }
-}
-
-impl Eq for AttrValue {}
-
-impl std::hash::Hash for AttrValue {
-    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        self.bits().hash(h);
-    }
-}
-
-macro_rules! attr_from {
-    ($($t:ty => $v:ident),*) => {$(
-        impl From<$t> for AttrValue {
-            fn from(x: $t) -> AttrValue {
-                AttrValue::$v(x.into())
-            }
-        }
-    )*};
-}
-
-attr_from!(bool => Bool, i32 => I32, i64 => I64, f32 => F32, f64 => F64, &str => Str,
-    String => Str, Vec<i32> => I32s, Vec<i64> => I64s, Vec<f32> => F32s, Vec<f64> => F64s);
 
 /// The plugin's FFI extension.
 pub struct FfiExtension<'p> {

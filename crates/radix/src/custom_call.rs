@@ -54,9 +54,11 @@ use radix_pjrt::custom_call::{
 };
 use radix_pjrt::provision::Target;
 
-pub use radix_pjrt::custom_call::AttrValue;
+pub use radix_io::attr::{AttrValue, Attrs};
 
+use crate::ir::ops::custom_call::{HostKernel, Site};
 use crate::ir::{Function, Op};
+use crate::literal::Literal;
 use crate::{DType, Element, Error, Platform, Result, Shape, Tensor};
 
 /// The shape rule of a custom call: the result shapes for the operand
@@ -83,110 +85,6 @@ pub enum CustomCallMode {
     /// Always the fallback (an error for a call without one): runs the
     /// fallback path on the CPU.
     Fallback,
-}
-
-/// The attributes of one call, sorted by name: what its kernel reads
-/// through [`Kernel::attrs`] and the `backend_config` it is printed with.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct Attrs {
-    entries: Vec<(String, AttrValue)>,
-}
-
-impl Attrs {
-    /// No attributes.
-    pub fn new() -> Attrs {
-        Attrs::default()
-    }
-
-    /// These attributes with `name` set to `value` (replacing an earlier
-    /// value). Names are MLIR identifiers (`[A-Za-z_][A-Za-z0-9_$.]*`),
-    /// and `radix.` is reserved; [`CustomCall::call`] checks both.
-    pub fn with(mut self, name: &str, value: impl Into<AttrValue>) -> Attrs {
-        let value = value.into();
-        match self.entries.binary_search_by(|e| e.0.as_str().cmp(name)) {
-            Ok(i) => self.entries[i].1 = value,
-            Err(i) => self.entries.insert(i, (name.to_string(), value)),
-        }
-        self
-    }
-
-    /// The attributes, sorted by name.
-    pub fn entries(&self) -> &[(String, AttrValue)] {
-        &self.entries
-    }
-
-    /// The value of `name`.
-    pub fn get(&self, name: &str) -> Option<&AttrValue> {
-        self.entries
-            .binary_search_by(|e| e.0.as_str().cmp(name))
-            .ok()
-            .map(|i| &self.entries[i].1)
-    }
-
-    fn typed<'s, T>(
-        &'s self,
-        name: &str,
-        want: &str,
-        f: impl FnOnce(&'s AttrValue) -> Option<T>,
-    ) -> std::result::Result<T, String> {
-        match self.get(name) {
-            None => Err(format!("no attribute {name}")),
-            Some(v) => f(v).ok_or_else(|| format!("attribute {name} is {v:?}, not {want}")),
-        }
-    }
-
-    /// The `i64` attribute `name`.
-    pub fn i64(&self, name: &str) -> std::result::Result<i64, String> {
-        self.typed(name, "an i64", |v| match v {
-            AttrValue::I64(x) => Some(*x),
-            _ => None,
-        })
-    }
-
-    /// The `f32` attribute `name`.
-    pub fn f32(&self, name: &str) -> std::result::Result<f32, String> {
-        self.typed(name, "an f32", |v| match v {
-            AttrValue::F32(x) => Some(*x),
-            _ => None,
-        })
-    }
-
-    /// The string attribute `name`.
-    pub fn str(&self, name: &str) -> std::result::Result<&str, String> {
-        self.typed(name, "a string", |v| match v {
-            AttrValue::Str(x) => Some(x.as_str()),
-            _ => None,
-        })
-    }
-
-    /// Why these attributes cannot be printed, if they cannot.
-    pub(crate) fn check(&self) -> std::result::Result<(), String> {
-        for (name, v) in &self.entries {
-            let mut chars = name.chars();
-            let ok_first = chars
-                .next()
-                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
-            if !ok_first
-                || !chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '$' | '.'))
-            {
-                return Err(format!("attribute name {name:?} is not an MLIR identifier"));
-            }
-            if name.starts_with("radix.") {
-                return Err(format!(
-                    "attribute name {name} uses the reserved prefix radix."
-                ));
-            }
-            let finite = match v {
-                AttrValue::F32s(xs) => xs.iter().all(|x| x.is_finite()),
-                AttrValue::F64s(xs) => xs.iter().all(|x| x.is_finite()),
-                _ => true,
-            };
-            if !finite {
-                return Err(format!("attribute {name}: float arrays must be finite"));
-            }
-        }
-        Ok(())
-    }
 }
 
 /// A declared custom call. Cheap to clone (shared); keep it in a `static`
@@ -369,6 +267,89 @@ impl CustomCall {
             })
             .clone()
     }
+}
+
+impl HostKernel for CustomCall {
+    fn name(&self) -> &str {
+        CustomCall::name(self)
+    }
+
+    fn version(&self) -> u32 {
+        CustomCall::version(self)
+    }
+
+    fn has_side_effect(&self) -> bool {
+        CustomCall::has_side_effect(self)
+    }
+
+    fn aliases(&self) -> &[(usize, usize)] {
+        CustomCall::aliases(self)
+    }
+
+    fn is(&self, other: &dyn HostKernel) -> bool {
+        (other.as_any().downcast_ref::<CustomCall>()).is_some_and(|o| self.same(o))
+    }
+
+    /// The kernel on copies of `args` in aligned host buffers (an output
+    /// that lives in an operand's buffer starts as a copy of it).
+    fn run_on_host(
+        &self,
+        args: &[&Literal],
+        results: &[Shape],
+        attrs: &Attrs,
+    ) -> std::result::Result<Vec<Literal>, String> {
+        // Aligned for every dtype.
+        let buffer = |bytes: &[u8]| {
+            let mut words = vec![0u64; bytes.len().div_ceil(8)];
+            // SAFETY: `words` holds at least `bytes.len()` bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    bytes.as_ptr(),
+                    words.as_mut_ptr().cast(),
+                    bytes.len(),
+                )
+            };
+            words
+        };
+        let mut ins: Vec<Vec<u64>> = args.iter().map(|a| buffer(&a.to_bytes())).collect();
+        let mut outs: Vec<Vec<u64>> = (results.iter().enumerate())
+            .map(|(j, s)| match self.aliases().iter().find(|a| a.0 == j) {
+                Some(&(_, operand)) => ins[operand].clone(),
+                None => vec![0u64; (s.count() * s.dtype().size_in_bytes()).div_ceil(8)],
+            })
+            .collect();
+        let views = |bufs: &mut [Vec<u64>], shapes: &mut dyn Iterator<Item = Shape>| -> Vec<View> {
+            (bufs.iter_mut().zip(shapes))
+                .map(|(b, shape)| View {
+                    shape: Shape::new(shape.dtype(), shape.dims()),
+                    ptr: b.as_mut_ptr().cast(),
+                })
+                .collect()
+        };
+        let inputs = views(&mut ins, &mut args.iter().map(|a| a.shape()));
+        let outputs = views(&mut outs, &mut results.iter().copied());
+        let kernel = Kernel::new(self, inputs, outputs, attrs, None);
+        self.run(&kernel)?;
+        drop(kernel);
+        Ok((outs.iter().zip(results))
+            .map(|(b, &s)| {
+                let len = s.count() * s.dtype().size_in_bytes();
+                // SAFETY: `b` holds at least `len` bytes.
+                let bytes = unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<u8>(), len) };
+                Literal::from_bytes(s, bytes)
+            })
+            .collect())
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// The declaration of the custom call at `site`: radix's sites hold its
+/// own declarations.
+pub(crate) fn declaration(site: &Site) -> &CustomCall {
+    (site.call.as_any().downcast_ref::<CustomCall>()).expect("a site holds a CustomCall")
 }
 
 impl std::fmt::Debug for CustomCall {
@@ -724,9 +705,9 @@ fn typed<T: Element>(v: &View, what: &str, i: usize) -> std::result::Result<usiz
 fn used(f: &Function, out: &mut Vec<CustomCall>) {
     for node in &f.nodes {
         if let Op::CustomCall(site) = &node.op
-            && !out.iter().any(|c| c.same(&site.call))
+            && !out.iter().any(|c| c.same(declaration(site)))
         {
-            out.push(site.call.clone());
+            out.push(declaration(site).clone());
         }
         for body in node.op.bodies() {
             used(body, out);

@@ -5,12 +5,13 @@
 
 use crate::Tensor;
 use crate::autodiff::Rule;
+use crate::custom_call::declaration;
 use crate::ir::Op;
 use crate::ir::ops::custom_call::Site;
 use crate::tensor::emit;
 
 pub(super) fn vjp(site: &Site, args: &[Tensor], out: Tensor, cts: &[Option<Tensor>]) -> Rule {
-    let Some(d) = site.call.derivative() else {
+    let Some(d) = declaration(site).derivative() else {
         return Err(format!(
             "no derivative rule for the custom call {}: declare one with `.derivative(...)`",
             site.call.name()

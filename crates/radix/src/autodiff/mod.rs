@@ -304,7 +304,7 @@ fn fallbacks_where_active(f: &Function, active: &[bool]) -> Function {
     let mut out = f.clone();
     for (node, _) in out.nodes.iter_mut().zip(active).filter(|(_, a)| **a) {
         if let Op::CustomCall(site) = &node.op
-            && site.call.differentiates_fallback()
+            && crate::custom_call::declaration(site).differentiates_fallback()
         {
             let body = site.fallback.clone().expect("registered with a fallback");
             node.op = crate::ir::ops::custom_call::fallback_call(site, body);

@@ -74,7 +74,7 @@ pub(crate) fn emit(call: &CustomCall, operands: &[Tensor], attrs: &Attrs) -> Vec
         }
     };
     let site = Site {
-        call: call.clone(),
+        call: Arc::new(call.clone()),
         attrs: attrs.clone(),
         results: results.clone(),
         fallback,

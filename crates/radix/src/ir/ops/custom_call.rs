@@ -1,23 +1,49 @@
 //! Custom calls of Rust kernels (`stablehlo.custom_call` with
 //! `api_version = 4`): the call site, its printing, its reference semantics,
 //! which run the kernel itself on host literals, and the replacement of
-//! calls by their fallbacks. The declaration API is [`crate::custom_call`];
-//! recording a call is `tensor/custom_call.rs`.
+//! calls by their fallbacks. The kernel is a [`HostKernel`]: the IR knows
+//! its declaration (radix's `custom_call.rs`, the public API) only through
+//! it; recording a call is `tensor/custom_call.rs`.
 
 use crate::Shape;
-use crate::custom_call::{AttrValue, Attrs, CustomCall, Kernel, View};
 use crate::ir::ops::Control;
 use crate::ir::print::{OpPrinter, i64_list};
 use crate::ir::{Function, Node, Op};
 use crate::literal::Literal;
-use radix_pjrt::custom_call::NAME_ATTR;
+use radix_io::attr::{AttrValue, Attrs, NAME_ATTR};
 use std::fmt::Write;
 use std::sync::Arc;
+
+/// What the IR knows of a custom call's declaration (radix's `CustomCall`
+/// implements it): its identity, what its printing reads, and its kernel
+/// run on host copies of the operands, the op's reference semantics.
+pub(crate) trait HostKernel: Send + Sync + std::fmt::Debug {
+    /// The call target's name.
+    fn name(&self) -> &str;
+    /// The implementation's version (the executable cache's key holds it).
+    fn version(&self) -> u32;
+    /// Whether the call has side effects: never merged or removed.
+    fn has_side_effect(&self) -> bool;
+    /// `(output, operand)`: the outputs that live in an operand's buffer.
+    fn aliases(&self) -> &[(usize, usize)];
+    /// Whether `other` is this declaration.
+    fn is(&self, other: &dyn HostKernel) -> bool;
+    /// The kernel run on host copies of `args` with `attrs`, giving
+    /// `results`; an `Err` says why the kernel failed.
+    fn run_on_host(
+        &self,
+        args: &[&Literal],
+        results: &[Shape],
+        attrs: &Attrs,
+    ) -> Result<Vec<Literal>, String>;
+    /// The declaration itself, for the code that made it.
+    fn as_any(&self) -> &dyn std::any::Any;
+}
 
 /// One use of a custom call: the call, its attributes, its result shapes
 /// and, when declared, its fallback traced for these operands.
 pub(crate) struct Site {
-    pub(crate) call: CustomCall,
+    pub(crate) call: Arc<dyn HostKernel>,
     pub(crate) attrs: Attrs,
     pub(crate) results: Vec<Shape>,
     pub(crate) fallback: Option<Arc<Function>>,
@@ -31,7 +57,7 @@ impl Site {
 
 impl PartialEq for Site {
     fn eq(&self, other: &Site) -> bool {
-        self.call.same(&other.call)
+        self.call.is(&*other.call)
             && self.attrs == other.attrs
             && self.results == other.results
             && self.fallback == other.fallback
@@ -139,61 +165,16 @@ fn string(s: &str) -> String {
 }
 
 /// The reference semantics: the kernel run on copies of `args`. A kernel
-/// error or panic is a panic here, naming the call.
+/// error is a panic here, naming the call.
 pub(crate) fn eval(site: &Site, args: &[&Literal]) -> Vec<Literal> {
-    // Aligned for every dtype.
-    let buffer = |bytes: &[u8]| {
-        let mut words = vec![0u64; bytes.len().div_ceil(8)];
-        // SAFETY: `words` holds at least `bytes.len()` bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), words.as_mut_ptr().cast(), bytes.len())
-        };
-        words
-    };
-    let mut ins: Vec<Vec<u64>> = args.iter().map(|a| buffer(&a.to_bytes())).collect();
-    let mut outs: Vec<Vec<u64>> = site
-        .results
-        .iter()
-        .enumerate()
-        .map(
-            |(j, s)| match site.call.aliases().iter().find(|a| a.0 == j) {
-                Some(&(_, operand)) => ins[operand].clone(),
-                None => vec![0u64; (s.count() * s.dtype().size_in_bytes()).div_ceil(8)],
-            },
-        )
-        .collect();
-    let views = |bufs: &mut [Vec<u64>], shapes: &mut dyn Iterator<Item = Shape>| -> Vec<View> {
-        bufs.iter_mut()
-            .zip(shapes)
-            .map(|(b, shape)| View {
-                shape: Shape::new(shape.dtype(), shape.dims()),
-                ptr: b.as_mut_ptr().cast(),
-            })
-            .collect()
-    };
-    let inputs = views(&mut ins, &mut args.iter().map(|a| a.shape()));
-    let outputs = views(&mut outs, &mut site.results.iter().copied());
-    let kernel = Kernel::new(&site.call, inputs, outputs, &site.attrs, None);
-    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| site.call.run(&kernel)));
-    match res {
-        Ok(Ok(())) => {}
-        Ok(Err(msg)) => panic!("custom call {} failed: {msg}", site.call.name()),
-        Err(p) => std::panic::resume_unwind(p),
+    match site.call.run_on_host(args, &site.results, &site.attrs) {
+        Ok(outs) => outs,
+        Err(msg) => panic!("custom call {} failed: {msg}", site.call.name()),
     }
-    drop(kernel);
-    outs.iter()
-        .zip(&site.results)
-        .map(|(b, &s)| {
-            let len = s.count() * s.dtype().size_in_bytes();
-            // SAFETY: `b` holds at least `len` bytes.
-            let bytes = unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<u8>(), len) };
-            Literal::from_bytes(s, bytes)
-        })
-        .collect()
 }
 
 /// `f` with every custom call replaced by a `func.call` of its fallback
-/// (which [`crate::custom_call::lower`] checked every call has), in nested
+/// (which the compiler checked every call has), in nested
 /// blocks and fallbacks too.
 pub(crate) fn replace_by_fallbacks(f: &Function) -> Function {
     let mut out = Function::default();

@@ -79,9 +79,9 @@ pub(crate) enum Op {
     /// result each), with no computation moved across it: what uses a
     /// result waits for every operand.
     OptimizationBarrier,
-    /// `stablehlo.custom_call` of a Rust kernel declared with
-    /// [`crate::custom_call::CustomCall`] (several results, read through
-    /// `Project` nodes).
+    /// `stablehlo.custom_call` of a Rust kernel, known to the IR as a
+    /// [`custom_call::HostKernel`] (several results, read through `Project`
+    /// nodes).
     CustomCall(Arc<custom_call::Site>),
 }
 
