@@ -4,8 +4,9 @@
 //! `clamp`'s.
 
 use crate::autodiff::Rule;
-use crate::ir::ops::elementwise::{Elementwise, binary_table, unary_table};
+use crate::ir::ops::elementwise::Elementwise;
 use crate::{Binary, Tensor, Unary};
+use radix_ir::{binary_table, unary_table};
 
 /// A unary op's derivative rule: `(x, z = op(x), g = the cotangent of z)`
 /// to the cotangent of `x` (`None`: zero).

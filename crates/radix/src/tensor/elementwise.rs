@@ -7,9 +7,10 @@ use crate::ir::ops::Movement;
 use std::ops;
 
 use crate::ir::Op;
-use crate::ir::ops::elementwise::{Elementwise, binary_table, compare_table, merge, unary_table};
+use crate::ir::ops::elementwise::{Elementwise, merge};
 use crate::tensor::{emit, fail, record_inferred};
 use crate::{Binary, Compare, DType, Shape, Tensor, Unary};
+use radix_ir::{binary_table, compare_table, unary_table};
 
 /// The methods of the unary table's rows.
 macro_rules! unary_methods {

@@ -2,9 +2,9 @@
 //! comparator body): the order, printing and reference semantics.
 
 use super::reduce::apply;
-use crate::ir::Function;
-use crate::ir::print::OpPrinter;
+use crate::Function;
 use crate::literal::{Literal, strides, unravel};
+use crate::print::OpPrinter;
 use crate::{DType, Shape};
 use std::sync::Arc;
 
@@ -20,9 +20,11 @@ pub enum Order {
 /// `stablehlo.sort` along an axis, stable, of several operands (one
 /// result each); `comparator` is hermetic over scalars (lhs0, rhs0, ...).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct Sort {
-    pub(crate) comparator: Arc<Function>,
-    pub(crate) axis: usize,
+pub struct Sort {
+    /// Whether `lhs` comes before `rhs`: a bool scalar.
+    pub comparator: Arc<Function>,
+    /// The axis sorted along.
+    pub axis: usize,
 }
 
 impl super::Family for Sort {

@@ -2,8 +2,8 @@
 //! axes of a contraction by tags), printing and reference semantics.
 
 use crate::Shape;
-use crate::ir::print::{OpPrinter, i64_list};
 use crate::literal::{Literal, round_to, strides, unravel};
+use crate::print::{OpPrinter, i64_list};
 use crate::shape::Axes;
 
 /// The axes of a `dot_general`: batch axes pair up, contracting axes are summed.
@@ -19,7 +19,9 @@ pub struct DotDims {
     pub rhs_contract: Vec<usize>,
 }
 
-pub(crate) fn dot_by_tags(l: Shape, r: Shape, axes: &impl Axes) -> Result<DotDims, String> {
+/// The axes of a contraction of `l` and `r` over the axes `axes` names in
+/// both: the other tags they share become batch axes.
+pub fn dot_by_tags(l: Shape, r: Shape, axes: &impl Axes) -> Result<DotDims, String> {
     let lc = l.resolve(axes)?;
     let rc = r.resolve(axes)?;
     let (mut lb, mut rb) = (vec![], vec![]);
@@ -41,7 +43,7 @@ pub(crate) fn dot_by_tags(l: Shape, r: Shape, axes: &impl Axes) -> Result<DotDim
 }
 
 /// The shape rule of `dot_general`.
-pub(crate) fn dot_shape(l: Shape, r: Shape, d: &DotDims) -> Result<Shape, String> {
+pub fn dot_shape(l: Shape, r: Shape, d: &DotDims) -> Result<Shape, String> {
     if l.dtype() != r.dtype() {
         return Err(format!("dtypes differ: {} and {}", l.dtype(), r.dtype()));
     }
@@ -98,13 +100,15 @@ pub(crate) fn dot_shape(l: Shape, r: Shape, d: &DotDims) -> Result<Shape, String
     Ok(res)
 }
 
-pub(crate) fn free(s: Shape, batch: &[usize], contract: &[usize]) -> Vec<usize> {
+/// The axes of `s` that are neither batch nor contracting.
+pub fn free(s: Shape, batch: &[usize], contract: &[usize]) -> Vec<usize> {
     (0..s.rank())
         .filter(|i| !batch.contains(i) && !contract.contains(i))
         .collect()
 }
 
-pub(crate) fn print(d: &DotDims, p: &mut OpPrinter<'_>) {
+/// `stablehlo.dot_general` with its dimension numbers.
+pub fn print(d: &DotDims, p: &mut OpPrinter<'_>) {
     let mut fields = vec![];
     let as_i64 = |v: &[usize]| i64_list(v.iter().map(|&x| x as i64));
     for (name, v) in [
@@ -126,7 +130,8 @@ pub(crate) fn print(d: &DotDims, p: &mut OpPrinter<'_>) {
     )
 }
 
-pub(crate) fn eval(d: &DotDims, args: &[&Literal], shape: Shape) -> Literal {
+/// The reference semantics: sums of products in f64, rounded to the dtype.
+pub fn eval(d: &DotDims, args: &[&Literal], shape: Shape) -> Literal {
     let (l, r) = (args[0], args[1]);
     let (ls, rs) = (l.shape(), r.shape());
     let (lst, rst) = (strides(ls.dims()), strides(rs.dims()));

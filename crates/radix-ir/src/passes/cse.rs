@@ -9,18 +9,18 @@
 //! index), then computed values, then constants (as MLIR puts constants on
 //! the right), each by a structural hash of the subgraph that computes them.
 
-use crate::ir::ops::Source;
+use crate::ops::Source;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
 use xxhash_rust::xxh64::Xxh64;
 
-use crate::ir::{Function, Loc, Node, Op, ValueId};
+use crate::{Function, Loc, Node, Op, ValueId};
 
 /// The nodes seen so far, by a structural hash of their op, operands and
 /// shape.
 #[derive(Default)]
-pub(crate) struct Table {
+pub struct Table {
     buckets: HashMap<u64, Vec<ValueId>>,
     /// The structural hash of every node of the function, by id: it hashes
     /// an operand through its own structural hash, not its id.
@@ -31,7 +31,7 @@ impl Table {
     /// Pushes `node` (traced at `loc`) onto `f` without looking for an
     /// equal one (a parameter or a poisoned value). Every node of `f` goes
     /// through the table.
-    pub(crate) fn push(&mut self, f: &mut Function, node: Node, loc: Loc) -> ValueId {
+    pub fn push(&mut self, f: &mut Function, node: Node, loc: Loc) -> ValueId {
         let key = self.key(&node);
         self.push_hashed(f, node, loc, key)
     }
@@ -39,7 +39,7 @@ impl Table {
     /// The id of a node equal to `node` already in `f` (which keeps its
     /// location), or of `node` pushed onto `f` at `loc`. A commutative op's
     /// operands are ordered canonically first.
-    pub(crate) fn intern(&mut self, f: &mut Function, mut node: Node, loc: Loc) -> ValueId {
+    pub fn intern(&mut self, f: &mut Function, mut node: Node, loc: Loc) -> ValueId {
         if node.op.has_side_effect() {
             // Each side effect happens once per occurrence: never merged.
             return self.push(f, node, loc);

@@ -4,16 +4,16 @@
 
 use super::reduce::apply;
 use super::shape_ops::gather_by_index;
+use crate::Function;
 use crate::Shape;
-use crate::ir::Function;
-use crate::ir::print::{OpPrinter, i64_array, i64_list};
 use crate::literal::{Literal, strides, unravel};
+use crate::print::{OpPrinter, i64_array, i64_list};
 use crate::shape::AxisRef;
 use std::sync::Arc;
 
 /// The ops that read or write at computed positions.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) enum Indexing {
+pub enum Indexing {
     /// `stablehlo.dynamic_slice` (operand, scalar starts...) with slice sizes.
     DynamicSlice(Vec<i64>),
     /// `stablehlo.dynamic_update_slice` (operand, update, scalar starts...).
@@ -22,14 +22,17 @@ pub(crate) enum Indexing {
     Gather(usize),
     /// `stablehlo.scatter` of slices along an axis (operand, indices,
     /// updates), combining old and new elements with `update`.
-    Scatter { axis: usize, update: Arc<Function> },
+    Scatter {
+        /// The operand's axis the indices pick along.
+        axis: usize,
+        /// Old and new element to the element kept, hermetic.
+        update: Arc<Function>,
+    },
 }
 
-pub(crate) fn gathered_shape(
-    s: Shape,
-    axis: AxisRef,
-    idx: Shape,
-) -> Result<(usize, Shape), String> {
+/// The position of `axis` in `s` and the type of a gather of `s` along it
+/// by indices of `indices`, or why there is none.
+pub fn gathered_shape(s: Shape, axis: AxisRef, idx: Shape) -> Result<(usize, Shape), String> {
     let a = s
         .axis(axis)
         .ok_or_else(|| format!("no axis {axis} in {s}"))?;
@@ -94,7 +97,7 @@ fn infer_op(op: &Indexing, args: &[Shape]) -> Result<Shape, String> {
 }
 
 /// That `starts` are one integer scalar of one dtype per axis of `s`.
-pub(crate) fn starts(s: Shape, starts: &[Shape]) -> Result<(), String> {
+pub fn starts(s: Shape, starts: &[Shape]) -> Result<(), String> {
     if starts.len() != s.rank() {
         return Err(format!("{} starts for {s}", starts.len()));
     }

@@ -3,13 +3,13 @@
 //! which run the kernel itself on host literals, and the replacement of
 //! calls by their fallbacks. The kernel is a [`HostKernel`]: the IR knows
 //! its declaration (radix's `custom_call.rs`, the public API) only through
-//! it; recording a call is `tensor/custom_call.rs`.
+//! it; recording a call is radix's `tensor/custom_call.rs`.
 
 use crate::Shape;
-use crate::ir::ops::Control;
-use crate::ir::print::{OpPrinter, i64_list};
-use crate::ir::{Function, Node, Op};
 use crate::literal::Literal;
+use crate::ops::Control;
+use crate::print::{OpPrinter, i64_list};
+use crate::{Function, Node, Op};
 use radix_io::attr::{AttrValue, Attrs, NAME_ATTR};
 use std::fmt::Write;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use std::sync::Arc;
 /// What the IR knows of a custom call's declaration (radix's `CustomCall`
 /// implements it): its identity, what its printing reads, and its kernel
 /// run on host copies of the operands, the op's reference semantics.
-pub(crate) trait HostKernel: Send + Sync + std::fmt::Debug {
+pub trait HostKernel: Send + Sync + std::fmt::Debug {
     /// The call target's name.
     fn name(&self) -> &str;
     /// The implementation's version (the executable cache's key holds it).
@@ -42,15 +42,20 @@ pub(crate) trait HostKernel: Send + Sync + std::fmt::Debug {
 
 /// One use of a custom call: the call, its attributes, its result shapes
 /// and, when declared, its fallback traced for these operands.
-pub(crate) struct Site {
-    pub(crate) call: Arc<dyn HostKernel>,
-    pub(crate) attrs: Attrs,
-    pub(crate) results: Vec<Shape>,
-    pub(crate) fallback: Option<Arc<Function>>,
+pub struct Site {
+    /// The call's declaration, as the IR knows it.
+    pub call: Arc<dyn HostKernel>,
+    /// The attributes of this use (its `backend_config`).
+    pub attrs: Attrs,
+    /// The types of its results.
+    pub results: Vec<Shape>,
+    /// The fallback traced for these operands, when declared.
+    pub fallback: Option<Arc<Function>>,
 }
 
 impl Site {
-    pub(crate) fn has_side_effect(&self) -> bool {
+    /// Whether the call has side effects: never merged or removed.
+    pub fn has_side_effect(&self) -> bool {
         self.call.has_side_effect()
     }
 }
@@ -83,7 +88,7 @@ impl std::fmt::Debug for Site {
 }
 
 /// `"stablehlo.custom_call"(...) {api_version = 4 : i32, backend_config = {...}, ...}`.
-pub(crate) fn print(site: &Site, p: &mut OpPrinter<'_>) {
+pub fn print(site: &Site, p: &mut OpPrinter<'_>) {
     let name = site.call.name();
     let mut config = format!("{NAME_ATTR} = {}", string(name));
     for (k, v) in site.attrs.entries() {
@@ -166,7 +171,7 @@ fn string(s: &str) -> String {
 
 /// The reference semantics: the kernel run on copies of `args`. A kernel
 /// error is a panic here, naming the call.
-pub(crate) fn eval(site: &Site, args: &[&Literal]) -> Vec<Literal> {
+pub fn eval(site: &Site, args: &[&Literal]) -> Vec<Literal> {
     match site.call.run_on_host(args, &site.results, &site.attrs) {
         Ok(outs) => outs,
         Err(msg) => panic!("custom call {} failed: {msg}", site.call.name()),
@@ -176,7 +181,7 @@ pub(crate) fn eval(site: &Site, args: &[&Literal]) -> Vec<Literal> {
 /// `f` with every custom call replaced by a `func.call` of its fallback
 /// (which the compiler checked every call has), in nested
 /// blocks and fallbacks too.
-pub(crate) fn replace_by_fallbacks(f: &Function) -> Function {
+pub fn replace_by_fallbacks(f: &Function) -> Function {
     let mut out = Function::default();
     for (node, &loc) in f.nodes.iter().zip(&f.locs) {
         let op = match &node.op {
@@ -196,10 +201,10 @@ pub(crate) fn replace_by_fallbacks(f: &Function) -> Function {
 
 /// A `func.call` of `body`, the fallback of `site` (or a rewrite of it),
 /// in place of the custom call: the same operands and results.
-pub(crate) fn fallback_call(site: &Site, body: Arc<Function>) -> Op {
+pub fn fallback_call(site: &Site, body: Arc<Function>) -> Op {
     let name = format!("{}_fallback", site.call.name());
     Op::Control(Control::Call {
-        name: crate::ir::private_name(&name, &body),
+        name: crate::private_name(&name, &body),
         f: body,
         checkpoint: false,
     })

@@ -9,12 +9,12 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::Shape;
-use crate::ir::{Function, Op};
 use crate::sharding::{Mesh, Partitioner};
+use crate::{Function, Op};
 
 /// Whether printed ops carry their source locations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Locations {
+pub enum Locations {
     /// `loc("file":line:col)` after every op and argument (dumps, errors).
     Include,
     /// No locations: the text the executable cache hashes, so moving code
@@ -25,22 +25,22 @@ pub(crate) enum Locations {
 /// Attributes of `@main` and its module: per argument and per result (each
 /// the inside of `{...}`, empty for none), and of the module.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Signature {
+pub struct Signature {
     /// One entry per parameter (or none at all).
-    pub(crate) arg_attrs: Vec<String>,
+    pub arg_attrs: Vec<String>,
     /// One entry per result (or none at all).
-    pub(crate) result_attrs: Vec<String>,
+    pub result_attrs: Vec<String>,
     /// The module's attributes, e.g. `mhlo.num_partitions = 4 : i32`.
-    pub(crate) module_attrs: String,
+    pub module_attrs: String,
     /// The mesh sharding constraints inside the module are printed for.
-    pub(crate) mesh: Option<Mesh>,
+    pub mesh: Option<Mesh>,
     /// Whose attributes the shardings are printed as.
-    pub(crate) partitioner: Partitioner,
+    pub partitioner: Partitioner,
 }
 
 /// The module text of `f` as `@main` with `sig`'s attributes, after the
 /// private functions its `func.call`s name (each printed once).
-pub(crate) fn print_module_signed(f: &Function, locs: Locations, sig: &Signature) -> String {
+pub fn print_module_signed(f: &Function, locs: Locations, sig: &Signature) -> String {
     let ctx = Ctx {
         locs,
         funcs: RefCell::new(BTreeMap::new()),
@@ -98,7 +98,7 @@ pub(crate) fn print_module_signed(f: &Function, locs: Locations, sig: &Signature
 
 /// What printing a module shares: the location mode and the private
 /// functions printed so far, by name.
-pub(crate) struct Ctx {
+pub struct Ctx {
     locs: Locations,
     funcs: RefCell<BTreeMap<String, String>>,
     mesh: Option<Mesh>,
@@ -162,7 +162,7 @@ fn print_body(
 }
 
 /// What an op's printer sees: its result name, operands, shapes and location.
-pub(crate) struct OpPrinter<'a> {
+pub struct OpPrinter<'a> {
     ctx: &'a Ctx,
     out: &'a mut String,
     res: &'a str,
@@ -175,23 +175,23 @@ pub(crate) struct OpPrinter<'a> {
 
 impl OpPrinter<'_> {
     /// The result's shape.
-    pub(crate) fn shape(&self) -> Shape {
+    pub fn shape(&self) -> Shape {
         self.shape
     }
 
     /// The operands' shapes.
-    pub(crate) fn arg_shapes(&self) -> &[Shape] {
+    pub fn arg_shapes(&self) -> &[Shape] {
         self.arg_shapes
     }
 
     /// Prints `%res = "op"(args) {attrs} : (types) -> type loc`.
-    pub(crate) fn generic(&mut self, op: &str, attrs: &str) {
+    pub fn generic(&mut self, op: &str, attrs: &str) {
         self.generic_with(op, "", attrs);
     }
 
     /// Like [`OpPrinter::generic`], with a region text (from
     /// [`OpPrinter::region`]) after the operands.
-    pub(crate) fn generic_with(&mut self, op: &str, region: &str, attrs: &str) {
+    pub fn generic_with(&mut self, op: &str, region: &str, attrs: &str) {
         let o = &mut *self.out;
         let _ = write!(o, "    {} = \"{op}\"(", self.res);
         push_list(o, self.args.iter().copied());
@@ -209,24 +209,18 @@ impl OpPrinter<'_> {
 
     /// The partitioner the module's shardings are printed for, and the
     /// mesh, if the module has one.
-    pub(crate) fn partitioning(&self) -> (Partitioner, Option<&Mesh>) {
+    pub fn partitioning(&self) -> (Partitioner, Option<&Mesh>) {
         (self.ctx.partitioner, self.ctx.mesh.as_ref())
     }
 
     /// The operands' names.
-    pub(crate) fn arg_names(&self) -> &[&str] {
+    pub fn arg_names(&self) -> &[&str] {
         self.args
     }
 
     /// A region printing `f`: its first `n_block_args` parameters become
     /// the block's arguments, the others (captures) name `captures`.
-    pub(crate) fn region(
-        &self,
-        k: usize,
-        f: &Function,
-        n_block_args: usize,
-        captures: &[&str],
-    ) -> String {
+    pub fn region(&self, k: usize, f: &Function, n_block_args: usize, captures: &[&str]) -> String {
         let prefix = format!("{}_{k}_", self.region_prefix());
         let mut names = vec![String::new(); f.nodes.len()];
         let mut out = String::from(if n_block_args > 0 { "      ^bb0(" } else { "" });
@@ -257,7 +251,7 @@ impl OpPrinter<'_> {
     }
 
     /// Prints the private function `@name` for `f` once per module.
-    pub(crate) fn private_function(&self, name: &str, f: &Function) {
+    pub fn private_function(&self, name: &str, f: &Function) {
         if self.ctx.funcs.borrow().contains_key(name) {
             return;
         }
@@ -281,7 +275,7 @@ impl OpPrinter<'_> {
     /// Prints a multi-result op: `%res:n = "op"(args) (regions) {attrs} : (types) -> (types)`.
     /// Only the first `n_operands` operands are printed (the others are
     /// captures, which regions name directly).
-    pub(crate) fn multi(
+    pub fn multi(
         &mut self,
         op: &str,
         n_operands: usize,
@@ -314,13 +308,13 @@ impl OpPrinter<'_> {
     }
 
     /// A unique prefix for names inside this op's regions.
-    pub(crate) fn region_prefix(&self) -> String {
+    pub fn region_prefix(&self) -> String {
         format!("%r{}", &self.res[1..])
     }
 }
 
 /// `tensor<2x3xf32>`.
-pub(crate) fn tensor_type(shape: &Shape) -> String {
+pub fn tensor_type(shape: &Shape) -> String {
     let mut s = String::from("tensor<");
     for d in shape.dims() {
         let _ = write!(s, "{d}x");
@@ -332,7 +326,7 @@ pub(crate) fn tensor_type(shape: &Shape) -> String {
 
 /// A `dense<...> : tensor<...>` attribute for the little-endian `bytes` of
 /// `shape` (hex; one element's bytes mean a splat).
-pub(crate) fn dense(shape: &Shape, bytes: &[u8]) -> String {
+pub fn dense(shape: &Shape, bytes: &[u8]) -> String {
     let ty = tensor_type(shape);
     if shape.dtype() == crate::DType::Bool {
         let all_same = bytes.windows(2).all(|w| w[0] == w[1]);
@@ -369,7 +363,7 @@ fn nested(s: &mut String, dims: &[i64], bytes: &[u8]) {
 }
 
 /// `array<i64: 1, 2>`.
-pub(crate) fn i64_array(values: impl IntoIterator<Item = i64>) -> String {
+pub fn i64_array(values: impl IntoIterator<Item = i64>) -> String {
     let mut s = String::from("array<i64");
     for (i, v) in values.into_iter().enumerate() {
         let _ = write!(s, "{}{v}", if i == 0 { ": " } else { ", " });
@@ -379,7 +373,7 @@ pub(crate) fn i64_array(values: impl IntoIterator<Item = i64>) -> String {
 }
 
 /// `[1, 2]`.
-pub(crate) fn i64_list(values: impl IntoIterator<Item = i64>) -> String {
+pub fn i64_list(values: impl IntoIterator<Item = i64>) -> String {
     let v: Vec<String> = values.into_iter().map(|v| v.to_string()).collect();
     format!("[{}]", v.join(", "))
 }

@@ -4,7 +4,7 @@
 //! the family's own enum; its derivative rules sit beside them. [`Op`]
 //! holds the families and the graph's own ops (parameters, projections,
 //! sharding constraints, barriers, custom calls). The methods that record
-//! the ops while tracing are in the family's file under `tensor/`, which
+//! the ops while tracing are in the family's file under radix's `tensor/`, which
 //! depends on this one and never the other way round.
 
 pub mod constant;
@@ -21,22 +21,22 @@ pub mod sort;
 
 use std::sync::Arc;
 
+use crate::Function;
 use crate::Shape;
-use crate::ir::Function;
-use crate::ir::print::OpPrinter;
 use crate::literal::Literal;
+use crate::print::OpPrinter;
 
-pub(crate) use constant::Source;
-pub(crate) use control::Control;
-pub(crate) use convert::Conversion;
-pub(crate) use elementwise::Elementwise;
+pub use constant::Source;
+pub use control::Control;
+pub use convert::Conversion;
+pub use elementwise::Elementwise;
 pub use elementwise::{Binary, Compare, Unary};
-pub(crate) use indexing::Indexing;
-pub(crate) use reduce::Reduction;
+pub use indexing::Indexing;
+pub use reduce::Reduction;
 pub use reduce::Window;
-pub(crate) use shape_ops::Movement;
+pub use shape_ops::Movement;
 pub use sort::Order;
-pub(crate) use sort::Sort;
+pub use sort::Sort;
 
 /// An op of the IR: a small closed set of StableHLO primitives, grouped in
 /// families (one enum and one file each, implementing [`Family`]) beside
@@ -44,7 +44,7 @@ pub(crate) use sort::Sort;
 /// structural (bodies compare by their nodes, never their locations), so
 /// equal ops merge in CSE wherever they were traced.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) enum Op {
+pub enum Op {
     /// Argument `i` of the function.
     Parameter(usize),
     /// The placeholder produced by a misused op; never printed.
@@ -86,12 +86,12 @@ pub(crate) enum Op {
 }
 
 /// The types of an op's operands or results.
-pub(crate) type Shapes = Vec<Shape>;
+pub type Shapes = Vec<Shape>;
 
 /// What every op family defines in its file, each a match over the
 /// family's own enum: its ops' names, shape rule, StableHLO printing and
 /// reference semantics. (Derivative rules sit beside them, as `vjp`.)
-pub(crate) trait Family {
+pub trait Family {
     /// The op's short name for error messages.
     fn name(&self) -> &'static str;
     /// The types of the op's results from its operands' types, or what is
@@ -129,7 +129,7 @@ impl Op {
     }
 
     /// The op's short name for error messages.
-    pub(crate) fn name(&self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
             Op::Parameter(_) => "parameter",
             Op::Poison => "poison",
@@ -147,7 +147,7 @@ impl Op {
     /// state their type, `declared`; a sharding constraint states its
     /// sharding on its operand's type. A `Project` gives `declared`: its
     /// type is its producer's result, which [`Function::rule_type`] reads.
-    pub(crate) fn infer(&self, args: &[Shape], declared: Shape) -> Result<Shapes, String> {
+    pub fn infer(&self, args: &[Shape], declared: Shape) -> Result<Shapes, String> {
         match self {
             Op::Parameter(_) | Op::Poison => arity(args, 0).map(|()| vec![declared]),
             Op::Project(_) => arity(args, 1).map(|()| vec![declared]),
@@ -164,7 +164,7 @@ impl Op {
 
     /// Prints the op. Parameters print in the function's signature and
     /// projections as their users' `%op#i`: nothing here.
-    pub(crate) fn print(&self, p: &mut OpPrinter<'_>) {
+    pub fn print(&self, p: &mut OpPrinter<'_>) {
         match self {
             Op::Parameter(_) | Op::Poison | Op::Project(_) => {}
             Op::Sharding => sharding::print(p),
@@ -190,7 +190,7 @@ impl Op {
     /// The reference semantics: the results from `args`, the first of type
     /// `shape`. Parameters, placeholders and projections are the
     /// interpreter's to bind (`ir/interp.rs`); here they give nothing.
-    pub(crate) fn eval(&self, args: &[&Literal], shape: Shape) -> Vec<Literal> {
+    pub fn eval(&self, args: &[&Literal], shape: Shape) -> Vec<Literal> {
         match self {
             Op::Parameter(_) | Op::Poison | Op::Project(_) => vec![],
             Op::Sharding => vec![sharding::eval(args, shape)],
@@ -202,7 +202,7 @@ impl Op {
 
     /// Whether swapping the op's two operands changes nothing (a property
     /// of its row in the elementwise tables).
-    pub(crate) fn is_commutative(&self) -> bool {
+    pub fn is_commutative(&self) -> bool {
         match self {
             Op::Elementwise(e) => e.is_commutative(),
             _ => false,
@@ -210,7 +210,7 @@ impl Op {
     }
 
     /// Whether the op has several results (read through `Project` nodes).
-    pub(crate) fn is_multi(&self) -> bool {
+    pub fn is_multi(&self) -> bool {
         match self {
             Op::Control(_) | Op::Sort(_) | Op::OptimizationBarrier | Op::CustomCall(_) => true,
             Op::Reduction(reduce::Reduction::Reduce { body, .. }) => body.results.len() > 1,
@@ -221,7 +221,7 @@ impl Op {
     /// Whether the op has an effect besides its results (a side-effecting
     /// custom call, or a block holding one): it is kept without users and
     /// never merged with an equal op.
-    pub(crate) fn has_side_effect(&self) -> bool {
+    pub fn has_side_effect(&self) -> bool {
         match self {
             Op::CustomCall(site) => site.has_side_effect(),
             _ => self.bodies().iter().any(|b| !b.effects.is_empty()),
@@ -230,7 +230,7 @@ impl Op {
 
     /// The nested functions of the op (a custom call's fallback is not one:
     /// it is compiled only in the call's place).
-    pub(crate) fn bodies(&self) -> Vec<&Function> {
+    pub fn bodies(&self) -> Vec<&Function> {
         match self {
             Op::Indexing(indexing::Indexing::Scatter { update: b, .. })
             | Op::Reduction(reduce::Reduction::Reduce { body: b, .. })
@@ -244,7 +244,7 @@ impl Op {
     }
 
     /// The op with `g` applied to each of its [`Op::bodies`].
-    pub(crate) fn map_bodies(&self, g: &dyn Fn(&Function) -> Function) -> Op {
+    pub fn map_bodies(&self, g: &dyn Fn(&Function) -> Function) -> Op {
         let mut op = self.clone();
         match &mut op {
             Op::Indexing(indexing::Indexing::Scatter { update: b, .. })
@@ -267,7 +267,7 @@ impl Op {
 }
 
 /// That `args` holds `n` operands.
-pub(crate) fn arity(args: &[Shape], n: usize) -> Result<(), String> {
+pub fn arity(args: &[Shape], n: usize) -> Result<(), String> {
     if args.len() == n {
         Ok(())
     } else {
@@ -276,7 +276,7 @@ pub(crate) fn arity(args: &[Shape], n: usize) -> Result<(), String> {
 }
 
 /// That `a` and `b` have one type (dtype and dims).
-pub(crate) fn same_type(a: Shape, b: Shape) -> Result<(), String> {
+pub fn same_type(a: Shape, b: Shape) -> Result<(), String> {
     if a.same_type(&b) {
         Ok(())
     } else {
@@ -285,7 +285,7 @@ pub(crate) fn same_type(a: Shape, b: Shape) -> Result<(), String> {
 }
 
 /// That `s` is a scalar of `dtype` (`None`: of any dtype).
-pub(crate) fn scalar(s: Shape, dtype: Option<crate::DType>, what: &str) -> Result<(), String> {
+pub fn scalar(s: Shape, dtype: Option<crate::DType>, what: &str) -> Result<(), String> {
     if s.rank() == 0 && dtype.is_none_or(|d| d == s.dtype()) {
         Ok(())
     } else {
@@ -295,7 +295,7 @@ pub(crate) fn scalar(s: Shape, dtype: Option<crate::DType>, what: &str) -> Resul
 }
 
 /// That `f`'s parameters are `params` and its results `results` (types).
-pub(crate) fn signature(
+pub fn signature(
     f: &Function,
     what: &str,
     params: &[Shape],

@@ -5,11 +5,13 @@
 //! (the identity).
 
 use crate::Shape;
-use crate::ir::print::OpPrinter;
 use crate::literal::Literal;
+use crate::print::OpPrinter;
 use crate::sharding::Partitioner;
 
-pub(crate) fn print(p: &mut OpPrinter<'_>) {
+/// A sharding constraint on the operand: `sdy.sharding_constraint` under
+/// Shardy with a mesh, else `stablehlo.custom_call @Sharding`.
+pub fn print(p: &mut OpPrinter<'_>) {
     let shape = p.shape();
     // A mesh the sharding does not fit is `Program::with_mesh`'s error,
     // reported before printing; without a mesh the value is whole.
@@ -31,6 +33,7 @@ pub(crate) fn print(p: &mut OpPrinter<'_>) {
     }
 }
 
-pub(crate) fn eval(args: &[&Literal], shape: Shape) -> Literal {
+/// The operand itself: a sharding constraint moves no value.
+pub fn eval(args: &[&Literal], shape: Shape) -> Literal {
     Literal::new(shape, args[0].data().to_vec())
 }

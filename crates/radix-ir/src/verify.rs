@@ -11,19 +11,23 @@
 use std::fmt;
 
 use crate::Shape;
-use crate::ir::{Function, Loc, Op, ValueId};
+use crate::{Function, Loc, Op, ValueId};
 
 /// A node of a function that its op's rule rejects, or a broken edge of
 /// the graph: which node, where it was traced, and what is wrong.
 #[derive(Debug, Clone)]
-pub(crate) struct VerifyError {
+pub struct VerifyError {
     /// The path of nested bodies down to the node (`while body`, ...), empty
     /// at the top level.
-    pub(crate) path: Vec<&'static str>,
-    pub(crate) node: usize,
-    pub(crate) op: &'static str,
-    pub(crate) loc: Option<Loc>,
-    pub(crate) message: String,
+    pub path: Vec<&'static str>,
+    /// The node's id in its function.
+    pub node: usize,
+    /// Its op's name.
+    pub op: &'static str,
+    /// Where it was traced, if the function says.
+    pub loc: Option<Loc>,
+    /// What is wrong.
+    pub message: String,
 }
 
 impl fmt::Display for VerifyError {
@@ -47,7 +51,7 @@ impl Function {
     /// nodes, and every node's type is the one its op's rule infers from
     /// its operands' types (a `Project` node's, the one its producer's rule
     /// gives for that result).
-    pub(crate) fn verify(&self) -> Result<(), VerifyError> {
+    pub fn verify(&self) -> Result<(), VerifyError> {
         let err = |node: usize, message: String| VerifyError {
             path: vec![],
             node,
@@ -116,7 +120,7 @@ fn list(shapes: &[Shape]) -> String {
 /// In debug builds (the tests), panics when `f`, just made by `what`, does
 /// not [`Function::verify`]: a rule that built it wrong is a fault of radix,
 /// found where it happened. Release builds skip the check.
-pub(crate) fn debug_check(f: &Function, what: &str) {
+pub fn debug_check(f: &Function, what: &str) {
     if cfg!(debug_assertions)
         && let Err(e) = f.verify()
     {
@@ -130,8 +134,8 @@ mod tests {
 
     use super::*;
     use crate::DType;
-    use crate::ir::Node;
-    use crate::ir::ops::{Binary, Control, Movement};
+    use crate::Node;
+    use crate::ops::{Binary, Control, Movement};
 
     fn node(op: Op, args: &[u32], shape: Shape) -> Node {
         Node {

@@ -68,7 +68,7 @@ impl Literal {
 
 /// `v` rounded to the nearest value of `dtype` (integers truncate toward
 /// zero and wrap as Rust's `as` does from `i64`; floats round to nearest).
-pub(crate) fn round_to(dtype: DType, v: f64) -> f64 {
+pub fn round_to(dtype: DType, v: f64) -> f64 {
     let int = |v: f64| if v.is_nan() { 0 } else { v.trunc() as i64 };
     match dtype {
         DType::Bool => (v != 0.0) as u8 as f64,
@@ -88,7 +88,7 @@ pub(crate) fn round_to(dtype: DType, v: f64) -> f64 {
 }
 
 /// The little-endian bytes of `values` in `dtype`.
-pub(crate) fn encode(dtype: DType, values: &[f64]) -> Vec<u8> {
+pub fn encode(dtype: DType, values: &[f64]) -> Vec<u8> {
     let mut out = Vec::with_capacity(values.len() * dtype.size_in_bytes());
     for &v in values {
         match dtype {
@@ -111,7 +111,7 @@ pub(crate) fn encode(dtype: DType, values: &[f64]) -> Vec<u8> {
 }
 
 /// The values of little-endian `bytes` of `dtype`.
-pub(crate) fn decode(dtype: DType, bytes: &[u8]) -> Vec<f64> {
+pub fn decode(dtype: DType, bytes: &[u8]) -> Vec<f64> {
     let n = dtype.size_in_bytes();
     bytes
         .chunks_exact(n)
@@ -141,7 +141,7 @@ pub(crate) fn decode(dtype: DType, bytes: &[u8]) -> Vec<f64> {
 }
 
 /// Row-major strides of `dims` in elements.
-pub(crate) fn strides(dims: &[i64]) -> Vec<usize> {
+pub fn strides(dims: &[i64]) -> Vec<usize> {
     let mut res = vec![1usize; dims.len()];
     for i in (0..dims.len().saturating_sub(1)).rev() {
         res[i] = res[i + 1] * dims[i + 1] as usize;
@@ -150,7 +150,7 @@ pub(crate) fn strides(dims: &[i64]) -> Vec<usize> {
 }
 
 /// The multi-index of flat position `flat` in `dims`.
-pub(crate) fn unravel(mut flat: usize, dims: &[i64]) -> Vec<usize> {
+pub fn unravel(mut flat: usize, dims: &[i64]) -> Vec<usize> {
     let mut res = vec![0usize; dims.len()];
     for i in (0..dims.len()).rev() {
         let d = dims[i] as usize;

@@ -1,4 +1,8 @@
-//! The IR: an SSA graph of ops recorded while tracing.
+//! radix's op language: the IR, an SSA graph of ops recorded while tracing,
+//! with every op's shape rule, StableHLO printing and reference semantics,
+//! and the passes that run on it. It knows nothing of tracing, of
+//! differentiation, of custom-call declarations or of PJRT: the `radix`
+//! crate builds on it.
 //!
 //! A [`Function`] holds nodes in creation order (so every operand precedes
 //! its user), its parameters and its results. Each node is one op producing
@@ -6,8 +10,8 @@
 //! in one file under [`ops`] with its shape rule, StableHLO printing and
 //! reference semantics side by side. [`Function::push`], the only way to
 //! add a node, checks it by its op's shape rule; [`Function::verify`]
-//! re-checks a whole function. The IR knows nothing of the tracer:
-//! the methods recording ops live under `tensor/`, which uses this module. Composites
+//! re-checks a whole function. The methods recording ops are `radix`'s
+//! (`tensor/`), which uses this crate. Composites
 //! (softmax, gelu, mean, ...) are built from these primitives and add no op.
 //!
 //! Nested blocks: ops with regions hold their bodies as nested
@@ -19,39 +23,52 @@
 //! part of its op: CSE compares it whole. An op with several results is one
 //! node followed by a `Project` node per result.
 
-pub(crate) mod interp;
+#![warn(missing_docs)]
+
+pub mod interp;
+pub mod literal;
 pub mod ops;
-pub(crate) mod print;
-pub(crate) mod verify;
+pub mod passes;
+pub mod print;
+pub mod shape;
+pub mod sharding;
+pub mod verify;
+
+pub use ops::{Binary, Compare, Order, Unary, Window};
+pub use radix_io::dtype::{DType, Element};
+pub use shape::{Axes, AxisRef, Shape, Size, Tag};
 
 use std::panic::Location;
 
-use crate::Shape;
-
-pub(crate) use ops::Op;
+pub use ops::Op;
 
 /// A source location a node was traced at.
-pub(crate) type Loc = &'static Location<'static>;
+pub type Loc = &'static Location<'static>;
 
 /// The id of a node (and of the value it produces) in its function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct ValueId(pub(crate) u32);
+pub struct ValueId(pub u32);
 
 /// A node its op's shape rule rejects: the op and why.
 #[derive(Debug, Clone)]
-pub(crate) struct ShapeError {
-    pub(crate) op: &'static str,
-    pub(crate) message: String,
+pub struct ShapeError {
+    /// The op's name.
+    pub op: &'static str,
+    /// What is wrong with its operands or stated type.
+    pub message: String,
 }
 
 /// One op application. Its identity is structural: two nodes are equal
 /// (and hash equal) when their ops, operands and shapes are, wherever they
 /// were traced; the source location lives beside it ([`Function::locs`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct Node {
-    pub(crate) op: Op,
-    pub(crate) args: Vec<ValueId>,
-    pub(crate) shape: Shape,
+pub struct Node {
+    /// What the node computes.
+    pub op: Op,
+    /// Its operands, nodes before it.
+    pub args: Vec<ValueId>,
+    /// The type of its (first) result, with the tags the tracer gave it.
+    pub shape: Shape,
 }
 
 /// A traced function: nodes in creation order with their source locations,
@@ -59,19 +76,22 @@ pub(crate) struct Node {
 /// when no result needs them. Equality and hashing are structural: they
 /// ignore the locations.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Function {
-    pub(crate) nodes: Vec<Node>,
+pub struct Function {
+    /// The nodes, each after its operands; a node's id is its index.
+    pub nodes: Vec<Node>,
     /// Where each node was traced, by id (printed as `loc(...)`, named in
     /// errors; never part of what the function computes).
-    pub(crate) locs: Vec<Loc>,
-    pub(crate) params: Vec<ValueId>,
-    pub(crate) results: Vec<ValueId>,
+    pub locs: Vec<Loc>,
+    /// The `Parameter` nodes, by parameter index.
+    pub params: Vec<ValueId>,
+    /// The values the function returns, in order.
+    pub results: Vec<ValueId>,
     /// `(value, parameter index)` pairs recorded by `reuse_buffer`
     /// while tracing; `trace` turns them into argument aliases.
-    pub(crate) reuses: Vec<(ValueId, usize)>,
+    pub reuses: Vec<(ValueId, usize)>,
     /// The nodes with side effects ([`Op::has_side_effect`]), in order;
     /// [`Function::push`] records them.
-    pub(crate) effects: Vec<ValueId>,
+    pub effects: Vec<ValueId>,
 }
 
 impl Function {
@@ -106,29 +126,30 @@ impl std::hash::Hash for Function {
 }
 
 impl Function {
-    pub(crate) fn node(&self, id: ValueId) -> &Node {
+    /// Node `id`.
+    pub fn node(&self, id: ValueId) -> &Node {
         &self.nodes[id.0 as usize]
     }
 
     /// The types of the parameters, in order.
-    pub(crate) fn param_shapes(&self) -> Vec<Shape> {
+    pub fn param_shapes(&self) -> Vec<Shape> {
         self.params.iter().map(|&p| self.node(p).shape).collect()
     }
 
     /// The types of the results, in order.
-    pub(crate) fn result_shapes(&self) -> Vec<Shape> {
+    pub fn result_shapes(&self) -> Vec<Shape> {
         self.results.iter().map(|&r| self.node(r).shape).collect()
     }
 
     /// Where node `id` was traced.
-    pub(crate) fn loc(&self, id: ValueId) -> Loc {
+    pub fn loc(&self, id: ValueId) -> Loc {
         self.locs[id.0 as usize]
     }
 
     /// A hash of what the function computes ([`Hash`] through xxh64 with a
     /// fixed seed: the same in every run and build). Equal functions hash
     /// equal; `call` names a body by it instead of printing it.
-    pub(crate) fn structural_hash(&self) -> u64 {
+    pub fn structural_hash(&self) -> u64 {
         use std::hash::{Hash, Hasher};
         let mut h = xxhash_rust::xxh64::Xxh64::new(0);
         self.hash(&mut h);
@@ -141,7 +162,7 @@ impl Function {
     /// ops that state theirs (a constant, a reshape, ...) are given, and for
     /// the others the tags the caller wants on the rule's type, whose dtype
     /// and dims it must have.
-    pub(crate) fn push(&mut self, node: Node, loc: Loc) -> Result<ValueId, ShapeError> {
+    pub fn push(&mut self, node: Node, loc: Loc) -> Result<ValueId, ShapeError> {
         let seen: ops::Shapes = node
             .args
             .iter()
@@ -157,7 +178,7 @@ impl Function {
     /// reads. The node's type is `stated` (which must be the rule's, for
     /// the ops that do not state theirs) or, without one, the rule's with
     /// the tags the rule gives; it is returned with the node.
-    pub(crate) fn push_seen(
+    pub fn push_seen(
         &mut self,
         op: Op,
         args: Vec<ValueId>,
@@ -204,7 +225,7 @@ impl Function {
     /// [`Function::push`] of a node rebuilt from checked ones (a pass's
     /// rewrite, a derivative rule's node), where a rejected node is a fault
     /// of radix's own rule, not of the traced code: panics naming it.
-    pub(crate) fn push_rebuilt(&mut self, node: Node, loc: Loc) -> ValueId {
+    pub fn push_rebuilt(&mut self, node: Node, loc: Loc) -> ValueId {
         self.push(node, loc).unwrap_or_else(|e| {
             panic!(
                 "radix built an ill-typed {} node at {}:{}: {}",
@@ -219,12 +240,7 @@ impl Function {
     /// The type of `op` applied to `args` by the op's shape rule
     /// ([`Op::infer`]; a `Project`'s is its producer's result), `stated`
     /// given to the ops that state theirs.
-    pub(crate) fn rule_type(
-        &self,
-        op: &Op,
-        args: &[ValueId],
-        stated: Shape,
-    ) -> Result<Shape, String> {
+    pub fn rule_type(&self, op: &Op, args: &[ValueId], stated: Shape) -> Result<Shape, String> {
         if let Some(a) = args.iter().find(|a| a.0 as usize >= self.nodes.len()) {
             return Err(format!("operand %{} is not a node before it", a.0));
         }
@@ -264,7 +280,7 @@ impl Function {
     }
 
     /// Appends parameter `params.len()` of `shape`.
-    pub(crate) fn add_parameter(&mut self, shape: Shape, loc: Loc) -> ValueId {
+    pub fn add_parameter(&mut self, shape: Shape, loc: Loc) -> ValueId {
         let node = Node {
             op: Op::Parameter(self.params.len()),
             args: vec![],
@@ -276,7 +292,7 @@ impl Function {
     }
 
     /// Appends a constant of `shape` holding zeros.
-    pub(crate) fn push_zeros(&mut self, shape: Shape, loc: Loc) -> ValueId {
+    pub fn push_zeros(&mut self, shape: Shape, loc: Loc) -> ValueId {
         let zero = crate::literal::encode(shape.dtype(), &[0.0]);
         let node = Node {
             op: Op::Source(ops::Source::Constant(zero.into())),
@@ -288,7 +304,7 @@ impl Function {
 
     /// Which nodes the results and the side effects depend on (parameters
     /// always count).
-    pub(crate) fn reachable(&self) -> Vec<bool> {
+    pub fn reachable(&self) -> Vec<bool> {
         let mut live = vec![false; self.nodes.len()];
         let mut stack: Vec<ValueId> = self.results.clone();
         stack.extend(&self.params);
@@ -307,7 +323,7 @@ impl Function {
 /// [`Function::structural_hash`]. Equal bodies get equal names in every run
 /// and build (the executable cache hashes the printed module), different
 /// ones different names.
-pub(crate) fn private_name(name: &str, body: &Function) -> std::sync::Arc<str> {
+pub fn private_name(name: &str, body: &Function) -> std::sync::Arc<str> {
     let base: String = name
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })

@@ -3,8 +3,8 @@
 //! reference semantics and derivatives.
 
 use super::Family;
-use crate::ir::print::OpPrinter;
 use crate::literal::{Literal, encode};
+use crate::print::OpPrinter;
 use crate::{DType, Shape};
 
 /// The shape rule of `stablehlo.bitcast_convert` from `from` to `to`: the
@@ -12,7 +12,7 @@ use crate::{DType, Shape};
 /// the width ratio, holding each element's pieces least significant first
 /// (little-endian memory order); a wider `to` consumes a trailing axis that
 /// must be that ratio. Bools bitcast to nothing else.
-pub(crate) fn bitcast_shape(from: Shape, to: DType) -> Result<Shape, String> {
+pub fn bitcast_shape(from: Shape, to: DType) -> Result<Shape, String> {
     let (a, b) = (from.dtype().size_in_bytes(), to.size_in_bytes());
     if (from.dtype() == DType::Bool) != (to == DType::Bool) {
         return Err(format!(
@@ -44,7 +44,7 @@ pub(crate) fn bitcast_shape(from: Shape, to: DType) -> Result<Shape, String> {
 
 /// The element type changes; both state their result type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Conversion {
+pub enum Conversion {
     /// `stablehlo.convert`.
     Convert,
     /// `stablehlo.bitcast_convert` (widths may differ: see [`bitcast_shape`]).

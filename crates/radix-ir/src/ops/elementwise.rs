@@ -4,20 +4,20 @@
 //! two different tags on one axis are an error.
 //!
 //! Each unary, binary and comparison op is one row of a table below
-//! ([`unary_table!`], [`binary_table!`], [`compare_table!`]): its variant,
+//! (`unary_table!`, `binary_table!`, `compare_table!`): its variant,
 //! its method name, its StableHLO name, the dtypes it accepts, its
 //! properties, its reference semantics and its derivative. Adding such an
 //! op is adding a row; the enums, names, printing, evaluation and the
 //! properties the passes read ([`Binary::is_commutative`],
 //! [`Binary::identity`]) are generated from it here, the tracer's methods
-//! from the same row in `tensor/elementwise.rs` and the derivative rules in
-//! `autodiff/elementwise.rs` (each table is a macro handing its rows to
+//! from the same row in radix's `tensor/elementwise.rs` and the derivative rules in
+//! radix's `autodiff/elementwise.rs` (each table is a macro handing its rows to
 //! another macro, so the IR side never names the tracer: a rule is written
 //! in the tracer's language, and its names resolve where it is expanded).
 
-use crate::ir::Op;
-use crate::ir::print::OpPrinter;
+use crate::Op;
 use crate::literal::{Literal, round_to};
+use crate::print::OpPrinter;
 use crate::{DType, Shape};
 
 /// Any dtype.
@@ -54,7 +54,7 @@ fn signed(d: DType) -> bool {
 /// `Variant => method, "stablehlo name", dtypes, semantics, vjp: rule, "doc";`
 /// where `dtypes` is a `fn(DType) -> bool`, `semantics` a
 /// `fn(DType, f64) -> f64` on the operand's dtype and value, and `rule` the
-/// derivative (`autodiff/elementwise.rs`: from the operand `x`, the result
+/// derivative (radix's `autodiff/elementwise.rs`: from the operand `x`, the result
 /// `z` and its cotangent `g`, the cotangent of `x`, `None` for zero).
 macro_rules! unary_ops {
     ($($v:ident => $method:ident, $mlir:literal, $accepts:expr, $eval:expr, vjp: $vjp:expr, $doc:literal;)*) => {
@@ -176,8 +176,9 @@ macro_rules! compare_ops {
 }
 
 /// The unary ops, one row each, handed to the macro `$then`:
-/// [`unary_ops!`] here, the methods in `tensor/elementwise.rs`.
+/// `unary_ops!` here, radix's methods and derivative rules there.
 #[rustfmt::skip]
+#[macro_export]
 macro_rules! unary_table {
     ($then:ident) => {
         $then! {
@@ -201,13 +202,13 @@ macro_rules! unary_table {
         }
     };
 }
-pub(crate) use unary_table;
 
 unary_table!(unary_ops);
 
 /// The binary ops, one row each, handed to the macro `$then`:
-/// [`binary_ops!`] here, the methods in `tensor/elementwise.rs`.
+/// `binary_ops!` here, radix's methods and derivative rules there.
 #[rustfmt::skip]
+#[macro_export]
 macro_rules! binary_table {
     ($then:ident) => {
         $then! {
@@ -228,13 +229,13 @@ macro_rules! binary_table {
         }
     };
 }
-pub(crate) use binary_table;
 
 binary_table!(binary_ops);
 
 /// The comparisons, one row each, handed to the macro `$then`:
-/// [`compare_ops!`] here, the methods in `tensor/elementwise.rs`.
+/// `compare_ops!` here, radix's methods there.
 #[rustfmt::skip]
+#[macro_export]
 macro_rules! compare_table {
     ($then:ident) => {
         $then! {
@@ -247,7 +248,6 @@ macro_rules! compare_table {
         }
     };
 }
-pub(crate) use compare_table;
 
 compare_table!(compare_ops);
 
@@ -328,7 +328,7 @@ fn shift_right_arithmetic(a: u64, b: u64, width: u32) -> u64 {
 
 /// An elementwise op: the ops of the tables above, `select` and `clamp`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Elementwise {
+pub enum Elementwise {
     /// A one-operand op.
     Unary(Unary),
     /// A two-operand op.
@@ -343,7 +343,7 @@ pub(crate) enum Elementwise {
 
 impl Elementwise {
     /// The op's short name for error messages.
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Elementwise::Unary(u) => u.name(),
             Elementwise::Binary(b) => b.name(),
@@ -354,7 +354,7 @@ impl Elementwise {
     }
 
     /// Whether swapping the two operands changes nothing.
-    pub(crate) fn is_commutative(self) -> bool {
+    pub fn is_commutative(self) -> bool {
         match self {
             Elementwise::Binary(b) => b.is_commutative(),
             Elementwise::Compare(c) => c.is_commutative(),
@@ -365,7 +365,7 @@ impl Elementwise {
     /// The shape rule: operands of one type (`clamp`'s bounds may be
     /// scalars), a dtype the row accepts; the result has that type (bool
     /// for a comparison), with the tags of the operands merged.
-    pub(crate) fn infer(self, args: &[Shape]) -> Result<Shape, String> {
+    pub fn infer(self, args: &[Shape]) -> Result<Shape, String> {
         let want = match self {
             Elementwise::Unary(_) => 1,
             Elementwise::Binary(_) | Elementwise::Compare(_) => 2,
@@ -406,7 +406,8 @@ impl Elementwise {
         }
     }
 
-    pub(crate) fn print(self, p: &mut OpPrinter<'_>) {
+    /// The op in generic MLIR form.
+    pub fn print(self, p: &mut OpPrinter<'_>) {
         match self {
             Elementwise::Unary(u) => p.generic(&format!("stablehlo.{}", u.name()), ""),
             Elementwise::Binary(b) => p.generic(&format!("stablehlo.{}", b.name()), ""),
@@ -430,7 +431,9 @@ impl Elementwise {
         }
     }
 
-    pub(crate) fn eval(self, args: &[&Literal], shape: Shape) -> Literal {
+    /// The reference semantics, element by element (a rank-0 operand
+    /// broadcast), rounded to the result's dtype.
+    pub fn eval(self, args: &[&Literal], shape: Shape) -> Literal {
         let at = |k: usize, i: usize| {
             let a = args[k].data();
             if a.len() == 1 { a[0] } else { a[i] }
@@ -476,7 +479,7 @@ impl From<Compare> for Op {
 
 /// Merges two shapes of an elementwise op: equal dims and dtypes (or a rank-0
 /// side), tags merged per axis.
-pub(crate) fn merge(a: Shape, b: Shape) -> Result<Shape, String> {
+pub fn merge(a: Shape, b: Shape) -> Result<Shape, String> {
     if a.dtype() != b.dtype() {
         return Err(format!("dtypes differ: {} and {}", a.dtype(), b.dtype()));
     }

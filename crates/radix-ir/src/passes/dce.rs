@@ -9,10 +9,10 @@
 //! `let e = x.exp(); let t = x.tanh(); t + e` and the same sum written with
 //! `tanh` traced first print the same.
 
-use crate::ir::{Function, ValueId};
+use crate::{Function, ValueId};
 
 /// `f` without the nodes its results do not need, in canonical order.
-pub(crate) fn run(f: &Function) -> Function {
+pub fn run(f: &Function) -> Function {
     let mut out = Function::default();
     let mut renamed = vec![None::<ValueId>; f.nodes.len()];
     for &p in &f.params {

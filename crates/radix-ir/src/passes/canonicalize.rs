@@ -20,22 +20,22 @@
 //! Floating point: `x + 0` → `x` differs from IEEE only for `x = -0.0`
 //! (where `-0 + 0 = +0`), the same liberty XLA's simplifier takes.
 
-use crate::ir::ops::{Conversion, Movement, Source};
+use crate::ops::{Conversion, Movement, Source};
 use std::sync::Arc;
 
-use crate::ir::ops::Elementwise;
-use crate::ir::{Function, Node, Op, ValueId};
 use crate::literal::Literal;
+use crate::ops::Elementwise;
 use crate::{DType, Shape};
+use crate::{Function, Node, Op, ValueId};
 
 /// The most elements a non-splat constant fold may read or produce.
-pub(crate) const FOLD_LIMIT: usize = 4096;
+pub const FOLD_LIMIT: usize = 4096;
 
 /// What a node simplifies to.
 // Returned once per node and moved straight into the function: boxing the
 // node would only add an allocation.
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum Simplified {
+pub enum Simplified {
     /// An existing value of the function.
     Value(ValueId),
     /// A node (the original or a simpler one) still to be added.
@@ -43,7 +43,7 @@ pub(crate) enum Simplified {
 }
 
 /// `node` (whose operands are already in `f` and canonical) simplified.
-pub(crate) fn simplify(f: &Function, mut node: Node) -> Simplified {
+pub fn simplify(f: &Function, mut node: Node) -> Simplified {
     // A rewrite may enable another (reshape(reshape(x)) to x's own dims).
     for _ in 0..4 {
         match step(f, &node) {

@@ -19,15 +19,15 @@
 //! replaces, and a node replaced by one of its operands disappears with its
 //! location.
 
-pub(crate) mod canonicalize;
-pub(crate) mod cse;
-pub(crate) mod dce;
+pub mod canonicalize;
+pub mod cse;
+pub mod dce;
 
-use crate::ir::{Function, Op, ValueId, verify};
+use crate::{Function, Op, ValueId, verify};
 
 /// The function `f` after canonicalization, CSE and DCE, its nested
 /// functions included.
-pub(crate) fn optimize(f: &Function) -> Function {
+pub fn optimize(f: &Function) -> Function {
     let mut out = Function::default();
     let mut renamed: Vec<ValueId> = Vec::with_capacity(f.nodes.len());
     let mut table = cse::Table::default();

@@ -11,9 +11,9 @@
 //! `{devices=[t_0,..,t_r-1(,R)]<=[m_0,..]T(perm)( last_tile_dim_replicate)}`.
 //!
 //! A [`crate::Shape`] marks the mesh axis each of its axes is split along
-//! ([`crate::Shape::shard`]); a [`crate::Platform`] with a mesh
-//! ([`crate::Platform::with_mesh`]) compiles programs for that many
-//! partitions and uploads a [`crate::Buffer`] as one block per device (the
+//! ([`crate::Shape::shard`]); radix's `Platform` with a mesh
+//! (`Platform::with_mesh`) compiles programs for that many
+//! partitions and uploads a `Buffer` as one block per device (the
 //! whole array where nothing is split). [`slice_block`] and [`place_block`]
 //! cut such blocks out of a dense host array and put them back.
 

@@ -1,17 +1,17 @@
 //! Constants and `iota`: their shape rule, printing (splats and dense
 //! bytes) and reference semantics. The methods making them are in
-//! `tensor/constant.rs`.
+//! radix's `tensor/constant.rs`.
 
 use std::sync::Arc;
 
 use super::Family;
 use crate::Shape;
-use crate::ir::print::{OpPrinter, dense};
 use crate::literal::{Literal, decode, strides};
+use crate::print::{OpPrinter, dense};
 
 /// The ops that make values from nothing; both state their result type.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) enum Source {
+pub enum Source {
     /// `stablehlo.constant` with little-endian bytes (one element: a splat).
     Constant(Arc<[u8]>),
     /// `stablehlo.iota` along an axis.

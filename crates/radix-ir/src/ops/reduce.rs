@@ -2,24 +2,31 @@
 //! `stablehlo.reduce_window`: the window, its shape rule, the identities of
 //! `max`/`min`, printing and reference semantics (which run the body).
 
-use crate::ir::print::{OpPrinter, i64_array, i64_list};
-use crate::ir::{Function, interp};
 use crate::literal::{Literal, strides, unravel};
+use crate::print::{OpPrinter, i64_array, i64_list};
 use crate::{DType, Shape};
+use crate::{Function, interp};
 use std::sync::Arc;
 
 /// The reductions with a body.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) enum Reduction {
+pub enum Reduction {
     /// `stablehlo.reduce` over axes: operands are the tensors, then one
     /// initial value each; `body` is hermetic over scalars (accumulators,
     /// then elements). Several results when it has several operands.
     Reduce {
+        /// Accumulators and elements to accumulators.
         body: Arc<Function>,
+        /// The axes summed away, ascending.
         axes: Vec<usize>,
     },
     /// `stablehlo.reduce_window` (operand, initial value).
-    ReduceWindow { body: Arc<Function>, window: Window },
+    ReduceWindow {
+        /// Two scalars to one.
+        body: Arc<Function>,
+        /// The window's sizes, strides and padding.
+        window: Window,
+    },
 }
 
 /// The window of a `reduce_window`, one entry per axis of the operand.
@@ -35,7 +42,7 @@ pub struct Window {
 
 /// The shape rule of `reduce_window`: each axis counts the window's
 /// positions over the padded operand.
-pub(crate) fn windowed_shape(s: Shape, w: &Window) -> Result<Shape, String> {
+pub fn windowed_shape(s: Shape, w: &Window) -> Result<Shape, String> {
     let r = s.rank();
     if w.dims.len() != r || w.strides.len() != r || w.padding.len() != r {
         return Err(format!("window {w:?} does not have {r} axes"));
@@ -56,7 +63,7 @@ pub(crate) fn windowed_shape(s: Shape, w: &Window) -> Result<Shape, String> {
 }
 
 /// The lowest value of `dtype` (the identity of `maximum`).
-pub(crate) fn lowest(dtype: DType) -> f64 {
+pub fn lowest(dtype: DType) -> f64 {
     match dtype {
         DType::I8 => i8::MIN as f64,
         DType::I16 => i16::MIN as f64,
@@ -68,7 +75,7 @@ pub(crate) fn lowest(dtype: DType) -> f64 {
 }
 
 /// The highest value of `dtype` (the identity of `minimum`).
-pub(crate) fn highest(dtype: DType) -> f64 {
+pub fn highest(dtype: DType) -> f64 {
     match dtype {
         DType::I8 => i8::MAX as f64,
         DType::I16 => i16::MAX as f64,
@@ -83,7 +90,7 @@ pub(crate) fn highest(dtype: DType) -> f64 {
 }
 
 /// `body` applied to scalars `args` (one per parameter).
-pub(crate) fn apply(body: &Function, args: &[f64]) -> Vec<f64> {
+pub fn apply(body: &Function, args: &[f64]) -> Vec<f64> {
     let lits: Vec<Literal> = body
         .params
         .iter()
@@ -257,13 +264,13 @@ impl super::Family for Reduction {
 
 /// The binary op a scalar body `(acc, x) -> op(acc, x)` applies, if it is
 /// one such op on its two parameters (either order).
-pub(crate) fn body_binary(body: &Function) -> Option<super::Binary> {
+pub fn body_binary(body: &Function) -> Option<super::Binary> {
     let [r] = body.results[..] else { return None };
     let n = body.node(r);
-    let crate::ir::Op::Elementwise(super::Elementwise::Binary(b)) = n.op else {
+    let crate::Op::Elementwise(super::Elementwise::Binary(b)) = n.op else {
         return None;
     };
-    let params: Vec<crate::ir::ValueId> = body.params.clone();
+    let params: Vec<crate::ValueId> = body.params.clone();
     let mut args = n.args.clone();
     args.sort();
     (params.len() == 2 && args == params).then_some(b)

@@ -1,11 +1,11 @@
 //! The reference interpreter: evaluates a [`Function`] on host literals with
 //! each op's reference semantics (f64 arithmetic, rounded to the result dtype).
 
-use crate::ir::{Function, Op};
 use crate::literal::Literal;
+use crate::{Function, Op};
 
 /// The results of `f` applied to `args` (one per parameter, in order).
-pub(crate) fn eval(f: &Function, args: &[Literal]) -> Vec<Literal> {
+pub fn eval(f: &Function, args: &[Literal]) -> Vec<Literal> {
     let live = f.reachable();
     let mut values: Vec<Option<Vec<Literal>>> = vec![None; f.nodes.len()];
     for (i, node) in f.nodes.iter().enumerate() {

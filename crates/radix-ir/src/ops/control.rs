@@ -2,34 +2,41 @@
 //! and `func.call` of a private `func.func`, printed with their regions and
 //! evaluated by interpreting their bodies. Operands are the op's own, then
 //! the values each region captures. The tracing side (`while_`, `for_`,
-//! `if_`, `call`) is `tensor/control.rs`.
+//! `if_`, `call`) is radix's `tensor/control.rs`.
 
+use crate::Function;
 use crate::Shape;
-use crate::ir::Function;
-use crate::ir::interp;
-use crate::ir::print::OpPrinter;
+use crate::interp;
 use crate::literal::Literal;
+use crate::print::OpPrinter;
 use std::sync::Arc;
 
 /// Control flow over nested functions.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) enum Control {
+pub enum Control {
     /// `stablehlo.while`: operands are the initial state, then the values
     /// `cond` captures, then those `body` captures. `max_trips` bounds the
     /// number of iterations when the bound is known when traced (`for_`
     /// runs exactly that many, `while_bounded` at most): the derivative
     /// rule sizes the saved iterations by it, and has none without it.
     While {
+        /// State and captures to a bool scalar: whether to run again.
         cond: Arc<Function>,
+        /// State and captures to the next state.
         body: Arc<Function>,
+        /// How many operands after the state `cond` captures.
         n_cond_captures: usize,
+        /// The bound on the iterations, when known.
         max_trips: Option<i64>,
     },
     /// `stablehlo.if`: operands are the predicate, then the captures of
     /// `then`, then those of `other`.
     If {
+        /// The branch taken when the predicate holds, over its captures.
         then: Arc<Function>,
+        /// The other branch, over its captures.
         other: Arc<Function>,
+        /// How many operands after the predicate `then` captures.
         n_then_captures: usize,
     },
     /// `func.call` of the private function `@name` with body `f`. A
@@ -37,8 +44,11 @@ pub(crate) enum Control {
     /// the body again in the backward pass (`radix::checkpoint`); another
     /// saves the body's residuals.
     Call {
+        /// The private function's name (`@name`).
         name: Arc<str>,
+        /// Its body, hermetic.
         f: Arc<Function>,
+        /// Whether its derivative runs the body again instead of saving.
         checkpoint: bool,
     },
 }

@@ -3,14 +3,14 @@
 //! shape rule, printing and reference semantics.
 
 use crate::Shape;
-use crate::ir::print::{OpPrinter, i64_array};
 use crate::literal::{Literal, strides};
+use crate::print::{OpPrinter, i64_array};
 
 /// The ops that move elements without computing. `reshape` and
 /// `broadcast_in_dim` state their result type; the others give their
 /// operand's tags to the axes they keep.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) enum Movement {
+pub enum Movement {
     /// `stablehlo.reshape`.
     Reshape,
     /// `stablehlo.transpose` with a permutation.
@@ -81,7 +81,9 @@ pub struct PadSpec {
     pub interior: Vec<i64>,
 }
 
-pub(crate) fn infer_dims(s: Shape, dims: &[i64]) -> Result<Vec<i64>, String> {
+/// `dims` for a reshape of `s`, one `-1` inferred from the count, or why
+/// they do not fit.
+pub fn infer_dims(s: Shape, dims: &[i64]) -> Result<Vec<i64>, String> {
     let known: i64 = dims.iter().filter(|&&d| d != -1).product();
     let n_infer = dims.iter().filter(|&&d| d == -1).count();
     let count = s.count() as i64;
@@ -102,7 +104,7 @@ pub(crate) fn infer_dims(s: Shape, dims: &[i64]) -> Result<Vec<i64>, String> {
 }
 
 /// `s` with axis `i` resized to `n` (its tag kept).
-pub(crate) fn resized(s: Shape, i: usize, n: i64) -> Shape {
+pub fn resized(s: Shape, i: usize, n: i64) -> Shape {
     let tag = s.tag(i).map_or("", |t| t.as_str());
     s.remove_axis(i)
         .and_then(|o| o.insert_axis(i, n, tag))
@@ -185,7 +187,7 @@ fn broadcast(s: Shape, axes: &[usize], target: Shape) -> Result<(), String> {
 }
 
 /// The shape rule of `stablehlo.slice`.
-pub(crate) fn slice(s: Shape, spec: &SliceSpec) -> Result<Shape, String> {
+pub fn slice(s: Shape, spec: &SliceSpec) -> Result<Shape, String> {
     let r = s.rank();
     if spec.start.len() != r || spec.limit.len() != r || spec.strides.len() != r {
         return Err(format!("slice spec of the wrong rank for {s}"));
@@ -205,7 +207,7 @@ pub(crate) fn slice(s: Shape, spec: &SliceSpec) -> Result<Shape, String> {
 }
 
 /// The shape rule of `stablehlo.concatenate` along axis `a`.
-pub(crate) fn concatenate(args: &[Shape], a: usize) -> Result<Shape, String> {
+pub fn concatenate(args: &[Shape], a: usize) -> Result<Shape, String> {
     let s = *args.first().ok_or("no tensors")?;
     if a >= s.rank() {
         return Err(format!("no axis {a} in {s}"));
@@ -224,7 +226,7 @@ pub(crate) fn concatenate(args: &[Shape], a: usize) -> Result<Shape, String> {
 }
 
 /// The shape rule of `stablehlo.pad`.
-pub(crate) fn pad(s: Shape, spec: &PadSpec) -> Result<Shape, String> {
+pub fn pad(s: Shape, spec: &PadSpec) -> Result<Shape, String> {
     let r = s.rank();
     if spec.low.len() != r || spec.high.len() != r || spec.interior.len() != r {
         return Err(format!("pad spec of the wrong rank for {s}"));
@@ -285,7 +287,7 @@ fn print_op(op: &Movement, p: &mut OpPrinter<'_>) {
 /// The indices come in row-major order from one counter stepped like an
 /// odometer (the last axis fastest), not unravelled per element: the
 /// passes fold constants through this on every trace.
-pub(crate) fn gather_by_index(shape: Shape, mut f: impl FnMut(&[usize]) -> f64) -> Literal {
+pub fn gather_by_index(shape: Shape, mut f: impl FnMut(&[usize]) -> f64) -> Literal {
     let dims = shape.dims();
     let count = shape.count();
     let mut index = vec![0usize; dims.len()];
@@ -332,19 +334,19 @@ fn eval_op(op: &Movement, args: &[&Literal], shape: Shape) -> Literal {
             }
             x.data()[offset(&ii, &st)]
         }),
-        Movement::Concatenate(a) => gather_by_index(shape, |oi| {
-            let mut pos = oi[*a] as i64;
-            for t in args {
-                let d = t.shape().dims()[*a];
-                if pos < d {
-                    let mut ti = oi.to_vec();
-                    ti[*a] = pos as usize;
-                    return t.data()[offset(&ti, &strides(t.shape().dims()))];
+        Movement::Concatenate(a) => {
+            // Row-major: for each index of the axes before `a`, each
+            // operand's block of the axes from `a` on, in order.
+            let size = |dims: &[i64]| dims.iter().product::<i64>() as usize;
+            let mut data = Vec::with_capacity(shape.count());
+            for o in 0..size(&shape.dims()[..*a]) {
+                for t in args {
+                    let block = size(&t.shape().dims()[*a..]);
+                    data.extend_from_slice(&t.data()[o * block..(o + 1) * block]);
                 }
-                pos -= d;
             }
-            unreachable!()
-        }),
+            Literal::new(shape, data)
+        }
         Movement::Pad(s) => gather_by_index(shape, |oi| {
             for k in 0..ii.len() {
                 let p = oi[k] as i64 - s.low[k];
@@ -392,5 +394,33 @@ impl super::Family for Movement {
 
     fn eval(&self, args: &[&Literal], shape: Shape) -> Vec<Literal> {
         vec![eval_op(self, args, shape)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DType;
+
+    #[test]
+    fn concatenation_lays_the_operands_end_to_end_along_its_axis() {
+        let lit = |dims: &[i64], v: &[f64]| Literal::new(Shape::new(DType::F32, dims), v.to_vec());
+        let (a, b) = (
+            lit(&[2, 1], &[1.0, 2.0]),
+            lit(&[2, 2], &[3.0, 4.0, 5.0, 6.0]),
+        );
+        let along_1 = eval_op(
+            &Movement::Concatenate(1),
+            &[&a, &b],
+            Shape::new(DType::F32, &[2, 3]),
+        );
+        assert_eq!(along_1.data(), [1.0, 3.0, 4.0, 2.0, 5.0, 6.0]);
+        let c = lit(&[1, 2], &[7.0, 8.0]);
+        let along_0 = eval_op(
+            &Movement::Concatenate(0),
+            &[&b, &c],
+            Shape::new(DType::F32, &[3, 2]),
+        );
+        assert_eq!(along_0.data(), [3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
     }
 }
