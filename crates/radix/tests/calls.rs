@@ -112,3 +112,57 @@ fn calls_compute_like_inline_code() {
     );
     assert_eq!(y.shape(), Shape::tagged(DType::F32, &[("b", 1), ("d", 2)]));
 }
+
+/// Every node of a traced program is located at the user's line, the
+/// results of multi-result ops and the nodes derivative rules make
+/// included: no location names radix's own sources.
+#[test]
+fn every_location_is_the_users_line() {
+    fn block(x: &Tensor) -> Tensor {
+        x.sin() * 2.0
+    }
+    let x = Literal::new(Shape::new(DType::F32, &[2, 3]), vec![0.5; 6]);
+    let program = trace_fn(&[x], |v| {
+        let sorted = radix::sort(&[v[0], v[0].cos()], 1, |l, r| l[0].lt(r[0]));
+        let called = call("block", block, &sorted[1]);
+        let looped = radix::while_bounded(
+            3,
+            &[called],
+            |s| s[0].sum([0, 1]).lt(Tensor::scalar(9.0, DType::F32)),
+            |s| vec![s[0] + 1.0],
+        )[0];
+        let composites = (looped.softmax(1) + looped.gelu_tanh() + looped.cumsum(1)).mean([0, 1]);
+        let (top, at) = looped.top_k(1, 2);
+        let window = radix::Window {
+            dims: vec![1, 2],
+            strides: vec![1, 1],
+            padding: vec![[0, 0], [0, 0]],
+        };
+        let pooled = looped.max_pool(&window).sum([0, 1]);
+        let scattered = looped
+            .scatter_add(1, at, looped.gather(1, at))
+            .argmax(1)
+            .convert(DType::F32)
+            .sum(0);
+        let picked = looped.gather(1, at).sum([0, 1]) + top.sum([0, 1]) + composites;
+        let picked = picked + pooled + scattered;
+        let (_, stacked) = radix::for_(2, "step", &[picked], |i, s| {
+            let next = s[0] * i.convert(DType::F32);
+            (vec![next], vec![next])
+        });
+        let grads = radix::grad(
+            |x: &Tensor, _: &()| (call("block", block, x) * looped).max(1).sum(0),
+            &v[0],
+            &(),
+        );
+        (grads, stacked[0])
+    })
+    .unwrap();
+    let text = program.stablehlo();
+    let radix_lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("crates/radix/src") || l.contains("crates/radix-ir/src"))
+        .collect();
+    assert!(radix_lines.is_empty(), "{}", radix_lines.join("\n"));
+    assert!(text.contains("tests/calls.rs"), "{text}");
+}

@@ -2,7 +2,8 @@
 //! with the primitive ops (they add no IR op).
 
 use crate::shape::{Axes, AxisRef};
-use crate::tensor::fail;
+use crate::tensor::{fail, located};
+use std::panic::Location;
 
 use crate::ir::ops::reduce::lowest;
 use crate::tensor::reduce::reduce;
@@ -100,15 +101,18 @@ impl Tensor {
             Tensor::scalar(lowest(s.dtype()), s.dtype()),
             Tensor::scalar(0.0, DType::I32),
         ];
-        reduce(&[self, iota], &inits, a, |acc, x| {
-            let (av, ai, xv, xi) = (acc[0], acc[1], x[0], x[1]);
-            // Keep the accumulator if it is NaN (the first NaN wins), else
-            // if it is larger, or equal and first.
-            let (a_nan, x_num, a_first) = (av.ne(av), xv.eq(xv), ai.lt(xi));
-            let larger = av.gt(xv).or(av.eq(xv).and(a_first));
-            let keep = a_nan.and(x_num.or(a_first)).or(x_num.and(larger));
-            vec![keep.select(av, xv), keep.select(ai, xi)]
-        })[1]
+        // The body is radix's: its nodes are at the caller's line.
+        located(Location::caller(), || {
+            reduce(&[self, iota], &inits, a, |acc, x| {
+                let (av, ai, xv, xi) = (acc[0], acc[1], x[0], x[1]);
+                // Keep the accumulator if it is NaN (the first NaN wins), else
+                // if it is larger, or equal and first.
+                let (a_nan, x_num, a_first) = (av.ne(av), xv.eq(xv), ai.lt(xi));
+                let larger = av.gt(xv).or(av.eq(xv).and(a_first));
+                let keep = a_nan.and(x_num.or(a_first)).or(x_num.and(larger));
+                vec![keep.select(av, xv), keep.select(ai, xi)]
+            })[1]
+        })
     }
 
     /// `self` (reduced over axis `removed` of `like`) broadcast back to `like`.

@@ -15,8 +15,9 @@
 use crate::ir::Op;
 use crate::ir::ops::Control;
 use crate::module::Module;
-use crate::tensor::{Block, emit, fail, trace_hermetic_block, trace_open_block};
+use crate::tensor::{Block, emit, fail, located, trace_hermetic_block, trace_open_block};
 use crate::{DType, Shape, Tensor};
+use std::panic::Location;
 use std::sync::Arc;
 
 /// Repeats `body` on a state of tensors, starting from `init`, while `cond`
@@ -73,15 +74,22 @@ pub fn while_bounded(
     cond: impl FnOnce(&[Tensor]) -> Tensor,
     body: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
 ) -> Vec<Tensor> {
-    let index = |v: i64| Tensor::scalar(v as f64, DType::I32);
+    // The counter's nodes are at the caller's line; the user's closures
+    // keep their own lines.
+    let loc = Location::caller();
+    let index = |v: i64| located(loc, || Tensor::scalar(v as f64, DType::I32));
     let mut state = vec![index(0)];
     state.extend_from_slice(init);
     let res = counted_while(
         &state,
-        |s| s[0].lt(index(max_trips)).and(cond(&s[1..])),
         |s| {
-            let mut next = vec![s[0] + index(1)];
-            next.extend(body(&s[1..]));
+            let holds = cond(&s[1..]);
+            located(loc, || s[0].lt(index(max_trips)).and(holds))
+        },
+        |s| {
+            let rest = body(&s[1..]);
+            let mut next = vec![located(loc, || s[0] + index(1))];
+            next.extend(rest);
             next
         },
         Some(max_trips.max(0)),
@@ -152,25 +160,35 @@ pub fn for_(
         .iter()
         .map(|t| t.shape().insert_axis(0, n, axis).unwrap_or(t.shape()))
         .collect();
-    let mut state = vec![Tensor::scalar(0.0, DType::I32)];
+    // The counter's and the stacks' nodes are at the caller's line; the
+    // user's body keeps its own lines.
+    let loc = Location::caller();
+    let index = |v: i64| located(loc, || Tensor::scalar(v as f64, DType::I32));
+    let mut state = vec![index(0)];
     state.extend_from_slice(init);
-    state.extend(stacked.iter().map(|&s| Tensor::zeros(s)));
+    state.extend(located(loc, || {
+        stacked
+            .iter()
+            .map(|&s| Tensor::zeros(s))
+            .collect::<Vec<_>>()
+    }));
     let k = init.len();
     let res = counted_while(
         &state,
-        |s| s[0].lt(Tensor::scalar(n as f64, DType::I32)),
+        |s| located(loc, || s[0].lt(index(n))),
         |s| {
             let i = s[0];
             let (next, out) = body(i, &s[1..=k]);
-            let mut res = vec![i + Tensor::scalar(1.0, DType::I32)];
-            res.extend(next);
-            for (acc, o) in s[k + 1..].iter().zip(out) {
-                let row = o.unsqueeze(0, axis);
-                let mut starts = vec![i];
-                starts.extend((0..o.rank()).map(|_| Tensor::scalar(0.0, DType::I32)));
-                res.push(acc.dynamic_update_slice(row, &starts));
-            }
-            res
+            located(loc, || {
+                let mut res = vec![i + index(1)];
+                res.extend(next);
+                for (acc, o) in s[k + 1..].iter().zip(out) {
+                    let row = o.unsqueeze(0, axis);
+                    let starts = [vec![i], vec![index(0); o.rank()]].concat();
+                    res.push(acc.dynamic_update_slice(row, &starts));
+                }
+                res
+            })
         },
         Some(n.max(0)),
     );
@@ -344,11 +362,13 @@ pub(crate) fn multi(op: Op, args: &[Tensor], shapes: &[Shape]) -> Vec<Tensor> {
         return vec![];
     };
     let node = emit(op, args, first);
-    shapes
-        .iter()
-        .enumerate()
-        .map(|(i, &s)| emit(Op::Project(i), &[node], s))
-        .collect()
+    // A loop, not a closure: the projections are at the caller's line too
+    // (`#[track_caller]` does not reach into a closure).
+    let mut results = Vec::with_capacity(shapes.len());
+    for (i, &s) in shapes.iter().enumerate() {
+        results.push(emit(Op::Project(i), &[node], s));
+    }
+    results
 }
 
 /// Records `op` on `args` with its results typed by its shape rule (with

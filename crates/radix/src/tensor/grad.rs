@@ -17,7 +17,7 @@ use crate::error::TraceError;
 use crate::ir::Op;
 use crate::module::{Module, tensors};
 use crate::tensor::control::{multi, poison};
-use crate::tensor::{fail, report_error, trace_open_block};
+use crate::tensor::{fail, located, report_error, trace_open_block};
 use crate::{Shape, Tensor};
 
 /// The value of `f(params, args)`, a float scalar (a loss), and its
@@ -45,12 +45,13 @@ where
     P: Module + Clone,
     A: Module + Clone,
 {
+    let loc = std::panic::Location::caller();
     let (loss, grads) = differentiate(f, params, args, |out: &Tensor| {
         let s = out.shape();
         if s.rank() != 0 || !s.dtype().is_float() {
             return Err(format!("the function gives {s}, not a float scalar"));
         }
-        Ok(vec![Tensor::full(s, 1.0)])
+        Ok(vec![located(loc, || Tensor::full(s, 1.0))])
     });
     (loss, grads)
 }

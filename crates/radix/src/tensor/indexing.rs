@@ -9,8 +9,9 @@ use crate::Tensor;
 use crate::ir::Op;
 use crate::ir::ops::indexing::*;
 use crate::shape::AxisRef;
-use crate::tensor::record_inferred;
 use crate::tensor::reduce::{check_body, scalar_block};
+use crate::tensor::{located, record_inferred};
+use std::panic::Location;
 use std::sync::Arc;
 
 impl Tensor {
@@ -60,14 +61,20 @@ impl Tensor {
     /// (`stablehlo.scatter` returning the update).
     #[track_caller]
     pub fn scatter(self, axis: impl Into<AxisRef>, indices: Tensor, updates: Tensor) -> Tensor {
-        self.scatter_with(axis, indices, updates, |_, new| new)
+        let axis = axis.into();
+        located(Location::caller(), || {
+            self.scatter_with(axis, indices, updates, |_, new| new)
+        })
     }
 
     /// `self` with `updates` added to the slices along `axis` at `indices`;
     /// updates at a repeated index accumulate (`stablehlo.scatter` with `add`).
     #[track_caller]
     pub fn scatter_add(self, axis: impl Into<AxisRef>, indices: Tensor, updates: Tensor) -> Tensor {
-        self.scatter_with(axis, indices, updates, |old, new| old + new)
+        let axis = axis.into();
+        located(Location::caller(), || {
+            self.scatter_with(axis, indices, updates, |old, new| old + new)
+        })
     }
 
     /// `self` with each element `old` of the slices along `axis` at

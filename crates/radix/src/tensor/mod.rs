@@ -181,6 +181,22 @@ pub(crate) fn appending<R>(
     (res, done.function, done.error)
 }
 
+/// Runs `f` with the nodes it records located at `loc`, unless a location
+/// is already imposed (a derivative rule's): for radix's own nodes made
+/// inside a closure, where `#[track_caller]` does not reach, so that they
+/// too carry the user's line.
+pub(crate) fn located<R>(loc: &'static Location<'static>, f: impl FnOnce() -> R) -> R {
+    let saved = BUILDER.with(|b| {
+        let mut b = b.borrow_mut();
+        let saved = b.at;
+        b.at = Some(saved.unwrap_or(loc));
+        saved
+    });
+    let res = f();
+    BUILDER.with(|b| b.borrow_mut().at = saved);
+    res
+}
+
 /// Locates the nodes recorded from now on at `loc` (see [`Builder::at`]).
 pub(crate) fn locate_at(loc: &'static Location<'static>) {
     BUILDER.with(|b| b.borrow_mut().at = Some(loc));

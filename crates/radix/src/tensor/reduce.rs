@@ -17,8 +17,9 @@ use crate::ir::ops::Binary;
 use crate::ir::ops::reduce::*;
 use crate::shape::{Axes, AxisRef};
 use crate::tensor::control::{poison, record_multi};
-use crate::tensor::{Block, emit, fail, record_inferred, trace_hermetic_block};
+use crate::tensor::{Block, emit, fail, located, record_inferred, trace_hermetic_block};
 use crate::{DType, Shape, Tensor};
+use std::panic::Location;
 use std::sync::Arc;
 
 /// Reduces `operands` (tensors of equal dims) over `axes`, which are
@@ -118,7 +119,9 @@ impl Tensor {
                 .collect(),
         };
         let zero = Tensor::scalar(0.0, self.dtype());
-        self.reduce_window(zero, &window, |a, b| a + b)
+        located(Location::caller(), || {
+            self.reduce_window(zero, &window, |a, b| a + b)
+        })
     }
 
     /// The maximum of each window (`stablehlo.reduce_window` with
@@ -140,11 +143,15 @@ impl Tensor {
     }
 }
 
-/// The body `op(acc, x)` over scalars of `dtype` (equal reductions compare
-/// equal wherever they are traced: bodies compare by structure, not place).
+/// The body `op(acc, x)` over scalars of `dtype`, at the caller's line
+/// (equal reductions compare equal wherever they are traced: bodies
+/// compare by structure, not place).
+#[track_caller]
 fn binary_body(dtype: DType, op: Binary) -> Block {
-    scalar_block("reduce body", &[dtype], 2, |s| {
-        vec![emit(op.into(), &s[..2], Shape::scalar(dtype))]
+    located(Location::caller(), || {
+        scalar_block("reduce body", &[dtype], 2, |s| {
+            vec![emit(op.into(), &s[..2], Shape::scalar(dtype))]
+        })
     })
 }
 

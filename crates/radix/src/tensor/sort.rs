@@ -12,8 +12,10 @@ use crate::ir::Op;
 use crate::ir::ops::sort::*;
 use crate::shape::AxisRef;
 use crate::tensor::control::{poison, record_multi};
+use crate::tensor::located;
 use crate::tensor::reduce::{check_body, scalar_block};
 use crate::{DType, Shape, Tensor};
+use std::panic::Location;
 use std::sync::Arc;
 
 /// Sorts `operands` (tensors of equal dims) together along `axis`, stably
@@ -63,7 +65,9 @@ impl Tensor {
     /// `self` sorted along `axis` in `order` (`stablehlo.sort`).
     #[track_caller]
     pub fn sort(self, axis: impl Into<AxisRef>, order: Order) -> Tensor {
-        sort(&[self], axis, |l, r| before(order, l[0], r[0]))[0]
+        located(Location::caller(), || {
+            sort(&[self], axis, |l, r| before(order, l[0], r[0]))[0]
+        })
     }
 
     /// The `i32` positions that sort `self` along `axis` in `order` (equal
@@ -88,7 +92,9 @@ impl Tensor {
         let s = self.shape();
         let a = s.axis(axis).unwrap_or(0);
         let iota = Tensor::iota(s.with_dtype(DType::I32), a);
-        let res = sort(&[self, iota], axis, |l, r| before(order, l[0], r[0]));
+        let res = located(Location::caller(), || {
+            sort(&[self, iota], axis, |l, r| before(order, l[0], r[0]))
+        });
         (res[0], res[1])
     }
 }
