@@ -58,9 +58,7 @@ fn call(
     let body = super::vjp(f, f.params.len())?;
     let n_out = f.results.len();
     let mut operands = args.to_vec();
-    for (&r, ct) in f.results.iter().zip(cts) {
-        operands.push(ct.unwrap_or_else(|| Tensor::zeros(f.node(r).shape)));
-    }
+    operands.extend(super::seeds(cts, &f.result_shapes()));
     let shapes = body.result_shapes();
     let op = Op::Control(Control::Call {
         name: format!("{name}_vjp").into(),

@@ -22,9 +22,10 @@ use std::sync::Arc;
 
 use crate::autodiff::GradError;
 use crate::autodiff::residuals::{self, Reads, with_zeros};
+use crate::autodiff::seeds;
 use crate::ir::ops::Control;
-use crate::ir::{Function, Node, Op};
-use crate::tensor::control::counted_while;
+use crate::ir::{Function, Node, Op, ValueId};
+use crate::tensor::control::{counted_while, multi, project_from};
 use crate::tensor::{emit, inline, producer, value_of};
 use crate::{DType, Shape, Tensor};
 
@@ -64,7 +65,7 @@ type ErrorAt<'a> = &'a dyn Fn(String) -> GradError;
 /// Records in place of `node` (operands already renamed) the op that also
 /// gives its residuals, returning it and what its rule needs; `None`
 /// where the op keeps its plain rule.
-pub(crate) fn save(node: &Node, error: ErrorAt<'_>) -> Result<Option<(Tensor, Saved)>, GradError> {
+pub(crate) fn save(node: &Node, error: ErrorAt<'_>) -> Result<Option<(ValueId, Saved)>, GradError> {
     let args: Vec<Tensor> = node.args.iter().map(|&a| value_of(a)).collect();
     match &node.op {
         Op::Control(Control::Call {
@@ -119,11 +120,8 @@ pub(crate) fn restore(
                 f: bwd.clone(),
                 checkpoint: false,
             });
-            let call = emit(op, &operands, shapes[0]);
-            project_from(call, 0, &shapes[..args.len()])
-                .into_iter()
-                .map(Some)
-                .collect()
+            let grads = multi(op, &operands, &shapes);
+            grads[..args.len()].iter().map(|&t| Some(t)).collect()
         }
         Saved::If {
             n_then_captures,
@@ -157,9 +155,8 @@ pub(crate) fn restore(
             let mut operands = vec![args[0]];
             operands.extend(targs);
             operands.extend(eargs);
-            let back = emit(op, &operands, shapes[0]);
             let mut res = vec![None];
-            res.extend(project_from(back, 0, &shapes).into_iter().map(Some));
+            res.extend(multi(op, &operands, &shapes).into_iter().map(Some));
             res
         }
         Saved::Loop {
@@ -182,7 +179,11 @@ pub(crate) fn restore(
     }
 }
 
-fn save_call(args: &[Tensor], name: &Arc<str>, f: &Function) -> Result<(Tensor, Saved), GradError> {
+fn save_call(
+    args: &[Tensor],
+    name: &Arc<str>,
+    f: &Function,
+) -> Result<(ValueId, Saved), GradError> {
     let s = residuals::split(f, f.params.len(), Reads::Params)?;
     let outs = f.result_shapes();
     let shapes = s.fwd.result_shapes();
@@ -200,7 +201,7 @@ fn save_call(args: &[Tensor], name: &Arc<str>, f: &Function) -> Result<(Tensor, 
         free_used: s.free_used,
         outs,
     };
-    Ok((call, saved))
+    Ok((call.value(), saved))
 }
 
 fn save_if(
@@ -208,7 +209,7 @@ fn save_if(
     then: &Function,
     other: &Function,
     n_then_captures: usize,
-) -> Result<(Tensor, Saved), GradError> {
+) -> Result<(ValueId, Saved), GradError> {
     let t = residuals::split(then, then.params.len(), Reads::Params)?;
     let o = residuals::split(other, other.params.len(), Reads::Params)?;
     let outs = then.result_shapes();
@@ -229,7 +230,7 @@ fn save_if(
         other_free: o.free_used,
         outs,
     };
-    Ok((id, saved))
+    Ok((id.value(), saved))
 }
 
 /// A bounded `while` of the forward pass.
@@ -248,7 +249,7 @@ fn save_loop(
     args: &[Tensor],
     l: Loop<'_>,
     error: ErrorAt<'_>,
-) -> Result<(Tensor, Saved), GradError> {
+) -> Result<(ValueId, Saved), GradError> {
     let Loop {
         cond,
         body,
@@ -275,10 +276,8 @@ fn save_loop(
             let res = inline(&s.fwd, &[&c[..n_state], caps].concat());
             let mut out = res[..n_state].to_vec();
             out.push(j + index(1));
-            for (k, &r) in res[n_state..].iter().enumerate() {
-                let row = r.reshape_to(s.residuals[k].insert_axis(0, 1, "").expect("checked"));
-                let at = [vec![j], vec![index(0); s.residuals[k].rank()]].concat();
-                out.push(c[n_state + 1 + k].dynamic_update_slice(row, &at));
+            for (&stack, &r) in c[n_state + 1..].iter().zip(&res[n_state..]) {
+                out.push(stack.with_row(j, r));
             }
             out
         },
@@ -334,13 +333,7 @@ fn restore_loop(
         |c| c[0].ge(index(0)),
         |c| {
             let (k, ct_state, acc) = (c[0], &c[1..=n_state], &c[1 + n_state..]);
-            let mut operands = vec![];
-            for &stack in stacks {
-                let row = stack.shape().remove_axis(0).expect("stacked");
-                let at = [vec![k], vec![index(0); row.rank()]].concat();
-                let sizes = [&[1], row.dims()].concat();
-                operands.push(stack.dynamic_slice(&at, &sizes).reshape_to(row));
-            }
+            let mut operands: Vec<Tensor> = stacks.iter().map(|s| s.row(k)).collect();
             operands.extend(&free);
             operands.extend(ct_state);
             let res = inline(bwd, &operands);
@@ -360,20 +353,6 @@ fn restore_loop(
     cotangents.extend(std::iter::repeat_n(None, n_cond_captures));
     cotangents.extend(res[1 + n_state..].iter().map(|&t| Some(t)));
     cotangents
-}
-
-/// A cotangent per result (zeros where there is none).
-fn seeds(cts: &[Option<Tensor>], outs: &[Shape]) -> Vec<Tensor> {
-    (cts.iter().zip(outs))
-        .map(|(ct, &s)| ct.unwrap_or_else(|| Tensor::zeros(s)))
-        .collect()
-}
-
-/// Results `from..` of the multi-result value `v`, of `shapes`.
-fn project_from(v: Tensor, from: usize, shapes: &[Shape]) -> Vec<Tensor> {
-    (shapes.iter().enumerate())
-        .map(|(k, &s)| emit(Op::Project(from + k), &[v], s))
-        .collect()
 }
 
 /// `max_trips` rows of each residual.

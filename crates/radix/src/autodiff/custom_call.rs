@@ -6,9 +6,8 @@
 use crate::Tensor;
 use crate::autodiff::Rule;
 use crate::custom_call::declaration;
-use crate::ir::Op;
 use crate::ir::ops::custom_call::Site;
-use crate::tensor::emit;
+use crate::tensor::control::project_from;
 
 pub(super) fn vjp(site: &Site, args: &[Tensor], out: Tensor, cts: &[Option<Tensor>]) -> Rule {
     let Some(d) = declaration(site).derivative() else {
@@ -17,9 +16,7 @@ pub(super) fn vjp(site: &Site, args: &[Tensor], out: Tensor, cts: &[Option<Tenso
             site.call.name()
         ));
     };
-    let results: Vec<Tensor> = (site.results.iter().enumerate())
-        .map(|(k, &s)| emit(Op::Project(k), &[out], s))
-        .collect();
+    let results = project_from(out, 0, &site.results);
     let cts: Vec<Tensor> = (cts.iter().zip(&site.results))
         .map(|(ct, &s)| ct.map_or_else(|| Tensor::zeros(s), |ct| ct.retag(s)))
         .collect();

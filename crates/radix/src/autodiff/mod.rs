@@ -83,7 +83,7 @@ pub(crate) fn joint(f: &Function, n_wrt: usize) -> Result<Joint, GradError> {
     let f = &fallbacks_where_active(f, &active);
     let (res, mut g, error) = tensor::appending(Function::default(), || {
         let (map, saved) = forward(f, &live, &active)?;
-        let boundary = tensor::detached(|g| {
+        let boundary = tensor::with_function(|g| {
             g.params = f.params.iter().map(|p| map[p.0 as usize]).collect();
             g.results = f.results.iter().map(|r| map[r.0 as usize]).collect();
             g.nodes.len()
@@ -137,11 +137,11 @@ fn forward(
             false => None,
         };
         let id = match kept {
-            Some((t, s)) => {
+            Some((id, s)) => {
                 saved[i] = Some(s);
-                t.value()
+                id
             }
-            None => tensor::detached(|g| g.push_rebuilt(node, f.locs[i])),
+            None => tensor::with_function(|g| g.push_rebuilt(node, f.locs[i])),
         };
         map.push(id);
     }
@@ -221,8 +221,7 @@ impl Backward<'_> {
     fn rule(&self, i: usize, cts: &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>, GradError> {
         let (f, map) = (self.f, self.map);
         let n = &f.nodes[i];
-        let node = mapped(n, map);
-        let args: Vec<Tensor> = node.args.iter().map(|&a| value_of(a)).collect();
+        let args: Vec<Tensor> = n.args.iter().map(|a| value_of(map[a.0 as usize])).collect();
         let out = value_of(map[i]);
         let error = |message: String| rule_error(f, i, message);
         if let Some(s) = &self.saved[i] {
@@ -333,6 +332,13 @@ fn n_results(n: &Node) -> usize {
         Op::CustomCall(site) => site.results.len(),
         _ => 1,
     }
+}
+
+/// A cotangent per result, `outs` (zeros where there is none).
+fn seeds(cts: &[Option<Tensor>], outs: &[Shape]) -> Vec<Tensor> {
+    (cts.iter().zip(outs))
+        .map(|(ct, &s)| ct.unwrap_or_else(|| Tensor::zeros(s)))
+        .collect()
 }
 
 /// `s` without tags: the rules work on positions.

@@ -183,9 +183,7 @@ pub fn for_(
                 let mut res = vec![i + index(1)];
                 res.extend(next);
                 for (acc, o) in s[k + 1..].iter().zip(out) {
-                    let row = o.unsqueeze(0, axis);
-                    let starts = [vec![i], vec![index(0); o.rank()]].concat();
-                    res.push(acc.dynamic_update_slice(row, &starts));
+                    res.push(acc.with_row(i, o));
                 }
                 res
             })
@@ -362,11 +360,18 @@ pub(crate) fn multi(op: Op, args: &[Tensor], shapes: &[Shape]) -> Vec<Tensor> {
         return vec![];
     };
     let node = emit(op, args, first);
+    project_from(node, 0, shapes)
+}
+
+/// Results `from..` of the multi-result value `v`, of `shapes` (a
+/// `Project` node each).
+#[track_caller]
+pub(crate) fn project_from(v: Tensor, from: usize, shapes: &[Shape]) -> Vec<Tensor> {
     // A loop, not a closure: the projections are at the caller's line too
     // (`#[track_caller]` does not reach into a closure).
     let mut results = Vec::with_capacity(shapes.len());
-    for (i, &s) in shapes.iter().enumerate() {
-        results.push(emit(Op::Project(i), &[node], s));
+    for (k, &s) in shapes.iter().enumerate() {
+        results.push(emit(Op::Project(from + k), &[v], s));
     }
     results
 }

@@ -5,12 +5,12 @@
 //! These are the methods that record the ops while tracing; the ops' printing
 //! and reference semantics are in `ir/ops/indexing.rs`.
 
-use crate::Tensor;
 use crate::ir::Op;
 use crate::ir::ops::indexing::*;
 use crate::shape::AxisRef;
 use crate::tensor::reduce::{check_body, scalar_block};
 use crate::tensor::{located, record_inferred};
+use crate::{DType, Tensor};
 use std::panic::Location;
 use std::sync::Arc;
 
@@ -53,6 +53,30 @@ impl Tensor {
             &[self, indices],
             a.map(|a| Op::Indexing(Indexing::Gather(a))),
         )
+    }
+
+    /// `self` with row `i` (an `i32` scalar) of its leading axis replaced
+    /// by `row`, shaped as the other axes: how a loop stacks a value per
+    /// iteration.
+    #[track_caller]
+    pub(crate) fn with_row(self, i: Tensor, row: Tensor) -> Tensor {
+        let tag = self.shape().tag(0).map_or("", |t| t.as_str());
+        let starts = [vec![i], vec![Tensor::scalar(0.0, DType::I32); row.rank()]].concat();
+        self.dynamic_update_slice(row.unsqueeze(0, tag), &starts)
+    }
+
+    /// Row `i` (an `i32` scalar) of the leading axis, shaped as the other
+    /// axes: what [`Tensor::with_row`] wrote.
+    #[track_caller]
+    pub(crate) fn row(self, i: Tensor) -> Tensor {
+        let mut sizes = self.dims();
+        sizes[0] = 1;
+        let starts = [
+            vec![i],
+            vec![Tensor::scalar(0.0, DType::I32); self.rank() - 1],
+        ]
+        .concat();
+        self.dynamic_slice(&starts, &sizes).squeeze(0)
     }
 
     /// `self` with the slices along `axis` at `indices` replaced by `updates`

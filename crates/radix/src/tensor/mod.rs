@@ -186,20 +186,22 @@ pub(crate) fn appending<R>(
 /// inside a closure, where `#[track_caller]` does not reach, so that they
 /// too carry the user's line.
 pub(crate) fn located<R>(loc: &'static Location<'static>, f: impl FnOnce() -> R) -> R {
-    let saved = BUILDER.with(|b| {
-        let mut b = b.borrow_mut();
-        let saved = b.at;
-        b.at = Some(saved.unwrap_or(loc));
-        saved
-    });
+    let imposed = BUILDER.with(|b| b.borrow().at);
+    replace_at(Some(imposed.unwrap_or(loc)));
     let res = f();
-    BUILDER.with(|b| b.borrow_mut().at = saved);
+    replace_at(imposed);
     res
 }
 
 /// Locates the nodes recorded from now on at `loc` (see [`Builder::at`]).
 pub(crate) fn locate_at(loc: &'static Location<'static>) {
-    BUILDER.with(|b| b.borrow_mut().at = Some(loc));
+    replace_at(Some(loc));
+}
+
+/// Sets where the current trace's nodes are located (`None`: at the line
+/// that records each); gives the setting it replaces.
+fn replace_at(at: Option<&'static Location<'static>>) -> Option<&'static Location<'static>> {
+    BUILDER.with(|b| std::mem::replace(&mut b.borrow_mut().at, at))
 }
 
 /// The first trace error recorded so far, taken out of the current trace.
@@ -231,9 +233,9 @@ pub(crate) fn inline(g: &Function, args: &[Tensor]) -> Vec<Tensor> {
             Op::Parameter(k) => args[k],
             _ => {
                 let a: Vec<Tensor> = n.args.iter().map(|a| map[a.0 as usize]).collect();
-                let at = BUILDER.with(|b| b.borrow_mut().at.replace(loc));
+                let at = replace_at(Some(loc));
                 let t = record_node(n.op.clone(), &a, Some(n.shape));
-                BUILDER.with(|b| b.borrow_mut().at = at);
+                replace_at(at);
                 t
             }
         };
@@ -243,25 +245,15 @@ pub(crate) fn inline(g: &Function, args: &[Tensor]) -> Vec<Tensor> {
 }
 
 /// The multi-result node whose result `t` (a `Project` node) is.
-pub(crate) fn producer(t: Tensor) -> Tensor {
-    BUILDER.with(|b| {
-        let b = b.borrow();
-        let id = b.function.node(t.value()).args[0];
-        Tensor {
-            id: id.0,
-            trace: b.trace,
-            shape: b.function.node(id).shape,
-        }
-    })
+pub(crate) fn producer(t: Tensor) -> ValueId {
+    BUILDER.with(|b| b.borrow().function.node(t.value()).args[0])
 }
 
-/// Runs `f` on the current trace's function taken out of the trace (for
-/// code that builds nodes itself, which may start traces of its own).
-pub(crate) fn detached<R>(f: impl FnOnce(&mut Function) -> R) -> R {
-    let mut g = BUILDER.with(|b| std::mem::take(&mut b.borrow_mut().function));
-    let res = f(&mut g);
-    BUILDER.with(|b| b.borrow_mut().function = g);
-    res
+/// Runs `f` on the current trace's function (for code that copies nodes
+/// in, already checked, or sets its parameters and results; `f` must not
+/// trace).
+pub(crate) fn with_function<R>(f: impl FnOnce(&mut Function) -> R) -> R {
+    BUILDER.with(|b| f(&mut b.borrow_mut().function))
 }
 
 /// The order token of the current block's last collective, if it has one.
