@@ -90,7 +90,8 @@ pub fn bucket(n: usize) -> usize {
 }
 
 /// The key/value cache of one sequence on the device, and how many
-/// positions hold tokens.
+/// positions hold tokens: of the engine's capacity, or the first positions
+/// of a prompt cache's entry, which only [`Engine::join`] reads.
 pub struct Cache {
     pub(crate) buffers: Bufferized<Vec<KvCache>>,
     len: usize,
@@ -110,6 +111,14 @@ impl Cache {
     /// Whether no position holds a token.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// How many positions its buffers have: the engine's capacity, or
+    /// fewer for a prompt cache's entry
+    /// ([`PromptCache::lookup_shared`](crate::prompt_cache::PromptCache::lookup_shared)).
+    pub fn positions(&self) -> usize {
+        let first = self.buffers.first().map(|c| c.k.shape());
+        first.and_then(|s| s.dim("k")).unwrap_or(0) as usize
     }
 }
 

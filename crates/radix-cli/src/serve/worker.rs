@@ -545,7 +545,10 @@ impl State {
                         }
                         self.reconcile(active, "a sequence could not join the slots");
                     }
-                    Ok(p) => self.prefilling = Some(p),
+                    Ok(p) => match self.own(p) {
+                        Ok(p) => self.prefilling = Some(p),
+                        Err(e) => drop(events.send(Event::Failed(format!("{e:#}")))),
+                    },
                     Err(e) => drop(events.send(Event::Failed(format!("{e:#}")))),
                 }
                 continue;
@@ -586,7 +589,8 @@ impl State {
     }
 
     /// Starts running `job`'s prompt: from the longest beginning of it the
-    /// prompt cache holds, or from nothing.
+    /// prompt cache holds (the entry itself, which a join copies into a
+    /// slot: see [`State::own`]), or from nothing.
     fn begin(&mut self, job: Job) -> Result<Prefill> {
         self.metrics.prompt(job.prompt.len());
         if job.prompt.len() >= self.context {
@@ -597,7 +601,7 @@ impl State {
             );
         }
         let hit = match job.cache_prompt {
-            true => self.prompts.lookup(&job.prompt)?,
+            true => self.prompts.lookup_shared(&job.prompt),
             false => None,
         };
         let cache = match hit {
@@ -607,6 +611,13 @@ impl State {
         let cached = cache.len();
         self.metrics.prompt_cached(cached);
         Ok(Prefill { job, cache, cached })
+    }
+
+    /// `p` with a cache of its own to run its prompt in, where
+    /// [`State::begin`] gave it a prompt cache's entry.
+    fn own(&mut self, p: Prefill) -> Result<Prefill> {
+        let cache = self.prompts.own(p.cache)?;
+        Ok(Prefill { cache, ..p })
     }
 
     /// Takes a slot for the prompt that has run (`logits` after its last
@@ -706,8 +717,11 @@ impl State {
                 false
             });
             done.push(!goes_on);
-            // A prompt that has just run is kept after its first token is
-            // sent (sequences leave after the step, so it is still there).
+        }
+        // A prompt that has just run is kept once every row's token is
+        // sent: a copy takes tens of ms, which the rows after it would wait
+        // for (sequences leave after the step, so it is still there).
+        for seq in active.iter_mut() {
             if let Some(prompt) = seq.keep.take() {
                 let (engine, id) = (&self.engine, seq.id);
                 let kept = self

@@ -41,6 +41,7 @@ use radix::nn::KvCache;
 use radix::{Buffer, Bufferized, Compiled, DType, Platform, Shape, Tensor};
 
 use super::{Cache, Engine, LayerByLayer, Tokens, TokensWith, bucket};
+use crate::prompt_cache::resized;
 use crate::transformer::Decoder;
 use crate::{Error, Result};
 
@@ -71,7 +72,10 @@ pub(super) struct Slots {
     /// memory). Those of one token per row (decoding) are compiled by
     /// [`Engine::open_slots`], the others when first run.
     steps: HashMap<(usize, usize), LayerByLayer>,
-    put: Put,
+    /// By the positions of the cache joining (the capacity, or a prompt
+    /// cache entry's fewer): the copy of it into a row. The others than
+    /// the capacity's are compiled when first needed.
+    puts: HashMap<usize, Put>,
     moves: Move,
     /// Makes the slots' empty caches.
     zeros: Compiled<(), (), Caches>,
@@ -91,8 +95,9 @@ impl Engine {
     /// Makes room for up to `slots` sequences held by the engine (ending
     /// any it held): compiles (or loads from the executable cache) the
     /// decode step of every bucket of several rows: powers of two from 2
-    /// below `slots`, and `slots`. One sequence alone decodes with the
-    /// engine's own step, which [`Engine::compile`] makes.
+    /// below `slots`, and `slots`; and makes the slots' caches. One
+    /// sequence alone decodes with the engine's own step, which
+    /// [`Engine::compile`] makes.
     pub fn open_slots(&mut self, slots: usize) -> Result<()> {
         self.slots = None;
         if slots == 0 {
@@ -116,17 +121,7 @@ impl Engine {
         for &b in buckets.iter().filter(|&&b| b > 1) {
             steps.insert((b, 1), compile_rows(platform, model, &all, b, 1)?);
         }
-        let put = radix::compile_fn(
-            platform,
-            &(params(&all), params(&one), index()),
-            |(all, one, to)| {
-                let rows: Vec<KvCache> = one
-                    .iter()
-                    .map(|c| row_of(c, Tensor::scalar(0.0, DType::I32)))
-                    .collect();
-                copy_rows(&all, &rows, to)
-            },
-        )?;
+        let puts = HashMap::from([(self.capacity, compile_put(platform, &all, &one)?)]);
         let moves = radix::compile_fn(
             platform,
             &(params(&all), index(), index()),
@@ -141,17 +136,21 @@ impl Engine {
         let take = radix::compile_fn(platform, &(params(&all), index()), |(all, from)| {
             all.iter().map(|c| row_of(c, from)).collect::<Caches>()
         })?;
+        // Made now, not when a second sequence joins: the first touch of
+        // every page of the slots' caches (755 MB for 16 slots of 2,048
+        // positions) took 1.1 s, which that sequence waited for.
+        let caches = Some(zeros.call_fn(())?);
         self.slots = Some(Slots {
             slots,
             shapes: all,
             buckets,
             steps,
-            put,
+            puts,
             moves,
             zeros,
             take,
             alone: None,
-            caches: None,
+            caches,
             rows: vec![],
             next: 0,
         });
@@ -182,7 +181,8 @@ impl Engine {
 
     /// Takes a sequence whose tokens `cache` holds (from
     /// [`Engine::prefill`], [`Engine::empty_cache`] or a prompt cache's
-    /// hit) into the next free slot: its id. An error ends every sequence.
+    /// hit, whether its own or the entry itself) into the next free slot:
+    /// its id. An error ends every sequence.
     pub fn join(&mut self, cache: Cache) -> Result<SeqId> {
         self.with_slots(|slots, engine| slots.join(engine, cache))
     }
@@ -255,8 +255,13 @@ impl Slots {
             return Err(Error::Input(format!("all {} slots are taken", self.slots)));
         }
         let (row, len) = (self.rows.len(), cache.len());
-        if row == 0 {
+        if row == 0 && cache.positions() == engine.capacity {
             self.alone = Some(cache);
+        } else if row == 0 {
+            // A prompt cache's entry: the one sequence runs from a cache of
+            // its own, copied out of a free row.
+            self.put_row(engine, cache, 0)?;
+            self.alone = Some(self.row_cache(engine, 0, len)?);
         } else {
             if let Some(first) = self.alone.take() {
                 self.put_row(engine, first, 0)?;
@@ -271,10 +276,28 @@ impl Slots {
 
     /// Copies one sequence's `cache` into row `row` of the slots' caches.
     fn put_row(&mut self, engine: &Engine, cache: Cache, row: usize) -> Result<()> {
+        let positions = cache.positions();
+        if !self.puts.contains_key(&positions) {
+            let one: Vec<Shape> = (self.shapes.iter())
+                .map(|&s| resized(with_rows(s, 1), "k", positions))
+                .collect();
+            let put = compile_put(&engine.platform, &self.shapes, &one)?;
+            self.puts.insert(positions, put);
+        }
         let all = self.take_caches()?;
         let to = engine.i32_scalar(row)?;
-        self.caches = Some(self.put.call_fn((all, cache.buffers, to))?);
+        self.caches = Some(self.puts[&positions].call_fn((all, cache.buffers, to))?);
         Ok(())
+    }
+
+    /// A copy of row `row` of the slots' caches, holding `len` tokens: a
+    /// cache of one sequence's own.
+    fn row_cache(&mut self, engine: &Engine, row: usize, len: usize) -> Result<Cache> {
+        let all = self.take_caches()?;
+        let copy =
+            (engine.i32_scalar(row)).and_then(|at| Ok(self.take.call_fn((all.clone(), at))?));
+        self.caches = Some(all);
+        Ok(Cache::new(copy?, len))
     }
 
     /// Each running row's tokens, from `tokens` by id: every running
@@ -404,11 +427,7 @@ impl Slots {
         if let [(_, len)] = self.rows[..] {
             // The one left runs alone again, from its own cache; if that
             // fails, it ends, as after a failed step.
-            let all = self.take_caches()?;
-            let row =
-                (engine.i32_scalar(0)).and_then(|at| Ok(self.take.call_fn((all.clone(), at))?));
-            self.caches = Some(all);
-            self.alone = Some(Cache::new(row?, len));
+            self.alone = Some(self.row_cache(engine, 0, len)?);
         }
         Ok(())
     }
@@ -416,7 +435,25 @@ impl Slots {
 
 /// `shape` (a cache's, [`KvCache::shape`]) with `rows` rows.
 fn with_rows(shape: Shape, rows: usize) -> Shape {
-    crate::prompt_cache::resized(shape, "b", rows)
+    resized(shape, "b", rows)
+}
+
+/// The copy of one sequence's caches, of shapes `one` (a layer each),
+/// into a row of the slots' caches, of shapes `all`, from its position 0.
+fn compile_put(platform: &Platform, all: &[Shape], one: &[Shape]) -> Result<Put> {
+    let index = Tensor::param(Shape::scalar(DType::I32));
+    let put = radix::compile_fn(
+        platform,
+        &(params(all), params(one), index),
+        |(all, one, to)| {
+            let rows: Vec<KvCache> = one
+                .iter()
+                .map(|c| row_of(c, Tensor::scalar(0.0, DType::I32)))
+                .collect();
+            copy_rows(&all, &rows, to)
+        },
+    )?;
+    Ok(put)
 }
 
 /// Row `at` (rank-0 `i32`) of `cache`, as a one-row cache.
