@@ -262,7 +262,7 @@ fn attend_best_of<T: Cached>(
         // SAFETY: the CPU has AVX2, FMA and F16C, checked just above.
         return unsafe { attend_avx2(d, at, queries, keys, values, outs) };
     }
-    attend(d, at, queries, keys, values, outs)
+    attend::<T, Portable>(d, at, queries, keys, values, outs)
 }
 
 /// Whether the CPU runs [`attend_avx2`]: AVX2 and FMA for its loops, F16C
@@ -284,18 +284,21 @@ fn attend_avx2<T: Cached>(
     values: &[T],
     outs: &mut [&mut [f32]],
 ) {
-    attend(d, at, queries, keys, values, outs)
+    attend::<T, Avx2>(d, at, queries, keys, values, outs)
 }
 
 /// For each query `j` and each of its heads `h` (of the key/value head
 /// `at.kv_head`): `outs[j][h] = softmax(q[h] · k[seen] / sqrt(hd)) ·
 /// v[seen]` over the positions `seen` it sees of the cache row `at.row`.
-/// Both passes walk the positions in order, so the cache streams from
-/// memory, each position converted once for every query that sees it; each
-/// query's sums run in the same order as alone. A query that sees no
-/// position gets the mean of all values, as the masked fallback does.
+/// Both passes walk the positions in order, a block at a time, so the
+/// cache streams from memory, each position converted once for every query
+/// that sees it. Each query's sums are those of [`dot`] and of `y = w·x + y`
+/// over the positions in order, whatever runs beside it: so its bits are
+/// the same alone, in a batch, and through `D`'s instructions or the
+/// portable loops. A query that sees no position gets the mean of all
+/// values, as the masked fallback does.
 #[inline(always)]
-fn attend<T: Cached>(
+fn attend<T: Cached, D: Dots>(
     d: &Dims,
     at: &Heads,
     queries: &[Query<'_>],
@@ -304,9 +307,9 @@ fn attend<T: Cached>(
     outs: &mut [&mut [f32]],
 ) {
     let scale = (1.0 / (d.hd as f64).sqrt()) as f32;
-    let group = d.heads / d.kv_heads;
+    let (group, hd) = (d.heads / d.kv_heads, d.hd);
     // A head's elements of `T` at a position (f32 or f16 values, or blocks).
-    let width = d.hd / T::VALUES;
+    let width = hd / T::VALUES;
     let position = d.kv_heads * width;
     let head = at.kv_head * width;
     let seens: Vec<std::ops::Range<usize>> = queries
@@ -324,45 +327,150 @@ fn attend<T: Cached>(
         &keys[first..][..n * position],
         &values[first..][..n * position],
     );
+    // The part of query `j`'s positions (from `lo`) within `block`.
+    let part = |j: usize, block: std::ops::Range<usize>| {
+        let (from, to) = (seens[j].start - lo, seens[j].end - lo);
+        from.max(block.start)..to.min(block.end)
+    };
     // Scores by query, head, then position from `lo`.
     let mut scores = vec![0.0f32; queries.len() * group * n];
-    let mut row = vec![0.0f32; d.hd];
-    for (p, k) in keys.chunks_exact(position).enumerate() {
-        prefetch(keys, (p + AHEAD) * position + head, width);
-        let kh = T::as_f32(&k[head..][..width], &mut row);
+    let layout = (position, head, width);
+    let mut block = vec![0.0f32; BLOCK * hd];
+    for (b, ks) in keys.chunks(BLOCK * position).enumerate() {
+        let p0 = b * BLOCK;
+        let m = widen_block(ks, layout, hd, &mut block);
         for (j, q) in queries.iter().enumerate() {
-            if !seens[j].contains(&(lo + p)) {
+            if part(j, p0..p0 + m).is_empty() {
                 continue;
             }
-            for (h, qh) in q.q.chunks_exact(d.hd).enumerate() {
-                scores[(j * group + h) * n + p] = dot(qh, kh) * scale;
+            for (h, qh) in q.q.chunks_exact(hd).enumerate() {
+                let out = &mut scores[(j * group + h) * n + p0..][..m];
+                D::scores(qh, &block[..m * hd], scale, out);
             }
         }
     }
     for (j, seen) in seens.iter().enumerate() {
         let (from, to) = (seen.start - lo, seen.end - lo);
         for h in 0..group {
-            let s = &mut scores[(j * group + h) * n..][from..to];
-            let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-            let mut sum = 0.0f32;
-            for v in s.iter_mut() {
-                *v = (*v - max).exp();
-                sum += *v;
-            }
-            s.iter_mut().for_each(|v| *v /= sum);
+            softmax(&mut scores[(j * group + h) * n..][from..to]);
         }
     }
     outs.iter_mut().for_each(|o| o.fill(0.0));
-    for (p, v) in values.chunks_exact(position).enumerate() {
-        prefetch(values, (p + AHEAD) * position + head, width);
-        let vh = T::as_f32(&v[head..][..width], &mut row);
+    for (b, vs) in values.chunks(BLOCK * position).enumerate() {
+        let p0 = b * BLOCK;
+        let m = widen_block(vs, layout, hd, &mut block);
         for (j, out) in outs.iter_mut().enumerate() {
-            if !seens[j].contains(&(lo + p)) {
+            let seen = part(j, p0..p0 + m);
+            if seen.is_empty() {
                 continue;
             }
-            for (h, oh) in out.chunks_exact_mut(d.hd).enumerate() {
-                axpy(scores[(j * group + h) * n + p], vh, oh);
+            let vs = &block[(seen.start - p0) * hd..(seen.end - p0) * hd];
+            for (h, oh) in out.chunks_exact_mut(hd).enumerate() {
+                let w = &scores[(j * group + h) * n..][seen.clone()];
+                weighted_sum(w, vs, oh);
             }
+        }
+    }
+}
+
+/// `s` made `softmax(s)`: `e^(s - max)` ([`exp_nonpositive`]) summed in
+/// eight lanes added in order, then each divided by the sum. Written so
+/// that the compiler runs it eight lanes at a time on every path (a call of
+/// libm's `expf` per score took 45 % of a prompt step's attention), with
+/// the same bits.
+#[inline(always)]
+fn softmax(s: &mut [f32]) {
+    let mut most = [f32::NEG_INFINITY; 8];
+    let mut chunks = s.chunks_exact(8);
+    for c in &mut chunks {
+        for l in 0..8 {
+            most[l] = most[l].max(c[l]);
+        }
+    }
+    let max = (most.iter().chain(chunks.remainder())).fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let mut lanes = [0.0f32; 8];
+    let mut chunks = s.chunks_exact_mut(8);
+    for c in &mut chunks {
+        for l in 0..8 {
+            c[l] = exp_nonpositive(c[l] - max);
+            lanes[l] += c[l];
+        }
+    }
+    let mut tail = 0.0f32;
+    for v in chunks.into_remainder() {
+        *v = exp_nonpositive(*v - max);
+        tail += *v;
+    }
+    let sum = lanes.iter().sum::<f32>() + tail;
+    s.iter_mut().for_each(|v| *v /= sum);
+}
+
+/// `e^x` for `x <= 0` (a score less the largest), within about 2 ulp: `x
+/// = n ln 2 + r` with `|r| <= ln 2 / 2` (Cody and Waite's two-part `ln 2`),
+/// `e^r` by its Taylor polynomial to `r^7` (the next term is below 5e-9 of
+/// it), times `2^n` made from its bits. Below -87.3 (where `e^x` is no
+/// longer a normal f32) it gives `e^-87.3`, which the sum of a softmax,
+/// at least 1, does not notice; a NaN stays NaN.
+#[inline(always)]
+fn exp_nonpositive(x: f32) -> f32 {
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    // Not `max`, which would make a NaN (of a NaN query) a number.
+    let x = if x < -87.3 { -87.3 } else { x };
+    let n = (x * std::f32::consts::LOG2_E).round_ties_even();
+    let r = n.mul_add(-LN2_LO, n.mul_add(-LN2_HI, x));
+    let mut p: f32 = 1.0 / 5040.0;
+    for c in [720.0f32, 120.0, 24.0, 6.0, 2.0, 1.0, 1.0] {
+        p = p.mul_add(r, 1.0 / c);
+    }
+    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+/// How many positions [`attend`] converts at a time: their keys or values
+/// (64 of SmolLM2's f32 heads, 16 KiB) stay in the first-level cache while
+/// every query head that shares them reads them.
+const BLOCK: usize = 64;
+
+/// The heads `head..head + width` of the positions of `cache` (`position`
+/// elements each) as f32, `hd` values each, one after another in `block`;
+/// how many positions `cache` holds.
+#[inline(always)]
+fn widen_block<T: Cached>(
+    cache: &[T],
+    (position, head, width): (usize, usize, usize),
+    hd: usize,
+    block: &mut [f32],
+) -> usize {
+    for (i, x) in cache.chunks_exact(position).enumerate() {
+        prefetch(cache, (i + AHEAD) * position + head, width);
+        T::widen_into(&x[head..][..width], &mut block[i * hd..][..hd]);
+    }
+    cache.len() / position
+}
+
+/// `y += Σ_p w[p] · x[p]` (`x` holds `w.len()` vectors of `y.len()`), each
+/// element summed as `y = w[p]·x[p] + y` over `p` in order; 64 elements at
+/// a time, held in registers over every position.
+#[inline(always)]
+fn weighted_sum(w: &[f32], x: &[f32], y: &mut [f32]) {
+    const LANES: usize = 64;
+    let hd = y.len();
+    let mut at = 0;
+    while at + LANES <= hd {
+        let mut acc = [0.0f32; LANES];
+        acc.copy_from_slice(&y[at..at + LANES]);
+        for (w, x) in w.iter().zip(x.chunks_exact(hd)) {
+            let x = &x[at..at + LANES];
+            for l in 0..LANES {
+                acc[l] = w.mul_add(x[l], acc[l]);
+            }
+        }
+        y[at..at + LANES].copy_from_slice(&acc);
+        at += LANES;
+    }
+    if at < hd {
+        for (w, x) in w.iter().zip(x.chunks_exact(hd)) {
+            axpy(*w, &x[at..], &mut y[at..]);
         }
     }
 }
@@ -392,7 +500,8 @@ fn prefetch<T>(x: &[T], at: usize, n: usize) {
     let _ = (x, at, n);
 }
 
-/// `a · b` in eight lanes (which the compiler keeps in vector registers).
+/// `a · b` in eight lanes (which the compiler keeps in vector registers),
+/// the lanes then added in order: the sum every path of the kernel makes.
 #[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0.0f32; 8];
@@ -419,6 +528,93 @@ fn axpy(w: f32, x: &[f32], y: &mut [f32]) {
     }
 }
 
+/// How [`attend`] computes a query head's scores over a block of keys.
+trait Dots {
+    /// `out[p] = dot(q, keys[p]) · scale` for the `out.len()` keys of
+    /// `keys` (each `q.len()` wide), with [`dot`]'s bits.
+    fn scores(q: &[f32], keys: &[f32], scale: f32, out: &mut [f32]);
+}
+
+/// [`dot`] key by key.
+struct Portable;
+
+impl Dots for Portable {
+    #[inline(always)]
+    fn scores(q: &[f32], keys: &[f32], scale: f32, out: &mut [f32]) {
+        for (o, k) in out.iter_mut().zip(keys.chunks_exact(q.len())) {
+            *o = dot(q, k) * scale;
+        }
+    }
+}
+
+/// Eight keys at a time in AVX2's registers: each key's eight lanes as
+/// [`dot`] sums them, then the lanes of the eight keys transposed, so that
+/// adding the rows adds each key's lanes in [`dot`]'s order, with no sum
+/// across a register per key. Made only where the CPU has AVX2 and FMA
+/// ([`attend_avx2`]).
+#[cfg(target_arch = "x86_64")]
+struct Avx2;
+
+#[cfg(target_arch = "x86_64")]
+impl Dots for Avx2 {
+    #[inline(always)]
+    fn scores(q: &[f32], keys: &[f32], scale: f32, out: &mut [f32]) {
+        use std::arch::x86_64::*;
+        let hd = q.len();
+        if hd % 8 != 0 {
+            return Portable::scores(q, keys, scale, out);
+        }
+        let full = out.len() / 8 * 8;
+        for (o, k) in out[..full]
+            .chunks_exact_mut(8)
+            .zip(keys.chunks_exact(8 * hd))
+        {
+            // SAFETY: `Avx2` is used only where the CPU has AVX2 and FMA;
+            // every load reads 8 floats of `q` or of one of the 8 keys of
+            // `k` (each `hd` wide, `hd` a multiple of 8), the store writes
+            // `o`'s 8.
+            unsafe {
+                let mut acc = [_mm256_setzero_ps(); 8];
+                for c in (0..hd).step_by(8) {
+                    let qc = _mm256_loadu_ps(q.as_ptr().add(c));
+                    for (i, a) in acc.iter_mut().enumerate() {
+                        let kc = _mm256_loadu_ps(k.as_ptr().add(i * hd + c));
+                        *a = _mm256_fmadd_ps(qc, kc, *a);
+                    }
+                }
+                // Transposed: `t[l]` holds lane `l` of each key's sums.
+                let [a0, a1, a2, a3, a4, a5, a6, a7] = acc;
+                let (u0, u1) = (_mm256_unpacklo_ps(a0, a1), _mm256_unpackhi_ps(a0, a1));
+                let (u2, u3) = (_mm256_unpacklo_ps(a2, a3), _mm256_unpackhi_ps(a2, a3));
+                let (u4, u5) = (_mm256_unpacklo_ps(a4, a5), _mm256_unpackhi_ps(a4, a5));
+                let (u6, u7) = (_mm256_unpacklo_ps(a6, a7), _mm256_unpackhi_ps(a6, a7));
+                let s0 = _mm256_shuffle_ps::<0x44>(u0, u2);
+                let s1 = _mm256_shuffle_ps::<0xEE>(u0, u2);
+                let s2 = _mm256_shuffle_ps::<0x44>(u1, u3);
+                let s3 = _mm256_shuffle_ps::<0xEE>(u1, u3);
+                let s4 = _mm256_shuffle_ps::<0x44>(u4, u6);
+                let s5 = _mm256_shuffle_ps::<0xEE>(u4, u6);
+                let s6 = _mm256_shuffle_ps::<0x44>(u5, u7);
+                let s7 = _mm256_shuffle_ps::<0xEE>(u5, u7);
+                let t = [
+                    _mm256_permute2f128_ps::<0x20>(s0, s4),
+                    _mm256_permute2f128_ps::<0x20>(s1, s5),
+                    _mm256_permute2f128_ps::<0x20>(s2, s6),
+                    _mm256_permute2f128_ps::<0x20>(s3, s7),
+                    _mm256_permute2f128_ps::<0x31>(s0, s4),
+                    _mm256_permute2f128_ps::<0x31>(s1, s5),
+                    _mm256_permute2f128_ps::<0x31>(s2, s6),
+                    _mm256_permute2f128_ps::<0x31>(s3, s7),
+                ];
+                let sum = t[1..].iter().fold(t[0], |s, &l| _mm256_add_ps(s, l));
+                let scaled = _mm256_mul_ps(sum, _mm256_set1_ps(scale));
+                _mm256_storeu_ps(o.as_mut_ptr(), scaled);
+            }
+        }
+        Portable::scores(q, &keys[full * hd..], scale, &mut out[full..]);
+    }
+}
+
 /// An element type a cache holds: read as f32.
 trait Cached: Copy {
     /// How many values one element holds (32 for a Q8_0 block).
@@ -427,6 +623,13 @@ trait Cached: Copy {
     /// `x` as f32: itself, or converted into `scratch` (room for `x`'s
     /// values).
     fn as_f32<'a>(x: &'a [Self], scratch: &'a mut [f32]) -> &'a [f32];
+
+    /// `x` as f32, written into `out` (room for `x`'s values): for every
+    /// type but f32, what [`Cached::as_f32`] writes into its scratch.
+    #[inline(always)]
+    fn widen_into(x: &[Self], out: &mut [f32]) {
+        Self::as_f32(x, out);
+    }
 
     /// [`attend`] as this CPU runs it best for a cache of `Self`.
     fn attend_best(
@@ -473,6 +676,11 @@ impl Cached for f32 {
     #[inline(always)]
     fn as_f32<'a>(x: &'a [f32], _: &'a mut [f32]) -> &'a [f32] {
         x
+    }
+
+    #[inline(always)]
+    fn widen_into(x: &[f32], out: &mut [f32]) {
+        out.copy_from_slice(x);
     }
 }
 
@@ -621,6 +829,170 @@ impl Cached for F16c {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The attention of `queries` (their positions seen and their heads'
+    /// vectors) over one key/value head of an f32 cache row, by `D`.
+    fn attend_by<D: Path>(
+        d: &Dims,
+        queries: &[(std::ops::Range<usize>, &[f32])],
+        keys: &[f32],
+        values: &[f32],
+    ) -> Vec<Vec<f32>> {
+        let group = d.heads / d.kv_heads;
+        let qs: Vec<Query> = (queries.iter())
+            .map(|(seen, q)| Query {
+                seen: seen.clone(),
+                q,
+            })
+            .collect();
+        let mut outs = vec![vec![0.0f32; group * d.hd]; queries.len()];
+        let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+        let at = Heads { row: 1, kv_head: 1 };
+        D::attend(d, &at, &qs, keys, values, &mut refs);
+        outs
+    }
+
+    /// [`attend`] through one of its ways of computing scores.
+    trait Path {
+        fn attend(
+            d: &Dims,
+            at: &Heads,
+            qs: &[Query<'_>],
+            keys: &[f32],
+            values: &[f32],
+            outs: &mut [&mut [f32]],
+        );
+    }
+
+    impl Path for Portable {
+        fn attend(
+            d: &Dims,
+            at: &Heads,
+            qs: &[Query<'_>],
+            keys: &[f32],
+            values: &[f32],
+            outs: &mut [&mut [f32]],
+        ) {
+            attend::<f32, Portable>(d, at, qs, keys, values, outs)
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    impl Path for Avx2 {
+        fn attend(
+            d: &Dims,
+            at: &Heads,
+            qs: &[Query<'_>],
+            keys: &[f32],
+            values: &[f32],
+            outs: &mut [&mut [f32]],
+        ) {
+            assert!(has_avx2());
+            // SAFETY: the CPU has AVX2, FMA and F16C, asserted just above.
+            unsafe { attend_avx2(d, at, qs, keys, values, outs) }
+        }
+    }
+
+    /// Every query gets the same bits through AVX2's scores as through the
+    /// portable loops, and the same among other queries as alone (what
+    /// makes a sequence's logits in a batch its logits alone); the result
+    /// is softmax attention, checked in f64. Head widths with and without
+    /// a tail after 64 or 8 lanes, and positions that end inside a block of
+    /// 8 and of 64.
+    #[test]
+    fn a_query_gets_the_same_bits_on_every_path_alone_or_among_others() {
+        let mut rng = radix_quant::testing::Rng(0x2545_F491_4F6C_DD1D);
+        for hd in [64, 72, 20] {
+            let d = Dims {
+                n_q: 6,
+                heads: 6,
+                kv_heads: 2,
+                hd,
+                capacity: 150,
+            };
+            let group = d.heads / d.kv_heads;
+            let mut uniform = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.unit()).collect() };
+            let keys = uniform(2 * d.capacity * d.kv_heads * hd);
+            let values = uniform(2 * d.capacity * d.kv_heads * hd);
+            let q = uniform(6 * group * hd);
+            let seen = [0..1, 0..137, 40..140, 5..6, 0..0, 17..150];
+            let queries: Vec<(std::ops::Range<usize>, &[f32])> = (seen.iter().cloned())
+                .zip(q.chunks_exact(group * hd))
+                .collect();
+            let together = attend_by::<Portable>(&d, &queries, &keys, &values);
+            for (j, query) in queries.iter().enumerate() {
+                let alone = attend_by::<Portable>(&d, std::slice::from_ref(query), &keys, &values);
+                let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&alone[0]), bits(&together[j]), "hd {hd}, query {j}");
+            }
+            #[cfg(target_arch = "x86_64")]
+            if has_avx2() {
+                let avx2 = attend_by::<Avx2>(&d, &queries, &keys, &values);
+                for (j, (a, p)) in avx2.iter().zip(&together).enumerate() {
+                    for (i, (x, y)) in a.iter().zip(p).enumerate() {
+                        assert_eq!(x.to_bits(), y.to_bits(), "hd {hd}, query {j}, value {i}");
+                    }
+                }
+            } else {
+                eprintln!("this CPU has no AVX2: its scores are not run here");
+            }
+            // Softmax attention in f64 (no position seen: every position).
+            for (j, (seen, q)) in queries.iter().enumerate() {
+                let seen = if seen.is_empty() {
+                    0..d.capacity
+                } else {
+                    seen.clone()
+                };
+                let at = |p: usize| ((d.capacity + p) * d.kv_heads + 1) * hd;
+                for (h, qh) in q.chunks_exact(hd).enumerate() {
+                    let s: Vec<f64> = (seen.clone())
+                        .map(|p| {
+                            let k = &keys[at(p)..][..hd];
+                            let dot: f64 = qh.iter().zip(k).map(|(a, b)| f64::from(a * b)).sum();
+                            dot / (hd as f64).sqrt()
+                        })
+                        .collect();
+                    let max = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let e: Vec<f64> = s.iter().map(|v| (v - max).exp()).collect();
+                    let total: f64 = e.iter().sum();
+                    for i in 0..hd {
+                        let want: f64 = (seen.clone())
+                            .zip(&e)
+                            .map(|(p, w)| w / total * f64::from(values[at(p) + i]))
+                            .sum();
+                        let got = f64::from(together[j][h * hd + i]);
+                        // Scores of |q·k| <= hd summed in f32 (relative
+                        // error ~ hd·eps), then a weighted mean of values
+                        // in [-1, 1): within a few hd·eps absolutely.
+                        let tol = 4.0 * hd as f64 * f64::from(f32::EPSILON);
+                        assert!(
+                            (got - want).abs() <= tol,
+                            "hd {hd}, query {j}, head {h}, value {i}: {got} against {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// `exp_nonpositive` within 2 ulp of `e^x` over every 97th f32 from 0
+    /// down to -87.3, flat below it, NaN for NaN.
+    #[test]
+    fn exp_nonpositive_is_within_two_ulp() {
+        // From -0 down: a negative f32's bits grow with its magnitude.
+        let mut x = -0.0f32;
+        while x > -87.3 {
+            let (got, want) = (exp_nonpositive(x), f64::from(x).exp());
+            let ulp = f64::from(f32::EPSILON) * want;
+            assert!(
+                (f64::from(got) - want).abs() <= 2.0 * ulp,
+                "e^{x}: {got} against {want}"
+            );
+            x = f32::from_bits(x.to_bits() + 97);
+        }
+        assert_eq!(exp_nonpositive(-1e4), exp_nonpositive(-87.3));
+        assert!(exp_nonpositive(f32::NAN).is_nan());
+    }
 
     /// The AVX2 decoding of Q8_0 blocks gives the portable copy's values,
     /// bit for bit: random codes (all 256 bytes among them) under scales
