@@ -830,9 +830,13 @@ impl Cached for F16c {
 mod tests {
     use super::*;
 
+    /// One of [`attend`]'s paths over an f32 cache.
+    type Path = fn(&Dims, &Heads, &[Query<'_>], &[f32], &[f32], &mut [&mut [f32]]);
+
     /// The attention of `queries` (their positions seen and their heads'
-    /// vectors) over one key/value head of an f32 cache row, by `D`.
-    fn attend_by<D: Path>(
+    /// vectors) over one key/value head of an f32 cache row, by `path`.
+    fn attend_by(
+        path: Path,
         d: &Dims,
         queries: &[(std::ops::Range<usize>, &[f32])],
         keys: &[f32],
@@ -848,49 +852,8 @@ mod tests {
         let mut outs = vec![vec![0.0f32; group * d.hd]; queries.len()];
         let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
         let at = Heads { row: 1, kv_head: 1 };
-        D::attend(d, &at, &qs, keys, values, &mut refs);
+        path(d, &at, &qs, keys, values, &mut refs);
         outs
-    }
-
-    /// [`attend`] through one of its ways of computing scores.
-    trait Path {
-        fn attend(
-            d: &Dims,
-            at: &Heads,
-            qs: &[Query<'_>],
-            keys: &[f32],
-            values: &[f32],
-            outs: &mut [&mut [f32]],
-        );
-    }
-
-    impl Path for Portable {
-        fn attend(
-            d: &Dims,
-            at: &Heads,
-            qs: &[Query<'_>],
-            keys: &[f32],
-            values: &[f32],
-            outs: &mut [&mut [f32]],
-        ) {
-            attend::<f32, Portable>(d, at, qs, keys, values, outs)
-        }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    impl Path for Avx2 {
-        fn attend(
-            d: &Dims,
-            at: &Heads,
-            qs: &[Query<'_>],
-            keys: &[f32],
-            values: &[f32],
-            outs: &mut [&mut [f32]],
-        ) {
-            assert!(has_avx2());
-            // SAFETY: the CPU has AVX2, FMA and F16C, asserted just above.
-            unsafe { attend_avx2(d, at, qs, keys, values, outs) }
-        }
     }
 
     /// Every query gets the same bits through AVX2's scores as through the
@@ -919,15 +882,23 @@ mod tests {
             let queries: Vec<(std::ops::Range<usize>, &[f32])> = (seen.iter().cloned())
                 .zip(q.chunks_exact(group * hd))
                 .collect();
-            let together = attend_by::<Portable>(&d, &queries, &keys, &values);
+            let together = attend_by(attend::<f32, Portable>, &d, &queries, &keys, &values);
             for (j, query) in queries.iter().enumerate() {
-                let alone = attend_by::<Portable>(&d, std::slice::from_ref(query), &keys, &values);
+                let alone = attend_by(
+                    attend::<f32, Portable>,
+                    &d,
+                    std::slice::from_ref(query),
+                    &keys,
+                    &values,
+                );
                 let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&alone[0]), bits(&together[j]), "hd {hd}, query {j}");
             }
             #[cfg(target_arch = "x86_64")]
             if has_avx2() {
-                let avx2 = attend_by::<Avx2>(&d, &queries, &keys, &values);
+                // SAFETY: the CPU has AVX2, FMA and F16C, checked just above.
+                let path: Path = |d, at, qs, k, v, o| unsafe { attend_avx2(d, at, qs, k, v, o) };
+                let avx2 = attend_by(path, &d, &queries, &keys, &values);
                 for (j, (a, p)) in avx2.iter().zip(&together).enumerate() {
                     for (i, (x, y)) in a.iter().zip(p).enumerate() {
                         assert_eq!(x.to_bits(), y.to_bits(), "hd {hd}, query {j}, value {i}");
