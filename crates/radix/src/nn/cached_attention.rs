@@ -561,7 +561,7 @@ impl Dots for Avx2 {
     fn scores(q: &[f32], keys: &[f32], scale: f32, out: &mut [f32]) {
         use std::arch::x86_64::*;
         let hd = q.len();
-        if hd % 8 != 0 {
+        if !hd.is_multiple_of(8) {
             return Portable::scores(q, keys, scale, out);
         }
         let full = out.len() / 8 * 8;
