@@ -60,6 +60,16 @@ fn assert_same(what: &str, got: &Picks, want: &Picks, tie: f32) {
     assert_greedy_eq_within(what, &got.ids, &want.ids, margin, tie);
 }
 
+/// The tiny test model `name` (under `tests/fixtures/tiny`) with exact
+/// products and a cache of `capacity` positions.
+fn tiny(name: &str, capacity: usize) -> Engine {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/tiny")
+        .join(name);
+    let platform = radix::testing::platform();
+    Engine::open(&platform, &path, capacity, MatrixFormat::Exact).expect("load")
+}
+
 /// Prompts sharing `shared` as their beginning, each run whole, after a
 /// prompt-cache hit on the first one's tokens, and in chunks of 5 tokens:
 /// the same greedy ids each way.
@@ -155,10 +165,7 @@ fn smollm2_q8_0_cache_hits_and_chunks_equal_whole() {
 
 #[test]
 fn gemma3_sliding_window_hits_and_chunks_equal_whole() {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny/gemma3.q4_k_m.gguf");
-    let platform = radix::testing::platform();
-    let mut engine = Engine::open(&platform, &path, 64, MatrixFormat::Exact).expect("load");
+    let mut engine = tiny("gemma3.q4_k_m.gguf", 64);
     let shared: Vec<u32> = (0..13).map(|j| (11 + 17 * j) % 260).collect();
     let tails: Vec<Vec<u32>> = (0..3u32)
         .map(|i| (0..4 + i).map(|j| (3 + 29 * i + 7 * j) % 260).collect())
@@ -170,16 +177,13 @@ fn gemma3_sliding_window_hits_and_chunks_equal_whole() {
 /// (the last tokens one by one), and gives the ids of a cache with room.
 #[test]
 fn a_prompt_filling_the_cache_runs_in_pieces_that_fit() {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny/qwen3.q4_k_m.gguf");
-    let platform = radix::testing::platform();
     let prompt: Vec<u32> = (0..60).map(|j| (5 + 23 * j) % 260).collect();
-    let mut roomy = Engine::open(&platform, &path, 128, MatrixFormat::Exact).expect("load");
+    let mut roomy = tiny("qwen3.q4_k_m.gguf", 128);
     let (logits, cache) = roomy.prefill(&prompt).expect("prefill");
     let want = Sampler::greedy().pick(&logits);
     // 60 tokens of 64: bucket 64 fits; after 3 from a first step, 57 do
     // not (bucket 64 > 61 left): 32, 16, 8, then one by one.
-    let mut tight = Engine::open(&platform, &path, 64, MatrixFormat::Exact).expect("load");
+    let mut tight = tiny("qwen3.q4_k_m.gguf", 64);
     let (logits, full) = tight.prefill(&prompt).expect("prefill");
     assert_eq!(Sampler::greedy().pick(&logits), want);
     let mut pieces = tight.empty_cache().expect("empty");
@@ -205,10 +209,7 @@ fn a_prompt_filling_the_cache_runs_in_pieces_that_fit() {
 /// adds nothing, and one that extends another replaces it.
 #[test]
 fn the_budget_and_prefixes_decide_what_stays() {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny/qwen3.q4_k_m.gguf");
-    let platform = radix::testing::platform();
-    let mut engine = Engine::open(&platform, &path, 64, MatrixFormat::Exact).expect("load");
+    let mut engine = tiny("qwen3.q4_k_m.gguf", 64);
     let bytes_per_position = engine.cache_bytes_per_position();
     let a: Vec<u32> = (1..=16).collect();
     let b: Vec<u32> = (101..=116).collect();
@@ -260,10 +261,7 @@ fn the_budget_and_prefixes_decide_what_stays() {
 /// sequence (in a row of the slots' caches); the entry is left as it was.
 #[test]
 fn a_shared_hit_joins_the_slots_as_a_pasted_one_does() {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny/qwen3.q4_k_m.gguf");
-    let platform = radix::testing::platform();
-    let mut engine = Engine::open(&platform, &path, 64, MatrixFormat::Exact).expect("load");
+    let mut engine = tiny("qwen3.q4_k_m.gguf", 64);
     let shared: Vec<u32> = (0..20).map(|j| (7 + 13 * j) % 260).collect();
     let prompt = [shared.clone(), vec![31, 5, 77, 140]].concat();
     let other: Vec<u32> = vec![9, 18, 27];

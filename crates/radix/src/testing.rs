@@ -84,6 +84,14 @@ pub struct Tol {
     pub abs: f64,
 }
 
+/// `softmax(x)` in f64: the weights a reference attention computes.
+pub fn softmax_f64(x: &[f64]) -> Vec<f64> {
+    let max = x.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let e: Vec<f64> = x.iter().map(|v| (v - max).exp()).collect();
+    let sum: f64 = e.iter().sum();
+    e.into_iter().map(|v| v / sum).collect()
+}
+
 /// The unit roundoff of `dtype`: the gap between 1 and the next value
 /// (2^-23 for f32, 2^-7 for bf16); 0 for integers and booleans, which
 /// compare exactly.

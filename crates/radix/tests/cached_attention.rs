@@ -112,14 +112,12 @@ fn reference(q: &[f32], k: &[f32], v: &[f32], pos: &[i32], window: usize) -> (Ve
                         dot / (HD as f64).sqrt()
                     })
                     .collect();
-                let max = scores.iter().cloned().fold(f64::MIN, f64::max);
-                let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-                let sum: f64 = e.iter().sum();
+                let e = radix::testing::softmax_f64(&scores);
                 for d in 0..HD {
                     let o: f64 = (first..=p)
                         .zip(&e)
                         .map(|(j, w)| {
-                            let term = w / sum * f64::from(v[at(row, j, g) + d]);
+                            let term = w * f64::from(v[at(row, j, g) + d]);
                             scale = scale.max(term.abs());
                             term
                         })

@@ -923,13 +923,11 @@ mod tests {
                             dot / (hd as f64).sqrt()
                         })
                         .collect();
-                    let max = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    let e: Vec<f64> = s.iter().map(|v| (v - max).exp()).collect();
-                    let total: f64 = e.iter().sum();
+                    let e = crate::testing::softmax_f64(&s);
                     for i in 0..hd {
                         let want: f64 = (seen.clone())
                             .zip(&e)
-                            .map(|(p, w)| w / total * f64::from(values[at(p) + i]))
+                            .map(|(p, w)| w * f64::from(values[at(p) + i]))
                             .sum();
                         let got = f64::from(together[j][h * hd + i]);
                         // Scores of |q·k| <= hd summed in f32 (relative
