@@ -16,7 +16,9 @@
 //! pasted into new full-capacity buffers, which the step then writes in
 //! place ([`PromptCache::lookup`]), or copied into a slot's row
 //! ([`PromptCache::lookup_shared`], then `Engine::join`), so a hit never
-//! spends the entry that served it.
+//! spends the entry that served it. A [`Cache`] of the whole capacity is
+//! therefore always its holder's own; only a shorter one may be an
+//! entry's.
 
 use std::collections::HashMap;
 
@@ -106,7 +108,7 @@ impl PromptCache {
     /// run (its logits are the step's result): a full-capacity cache, the
     /// caller's own to extend. `None` when no entry shares a first token.
     pub fn lookup(&mut self, prompt: &[u32]) -> Result<Option<Cache>> {
-        self.lookup_shared(prompt)
+        self.lookup_shared(prompt)?
             .map(|hit| self.own(hit))
             .transpose()
     }
@@ -115,8 +117,10 @@ impl PromptCache {
     /// its stored positions ([`Cache::positions`]), which nothing may
     /// write. [`Engine::join`](crate::engine::Engine::join) copies them
     /// into a slot (one copy where a lookup and a join made two); anything
-    /// else wants [`PromptCache::own`].
-    pub fn lookup_shared(&mut self, prompt: &[u32]) -> Option<Cache> {
+    /// else wants [`PromptCache::own`]. An entry kept at the whole
+    /// capacity is copied: a cache of that size is its holder's own, which
+    /// a step may spend.
+    pub fn lookup_shared(&mut self, prompt: &[u32]) -> Result<Option<Cache>> {
         let most = prompt.len().saturating_sub(1);
         let best = self
             .entries
@@ -124,24 +128,34 @@ impl PromptCache {
             .enumerate()
             .map(|(i, e)| (i, common_prefix(&e.tokens, prompt).min(most)))
             .max_by_key(|&(i, n)| (n, i));
-        let (i, n) = best.filter(|&(_, n)| n > 0)?;
+        let Some((i, n)) = best.filter(|&(_, n)| n > 0) else {
+            return Ok(None);
+        };
         // Most recently used last.
         let entry = self.entries.remove(i);
         let hit = Cache::new(entry.buffers.clone(), n);
         self.entries.push(entry);
-        Some(hit)
+        match hit.positions() == self.capacity {
+            true => self.copy(hit).map(Some),
+            false => Ok(Some(hit)),
+        }
     }
 
     /// A full-capacity cache of the caller's own holding what `cache`
     /// holds: `cache` itself when it is one, else (an entry's, from
     /// [`PromptCache::lookup_shared`]) a copy.
     pub fn own(&mut self, cache: Cache) -> Result<Cache> {
-        let positions = cache.positions();
-        if positions == self.capacity {
-            return Ok(cache);
+        match cache.positions() == self.capacity {
+            true => Ok(cache),
+            false => self.copy(cache),
         }
+    }
+
+    /// A full-capacity cache of new buffers holding what `cache` (of any
+    /// stored length) holds.
+    fn copy(&mut self, cache: Cache) -> Result<Cache> {
         let len = cache.len();
-        let pasted = self.paste(positions)?.call_fn(cache.buffers)?;
+        let pasted = self.paste(cache.positions())?.call_fn(cache.buffers)?;
         Ok(Cache::new(pasted, len))
     }
 

@@ -259,52 +259,60 @@ fn the_budget_and_prefixes_decide_what_stays() {
 /// hit of `lookup` does: the same logits, bit for bit, joining the slots
 /// alone (its own cache, copied out of a free row) and beside another
 /// sequence (in a row of the slots' caches); the entry is left as it was.
+/// Also for an entry kept at the cache's whole capacity (40 tokens keep
+/// 64 positions of 64), which the hit copies: as a cache of that size it
+/// would run as its holder's own, and a step would spend it.
 #[test]
 fn a_shared_hit_joins_the_slots_as_a_pasted_one_does() {
     let mut engine = tiny("qwen3.q4_k_m.gguf", 64);
-    let shared: Vec<u32> = (0..20).map(|j| (7 + 13 * j) % 260).collect();
-    let prompt = [shared.clone(), vec![31, 5, 77, 140]].concat();
-    let other: Vec<u32> = vec![9, 18, 27];
-    let (_, whole) = engine.prefill(&shared).expect("prefill");
-    let mut prompts = engine.prompt_cache(1 << 30);
-    prompts.store(&shared, &whole).expect("store");
+    for n_shared in [20, 40] {
+        let shared: Vec<u32> = (0..n_shared).map(|j| (7 + 13 * j) % 260).collect();
+        let prompt = [shared.clone(), vec![31, 5, 77, 140]].concat();
+        let other: Vec<u32> = vec![9, 18, 27];
+        let (_, whole) = engine.prefill(&shared).expect("prefill");
+        let mut prompts = engine.prompt_cache(1 << 30);
+        prompts.store(&shared, &whole).expect("store");
 
-    // The logits of each step: the prompt's rest, then two tokens after it;
-    // beside `other`'s tokens, one by one, when `beside`.
-    let mut run = |shared_hit: bool, beside: bool| -> Vec<Vec<f32>> {
-        engine.open_slots(4).expect("slots");
-        let hit = match shared_hit {
-            true => prompts.lookup_shared(&prompt).expect("a hit"),
-            false => prompts.lookup(&prompt).expect("lookup").expect("a hit"),
+        // The logits of each step: the prompt's rest, then two tokens after
+        // it; beside `other`'s tokens, one by one, when `beside`.
+        let mut run = |shared_hit: bool, beside: bool| -> Vec<Vec<f32>> {
+            engine.open_slots(4).expect("slots");
+            let hit = match shared_hit {
+                true => prompts.lookup_shared(&prompt).expect("lookup"),
+                false => prompts.lookup(&prompt).expect("lookup"),
+            };
+            let hit = hit.expect("a hit");
+            assert_eq!(hit.len(), shared.len());
+            let mut rows = vec![];
+            if beside {
+                let empty = engine.empty_cache().expect("empty");
+                rows.push((engine.join(empty).expect("join"), other.clone()));
+            }
+            rows.push((
+                engine.join(hit).expect("join"),
+                prompt[shared.len()..].to_vec(),
+            ));
+            let mut out = vec![];
+            for next in [3u32, 4, 5] {
+                let step: Vec<_> = rows.iter().map(|(id, t)| (*id, t.as_slice())).collect();
+                out.push(engine.step(&step).expect("step").pop().expect("logits"));
+                rows.iter_mut().for_each(|(_, t)| *t = vec![next]);
+            }
+            out
         };
-        assert_eq!(hit.len(), shared.len());
-        assert_eq!(hit.positions() < 64, shared_hit, "{}", hit.positions());
-        let mut rows = vec![];
-        if beside {
-            let empty = engine.empty_cache().expect("empty");
-            rows.push((engine.join(empty).expect("join"), other.clone()));
+        for beside in [false, true] {
+            let want = run(false, beside);
+            let got = run(true, beside);
+            assert!(
+                got == want,
+                "{n_shared} shared, beside another sequence: {beside}: the shared hit's logits differ"
+            );
         }
-        rows.push((
-            engine.join(hit).expect("join"),
-            prompt[shared.len()..].to_vec(),
-        ));
-        let mut out = vec![];
-        for next in [3u32, 4, 5] {
-            let step: Vec<_> = rows.iter().map(|(id, t)| (*id, t.as_slice())).collect();
-            out.push(engine.step(&step).expect("step").pop().expect("logits"));
-            rows.iter_mut().for_each(|(_, t)| *t = vec![next]);
-        }
-        out
-    };
-    for beside in [false, true] {
-        let want = run(false, beside);
-        let got = run(true, beside);
+        // The entry served every hit unchanged: a last one runs as the first.
+        let again = run(true, false);
         assert!(
-            got == want,
-            "beside another sequence: {beside}: the shared hit's logits differ"
+            again == run(false, false),
+            "{n_shared} shared: the entry changed"
         );
     }
-    // The entry served every hit unchanged: a last one runs as the first.
-    let again = run(true, false);
-    assert!(again == run(false, false), "the entry changed");
 }

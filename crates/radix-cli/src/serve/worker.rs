@@ -601,7 +601,7 @@ impl State {
             );
         }
         let hit = match job.cache_prompt {
-            true => self.prompts.lookup_shared(&job.prompt),
+            true => self.prompts.lookup_shared(&job.prompt)?,
             false => None,
         };
         let cache = match hit {
