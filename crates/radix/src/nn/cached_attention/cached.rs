@@ -15,16 +15,8 @@ pub(super) trait Cached: Copy {
     /// How many values one element holds (32 for a Q8_0 block).
     const VALUES: usize = 1;
 
-    /// `x` as f32: itself, or converted into `scratch` (room for `x`'s
-    /// values).
-    fn as_f32<'a>(x: &'a [Self], scratch: &'a mut [f32]) -> &'a [f32];
-
-    /// `x` as f32, written into `out` (room for `x`'s values): for every
-    /// type but f32, what [`Cached::as_f32`] writes into its scratch.
-    #[inline(always)]
-    fn widen_into(x: &[Self], out: &mut [f32]) {
-        Self::as_f32(x, out);
-    }
+    /// `x` as f32, written into `out` (room for `x`'s values).
+    fn widen_into(x: &[Self], out: &mut [f32]);
 
     /// [`attend`](super::loops::attend) as this CPU runs it best for a cache of `Self`.
     fn attend_best(
@@ -69,11 +61,6 @@ impl Operand for BlockQ8_0 {
 
 impl Cached for f32 {
     #[inline(always)]
-    fn as_f32<'a>(x: &'a [f32], _: &'a mut [f32]) -> &'a [f32] {
-        x
-    }
-
-    #[inline(always)]
     fn widen_into(x: &[f32], out: &mut [f32]) {
         out.copy_from_slice(x);
     }
@@ -84,10 +71,9 @@ impl Cached for half::f16 {
     /// crate asks the CPU on every call, and calls a function for every
     /// eight values).
     #[inline(always)]
-    fn as_f32<'a>(x: &'a [half::f16], scratch: &'a mut [f32]) -> &'a [f32] {
+    fn widen_into(x: &[half::f16], out: &mut [f32]) {
         use half::slice::HalfFloatSliceExt;
-        x.convert_to_f32_slice(scratch);
-        scratch
+        x.convert_to_f32_slice(out);
     }
 
     /// With F16C beside AVX2 and FMA, the conversions are F16C's
@@ -120,14 +106,13 @@ impl Cached for BlockQ8_0 {
     /// `d · q` per value, as `radix_quant::dequantize` decodes Q8_0 (the
     /// product is exact in f32): the portable copy.
     #[inline(always)]
-    fn as_f32<'a>(x: &'a [BlockQ8_0], scratch: &'a mut [f32]) -> &'a [f32] {
-        for (b, o) in x.iter().zip(scratch.chunks_exact_mut(32)) {
+    fn widen_into(x: &[BlockQ8_0], out: &mut [f32]) {
+        for (b, o) in x.iter().zip(out.chunks_exact_mut(32)) {
             let d = b.d.to_f32();
             for (o, &q) in o.iter_mut().zip(&b.qs) {
                 *o = f32::from(q as i8) * d;
             }
         }
-        scratch
     }
 
     /// With AVX2, FMA and F16C, the blocks decoded by their instructions
@@ -168,12 +153,12 @@ impl Cached for Q8Avx2 {
     /// scale: the same values as the portable copy. The
     /// intrinsics are called here so that they inline into [`attend_avx2`].
     #[inline(always)]
-    fn as_f32<'a>(x: &'a [Q8Avx2], scratch: &'a mut [f32]) -> &'a [f32] {
+    fn widen_into(x: &[Q8Avx2], out: &mut [f32]) {
         use std::arch::x86_64::{
             _mm_loadl_epi64, _mm256_cvtepi8_epi32, _mm256_cvtepi32_ps, _mm256_mul_ps,
             _mm256_set1_ps, _mm256_storeu_ps,
         };
-        for (b, o) in x.iter().zip(scratch.chunks_exact_mut(32)) {
+        for (b, o) in x.iter().zip(out.chunks_exact_mut(32)) {
             // SAFETY: `Q8Avx2` values exist only where the CPU has AVX2;
             // each load reads 8 of the block's 32 code bytes, each
             // store writes 8 of `o`'s 32 floats.
@@ -186,7 +171,6 @@ impl Cached for Q8Avx2 {
                 }
             }
         }
-        scratch
     }
 }
 
@@ -203,10 +187,10 @@ impl Cached for F16c {
     /// a function of their own, so that they inline into [`attend_avx2`]
     /// (which has F16C) once this does.
     #[inline(always)]
-    fn as_f32<'a>(x: &'a [F16c], scratch: &'a mut [f32]) -> &'a [f32] {
+    fn widen_into(x: &[F16c], out: &mut [f32]) {
         use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm256_cvtph_ps, _mm256_storeu_ps};
         let full = x.len() / 8 * 8;
-        for (x, o) in x.chunks_exact(8).zip(scratch.chunks_exact_mut(8)) {
+        for (x, o) in x.chunks_exact(8).zip(out.chunks_exact_mut(8)) {
             // SAFETY: `F16c` values exist only where the CPU has F16C; `x`
             // holds 8 f16 (16 bytes) and `o` room for 8 f32.
             unsafe {
@@ -214,10 +198,9 @@ impl Cached for F16c {
                 _mm256_storeu_ps(o.as_mut_ptr(), v);
             }
         }
-        for (x, o) in x[full..].iter().zip(&mut scratch[full..]) {
+        for (x, o) in x[full..].iter().zip(&mut out[full..]) {
             *o = x.0.to_f32();
         }
-        scratch
     }
 }
 
@@ -253,8 +236,8 @@ mod tests {
             .collect();
         let avx2: Vec<Q8Avx2> = blocks.iter().map(|&b| Q8Avx2(b)).collect();
         let (mut want, mut got) = (vec![0f32; 32 * 2048], vec![0f32; 32 * 2048]);
-        let want = BlockQ8_0::as_f32(&blocks, &mut want).to_vec();
-        let got = Q8Avx2::as_f32(&avx2, &mut got);
+        BlockQ8_0::widen_into(&blocks, &mut want);
+        Q8Avx2::widen_into(&avx2, &mut got);
         for (j, (g, w)) in got.iter().zip(&want).enumerate() {
             assert_eq!(g.to_bits(), w.to_bits(), "value {j}: {g} against {w}");
         }
@@ -274,9 +257,9 @@ mod tests {
         let mut got = vec![0.0f32; all.len()];
         let n = all.len() - 3;
         let (head, tail) = got.split_at_mut(n);
-        let head = F16c::as_f32(&all[..n], head).to_vec();
-        let tail = F16c::as_f32(&all[n..], tail).to_vec();
-        for (x, g) in all.iter().zip(head.iter().chain(&tail)) {
+        F16c::widen_into(&all[..n], head);
+        F16c::widen_into(&all[n..], tail);
+        for (x, g) in all.iter().zip(&got) {
             let want = x.0.to_f32();
             assert!(
                 g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
