@@ -93,9 +93,9 @@ pub(super) fn attend<T: Cached, D: Dots>(
     let mut scores = vec![0.0f32; queries.len() * group * n];
     let layout = (position, head, width);
     let mut block = vec![0.0f32; BLOCK * hd];
-    for (b, ks) in keys.chunks(BLOCK * position).enumerate() {
-        let p0 = b * BLOCK;
-        let m = widen_block(ks, layout, hd, &mut block);
+    for p0 in (0..n).step_by(BLOCK) {
+        let m = BLOCK.min(n - p0);
+        widen_block(keys, p0..p0 + m, layout, hd, &mut block);
         for (j, q) in queries.iter().enumerate() {
             if part(j, p0..p0 + m).is_empty() {
                 continue;
@@ -113,9 +113,9 @@ pub(super) fn attend<T: Cached, D: Dots>(
         }
     }
     outs.iter_mut().for_each(|o| o.fill(0.0));
-    for (b, vs) in values.chunks(BLOCK * position).enumerate() {
-        let p0 = b * BLOCK;
-        let m = widen_block(vs, layout, hd, &mut block);
+    for p0 in (0..n).step_by(BLOCK) {
+        let m = BLOCK.min(n - p0);
+        widen_block(values, p0..p0 + m, layout, hd, &mut block);
         for (j, out) in outs.iter_mut().enumerate() {
             let seen = part(j, p0..p0 + m);
             if seen.is_empty() {
@@ -188,21 +188,24 @@ pub(super) fn exp_nonpositive(x: f32) -> f32 {
 /// every query head that shares them reads them.
 pub(super) const BLOCK: usize = 64;
 
-/// The heads `head..head + width` of the positions of `cache` (`position`
-/// elements each) as f32, `hd` values each, one after another in `block`;
-/// how many positions `cache` holds.
+/// The heads `head..head + width` of the positions `positions` of `cache`
+/// (`position` elements each) as f32, `hd` values each, one after another
+/// in `block`. The prefetch reaches past the block's end into the next.
 #[inline(always)]
 pub(super) fn widen_block<T: Cached>(
     cache: &[T],
+    positions: std::ops::Range<usize>,
     (position, head, width): (usize, usize, usize),
     hd: usize,
     block: &mut [f32],
-) -> usize {
-    for (i, x) in cache.chunks_exact(position).enumerate() {
-        prefetch(cache, (i + AHEAD) * position + head, width);
-        T::widen_into(&x[head..][..width], &mut block[i * hd..][..hd]);
+) {
+    for (i, p) in positions.enumerate() {
+        prefetch(cache, (p + AHEAD) * position + head, width);
+        T::widen_into(
+            &cache[p * position + head..][..width],
+            &mut block[i * hd..][..hd],
+        );
     }
-    cache.len() / position
 }
 
 /// `y += Σ_p w[p] · x[p]` (`x` holds `w.len()` vectors of `y.len()`), each
