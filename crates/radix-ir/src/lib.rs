@@ -190,17 +190,7 @@ impl Function {
             op: op.name(),
             message,
         };
-        let n = self.nodes.len();
-        let types_match = args.len() == seen.len()
-            && args
-                .iter()
-                .zip(seen)
-                .all(|(a, s)| (a.0 as usize) < n && self.node(*a).shape.same_type(s));
-        if !types_match {
-            return Err(error(format!(
-                "operands {args:?} are not nodes before it of the types seen"
-            )));
-        }
+        self.check_seen(&args, seen).map_err(error)?;
         let fallback = stated.or(seen.first().copied());
         let fallback = fallback.unwrap_or(Shape::scalar(crate::DType::F32));
         let ty = self
@@ -213,13 +203,85 @@ impl Function {
             Some(s) => s,
             None => ty,
         };
-        let id = ValueId(n as u32);
+        Ok((self.append(op, args, shape, loc), shape))
+    }
+
+    /// Appends `op` applied to `args` as the caller sees them, `seen`, and
+    /// gives the values it yields, typed by one run of its shape rule:
+    /// the node itself, or for a multi-result op ([`Op::is_multi`]) one
+    /// `Project` of it per result. With `stated` types (which must be the
+    /// rule's), they are the values' types, tags and all.
+    pub fn push_seen_all(
+        &mut self,
+        op: Op,
+        args: Vec<ValueId>,
+        seen: &[Shape],
+        stated: Option<&[Shape]>,
+        loc: Loc,
+    ) -> Result<Vec<(ValueId, Shape)>, ShapeError> {
+        let error = |message: String| ShapeError {
+            op: op.name(),
+            message,
+        };
+        self.check_seen(&args, seen).map_err(error)?;
+        let fallback = stated.and_then(|s| s.first()).or(seen.first()).copied();
+        let mut types = op
+            .infer(seen, fallback.unwrap_or(Shape::scalar(crate::DType::F32)))
+            .map_err(error)?;
+        if let Some(stated) = stated {
+            if stated.len() != types.len()
+                || stated.iter().zip(&types).any(|(s, t)| !s.same_type(t))
+            {
+                return Err(error(format!(
+                    "is typed {stated:?} but its rule gives {types:?}"
+                )));
+            }
+            types = stated.iter().copied().collect();
+        }
+        let Some(&first) = types.first() else {
+            return Err(error("gives no values".into()));
+        };
+        let multi = op.is_multi();
+        let node = self.append(op, args, first, loc);
+        if !multi {
+            return Ok(vec![(node, first)]);
+        }
+        // The projections' types are the rule's just run, so they are
+        // appended as checked (a `Project` pushed alone runs it again).
+        Ok(types
+            .iter()
+            .enumerate()
+            .map(|(k, &s)| (self.append(Op::Project(k), vec![node], s, loc), s))
+            .collect())
+    }
+
+    /// `Err` unless each of `args` is a node of this function of the type
+    /// `seen` names.
+    fn check_seen(&self, args: &[ValueId], seen: &[Shape]) -> Result<(), String> {
+        let n = self.nodes.len();
+        let types_match = args.len() == seen.len()
+            && args
+                .iter()
+                .zip(seen)
+                .all(|(a, s)| (a.0 as usize) < n && self.node(*a).shape.same_type(s));
+        if types_match {
+            Ok(())
+        } else {
+            Err(format!(
+                "operands {args:?} are not nodes before it of the types seen"
+            ))
+        }
+    }
+
+    /// Appends a node its rule has typed.
+    fn append(&mut self, op: Op, args: Vec<ValueId>, shape: Shape, loc: Loc) -> ValueId {
+        let id = ValueId(self.nodes.len() as u32);
         if op.has_side_effect() {
             self.effects.push(id);
         }
         self.nodes.push(Node { op, args, shape });
         self.locs.push(loc);
-        Ok((id, shape))
+        id
     }
 
     /// [`Function::push`] of a node rebuilt from checked ones (a pass's

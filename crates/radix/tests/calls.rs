@@ -166,3 +166,63 @@ fn every_location_is_the_users_line() {
     assert!(radix_lines.is_empty(), "{}", radix_lines.join("\n"));
     assert!(text.contains("tests/calls.rs"), "{text}");
 }
+
+/// A block of radix's layers, for the locations of the nodes they make.
+#[derive(Clone, Module)]
+struct Layers {
+    embed: radix::nn::Embedding,
+    norm: radix::nn::RmsNorm,
+    qkv: radix::nn::Linear,
+    gated: radix::nn::GatedMlp,
+    post: radix::nn::LayerNorm,
+    mlp: radix::nn::Mlp,
+}
+
+#[test]
+fn every_location_in_radix_layers_is_the_users_line() {
+    use radix::nn::tags::{B, D, H, HD, K, Q, S};
+    use radix::nn::*;
+    let layers = Layers {
+        embed: Embedding::new(11, (D, 8)),
+        norm: RmsNorm::new((D, 8), 1e-6).with_offset(1.0),
+        qkv: Linear::new((D, 8), ("o", 8)).with_bias().with_lora(2, 0.5),
+        gated: GatedMlp::new((D, 8), 16).with_gelu_tanh(),
+        post: LayerNorm::new((D, 8), 1e-5),
+        mlp: Mlp::new((D, 8), 16),
+    };
+    let ids = Tensor::param(Shape::tagged(DType::I32, &[(B, 1), (S, 4)]));
+    let lengths = Tensor::param(Shape::tagged(DType::I32, &[(B, 1)]));
+    let cache = KvCache::param(KvCache::shape(1, 8, 2, 4, CacheType::F16).unwrap());
+    let inputs = (ids, lengths, cache.k, cache.v);
+    let program = radix::trace(&layers, &inputs, |m, (ids, lengths, ck, cv)| {
+        let x = m.norm.forward(m.embed.forward(ids));
+        let pos = Tensor::iota(Shape::tagged(DType::I32, &[(B, 1), (S, 4)]), S);
+        let heads = |t: Tensor| {
+            t.reshape_to(Shape::tagged(
+                DType::F32,
+                &[(B, 1), (S, 4), (H, 2), (HD, 4)],
+            ))
+        };
+        let rope = Rotary::new(4, 10_000.0, RopeLayout::AdjacentPair);
+        let q = rope.forward(heads(m.qkv.forward(x)), pos).rename(S, Q);
+        let k = q.rename(Q, K);
+        let mask = causal_mask(pos.rename(S, Q), pos.rename(S, K));
+        let full = attention(q, k, k, Some(mask));
+        let padded = padded_attention(q, k, k, lengths);
+        let cache = KvCache { k: ck, v: cv }.write(Tensor::scalar(0.0, DType::I32), k, k);
+        let cached = cached_attention(q, pos.rename(S, Q), cache, None);
+        let y = (full + padded + cached)
+            .reshape_to(Shape::tagged(DType::F32, &[(B, 1), (S, 4), (D, 8)]));
+        let y = m
+            .mlp
+            .forward(m.post.forward(m.gated.forward(y) + gelu_erf(y)));
+        (m.embed.unembed(y, D), cache.k, cache.v)
+    })
+    .unwrap();
+    let text = program.stablehlo();
+    let radix_lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("crates/radix/src") || l.contains("crates/radix-ir/src"))
+        .collect();
+    assert!(radix_lines.is_empty(), "{}", radix_lines.join("\n"));
+}

@@ -14,7 +14,9 @@ use radix_quant::blocks::{BlockQ8_0, field_range};
 
 use crate::nn::tags::{B, H, HD, K};
 use crate::quant::{Format, blocks_format, blocks_shape, dequantize};
+use crate::tensor::located;
 use crate::{DType, Module, Shape, Tensor};
+use std::panic::Location;
 
 /// How a key/value cache stores its keys and values.
 #[allow(non_camel_case_types)]
@@ -174,10 +176,11 @@ impl KvCache {
             let cache = cache.transpose(order);
             cache.dynamic_update_slice(encode(new, &cache.shape()), &starts)
         };
-        KvCache {
+        // The closure's nodes too are at the caller's line.
+        located(Location::caller(), || KvCache {
             k: write(self.k, k),
             v: write(self.v, v),
-        }
+        })
     }
 
     /// The cache with the positions of `part` (a cache of the same type,
@@ -194,10 +197,10 @@ impl KvCache {
             let part = part.transpose(order);
             cache.transpose(order).dynamic_update_slice(part, &starts)
         };
-        KvCache {
+        located(Location::caller(), || KvCache {
             k: paste(self.k, part.k),
             v: paste(self.v, part.v),
-        }
+        })
     }
 
     /// [`KvCache::write`] with a first position per row: the `s` keys of
@@ -227,10 +230,11 @@ impl KvCache {
                 .scatter(ROWS, at, new)
                 .split_axis(ROWS, &[(B, rows.into()), (K, capacity.into())])
         };
-        KvCache {
+        // The closure's nodes too are at the caller's line.
+        located(Location::caller(), || KvCache {
             k: write(self.k, k),
             v: write(self.v, v),
-        }
+        })
     }
 }
 

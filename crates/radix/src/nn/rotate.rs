@@ -14,7 +14,9 @@ use crate::custom_call::{Attrs, CustomCall, Kernel};
 use crate::nn::broadcast_like;
 use crate::nn::rows::{Rows, in_row_tasks};
 use crate::nn::tags::HD;
+use crate::tensor::located;
 use crate::{DType, Shape, Size, Tensor};
+use std::panic::Location;
 
 /// Half the head width: one rotation angle each.
 pub(super) const HD2: &str = "hd2";
@@ -72,7 +74,9 @@ pub(super) fn rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout) ->
             .with_tags(&[T, HD2])
     };
     let attrs = Attrs::new().with("adjacent", i64::from(layout == RopeLayout::AdjacentPair));
-    let y = ROTATE.call(&[rows.flat(x), angles(cos), angles(sin)], &attrs)[0];
+    // The closure's nodes too are at the caller's line.
+    let (cos, sin) = located(Location::caller(), || (angles(cos), angles(sin)));
+    let y = ROTATE.call(&[rows.flat(x), cos, sin], &attrs)[0];
     rows.unflat(y)
 }
 

@@ -304,3 +304,41 @@ fn kv_cache_write_several_per_row_drops_those_past_the_capacity() {
         Tol::EXACT,
     );
 }
+
+/// The fallbacks of radix's kernels (what runs where the kernel cannot) are
+/// located at the line that called the layer, as the layer's other nodes.
+#[test]
+fn the_fallbacks_of_the_kernels_are_at_the_users_line() {
+    use crate::ir::Op;
+    let heads = [("b", 1), ("q", 3), ("h", 2), ("hd", 4)];
+    let q = lit(&heads, &[0.5; 24]);
+    let k = lit(&[("b", 1), ("k", 3), ("h", 2), ("hd", 4)], &[0.25; 24]);
+    let pos = ids(&[("b", 1), ("q", 3)], &[0., 1., 2.]);
+    let lengths = ids(&[("b", 1)], &[2.]);
+    let rope = Rotary::new(4, 100.0, RopeLayout::AdjacentPair);
+    let program = crate::testing::trace_fn(&[q, k, pos, lengths], |t| {
+        let cached = cached_attention(t[0], t[2], KvCache { k: t[1], v: t[1] }, None);
+        let padded = padded_attention(t[0], t[1], t[1], t[3]);
+        rope.forward(cached + padded, t[2])
+    })
+    .unwrap();
+    let mut fallbacks = 0;
+    for node in &program.function().nodes {
+        let Op::CustomCall(site) = &node.op else {
+            continue;
+        };
+        let f = site
+            .fallback
+            .as_ref()
+            .expect("radix's kernels declare fallbacks");
+        fallbacks += 1;
+        for loc in &f.locs {
+            assert!(
+                loc.file().ends_with("nn/tests.rs"),
+                "{}: {loc}",
+                site.call.name()
+            );
+        }
+    }
+    assert!(fallbacks >= 3, "{fallbacks} kernels");
+}

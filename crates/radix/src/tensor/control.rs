@@ -15,7 +15,9 @@
 use crate::ir::Op;
 use crate::ir::ops::Control;
 use crate::module::Module;
-use crate::tensor::{Block, emit, fail, located, trace_hermetic_block, trace_open_block};
+use crate::tensor::{
+    Block, emit, fail, located, record_all, trace_hermetic_block, trace_open_block,
+};
 use crate::{DType, Shape, Tensor};
 use std::panic::Location;
 use std::sync::Arc;
@@ -353,14 +355,15 @@ fn called<A: Module + Clone, O: Module + Clone>(
     out
 }
 
-/// Emits a multi-result `op` and one `Project` per result.
+/// Emits a multi-result `op` and one `Project` per result, of `shapes`
+/// (which must be the op's rule's).
 #[track_caller]
 pub(crate) fn multi(op: Op, args: &[Tensor], shapes: &[Shape]) -> Vec<Tensor> {
-    let Some(&first) = shapes.first() else {
+    if shapes.is_empty() {
         return vec![];
-    };
-    let node = emit(op, args, first);
-    project_from(node, 0, shapes)
+    }
+    let name = op.name();
+    record_all(op, args, Some(shapes)).unwrap_or_else(|msg| poison(name, msg, args, shapes))
 }
 
 /// Results `from..` of the multi-result value `v`, of `shapes` (a
@@ -387,16 +390,7 @@ pub(crate) fn record_multi(
     args: &[Tensor],
     fallback: &[Shape],
 ) -> Vec<Tensor> {
-    let shapes: Vec<Shape> = args.iter().map(|t| t.shape()).collect();
-    let stated = fallback
-        .first()
-        .copied()
-        .unwrap_or(Shape::scalar(DType::F32));
-    match op.infer(&shapes, stated) {
-        Ok(results) if op.is_multi() => multi(op, args, &results),
-        Ok(results) => vec![emit(op, args, results.first().copied().unwrap_or(stated))],
-        Err(msg) => poison(name, msg, args, fallback),
-    }
+    record_all(op, args, None).unwrap_or_else(|msg| poison(name, msg, args, fallback))
 }
 
 /// Records a misuse of op `name` and returns placeholders of `shapes`.

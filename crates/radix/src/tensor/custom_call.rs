@@ -10,8 +10,9 @@ use crate::custom_call::{Attrs, CustomCall};
 use crate::ir::Op;
 use crate::ir::ops::custom_call::*;
 use crate::tensor::control::{multi, poison};
-use crate::tensor::trace_hermetic_block;
+use crate::tensor::{located, trace_hermetic_block};
 use crate::{Shape, Tensor};
+use std::panic::Location;
 use std::sync::Arc;
 
 /// Records `call(operands)` with `attrs` (see [`CustomCall::call`]).
@@ -53,8 +54,10 @@ pub(crate) fn emit(call: &CustomCall, operands: &[Tensor], attrs: &Attrs) -> Vec
     let fallback = match call.fallback() {
         None => None,
         Some(f) => {
-            let block =
-                trace_hermetic_block("custom call fallback", &shapes, |args| f(args, attrs));
+            // Radix's own fallbacks are at the user's line too.
+            let block = located(Location::caller(), || {
+                trace_hermetic_block("custom call fallback", &shapes, |args| f(args, attrs))
+            });
             let got: Vec<(Vec<i64>, crate::DType)> = block
                 .results
                 .iter()

@@ -501,6 +501,38 @@ fn record_node(op: Op, args: &[Tensor], stated: Option<Shape>) -> Tensor {
     }
 }
 
+/// The values `op` on `args` gives (captured as [`record_node`] does),
+/// typed by one run of its shape rule: the node, or a `Project` of it per
+/// result ([`Function::push_seen_all`]); `Err` says why the rule rejects it.
+#[track_caller]
+pub(crate) fn record_all(
+    op: Op,
+    args: &[Tensor],
+    stated: Option<&[Shape]>,
+) -> Result<Vec<Tensor>, String> {
+    let live = args
+        .iter()
+        .map(|&a| capture(a))
+        .collect::<Result<Vec<_>, _>>()?;
+    let seen: crate::ir::ops::Shapes = live.iter().map(|a| a.shape).collect();
+    let loc = Location::caller();
+    BUILDER.with(|b| {
+        let mut b = b.borrow_mut();
+        let ids = live.iter().map(|a| a.value()).collect();
+        let (loc, trace) = (b.at.unwrap_or(loc), b.trace);
+        let values = b.function.push_seen_all(op, ids, &seen, stated, loc);
+        let values = values.map_err(|e| e.message)?;
+        Ok(values
+            .into_iter()
+            .map(|(id, shape)| Tensor {
+                id: id.0,
+                trace,
+                shape,
+            })
+            .collect())
+    })
+}
+
 /// Records a misuse of op `name` and returns a placeholder of `shape`.
 #[track_caller]
 pub(crate) fn fail(name: &'static str, message: String, args: &[Tensor], shape: Shape) -> Tensor {
