@@ -236,7 +236,7 @@ impl Function {
                     "is typed {stated:?} but its rule gives {types:?}"
                 )));
             }
-            types = stated.iter().copied().collect();
+            types = stated.to_vec();
         }
         let Some(&first) = types.first() else {
             return Err(error("gives no values".into()));

@@ -4,7 +4,7 @@
 //! results depend on are printed. Each op carries `loc("file":line:col)`
 //! from the user's call site.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -46,6 +46,7 @@ pub fn print_module_signed(f: &Function, locs: Locations, sig: &Signature) -> St
         funcs: RefCell::new(BTreeMap::new()),
         mesh: sig.mesh.clone(),
         partitioner: sig.partitioner,
+        channels: Cell::new(0),
     };
     let mut out = String::with_capacity(f.nodes.len() * 120 + 256);
     let mut names: Vec<String> = vec![String::new(); f.nodes.len()];
@@ -103,6 +104,8 @@ pub struct Ctx {
     funcs: RefCell<BTreeMap<String, String>>,
     mesh: Option<Mesh>,
     partitioner: Partitioner,
+    /// The last channel id a collective took.
+    channels: Cell<i64>,
 }
 
 impl Ctx {
@@ -221,6 +224,19 @@ impl OpPrinter<'_> {
     /// A region printing `f`: its first `n_block_args` parameters become
     /// the block's arguments, the others (captures) name `captures`.
     pub fn region(&self, k: usize, f: &Function, n_block_args: usize, captures: &[&str]) -> String {
+        self.region_ending(k, f, n_block_args, captures, "stablehlo.return")
+    }
+
+    /// [`OpPrinter::region`] ended by the op `ret` (a dialect's own
+    /// terminator, such as `sdy.return`).
+    pub fn region_ending(
+        &self,
+        k: usize,
+        f: &Function,
+        n_block_args: usize,
+        captures: &[&str],
+        ret: &str,
+    ) -> String {
         let prefix = format!("{}_{k}_", self.region_prefix());
         let mut names = vec![String::new(); f.nodes.len()];
         let mut out = String::from(if n_block_args > 0 { "      ^bb0(" } else { "" });
@@ -239,15 +255,15 @@ impl OpPrinter<'_> {
         if n_block_args > 0 {
             out.push_str("):\n");
         }
-        print_body(
-            self.ctx,
-            &mut out,
-            f,
-            &mut names,
-            &prefix,
-            "stablehlo.return",
-        );
+        print_body(self.ctx, &mut out, f, &mut names, &prefix, ret);
         out
+    }
+
+    /// A channel id no other collective of the module has (from 1).
+    pub fn next_channel(&self) -> i64 {
+        let next = self.ctx.channels.get() + 1;
+        self.ctx.channels.set(next);
+        next
     }
 
     /// Prints the private function `@name` for `f` once per module.

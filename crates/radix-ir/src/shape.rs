@@ -252,6 +252,15 @@ impl Shape {
         &self.tags[..self.rank()]
     }
 
+    /// The same shape (tags, sharding) with axis `axis` of size `dim`
+    /// (unchanged if there is no such axis).
+    pub fn with_dim(mut self, axis: usize, dim: i64) -> Shape {
+        if axis < self.rank() {
+            self.dims[axis] = dim;
+        }
+        self
+    }
+
     /// The number of elements.
     pub fn count(&self) -> usize {
         self.dims().iter().product::<i64>() as usize

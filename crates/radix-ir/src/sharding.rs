@@ -145,11 +145,18 @@ impl Mesh {
         let axes = shape.mesh_axes();
         self.check(&axes, shape.dims())
             .map_err(|e| format!("{shape} on mesh {:?}: {e}", self.dims))?;
+        Ok(format!("#sdy.sharding{}", self.sdy_sharding(&axes)))
+    }
+
+    /// Shardy's sharding of a tensor whose axis `i` is split along mesh
+    /// axis `axes[i]`, without its `#sdy.sharding` prefix (as a
+    /// `#sdy.sharding_per_value` lists it): `<@mesh, [{"m0"}, {}]>`.
+    pub fn sdy_sharding(&self, axes: &[Option<usize>]) -> String {
         let dims: Vec<String> = axes
             .iter()
             .map(|a| a.map_or("{}".into(), |m| format!("{{\"m{m}\"}}")))
             .collect();
-        Ok(format!("#sdy.sharding<@mesh, [{}]>", dims.join(", ")))
+        format!("<@mesh, [{}]>", dims.join(", "))
     }
 
     /// The op that declares the mesh to Shardy, `@mesh` with axes `"m0"`,

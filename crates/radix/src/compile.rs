@@ -243,6 +243,7 @@ pub fn compile_program_with(
         None => program,
     };
     crate::collective::check_partitions(&program)?;
+    crate::shard_map::check(&program)?;
     custom_call::register(platform, program.function())?;
     let key = cache_key(platform, &program, config)?;
     let text = program.stablehlo();

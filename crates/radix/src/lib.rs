@@ -40,6 +40,7 @@ use radix_ir::passes;
 mod platform;
 mod program;
 pub mod quant;
+pub mod shard_map;
 pub use radix_ir::shape;
 pub use radix_ir::sharding;
 mod tensor;

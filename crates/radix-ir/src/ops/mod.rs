@@ -18,6 +18,7 @@ pub mod reduce;
 pub mod shape_ops;
 pub mod sharding;
 pub mod sort;
+pub mod spmd;
 
 use std::sync::Arc;
 
@@ -37,6 +38,7 @@ pub use reduce::Window;
 pub use shape_ops::Movement;
 pub use sort::Order;
 pub use sort::Sort;
+pub use spmd::Spmd;
 
 /// An op of the IR: a small closed set of StableHLO primitives, grouped in
 /// families (one enum and one file each, implementing [`Family`]) beside
@@ -72,6 +74,8 @@ pub enum Op {
     Sort(sort::Sort),
     /// `while`, `if` and `call` (`control.rs`).
     Control(control::Control),
+    /// A program per device and its collectives (`spmd.rs`).
+    Spmd(spmd::Spmd),
     /// `stablehlo.custom_call @Sharding`: the operand, split as the result
     /// shape's sharding says.
     Sharding,
@@ -119,6 +123,7 @@ impl Op {
             Op::Reduction(f) => Some(f),
             Op::Sort(f) => Some(f),
             Op::Control(f) => Some(f),
+            Op::Spmd(f) => Some(f),
             Op::Parameter(_)
             | Op::Poison
             | Op::Project(_)
@@ -212,7 +217,11 @@ impl Op {
     /// Whether the op has several results (read through `Project` nodes).
     pub fn is_multi(&self) -> bool {
         match self {
-            Op::Control(_) | Op::Sort(_) | Op::OptimizationBarrier | Op::CustomCall(_) => true,
+            Op::Control(_)
+            | Op::Sort(_)
+            | Op::OptimizationBarrier
+            | Op::CustomCall(_)
+            | Op::Spmd(spmd::Spmd::Manual { .. }) => true,
             Op::Reduction(reduce::Reduction::Reduce { body, .. }) => body.results.len() > 1,
             _ => false,
         }
@@ -236,7 +245,9 @@ impl Op {
             | Op::Reduction(reduce::Reduction::Reduce { body: b, .. })
             | Op::Reduction(reduce::Reduction::ReduceWindow { body: b, .. })
             | Op::Sort(sort::Sort { comparator: b, .. })
-            | Op::Control(control::Control::Call { f: b, .. }) => vec![b],
+            | Op::Control(control::Control::Call { f: b, .. })
+            | Op::Spmd(spmd::Spmd::Manual { body: b, .. })
+            | Op::Spmd(spmd::Spmd::AllReduce { body: b, .. }) => vec![b],
             Op::Control(control::Control::While { cond, body, .. }) => vec![cond, body],
             Op::Control(control::Control::If { then, other, .. }) => vec![then, other],
             _ => vec![],
@@ -251,7 +262,9 @@ impl Op {
             | Op::Reduction(reduce::Reduction::Reduce { body: b, .. })
             | Op::Reduction(reduce::Reduction::ReduceWindow { body: b, .. })
             | Op::Sort(sort::Sort { comparator: b, .. })
-            | Op::Control(control::Control::Call { f: b, .. }) => *b = Arc::new(g(b)),
+            | Op::Control(control::Control::Call { f: b, .. })
+            | Op::Spmd(spmd::Spmd::Manual { body: b, .. })
+            | Op::Spmd(spmd::Spmd::AllReduce { body: b, .. }) => *b = Arc::new(g(b)),
             Op::Control(control::Control::While { cond, body, .. }) => {
                 *cond = Arc::new(g(cond));
                 *body = Arc::new(g(body));

@@ -238,6 +238,10 @@ impl Backward<'_> {
             Op::Reduction(r) => reduce::vjp(r, &args, out, cts),
             Op::Sort(s) => sort::vjp(s, &args, cts),
             Op::Control(c) => return control::vjp(c, &args, cts, error),
+            Op::Spmd(s) => Err(format!(
+                "{} has no derivative rule yet",
+                crate::ir::ops::Family::name(s)
+            )),
             Op::Sharding => Ok(vec![cts[0]]),
             // The cotangents pass as the values did: what the barrier
             // orders is the forward computation.
@@ -327,6 +331,7 @@ fn n_results(n: &Node) -> usize {
         Op::Control(Control::Call { f: body, .. }) => body.results.len(),
         Op::Control(Control::While { body, .. }) => body.results.len(),
         Op::Control(Control::If { then, .. }) => then.results.len(),
+        Op::Spmd(crate::ir::ops::Spmd::Manual { body, .. }) => body.results.len(),
         Op::Reduction(Reduction::Reduce { body, .. }) => body.results.len(),
         Op::Sort(_) | Op::OptimizationBarrier => n.args.len(),
         Op::CustomCall(site) => site.results.len(),

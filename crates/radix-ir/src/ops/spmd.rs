@@ -1,0 +1,445 @@
+//! Programs written per device (JAX's `shard_map`): `sdy.manual_computation`,
+//! whose body runs once on every device of a mesh on that device's block
+//! of each operand, and the collectives such a body calls to exchange
+//! values between devices (`stablehlo.all_reduce`, `all_gather`,
+//! `collective_permute`, `partition_id`). The tracing side is radix's
+//! `shard_map.rs`.
+//!
+//! Reference semantics: the manual computation runs its body on one thread
+//! per device, and each collective hands its value to the others through
+//! an [`Exchange`], so a collective anywhere in the body (inside a loop, a
+//! call) meets its peers as on the devices. A collective outside any manual
+//! computation is on a device of its own: its group is itself.
+
+use std::cell::RefCell;
+use std::sync::{Arc, Barrier, Mutex};
+
+use crate::interp;
+use crate::literal::{Literal, decode, encode};
+use crate::ops::reduce::apply;
+use crate::print::{OpPrinter, i64_list};
+use crate::sharding::{Mesh, place_block, slice_block};
+use crate::{DType, Function, Shape};
+
+/// The mesh axis each axis of a tensor is split along (`None`: whole).
+pub type Spec = Vec<Option<usize>>;
+
+/// Groups of devices (partition ids) that exchange values, each in the
+/// order its members' values are combined.
+pub type Groups = Vec<Vec<i64>>;
+
+/// A program per device and what its devices exchange.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Spmd {
+    /// `sdy.manual_computation` over every axis of `mesh`: operand `i`
+    /// split as `in_specs[i]`, each device's block given to `body`, whose
+    /// result `j` is device's block of the result split as `out_specs[j]`
+    /// (a mesh axis the spec does not name holds the same value on each of
+    /// its devices).
+    Manual {
+        /// The per-device program, hermetic.
+        body: Arc<Function>,
+        /// The devices it runs on.
+        mesh: Mesh,
+        /// How each operand is split.
+        in_specs: Vec<Spec>,
+        /// How each result is put together.
+        out_specs: Vec<Spec>,
+    },
+    /// `stablehlo.all_reduce`: each device gets its group's values folded
+    /// by `body` (two scalars to one) in the group's order.
+    AllReduce {
+        /// The reduction, `(a, b) -> a op b` on scalars of the dtype.
+        body: Arc<Function>,
+        /// The groups.
+        groups: Groups,
+    },
+    /// `stablehlo.all_gather`: the group's values concatenated along
+    /// `axis` in the group's order.
+    AllGather {
+        /// The axis the values are joined along.
+        axis: usize,
+        /// The groups.
+        groups: Groups,
+    },
+    /// `stablehlo.collective_permute`: device `t` gets the value of the
+    /// device `s` of the pair `[s, t]`, or zeros where no pair ends at it.
+    Permute {
+        /// `[source, target]` partition ids.
+        pairs: Vec<[i64; 2]>,
+    },
+    /// `stablehlo.partition_id`: the device's index in the mesh, a `u32`.
+    PartitionId,
+}
+
+impl super::Family for Spmd {
+    fn name(&self) -> &'static str {
+        match self {
+            Spmd::Manual { .. } => "shard_map",
+            Spmd::AllReduce { .. } => "all_reduce",
+            Spmd::AllGather { .. } => "all_gather",
+            Spmd::Permute { .. } => "ppermute",
+            Spmd::PartitionId => "partition_id",
+        }
+    }
+
+    /// A manual computation's operands split by their specs are its body's
+    /// parameters, and its body's results joined by theirs are its
+    /// results; a collective keeps its operand's type but for a gather's
+    /// axis, as many times longer as a group has devices.
+    fn infer(&self, args: &[Shape], _: Shape) -> Result<super::Shapes, String> {
+        match self {
+            Spmd::Manual {
+                body,
+                mesh,
+                in_specs,
+                out_specs,
+            } => {
+                if in_specs.len() != args.len() || out_specs.len() != body.results.len() {
+                    return Err(format!(
+                        "{} operands and {} results for {} and {} specs",
+                        args.len(),
+                        body.results.len(),
+                        in_specs.len(),
+                        out_specs.len()
+                    ));
+                }
+                let blocks = (args.iter().zip(in_specs))
+                    .map(|(&s, spec)| block_shape(mesh, s, spec))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let results = body.result_shapes();
+                super::signature(body, "per-device body", &blocks, &results)?;
+                (results.iter().zip(out_specs))
+                    .map(|(&s, spec)| whole_shape(mesh, s, spec))
+                    .collect()
+            }
+            Spmd::AllReduce { body, groups } => {
+                super::arity(args, 1)?;
+                check_groups(groups)?;
+                let scalar = Shape::scalar(args[0].dtype());
+                super::signature(body, "reduction", &[scalar, scalar], &[scalar])?;
+                Ok(vec![args[0]])
+            }
+            Spmd::AllGather { axis, groups } => {
+                super::arity(args, 1)?;
+                check_groups(groups)?;
+                let Some(&d) = args[0].dims().get(*axis) else {
+                    return Err(format!("no axis {axis} in {}", args[0]));
+                };
+                let n = groups.first().map_or(1, Vec::len) as i64;
+                Ok(vec![args[0].with_dim(*axis, d * n)])
+            }
+            Spmd::Permute { .. } => super::arity(args, 1).map(|()| vec![args[0]]),
+            Spmd::PartitionId => super::arity(args, 0).map(|()| vec![Shape::scalar(DType::U32)]),
+        }
+    }
+
+    fn print(&self, p: &mut OpPrinter<'_>) {
+        match self {
+            Spmd::Manual {
+                body,
+                mesh,
+                in_specs,
+                out_specs,
+            } => {
+                // Compiling refuses a module without this mesh under Shardy
+                // (radix's `shard_map::check`); a traced program's text
+                // still prints it.
+                let per_value = |specs: &[Spec]| {
+                    let s: Vec<String> = specs.iter().map(|s| mesh.sdy_sharding(s)).collect();
+                    format!("#sdy.sharding_per_value<[{}]>", s.join(", "))
+                };
+                let axes: Vec<String> = (0..mesh.dims().len())
+                    .map(|m| format!("\"m{m}\""))
+                    .collect();
+                let attrs = format!(
+                    "in_shardings = {}, manual_axes = #sdy<manual_axes{{{}}}>, out_shardings = {}",
+                    per_value(in_specs),
+                    axes.join(", "),
+                    per_value(out_specs)
+                );
+                let n = body.params.len();
+                let region = p.region_ending(0, body, n, &[], "sdy.return");
+                let results = self.infer(p.arg_shapes(), p.shape()).unwrap_or_default();
+                p.multi("sdy.manual_computation", n, &[region], &attrs, &results);
+            }
+            Spmd::AllReduce { body, groups } => {
+                let region = p.region(0, body, 2, &[]);
+                let attrs = format!("{}, use_global_device_ids", channel_and_groups(p, groups));
+                p.generic_with("stablehlo.all_reduce", &region, &attrs);
+            }
+            Spmd::AllGather { axis, groups } => {
+                let attrs = format!(
+                    "all_gather_dim = {axis} : i64, {}, use_global_device_ids",
+                    channel_and_groups(p, groups)
+                );
+                p.generic("stablehlo.all_gather", &attrs);
+            }
+            Spmd::Permute { pairs } => {
+                let channel = p.next_channel();
+                let attrs = format!(
+                    "channel_handle = #stablehlo.channel_handle<handle = {channel}, type = 1>, source_target_pairs = {}",
+                    dense_2d(pairs.iter().map(|p| p.to_vec()).collect(), 2)
+                );
+                p.generic("stablehlo.collective_permute", &attrs);
+            }
+            Spmd::PartitionId => p.generic("stablehlo.partition_id", ""),
+        }
+    }
+
+    fn eval(&self, args: &[&Literal], shape: Shape) -> Vec<Literal> {
+        match self {
+            Spmd::Manual {
+                body,
+                mesh,
+                in_specs,
+                out_specs,
+            } => run_manual(body, mesh, in_specs, out_specs, args),
+            Spmd::AllReduce { body, groups } => {
+                let (me, all) = exchange(args[0]);
+                let group = group_of(groups, me);
+                let data = (0..shape.count())
+                    .map(|i| {
+                        let mut values = group.iter().map(|&d| all[d as usize].data()[i]);
+                        let first = values.next().unwrap_or(0.0);
+                        values.fold(first, |acc, v| apply(body, &[acc, v])[0])
+                    })
+                    .collect();
+                vec![Literal::new(shape, data)]
+            }
+            Spmd::AllGather { axis, groups } => {
+                let (me, all) = exchange(args[0]);
+                let parts: Vec<&Literal> = group_of(groups, me)
+                    .iter()
+                    .map(|&d| &all[d as usize])
+                    .collect();
+                vec![concatenate(&parts, *axis, shape)]
+            }
+            Spmd::Permute { pairs } => {
+                let (me, all) = exchange(args[0]);
+                let from = pairs.iter().find(|p| p[1] == me as i64);
+                let data = match from {
+                    Some(p) => all[p[0] as usize].data().to_vec(),
+                    None => vec![0.0; shape.count()],
+                };
+                vec![Literal::new(shape, data)]
+            }
+            Spmd::PartitionId => {
+                let me = DEVICE.with(|d| d.borrow().as_ref().map_or(0, |d| d.index));
+                vec![Literal::new(shape, vec![me as f64])]
+            }
+        }
+    }
+}
+
+/// The block of a `whole` value split as `spec` that each device holds.
+pub fn block_shape(mesh: &Mesh, whole: Shape, spec: &Spec) -> Result<Shape, String> {
+    resize(mesh, whole, spec, |d, n| {
+        (d % n == 0)
+            .then_some(d / n)
+            .ok_or_else(|| format!("{whole}: {d} does not split {n} ways"))
+    })
+}
+
+/// The whole value put together from blocks of type `block` as `spec` says.
+fn whole_shape(mesh: &Mesh, block: Shape, spec: &Spec) -> Result<Shape, String> {
+    resize(mesh, block, spec, |d, n| Ok(d * n))
+}
+
+/// `s` with each axis `spec` splits resized by `f(size, devices)`.
+fn resize(
+    mesh: &Mesh,
+    s: Shape,
+    spec: &Spec,
+    f: impl Fn(i64, i64) -> Result<i64, String>,
+) -> Result<Shape, String> {
+    if spec.len() != s.rank() {
+        return Err(format!("a spec of {} axes for {s}", spec.len()));
+    }
+    let mut used = vec![false; mesh.dims().len()];
+    let mut out = s;
+    for (i, m) in spec.iter().enumerate() {
+        let Some(m) = *m else { continue };
+        let Some(&n) = mesh.dims().get(m) else {
+            return Err(format!("no mesh axis {m} in {:?}", mesh.dims()));
+        };
+        if std::mem::replace(&mut used[m], true) {
+            return Err(format!("mesh axis {m} splits two axes of {s}"));
+        }
+        out = out.with_dim(i, f(s.dims()[i], n as i64)?);
+    }
+    Ok(out)
+}
+
+/// `Err` unless the groups are equally long and none is empty.
+fn check_groups(groups: &Groups) -> Result<(), String> {
+    let n = groups.first().map_or(0, Vec::len);
+    if n == 0 || groups.iter().any(|g| g.len() != n) {
+        return Err(format!("groups {groups:?} are not of one nonzero size"));
+    }
+    Ok(())
+}
+
+/// A new channel and `groups` as a collective's attributes.
+fn channel_and_groups(p: &mut OpPrinter<'_>, groups: &Groups) -> String {
+    let channel = p.next_channel();
+    let n = groups.first().map_or(0, Vec::len);
+    format!(
+        "channel_handle = #stablehlo.channel_handle<handle = {channel}, type = 1>, replica_groups = {}",
+        dense_2d(groups.clone(), n)
+    )
+}
+
+/// `dense<[[a, b], ..]> : tensor<RxCxi64>`.
+fn dense_2d(rows: Vec<Vec<i64>>, cols: usize) -> String {
+    let text: Vec<String> = rows.iter().map(|r| i64_list(r.iter().copied())).collect();
+    format!(
+        "dense<[{}]> : tensor<{}x{cols}xi64>",
+        text.join(", "),
+        rows.len()
+    )
+}
+
+/// The group device `me` is in (itself alone if none names it).
+fn group_of(groups: &Groups, me: usize) -> Vec<i64> {
+    groups
+        .iter()
+        .find(|g| g.contains(&(me as i64)))
+        .cloned()
+        .unwrap_or_else(|| vec![me as i64])
+}
+
+/// Where a thread evaluating a manual computation's body stands.
+struct Device {
+    index: usize,
+    exchange: Arc<Exchange>,
+}
+
+thread_local! {
+    /// The device this thread evaluates a body for (`None`: not in a
+    /// manual computation).
+    static DEVICE: RefCell<Option<Device>> = const { RefCell::new(None) };
+}
+
+/// What the devices of a manual computation hand each other: each puts its
+/// value, all wait, each reads every value, all wait again (so no value is
+/// replaced before every device has read it).
+struct Exchange {
+    barrier: Barrier,
+    values: Mutex<Vec<Option<Literal>>>,
+}
+
+/// This thread's device and every device's `value` at this collective.
+fn exchange(value: &Literal) -> (usize, Vec<Literal>) {
+    DEVICE.with(|d| match d.borrow().as_ref() {
+        None => (0, vec![value.clone()]),
+        Some(d) => {
+            let ex = &d.exchange;
+            ex.values.lock().unwrap_or_else(|e| e.into_inner())[d.index] = Some(value.clone());
+            ex.barrier.wait();
+            let all: Vec<Literal> = ex
+                .values
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(|v| v.clone().expect("every device put its value"))
+                .collect();
+            ex.barrier.wait();
+            (d.index, all)
+        }
+    })
+}
+
+/// A manual computation's results: `body` on one thread per device of
+/// `mesh`, on that device's blocks.
+fn run_manual(
+    body: &Function,
+    mesh: &Mesh,
+    in_specs: &[Spec],
+    out_specs: &[Spec],
+    args: &[&Literal],
+) -> Vec<Literal> {
+    let n = mesh.n_devices();
+    let exchange = Arc::new(Exchange {
+        barrier: Barrier::new(n),
+        values: Mutex::new(vec![None; n]),
+    });
+    let per_device: Vec<Vec<Literal>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..n)
+            .map(|index| {
+                let exchange = exchange.clone();
+                scope.spawn(move || {
+                    let blocks: Vec<Literal> = (args.iter().zip(in_specs))
+                        .map(|(a, spec)| cut(mesh, a, spec, index))
+                        .collect();
+                    DEVICE.with(|d| *d.borrow_mut() = Some(Device { index, exchange }));
+                    interp::eval(body, &blocks)
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    (out_specs.iter().enumerate())
+        .map(|(j, spec)| {
+            let block = per_device[0][j].shape();
+            let whole = whole_shape(mesh, block, spec).expect("checked when traced");
+            let marked = marked(whole, spec);
+            let mut bytes = vec![0u8; whole.count() * 8];
+            for (d, results) in per_device.iter().enumerate() {
+                let (start, size) = mesh.block(&marked, d);
+                let src = f64_bytes(results[j].data());
+                place_block(&mut bytes, whole.dims(), 8, &start, &size, &src);
+            }
+            Literal::new(whole, from_f64_bytes(&bytes))
+        })
+        .collect()
+}
+
+/// Device `device`'s block of `whole` split as `spec`.
+fn cut(mesh: &Mesh, whole: &Literal, spec: &Spec, device: usize) -> Literal {
+    let s = whole.shape();
+    let (start, size) = mesh.block(&marked(s, spec), device);
+    let bytes = slice_block(&f64_bytes(whole.data()), s.dims(), 8, &start, &size);
+    let block = block_shape(mesh, s, spec).expect("checked when traced");
+    Literal::new(block, from_f64_bytes(&bytes))
+}
+
+/// `s` with its axes marked split as `spec` says.
+fn marked(s: Shape, spec: &Spec) -> Shape {
+    (spec.iter().enumerate()).fold(s.unsharded(), |s, (i, m)| match m {
+        Some(m) => s.shard(i, *m).unwrap_or(s),
+        None => s,
+    })
+}
+
+/// `parts` joined along `axis` into a value of type `shape`.
+fn concatenate(parts: &[&Literal], axis: usize, shape: Shape) -> Literal {
+    let mut bytes = vec![0u8; shape.count() * 8];
+    let mut at = 0;
+    for part in parts {
+        let ps = part.shape();
+        let mut start = vec![0; ps.rank()];
+        start[axis] = at;
+        place_block(
+            &mut bytes,
+            shape.dims(),
+            8,
+            &start,
+            ps.dims(),
+            &f64_bytes(part.data()),
+        );
+        at += ps.dims()[axis];
+    }
+    Literal::new(shape, from_f64_bytes(&bytes))
+}
+
+fn f64_bytes(values: &[f64]) -> Vec<u8> {
+    encode(DType::F64, values)
+}
+
+fn from_f64_bytes(bytes: &[u8]) -> Vec<f64> {
+    decode(DType::F64, bytes)
+}

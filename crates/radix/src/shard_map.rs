@@ -1,0 +1,248 @@
+//! Programs written per device, as JAX's `shard_map`: [`shard_map`] runs a
+//! function once on every device of a [`Mesh`], on that device's block of
+//! each argument, and the collectives here exchange values between the
+//! devices inside it (StableHLO's `all_reduce`, `all_gather`,
+//! `collective_permute`, `partition_id`; printed in an
+//! `sdy.manual_computation` over every mesh axis, as JAX and ZML emit it).
+//!
+//! The program compiles for a platform with the same mesh
+//! ([`crate::Platform::with_mesh`]) under Shardy, the default partitioner;
+//! anything else is an [`Error::Sharding`] naming the `shard_map`. Its
+//! reference semantics (the interpreter) run the body on a thread per
+//! device. Derivatives through it are not written yet: a gradient through
+//! a `shard_map` is a trace error naming it.
+//!
+//! ```no_run
+//! # fn main() -> radix::Result<()> {
+//! use radix::shard_map::{all_reduce, shard_map};
+//! use radix::collective::ReduceOp;
+//! use radix::sharding::Mesh;
+//! use radix::{DType, Shape, Tensor};
+//! let mesh = Mesh::new(&[4]);
+//! let x = Tensor::param(Shape::new(DType::F32, &[8, 3]));
+//! let program = radix::trace_fn(&x, |x| {
+//!     // Each device sums its 2 rows, then the 4 partial sums are added.
+//!     shard_map(&mesh, &[vec![Some(0), None]], &[vec![None]], &[x], |b| {
+//!         vec![all_reduce(b[0].sum(0), ReduceOp::Sum, &[0])]
+//!     })[0]
+//! })?;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use crate::collective::ReduceOp;
+use crate::ir::Op;
+use crate::ir::ops::spmd::{Groups, Spmd, block_shape};
+use crate::ir::{Function, Loc};
+use crate::sharding::{Mesh, Partitioner};
+use crate::tensor::control::{poison, record_multi};
+use crate::tensor::reduce::scalar_block;
+use crate::tensor::{fail, record_inferred, trace_hermetic_block};
+use crate::{DType, Error, Program, Result, Shape, Tensor};
+
+pub use crate::ir::ops::spmd::Spec;
+
+thread_local! {
+    /// The meshes of the `shard_map` bodies being traced, innermost last.
+    static MESHES: RefCell<Vec<Mesh>> = const { RefCell::new(vec![]) };
+}
+
+/// `f` run on every device of `mesh`: argument `i` split as `in_specs[i]`
+/// says (the mesh axis each of its axes is split along, `None` for whole),
+/// each device's blocks given to `f`; result `j` of `f` is that device's
+/// block of result `j`, put together as `out_specs[j]` says (a mesh axis
+/// the spec does not name must hold the same value on each of its devices).
+/// Inside `f`, the collectives of this module exchange values between the
+/// devices.
+#[track_caller]
+pub fn shard_map(
+    mesh: &Mesh,
+    in_specs: &[Spec],
+    out_specs: &[Spec],
+    args: &[Tensor],
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Vec<Tensor> {
+    let placeholders = vec![
+        args.first()
+            .map_or(Shape::scalar(DType::F32), |a| a.shape());
+        out_specs.len()
+    ];
+    if in_specs.len() != args.len() {
+        let msg = format!("{} arguments and {} in_specs", args.len(), in_specs.len());
+        return poison("shard_map", msg, args, &placeholders);
+    }
+    let blocks = (args.iter().zip(in_specs))
+        .map(|(a, spec)| block_shape(mesh, a.shape(), spec).map(|s| s.unsharded()))
+        .collect::<std::result::Result<Vec<_>, _>>();
+    let blocks = match blocks {
+        Ok(b) => b,
+        Err(msg) => return poison("shard_map", msg, args, &placeholders),
+    };
+    let body = trace_hermetic_block("shard_map body", &blocks, |xs| {
+        MESHES.with(|m| m.borrow_mut().push(mesh.clone()));
+        let results = f(xs);
+        MESHES.with(|m| m.borrow_mut().pop());
+        results
+    });
+    let op = Op::Spmd(Spmd::Manual {
+        body: Arc::new(body.function),
+        mesh: mesh.clone(),
+        in_specs: in_specs.to_vec(),
+        out_specs: out_specs.to_vec(),
+    });
+    record_multi("shard_map", op, args, &placeholders)
+}
+
+/// Every device's `x` of each group of devices that differ only along the
+/// mesh axes `axes`, reduced with `op`, on each of them (JAX's `psum`,
+/// `pmax`, `pmin`, `pmean`).
+#[track_caller]
+pub fn all_reduce(x: Tensor, op: ReduceOp, axes: &[usize]) -> Tensor {
+    let groups = match groups(axes) {
+        Ok(g) => g,
+        Err(msg) => return fail("all_reduce", msg, &[x], x.shape()),
+    };
+    let n = groups[0].len();
+    let dtype = x.dtype();
+    let body = scalar_block("all_reduce body", &[dtype], 2, |s| {
+        vec![match op {
+            ReduceOp::Sum | ReduceOp::Mean => s[0] + s[1],
+            ReduceOp::Max => s[0].maximum(s[1]),
+            ReduceOp::Min => s[0].minimum(s[1]),
+        }]
+    });
+    let op_node = Op::Spmd(Spmd::AllReduce {
+        body: Arc::new(body.function),
+        groups,
+    });
+    let reduced = record_inferred("all_reduce", &[x], Ok(op_node));
+    match op {
+        ReduceOp::Mean => reduced / n as f64,
+        _ => reduced,
+    }
+}
+
+/// The `x` of every device of the group along mesh axis `mesh_axis`,
+/// concatenated along `axis` in the order of their positions on it
+/// (JAX's `all_gather` with `tiled=True`).
+#[track_caller]
+pub fn all_gather(x: Tensor, axis: usize, mesh_axis: usize) -> Tensor {
+    let op = groups(&[mesh_axis]).map(|groups| Op::Spmd(Spmd::AllGather { axis, groups }));
+    record_inferred("all_gather", &[x], op)
+}
+
+/// This device's position along mesh axis `mesh_axis`, an `i32` scalar
+/// (JAX's `axis_index`).
+#[track_caller]
+pub fn axis_index(mesh_axis: usize) -> Tensor {
+    let scalar = Shape::scalar(DType::I32);
+    let Some(mesh) = innermost() else {
+        return fail("axis_index", "outside shard_map".into(), &[], scalar);
+    };
+    let Some(&size) = mesh.dims().get(mesh_axis) else {
+        let msg = format!("no mesh axis {mesh_axis} in {:?}", mesh.dims());
+        return fail("axis_index", msg, &[], scalar);
+    };
+    let stride: usize = mesh.dims()[mesh_axis + 1..].iter().product();
+    let id = record_inferred("axis_index", &[], Ok(Op::Spmd(Spmd::PartitionId)));
+    let id = id.convert(DType::I32);
+    (id / stride as f64).rem(Tensor::scalar(size as f64, DType::I32))
+}
+
+/// `x` sent along `pairs` of `(source, destination)` positions on mesh
+/// axis `mesh_axis`, within each group of devices that differ only along
+/// it: each device gets the `x` of the device whose pair ends at it, or
+/// zeros if none does (JAX's `ppermute`). No position may be a source or a
+/// destination twice.
+#[track_caller]
+pub fn ppermute(x: Tensor, mesh_axis: usize, pairs: &[(usize, usize)]) -> Tensor {
+    let groups = match groups(&[mesh_axis]) {
+        Ok(g) => g,
+        Err(msg) => return fail("ppermute", msg, &[x], x.shape()),
+    };
+    let n = groups[0].len();
+    if let Err(msg) = radix_mpi::check_pairs(pairs, n) {
+        return fail("ppermute", msg, &[x], x.shape());
+    }
+    let pairs: Vec<[i64; 2]> = (groups.iter())
+        .flat_map(|g| pairs.iter().map(|&(s, d)| [g[s], g[d]]))
+        .collect();
+    record_inferred("ppermute", &[x], Ok(Op::Spmd(Spmd::Permute { pairs })))
+}
+
+/// The innermost `shard_map`'s mesh being traced.
+fn innermost() -> Option<Mesh> {
+    MESHES.with(|m| m.borrow().last().cloned())
+}
+
+/// The groups of the innermost mesh's devices that differ only along
+/// `axes`, each ordered by position along them; `Err` outside `shard_map`
+/// or for an axis the mesh lacks.
+fn groups(axes: &[usize]) -> std::result::Result<Groups, String> {
+    let Some(mesh) = innermost() else {
+        return Err("outside shard_map".into());
+    };
+    let dims = mesh.dims();
+    if axes.is_empty() || axes.iter().any(|&a| a >= dims.len()) {
+        return Err(format!("mesh axes {axes:?} of a mesh {dims:?}"));
+    }
+    // Device `d` sits at the row-major position `d` of the mesh.
+    let coords = |d: usize| -> Vec<usize> {
+        let mut rest = d;
+        let mut c = vec![0; dims.len()];
+        for (ci, &n) in c.iter_mut().zip(dims).rev() {
+            *ci = rest % n;
+            rest /= n;
+        }
+        c
+    };
+    let mut groups: Vec<(Vec<usize>, Vec<i64>)> = vec![];
+    for d in 0..mesh.n_devices() {
+        let c = coords(d);
+        let key: Vec<usize> = (0..dims.len())
+            .filter(|m| !axes.contains(m))
+            .map(|m| c[m])
+            .collect();
+        match groups.iter_mut().find(|g| g.0 == key) {
+            Some(g) => g.1.push(d as i64),
+            None => groups.push((key, vec![d as i64])),
+        }
+    }
+    Ok(groups.into_iter().map(|g| g.1).collect())
+}
+
+/// Refuses to compile a program with a `shard_map` written for another
+/// mesh than the one the program is partitioned over, or under GSPMD
+/// (which this module does not print for), naming the `shard_map`.
+pub(crate) fn check(program: &Program) -> Result<()> {
+    fn walk(f: &Function, found: &mut Vec<(Mesh, Loc)>) {
+        for (node, &loc) in f.nodes.iter().zip(&f.locs) {
+            if let Op::Spmd(Spmd::Manual { mesh, .. }) = &node.op {
+                found.push((mesh.clone(), loc));
+            }
+            node.op.bodies().into_iter().for_each(|b| walk(b, found));
+        }
+    }
+    let mut found = vec![];
+    walk(program.function(), &mut found);
+    for (mesh, loc) in found {
+        let at = format!("the shard_map at {}:{}", loc.file(), loc.line());
+        if program.mesh() != Some(&mesh) {
+            return Err(Error::Sharding(format!(
+                "{at} runs on a mesh {:?}; the program is partitioned over {:?} (Platform::with_mesh)",
+                mesh.dims(),
+                program.mesh().map(Mesh::dims)
+            )));
+        }
+        if program.partitioner() != Partitioner::Shardy {
+            return Err(Error::Sharding(format!(
+                "{at} is printed for Shardy only, not {:?}",
+                program.partitioner()
+            )));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,230 @@
+//! `shard_map` on 4 CPU devices: a function run per device on its blocks,
+//! with collectives between the devices, against the same computation
+//! written out on the host, and against the reference interpreter (which
+//! runs the body on a thread per device).
+
+use std::sync::OnceLock;
+
+use radix::collective::ReduceOp;
+use radix::shard_map::{Spec, all_gather, all_reduce, axis_index, ppermute, shard_map};
+use radix::sharding::{Mesh, Partitioner};
+use radix::{
+    Buffer, CacheMode, CompileConfig, DType, Error, Literal, Platform, Program, Shape, Tensor,
+};
+use radix_pjrt::OpenOptions;
+use radix_pjrt::provision::Target;
+
+/// A CPU client with 4 devices partitioned over a mesh of `dims`.
+fn meshed(dims: &[usize]) -> Platform {
+    static PLATFORM: OnceLock<Platform> = OnceLock::new();
+    let cpu4 = PLATFORM.get_or_init(|| {
+        Platform::open(&OpenOptions {
+            cpu_devices: Some(4),
+            ..OpenOptions::target(Target::Cpu)
+        })
+        .unwrap_or_else(|e| panic!("no 4-device CPU platform: {e}"))
+    });
+    cpu4.with_mesh(Mesh::new(dims)).unwrap()
+}
+
+/// `program` compiled for `platform` with `partitioner`, no cache.
+fn build(
+    platform: &Platform,
+    program: Program,
+    partitioner: Partitioner,
+) -> radix::Result<radix::Executable> {
+    let mut config = CompileConfig::new(platform);
+    config.cache = CacheMode::Disabled;
+    config.partitioner = partitioner;
+    radix::compile_program_with(platform, program, &config)
+}
+
+/// `f` of one f32 input `x` (values `v(i)` for element `i`), traced,
+/// compiled for `platform` and run; and its interpreted results, which
+/// must be equal (sums of a few small integers: exact in f32).
+fn run(
+    platform: &Platform,
+    x: Shape,
+    v: impl Fn(usize) -> f32,
+    f: impl FnOnce(Tensor) -> Vec<Tensor>,
+) -> Vec<Vec<f32>> {
+    let values: Vec<f32> = (0..x.count()).map(v).collect();
+    let program = radix::trace_fn(&Tensor::param(x), f).unwrap();
+    let interpreted: Vec<Vec<f32>> = program
+        .interpret(&[Literal::from_slice(&values, x.dims())])
+        .iter()
+        .map(|l| l.to_vec::<f32>())
+        .collect();
+    let exe = build(platform, program, Partitioner::Shardy).unwrap();
+    let xb = Buffer::from_slice(platform, &values, x).unwrap();
+    let got: Vec<Vec<f32>> = exe
+        .call(&[&xb])
+        .unwrap()
+        .iter()
+        .map(|b| b.to_vec::<f32>().unwrap())
+        .collect();
+    assert_eq!(got, interpreted, "the plugin against the interpreter");
+    got
+}
+
+fn spec(axes: &[Option<usize>]) -> Spec {
+    axes.to_vec()
+}
+
+#[test]
+fn each_device_sums_its_rows_and_the_sums_are_added() {
+    let platform = meshed(&[4]);
+    let x = Shape::new(DType::F32, &[8, 3]);
+    let mesh = Mesh::new(&[4]);
+    let got = run(
+        &platform,
+        x,
+        |i| i as f32,
+        |x| {
+            shard_map(
+                &mesh,
+                &[spec(&[Some(0), None])],
+                &[spec(&[None]), spec(&[Some(0)])],
+                &[x],
+                |b| {
+                    let local = b[0].sum(0);
+                    let mean = all_reduce(b[0].max(0), ReduceOp::Mean, &[0]);
+                    vec![all_reduce(local, ReduceOp::Sum, &[0]), mean]
+                },
+            )
+        },
+    );
+    // Column j sums i*3 + j over rows i = 0..8.
+    let want: Vec<f32> = (0..3)
+        .map(|j| (0..8).map(|i| (i * 3 + j) as f32).sum())
+        .collect();
+    assert_eq!(got[0], want);
+    // Device d's largest row is 2d + 1; the mean of those over the 4
+    // devices, the same on each: row 4 in the mean, 12 + j.
+    let mean: Vec<f32> = (0..3).map(|j| 12.0 + j as f32).collect();
+    assert_eq!(
+        got[1],
+        [mean.clone(), mean.clone(), mean.clone(), mean].concat()
+    );
+}
+
+#[test]
+fn a_two_by_two_mesh_reduces_gathers_and_permutes_along_one_axis() {
+    let platform = meshed(&[2, 2]);
+    let x = Shape::new(DType::F32, &[4, 6]);
+    let mesh = Mesh::new(&[2, 2]);
+    let both = spec(&[Some(0), Some(1)]);
+    let got = run(
+        &platform,
+        x,
+        |i| (i % 7) as f32,
+        |x| {
+            shard_map(
+                &mesh,
+                std::slice::from_ref(&both),
+                &[spec(&[Some(0), None]), both.clone(), both.clone()],
+                &[x],
+                |b| {
+                    // Each device's block is 2x3: summed with its neighbour along
+                    // mesh axis 1, then the sums gathered back along it (the same
+                    // on both, so the result is whole along axis 1).
+                    let summed = all_reduce(b[0], ReduceOp::Sum, &[1]);
+                    let gathered = all_gather(summed, 1, 1);
+                    let at = (axis_index(0) * 10.0 + axis_index(1)).convert(DType::F32);
+                    let index = b[0] * 0.0 + at.broadcast_left(b[0].shape());
+                    let swapped = ppermute(b[0], 0, &[(0, 1), (1, 0)]);
+                    vec![gathered, index, swapped]
+                },
+            )
+        },
+    );
+    let x: Vec<f32> = (0..24).map(|i| (i % 7) as f32).collect();
+    let at = |r: usize, c: usize| x[r * 6 + c];
+    // Rows r: the two column blocks (c and c + 3) summed, then gathered.
+    let gathered: Vec<f32> = (0..4)
+        .flat_map(|r| (0..6).map(move |c| (r, c % 3)))
+        .map(|(r, c)| at(r, c) + at(r, c + 3))
+        .collect();
+    assert_eq!(got[0], gathered);
+    let index: Vec<f32> = (0..4)
+        .flat_map(|r| (0..6).map(move |c| ((r / 2) * 10 + c / 3) as f32))
+        .collect();
+    assert_eq!(got[1], index);
+    // The two row blocks trade places.
+    let swapped: Vec<f32> = (0..4)
+        .flat_map(|r| (0..6).map(move |c| ((r + 2) % 4, c)))
+        .map(|(r, c)| at(r, c))
+        .collect();
+    assert_eq!(got[2], swapped);
+}
+
+#[test]
+fn the_module_holds_a_manual_computation_with_its_collectives() {
+    let mesh = Mesh::new(&[4]);
+    let program = radix::trace_fn(&Tensor::param(Shape::new(DType::F32, &[8])), |x| {
+        shard_map(&mesh, &[spec(&[Some(0)])], &[spec(&[Some(0)])], &[x], |b| {
+            vec![all_reduce(b[0], ReduceOp::Sum, &[0])]
+        })[0]
+    })
+    .unwrap();
+    let text = program
+        .with_mesh(mesh)
+        .unwrap()
+        .stablehlo_without_locations();
+    for part in [
+        "\"sdy.manual_computation\"(%arg0)",
+        "manual_axes = #sdy<manual_axes{\"m0\"}>",
+        "in_shardings = #sdy.sharding_per_value<[<@mesh, [{\"m0\"}]>]>",
+        "\"stablehlo.all_reduce\"",
+        "replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>",
+        "\"sdy.return\"",
+    ] {
+        assert!(text.contains(part), "no {part} in\n{text}");
+    }
+}
+
+#[test]
+fn misuse_is_an_error_naming_it() {
+    let x = Tensor::param(Shape::new(DType::F32, &[6]));
+    let mesh = Mesh::new(&[4]);
+    // A collective outside shard_map.
+    let e = radix::trace_fn(&x, |x| all_reduce(x, ReduceOp::Sum, &[0])).unwrap_err();
+    assert!(e.to_string().contains("outside shard_map"), "{e}");
+    // 6 rows do not split 4 ways.
+    let e = radix::trace_fn(&x, |x| {
+        shard_map(&mesh, &[spec(&[Some(0)])], &[spec(&[Some(0)])], &[x], |b| {
+            b.to_vec()
+        })[0]
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("does not split 4 ways"), "{e}");
+    // No mesh axis 1.
+    let x8 = Tensor::param(Shape::new(DType::F32, &[8]));
+    let e = radix::trace_fn(&x8, |x| {
+        shard_map(&mesh, &[spec(&[Some(0)])], &[spec(&[Some(0)])], &[x], |b| {
+            vec![all_reduce(b[0], ReduceOp::Sum, &[1])]
+        })[0]
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("mesh axes [1]"), "{e}");
+    // Compiled for another mesh, or by GSPMD.
+    let program = radix::trace_fn(&x8, |x| {
+        shard_map(&mesh, &[spec(&[Some(0)])], &[spec(&[Some(0)])], &[x], |b| {
+            b.to_vec()
+        })[0]
+    })
+    .unwrap();
+    let other = match build(&meshed(&[2]), program.clone(), Partitioner::Shardy) {
+        Err(e) => e,
+        Ok(_) => panic!("compiled for a mesh of 2"),
+    };
+    assert!(
+        matches!(other, Error::Sharding(_)) && other.to_string().contains("shard_map at"),
+        "{other}"
+    );
+    let gspmd = match build(&meshed(&[4]), program, Partitioner::Gspmd) {
+        Err(e) => e,
+        Ok(_) => panic!("compiled by GSPMD"),
+    };
+    assert!(gspmd.to_string().contains("Shardy only"), "{gspmd}");
+}
