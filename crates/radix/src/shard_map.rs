@@ -9,8 +9,9 @@
 //! ([`crate::Platform::with_mesh`]) under Shardy, the default partitioner;
 //! anything else is an [`Error::Sharding`] naming the `shard_map`. Its
 //! reference semantics (the interpreter) run the body on a thread per
-//! device. Derivatives through it are not written yet: a gradient through
-//! a `shard_map` is a trace error naming it.
+//! device. Its derivative is a `shard_map` of its body's derivative; the
+//! sums, gathers, scatters, all-to-alls and permutations between devices
+//! have derivatives, the maximum and minimum do not.
 //!
 //! ```no_run
 //! # fn main() -> radix::Result<()> {
@@ -40,8 +41,9 @@ use crate::ir::{Function, Loc};
 use crate::sharding::{Mesh, Partitioner};
 use crate::tensor::control::{poison, record_multi};
 use crate::tensor::reduce::scalar_block;
-use crate::tensor::{fail, record_inferred, trace_hermetic_block};
+use crate::tensor::{fail, located, record_inferred, trace_hermetic_block};
 use crate::{DType, Error, Program, Result, Shape, Tensor};
+use std::panic::Location;
 
 pub use crate::ir::ops::spmd::Spec;
 
@@ -98,7 +100,8 @@ pub fn shard_map(
 
 /// Every device's `x` of each group of devices that differ only along the
 /// mesh axes `axes`, reduced with `op`, on each of them (JAX's `psum`,
-/// `pmax`, `pmin`, `pmean`).
+/// `pmax`, `pmin`, `pmean`). Differentiable for [`ReduceOp::Sum`] and
+/// [`ReduceOp::Mean`].
 #[track_caller]
 pub fn all_reduce(x: Tensor, op: ReduceOp, axes: &[usize]) -> Tensor {
     let groups = match groups(axes) {
@@ -106,22 +109,70 @@ pub fn all_reduce(x: Tensor, op: ReduceOp, axes: &[usize]) -> Tensor {
         Err(msg) => return fail("all_reduce", msg, &[x], x.shape()),
     };
     let n = groups[0].len();
-    let dtype = x.dtype();
-    let body = scalar_block("all_reduce body", &[dtype], 2, |s| {
-        vec![match op {
-            ReduceOp::Sum | ReduceOp::Mean => s[0] + s[1],
-            ReduceOp::Max => s[0].maximum(s[1]),
-            ReduceOp::Min => s[0].minimum(s[1]),
-        }]
+    let body = Arc::new(reduction(op, x.dtype()));
+    let reduced = record_inferred(
+        "all_reduce",
+        &[x],
+        Ok(Op::Spmd(Spmd::AllReduce { body, groups })),
+    );
+    mean_of(op, reduced, n)
+}
+
+/// The group's `x` reduced with `op` (as [`all_reduce`] over mesh axis
+/// `mesh_axis`), then cut along `axis` into as many blocks as the group
+/// has devices: each device gets the block of its position (JAX's
+/// `psum_scatter` with `tiled=True`). Differentiable for
+/// [`ReduceOp::Sum`] and [`ReduceOp::Mean`].
+#[track_caller]
+pub fn reduce_scatter(x: Tensor, op: ReduceOp, axis: usize, mesh_axis: usize) -> Tensor {
+    let groups = match groups(&[mesh_axis]) {
+        Ok(g) => g,
+        Err(msg) => return fail("reduce_scatter", msg, &[x], x.shape()),
+    };
+    let n = groups[0].len();
+    let body = Arc::new(reduction(op, x.dtype()));
+    let op_node = Op::Spmd(Spmd::ReduceScatter { body, axis, groups });
+    mean_of(op, record_inferred("reduce_scatter", &[x], Ok(op_node)), n)
+}
+
+/// `x` cut along `split` into as many blocks as the group along mesh axis
+/// `mesh_axis` has devices, block `p` sent to the device at position `p`,
+/// and the blocks each device gets joined along `concat` in the group's
+/// order (JAX's `all_to_all` with `tiled=True`).
+#[track_caller]
+pub fn all_to_all(x: Tensor, split: usize, concat: usize, mesh_axis: usize) -> Tensor {
+    let op = groups(&[mesh_axis]).map(|groups| {
+        Op::Spmd(Spmd::AllToAll {
+            split,
+            concat,
+            groups,
+        })
     });
-    let op_node = Op::Spmd(Spmd::AllReduce {
-        body: Arc::new(body.function),
-        groups,
+    record_inferred("all_to_all", &[x], op)
+}
+
+/// The scalar function a collective reduces with, `(a, b) -> a op b`, at
+/// the caller's line.
+#[track_caller]
+pub(crate) fn reduction(op: ReduceOp, dtype: DType) -> Function {
+    let block = located(Location::caller(), || {
+        scalar_block("all_reduce body", &[dtype], 2, |s| {
+            vec![match op {
+                ReduceOp::Sum | ReduceOp::Mean => s[0] + s[1],
+                ReduceOp::Max => s[0].maximum(s[1]),
+                ReduceOp::Min => s[0].minimum(s[1]),
+            }]
+        })
     });
-    let reduced = record_inferred("all_reduce", &[x], Ok(op_node));
+    block.function
+}
+
+/// `summed` divided by the `n` values it sums, for [`ReduceOp::Mean`].
+#[track_caller]
+fn mean_of(op: ReduceOp, summed: Tensor, n: usize) -> Tensor {
     match op {
-        ReduceOp::Mean => reduced / n as f64,
-        _ => reduced,
+        ReduceOp::Mean => summed / n as f64,
+        _ => summed,
     }
 }
 

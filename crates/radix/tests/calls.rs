@@ -146,6 +146,16 @@ fn every_location_is_the_users_line() {
             .sum(0);
         let picked = looped.gather(1, at).sum([0, 1]) + top.sum([0, 1]) + composites;
         let picked = picked + pooled + scattered;
+        let mesh = radix::sharding::Mesh::new(&[1]);
+        let per_device =
+            radix::shard_map::shard_map(&mesh, &[vec![None]], &[vec![None]], &[picked], |b| {
+                let index = radix::shard_map::axis_index(0).convert(DType::F32);
+                vec![
+                    radix::shard_map::all_reduce(b[0], radix::collective::ReduceOp::Mean, &[0])
+                        + index,
+                ]
+            })[0];
+        let picked = picked + per_device;
         let (_, stacked) = radix::for_(2, "step", &[picked], |i, s| {
             let next = s[0] * i.convert(DType::F32);
             (vec![next], vec![next])

@@ -228,3 +228,108 @@ fn misuse_is_an_error_naming_it() {
     };
     assert!(gspmd.to_string().contains("Shardy only"), "{gspmd}");
 }
+
+/// `f` of two f32 inputs compiled for `platform` and run, with `x` and
+/// `w` valued by `vx` and `vw`: each result's values.
+fn run2(
+    platform: &Platform,
+    (x, vx): (Shape, &[f32]),
+    (w, vw): (Shape, &[f32]),
+    f: impl FnOnce(Tensor, Tensor) -> Vec<Tensor>,
+) -> Vec<Vec<f32>> {
+    let program = radix::trace_fn(&(Tensor::param(x), Tensor::param(w)), |(x, w)| f(x, w)).unwrap();
+    let exe = build(platform, program, Partitioner::Shardy).unwrap();
+    let xb = Buffer::from_slice(platform, vx, x).unwrap();
+    let wb = Buffer::from_slice(platform, vw, w).unwrap();
+    let out = exe.call(&[&xb, &wb]).unwrap();
+    out.iter().map(|b| b.to_vec::<f32>().unwrap()).collect()
+}
+
+/// A loss written per device over rows of `x` split on a mesh of 4, with
+/// every collective that has a derivative on the way.
+fn per_device_loss(x: Tensor, w: Tensor) -> Tensor {
+    let mesh = Mesh::new(&[4]);
+    let rows = spec(&[Some(0), None]);
+    let out = shard_map(
+        &mesh,
+        &[rows.clone(), spec(&[None])],
+        &[spec(&[None]), rows],
+        &[x, w],
+        |b| {
+            let (x, w) = (b[0], b[1]);
+            let h = (x * w.broadcast_right(x.shape())).tanh();
+            // Every device's rows, then each device's block of their sum with
+            // the rows of its neighbour.
+            let all = all_gather(h, 0, 0);
+            let mine = radix::shard_map::reduce_scatter(all * all, ReduceOp::Sum, 0, 0);
+            let next = ppermute(x, 0, &[(0, 1), (1, 2), (2, 3), (3, 0)]);
+            // Device d gets row block d of every device's (equal) `all`.
+            let moved = radix::shard_map::all_to_all(all, 0, 1, 0);
+            let local =
+                (mine * 4.0 + h * next).sum(0) + moved.sum([0, 1]).broadcast_left(w.shape());
+            vec![all_reduce(local, ReduceOp::Sum, &[0]), h]
+        },
+    );
+    out[0].sum(0) + out[1].sin().sum([0, 1])
+}
+
+/// The same loss written for one device.
+fn whole_loss(x: Tensor, w: Tensor) -> Tensor {
+    let h = (x * w.broadcast_right(x.shape())).tanh();
+    let next = Tensor::concatenate(&[x.slice(0, 6..8), x.slice(0, 0..6)], 0);
+    // The sum-scatter of h² over 4 devices, each of the 4 blocks taken
+    // 4 times (once per device's gather), then summed over devices.
+    let squares = (h * h).sum(0) * 4.0 * 4.0;
+    let moved = h.sum([0, 1]).broadcast_left(w.shape()) * 4.0;
+    let local = squares + (h * next).sum(0) + moved;
+    local.sum(0) + h.sin().sum([0, 1])
+}
+
+#[test]
+fn the_gradient_of_a_per_device_loss_equals_the_whole_ones() {
+    let x = Shape::new(DType::F32, &[8, 3]);
+    let w = Shape::new(DType::F32, &[3]);
+    let vx: Vec<f32> = (0..24).map(|i| ((i * 7) % 11) as f32 * 0.1 - 0.5).collect();
+    let vw = [0.5f32, -1.25, 2.0];
+    let grads = |platform: &Platform, loss: fn(Tensor, Tensor) -> Tensor| {
+        run2(platform, (x, &vx), (w, &vw), |x, w| {
+            let value = loss(x, w);
+            let (gx, gw) = radix::grad(|p: &(Tensor, Tensor), _: &()| loss(p.0, p.1), &(x, w), &());
+            vec![value, gx, gw]
+        })
+    };
+    let per_device = grads(&meshed(&[4]), per_device_loss);
+    let whole = grads(&radix::testing::platform(), whole_loss);
+    for (got, want) in per_device.iter().zip(&whole) {
+        // Sums of up to 24 terms of size ~10 in f32, in other orders.
+        let tol = |w: f32| 1e-5 * 24.0 * (1.0 + w.abs()) * 10.0;
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() <= tol(*w), "{got:?}\nagainst\n{want:?}");
+        }
+    }
+}
+
+#[test]
+fn a_collective_inside_a_loop_meets_its_peers_every_iteration() {
+    let platform = meshed(&[4]);
+    let mesh = Mesh::new(&[4]);
+    let got = run(
+        &platform,
+        Shape::new(DType::F32, &[4]),
+        |i| i as f32,
+        |x| {
+            shard_map(&mesh, &[spec(&[Some(0)])], &[spec(&[Some(0)])], &[x], |b| {
+                // Three times: the sum over the devices, plus this device's index.
+                let (last, _) = radix::for_(3, "step", &[b[0]], |_, s| {
+                    let next =
+                        all_reduce(s[0], ReduceOp::Sum, &[0]) + axis_index(0).convert(DType::F32);
+                    (vec![next], vec![])
+                });
+                last
+            })
+        },
+    );
+    // x = 0, 1, 2, 3: the sums are 6, then 24 + 6 = 30, then 120 + 6 = 126.
+    assert_eq!(got[0], [126.0, 127.0, 128.0, 129.0]);
+}

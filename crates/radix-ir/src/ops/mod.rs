@@ -247,7 +247,8 @@ impl Op {
             | Op::Sort(sort::Sort { comparator: b, .. })
             | Op::Control(control::Control::Call { f: b, .. })
             | Op::Spmd(spmd::Spmd::Manual { body: b, .. })
-            | Op::Spmd(spmd::Spmd::AllReduce { body: b, .. }) => vec![b],
+            | Op::Spmd(spmd::Spmd::AllReduce { body: b, .. })
+            | Op::Spmd(spmd::Spmd::ReduceScatter { body: b, .. }) => vec![b],
             Op::Control(control::Control::While { cond, body, .. }) => vec![cond, body],
             Op::Control(control::Control::If { then, other, .. }) => vec![then, other],
             _ => vec![],
@@ -264,7 +265,8 @@ impl Op {
             | Op::Sort(sort::Sort { comparator: b, .. })
             | Op::Control(control::Control::Call { f: b, .. })
             | Op::Spmd(spmd::Spmd::Manual { body: b, .. })
-            | Op::Spmd(spmd::Spmd::AllReduce { body: b, .. }) => *b = Arc::new(g(b)),
+            | Op::Spmd(spmd::Spmd::AllReduce { body: b, .. })
+            | Op::Spmd(spmd::Spmd::ReduceScatter { body: b, .. }) => *b = Arc::new(g(b)),
             Op::Control(control::Control::While { cond, body, .. }) => {
                 *cond = Arc::new(g(cond));
                 *body = Arc::new(g(body));

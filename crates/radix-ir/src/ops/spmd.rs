@@ -62,6 +62,29 @@ pub enum Spmd {
         /// The groups.
         groups: Groups,
     },
+    /// `stablehlo.reduce_scatter`: the group's values folded by `body` as
+    /// [`Spmd::AllReduce`] does, then cut along `axis` into as many blocks
+    /// as the group has devices: each gets the block of its position.
+    ReduceScatter {
+        /// The reduction, `(a, b) -> a op b` on scalars of the dtype.
+        body: Arc<Function>,
+        /// The axis the result is cut along.
+        axis: usize,
+        /// The groups.
+        groups: Groups,
+    },
+    /// `stablehlo.all_to_all`: each device cuts its value along `split`
+    /// into as many blocks as its group has devices and sends block `p` to
+    /// the device at position `p`, which joins what it gets along `concat`
+    /// in the group's order.
+    AllToAll {
+        /// The axis each value is cut along.
+        split: usize,
+        /// The axis the blocks received are joined along.
+        concat: usize,
+        /// The groups.
+        groups: Groups,
+    },
     /// `stablehlo.collective_permute`: device `t` gets the value of the
     /// device `s` of the pair `[s, t]`, or zeros where no pair ends at it.
     Permute {
@@ -78,6 +101,8 @@ impl super::Family for Spmd {
             Spmd::Manual { .. } => "shard_map",
             Spmd::AllReduce { .. } => "all_reduce",
             Spmd::AllGather { .. } => "all_gather",
+            Spmd::ReduceScatter { .. } => "reduce_scatter",
+            Spmd::AllToAll { .. } => "all_to_all",
             Spmd::Permute { .. } => "ppermute",
             Spmd::PartitionId => "partition_id",
         }
@@ -114,20 +139,27 @@ impl super::Family for Spmd {
                     .collect()
             }
             Spmd::AllReduce { body, groups } => {
-                super::arity(args, 1)?;
-                check_groups(groups)?;
-                let scalar = Shape::scalar(args[0].dtype());
-                super::signature(body, "reduction", &[scalar, scalar], &[scalar])?;
-                Ok(vec![args[0]])
+                let (x, _) = collective(args, groups)?;
+                check_reduction(body, x)?;
+                Ok(vec![x])
             }
             Spmd::AllGather { axis, groups } => {
-                super::arity(args, 1)?;
-                check_groups(groups)?;
-                let Some(&d) = args[0].dims().get(*axis) else {
-                    return Err(format!("no axis {axis} in {}", args[0]));
-                };
-                let n = groups.first().map_or(1, Vec::len) as i64;
-                Ok(vec![args[0].with_dim(*axis, d * n)])
+                let (x, n) = collective(args, groups)?;
+                Ok(vec![x.with_dim(*axis, dim(x, *axis)? * n)])
+            }
+            Spmd::ReduceScatter { body, axis, groups } => {
+                let (x, n) = collective(args, groups)?;
+                check_reduction(body, x)?;
+                Ok(vec![x.with_dim(*axis, split(x, *axis, n)?)])
+            }
+            Spmd::AllToAll {
+                split: cut,
+                concat,
+                groups,
+            } => {
+                let (x, n) = collective(args, groups)?;
+                let x = x.with_dim(*cut, split(x, *cut, n)?);
+                Ok(vec![x.with_dim(*concat, dim(x, *concat)? * n)])
             }
             Spmd::Permute { .. } => super::arity(args, 1).map(|()| vec![args[0]]),
             Spmd::PartitionId => super::arity(args, 0).map(|()| vec![Shape::scalar(DType::U32)]),
@@ -175,6 +207,26 @@ impl super::Family for Spmd {
                 );
                 p.generic("stablehlo.all_gather", &attrs);
             }
+            Spmd::ReduceScatter { body, axis, groups } => {
+                let region = p.region(0, body, 2, &[]);
+                let attrs = format!(
+                    "{}, scatter_dimension = {axis} : i64, use_global_device_ids",
+                    channel_and_groups(p, groups)
+                );
+                p.generic_with("stablehlo.reduce_scatter", &region, &attrs);
+            }
+            Spmd::AllToAll {
+                split,
+                concat,
+                groups,
+            } => {
+                let n = groups.first().map_or(1, Vec::len);
+                let attrs = format!(
+                    "{}, concat_dimension = {concat} : i64, split_count = {n} : i64, split_dimension = {split} : i64",
+                    channel_and_groups(p, groups)
+                );
+                p.generic("stablehlo.all_to_all", &attrs);
+            }
             Spmd::Permute { pairs } => {
                 let channel = p.next_channel();
                 let attrs = format!(
@@ -197,15 +249,32 @@ impl super::Family for Spmd {
             } => run_manual(body, mesh, in_specs, out_specs, args),
             Spmd::AllReduce { body, groups } => {
                 let (me, all) = exchange(args[0]);
+                vec![fold(body, &group_of(groups, me), &all)]
+            }
+            Spmd::ReduceScatter { body, axis, groups } => {
+                let (me, all) = exchange(args[0]);
                 let group = group_of(groups, me);
-                let data = (0..shape.count())
-                    .map(|i| {
-                        let mut values = group.iter().map(|&d| all[d as usize].data()[i]);
-                        let first = values.next().unwrap_or(0.0);
-                        values.fold(first, |acc, v| apply(body, &[acc, v])[0])
-                    })
+                let at = group.iter().position(|&d| d == me as i64).unwrap_or(0);
+                vec![block(&fold(body, &group, &all), *axis, at, shape)]
+            }
+            Spmd::AllToAll {
+                split,
+                concat,
+                groups,
+            } => {
+                let (me, all) = exchange(args[0]);
+                let group = group_of(groups, me);
+                let at = group.iter().position(|&d| d == me as i64).unwrap_or(0);
+                let mut part = args[0].shape().with_dim(*split, shape.dims()[*split]);
+                part = part.with_dim(*concat, args[0].shape().dims()[*concat]);
+                let parts: Vec<Literal> = (group.iter())
+                    .map(|&d| block(&all[d as usize], *split, at, part))
                     .collect();
-                vec![Literal::new(shape, data)]
+                vec![concatenate(
+                    &parts.iter().collect::<Vec<_>>(),
+                    *concat,
+                    shape,
+                )]
             }
             Spmd::AllGather { axis, groups } => {
                 let (me, all) = exchange(args[0]);
@@ -269,6 +338,56 @@ fn resize(
         out = out.with_dim(i, f(s.dims()[i], n as i64)?);
     }
     Ok(out)
+}
+
+/// A collective's one operand and the size of its groups, which must be
+/// equally long and not empty.
+fn collective(args: &[Shape], groups: &Groups) -> Result<(Shape, i64), String> {
+    super::arity(args, 1)?;
+    check_groups(groups)?;
+    Ok((args[0], groups[0].len() as i64))
+}
+
+/// That `body` folds two scalars of `x`'s dtype into one.
+fn check_reduction(body: &Function, x: Shape) -> Result<(), String> {
+    let scalar = Shape::scalar(x.dtype());
+    super::signature(body, "reduction", &[scalar, scalar], &[scalar])
+}
+
+/// The size of axis `axis` of `x`.
+fn dim(x: Shape, axis: usize) -> Result<i64, String> {
+    (x.dims().get(axis).copied()).ok_or_else(|| format!("no axis {axis} in {x}"))
+}
+
+/// The size of axis `axis` of `x` cut into `n` blocks.
+fn split(x: Shape, axis: usize, n: i64) -> Result<i64, String> {
+    let d = dim(x, axis)?;
+    (d % n == 0)
+        .then_some(d / n)
+        .ok_or_else(|| format!("axis {axis} of {x} does not split into {n} blocks"))
+}
+
+/// The values of the devices of `group` folded elementwise by `body`, in
+/// the group's order.
+fn fold(body: &Function, group: &[i64], all: &[Literal]) -> Literal {
+    let shape = all[group[0] as usize].shape();
+    let data = (0..shape.count())
+        .map(|i| {
+            let mut values = group.iter().map(|&d| all[d as usize].data()[i]);
+            let first = values.next().unwrap_or(0.0);
+            values.fold(first, |acc, v| apply(body, &[acc, v])[0])
+        })
+        .collect();
+    Literal::new(shape, data)
+}
+
+/// Block `k` of `x` along `axis`, of type `part`.
+fn block(x: &Literal, axis: usize, k: usize, part: Shape) -> Literal {
+    let xs = x.shape();
+    let mut start = vec![0; xs.rank()];
+    start[axis] = k as i64 * part.dims()[axis];
+    let bytes = slice_block(&f64_bytes(x.data()), xs.dims(), 8, &start, part.dims());
+    Literal::new(part, from_f64_bytes(&bytes))
 }
 
 /// `Err` unless the groups are equally long and none is empty.

@@ -21,6 +21,7 @@ mod movement;
 mod reduce;
 mod residuals;
 mod sort;
+mod spmd;
 
 use std::panic::Location;
 
@@ -238,10 +239,7 @@ impl Backward<'_> {
             Op::Reduction(r) => reduce::vjp(r, &args, out, cts),
             Op::Sort(s) => sort::vjp(s, &args, cts),
             Op::Control(c) => return control::vjp(c, &args, cts, error),
-            Op::Spmd(s) => Err(format!(
-                "{} has no derivative rule yet",
-                crate::ir::ops::Family::name(s)
-            )),
+            Op::Spmd(s) => return spmd::vjp(s, &args, cts, error),
             Op::Sharding => Ok(vec![cts[0]]),
             // The cotangents pass as the values did: what the barrier
             // orders is the forward computation.
