@@ -117,15 +117,21 @@ impl KvStore {
             rank: self.world.rank(),
             seconds: timeout.as_secs_f64(),
         };
+        let Some(deadline) = start.checked_add(timeout) else {
+            return Err(Error::Invalid {
+                what: format!("key-value store get of key {:?}", lossy(key)),
+                reason: format!("a timeout of {timeout:?} ends past what a clock can say"),
+            });
+        };
         if let Some(map) = &self.map {
-            return map.wait(key, start + timeout).ok_or_else(not_put);
+            return map.wait(key, deadline).ok_or_else(not_put);
         }
         let mut pause = Duration::from_millis(1);
         loop {
             if let Some(v) = self.try_get(key)? {
                 return Ok(v);
             }
-            let left = timeout.saturating_sub(start.elapsed());
+            let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(not_put());
             }
