@@ -111,9 +111,10 @@ impl Callbacks {
         Box::new(Callbacks { store })
     }
 
-    /// Sets the three callbacks of `args`, with `self` as their user arg.
-    pub(crate) fn install(self: &Box<Callbacks>, args: &mut ffi::PJRT_Client_Create_Args) {
-        let user_arg = (&**self as *const Callbacks).cast_mut().cast::<c_void>();
+    /// Sets the three callbacks of `args`, with `self` (boxed, so it does
+    /// not move) as their user arg.
+    pub(crate) fn install(&self, args: &mut ffi::PJRT_Client_Create_Args) {
+        let user_arg = (self as *const Callbacks).cast_mut().cast::<c_void>();
         args.kv_get_callback = Some(kv_get);
         args.kv_get_user_arg = user_arg;
         args.kv_try_get_callback = Some(kv_try_get);
@@ -398,7 +399,7 @@ mod tests {
     }
 
     /// Client-create args with the callbacks installed, as the plugin gets them.
-    fn installed(callbacks: &Box<Callbacks>) -> ffi::PJRT_Client_Create_Args {
+    fn installed(callbacks: &Callbacks) -> ffi::PJRT_Client_Create_Args {
         let mut args = ffi::PJRT_Client_Create_Args::new();
         callbacks.install(&mut args);
         args
