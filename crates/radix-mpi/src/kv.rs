@@ -47,8 +47,10 @@ impl std::fmt::Debug for KvStore {
 /// The store of this process's job, opened once: on rank 0 of a job of
 /// more than one process this starts the thread that answers the others,
 /// so every rank of such a job must open it (their requests wait for rank
-/// 0's within the deadline). A process started alone gets a map of its
-/// own. The first call's error is every call's.
+/// 0's within the deadline), and rank 0 must outlive the others' use of
+/// it (once rank 0 ends, their requests fail within the deadline). A
+/// process started alone gets a map of its own. The first call's error is
+/// every call's.
 pub fn kv_store() -> Result<&'static KvStore> {
     static STORE: OnceLock<Result<KvStore>> = OnceLock::new();
     STORE

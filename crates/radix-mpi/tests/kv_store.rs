@@ -151,6 +151,57 @@ fn a_dead_rank_0_is_an_error_within_the_deadline() {
 }
 
 #[test]
+fn a_rank_that_exits_early_leaves_its_key_missing() {
+    let name = "a_rank_that_exits_early_leaves_its_key_missing";
+    if !launched() {
+        run_job(name, 3, &[("RADIX_MPI_TIMEOUT", "3")], &[0, 1]);
+        return;
+    }
+    let w = world().unwrap();
+    let store = kv_store().unwrap();
+    let rank = w.rank();
+    if rank == 2 {
+        // SAFETY: ends this process at once, before it puts its key.
+        unsafe { libc::_exit(0) };
+    }
+    store
+        .put(format!("rank/{rank}").as_bytes(), b"here")
+        .unwrap();
+    let other = format!("rank/{}", 1 - rank);
+    assert_eq!(
+        store
+            .get(other.as_bytes(), Duration::from_secs(30))
+            .unwrap(),
+        b"here"
+    );
+    let start = Instant::now();
+    let err = store.get(b"rank/2", Duration::from_secs(2)).unwrap_err();
+    let took = start.elapsed();
+    assert!(
+        matches!(&err, Error::KeyNotPut { key, seconds, .. } if key == "rank/2" && *seconds == 2.0),
+        "{err}"
+    );
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+    // Rank 0 answers until rank 1 is done with the store.
+    if rank == 1 {
+        store.put(b"done/1", b"").unwrap();
+    } else {
+        store.get(b"done/1", Duration::from_secs(30)).unwrap();
+    }
+    // A collective with the dead rank fails within the deadline, so MPI is
+    // not finalized (it would wait for rank 2) and the ranks end cleanly.
+    let err = w.all_reduce(1, ReduceOp::Sum, &[1], &mut [0]).unwrap_err();
+    assert!(
+        matches!(&err, Error::Timeout { peers, .. } if peers.contains(&2)),
+        "{err}"
+    );
+    println!("rank {rank} of 3 finished: {err}");
+}
+
+#[test]
 fn a_process_started_alone_holds_the_map_itself() {
     if launched() {
         return;
