@@ -111,7 +111,9 @@ impl KvStore {
     }
 
     /// The value of `key`, waiting up to `timeout` for some rank to put it;
-    /// then an [`Error::KeyNotPut`] naming the key.
+    /// then an [`Error::KeyNotPut`] naming the key. A round trip to rank 0
+    /// already under way ends first (it has the world's deadline, and
+    /// rank 0 answers at once while it lives).
     pub fn get(&self, key: &[u8], timeout: Duration) -> Result<Vec<u8>> {
         let start = Instant::now();
         let not_put = || Error::KeyNotPut {
