@@ -89,5 +89,6 @@ pub fn open_client(cli: &Cli) -> Result<Client> {
         target,
         plugin: cli.plugin.as_deref(),
         cpu_devices: cli.devices,
+        distributed: None,
     })?)
 }

@@ -17,6 +17,8 @@ pub type Errhandler = c_int;
 pub const COMM_WORLD: Comm = 0x4400_0000;
 /// `MPI_BYTE`: radix moves bytes and reduces them itself.
 pub const BYTE: Datatype = 0x4c00_010d;
+/// `MPI_ANY_SOURCE`: a receive that matches a message from any rank.
+pub const ANY_SOURCE: c_int = -2;
 /// `MPI_REQUEST_NULL`.
 pub const REQUEST_NULL: Request = 0x2c00_0000;
 /// `MPI_ERRORS_RETURN`: errors come back as codes instead of aborting.

@@ -44,6 +44,17 @@ pub enum Error {
         /// The deadline, in seconds.
         seconds: u64,
     },
+    /// No rank put a key of the job's key-value store ([`crate::KvStore`])
+    /// within the wait.
+    #[error("key-value store: rank {rank} waited {seconds} s for key {key:?}, which no rank put")]
+    KeyNotPut {
+        /// The key, as text (bytes that are not UTF-8 replaced).
+        key: String,
+        /// This process's rank.
+        rank: usize,
+        /// How long it waited, in seconds.
+        seconds: f64,
+    },
     /// An earlier collective failed, so MPI is not used again in this process.
     #[error("MPI is unusable in this process since an earlier failure: {0}")]
     Broken(String),

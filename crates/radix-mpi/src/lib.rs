@@ -32,6 +32,7 @@
 pub mod abi;
 mod error;
 mod fetch;
+mod kv;
 mod launch;
 mod library;
 mod reduce;
@@ -39,6 +40,7 @@ mod world;
 
 pub use error::{Error, Result};
 pub use fetch::{MPICH, library_path, mpich_dir, mpiexec};
+pub use kv::{KvStore, kv_store};
 pub use launch::{JobOutput, mpiexec_command, run_ranks, run_test_as_ranks};
 pub use library::Mpi;
 pub use reduce::{Elem, ReduceOp, fold};

@@ -67,13 +67,13 @@ fn local(size: usize) -> bool {
 /// At most this many buffers wait in [`World::spare`].
 const SPARE_BUFFERS: usize = 16;
 
-struct Connected {
-    mpi: Mpi,
+pub(crate) struct Connected {
+    pub(crate) mpi: Mpi,
     /// The largest tag the library takes (`MPI_TAG_UB`).
     tag_ub: u32,
     /// Held around each MPI call: the library is initialized for
     /// serialized calls at least, and XLA may call from several threads.
-    lock: Mutex<()>,
+    pub(crate) lock: Mutex<()>,
 }
 
 static WORLD: OnceLock<Result<World>> = OnceLock::new();
@@ -547,7 +547,7 @@ impl World {
     }
 
     /// The first failure, if any.
-    fn failure(&self) -> Option<Error> {
+    pub(crate) fn failure(&self) -> Option<Error> {
         self.failure
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -566,11 +566,21 @@ impl World {
                 reason: "a process started alone has no peers to exchange with".into(),
             });
         };
-        Ok((c, (site % (c.tag_ub + 1)) as c_int))
+        // The largest tag is the key-value store's (`crate::kv`).
+        Ok((c, (site % c.tag_ub) as c_int))
+    }
+
+    /// MPI and the key-value store's tag, the largest one, which no
+    /// collective uses; `Ok(None)` for a process started alone.
+    pub(crate) fn store_channel(&self) -> Result<Option<(&Connected, c_int)>> {
+        if let Some(e) = self.failure() {
+            return Err(Error::Broken(e.to_string()));
+        }
+        Ok(self.mpi.as_ref().map(|c| (c, c.tag_ub as c_int)))
     }
 
     /// `res`, its error kept as the world's failure.
-    fn record<R>(&self, res: Result<R>) -> Result<R> {
+    pub(crate) fn record<R>(&self, res: Result<R>) -> Result<R> {
         if let Err(e) = &res {
             let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
             failure.get_or_insert_with(|| e.clone());
@@ -620,7 +630,7 @@ impl World {
     /// use the memory: the caller leaks buffers it owns, and passes memory
     /// it does not own only where nothing can touch it afterwards
     /// ([`World::local`]).
-    fn post_and_wait_on(
+    pub(crate) fn post_and_wait_on(
         &self,
         c: &Connected,
         what: &str,
@@ -848,6 +858,7 @@ extern "C" fn finalize_at_exit() {
         unsafe { libc::_exit(1) };
     });
     let _guard = c.lock.lock().unwrap_or_else(|e| e.into_inner());
+    crate::kv::stop_service(&c.mpi);
     // SAFETY: initialized by `join`, finalized only here, once.
     unsafe { (c.mpi.finalize)() };
 }

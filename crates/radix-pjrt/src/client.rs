@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::ffi;
+use crate::kv_store::{Callbacks, Distributed};
 use crate::named_value::{NamedValue, Value};
 use crate::plugin::{Plugin, lossy};
 use crate::{Error, Result};
@@ -17,6 +18,10 @@ pub struct ClientOptions {
     pub cpu_device_count: Option<i64>,
     /// Further plugin-specific create options.
     pub extra: Vec<NamedValue>,
+    /// This process's place in a client of several processes: passed as
+    /// the options `node_id` and `num_nodes` and the key-value callbacks
+    /// (CUDA's plugin builds its NCCL communicators from them).
+    pub distributed: Option<Distributed>,
 }
 
 /// A PJRT client: the devices of one plugin, and the factory of buffers and
@@ -36,6 +41,9 @@ pub(crate) struct ClientInner {
     addressable: Vec<Device>,
     /// Bytes copied from the host into buffers of this client so far.
     pub(crate) host_to_device_bytes: AtomicU64,
+    /// What the key-value callbacks reach; dropped after the client is
+    /// destroyed (`Drop` runs before the fields are dropped).
+    _callbacks: Option<Box<Callbacks>>,
 }
 
 // SAFETY: PJRT clients are thread-safe; the remaining fields are plain data.
@@ -128,13 +136,36 @@ impl Client {
                     )));
                 }
             }
+            if options.distributed.is_some() && ["node_id", "num_nodes"].contains(&&*nv.name) {
+                return Err(Error::InvalidArgument(format!(
+                    "client option {} is given twice: in extra and by distributed",
+                    nv.name
+                )));
+            }
             named.push(nv.clone());
+        }
+        if let Some(d) = &options.distributed {
+            // `Distributed::new` checked that both fit an i64.
+            named.push(NamedValue::new("node_id", Value::Int64(d.node_id() as i64)));
+            named.push(NamedValue::new(
+                "num_nodes",
+                Value::Int64(d.num_nodes() as i64),
+            ));
         }
         let raw_options: Vec<ffi::PJRT_NamedValue> = named.iter().map(NamedValue::to_ffi).collect();
         let mut args = ffi::PJRT_Client_Create_Args::new();
         args.create_options = raw_options.as_ptr();
         args.num_options = raw_options.len();
-        // SAFETY: the options borrow `named`, alive across the call.
+        let callbacks = options
+            .distributed
+            .as_ref()
+            .map(|d| Callbacks::new(d.store().clone()));
+        if let Some(c) = &callbacks {
+            c.install(&mut args);
+        }
+        // SAFETY: the options borrow `named`, alive across the call; the
+        // callbacks' user arg is kept by the client (below) as long as the
+        // plugin's client lives.
         unsafe { call!(&plugin, PJRT_Client_Create, &mut args) }?;
         let raw = args.client;
         if raw.is_null() {
@@ -154,6 +185,7 @@ impl Client {
             devices: Vec::new(),
             addressable: Vec::new(),
             host_to_device_bytes: AtomicU64::new(0),
+            _callbacks: callbacks,
         };
         inner.describe()?;
         Ok(Client {

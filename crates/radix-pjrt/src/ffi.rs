@@ -79,6 +79,25 @@ pub struct PJRT_Extension_Base {
 
 /// `PJRT_Error_Code`.
 pub type PJRT_Error_Code = c_int;
+pub const PJRT_Error_Code_INVALID_ARGUMENT: PJRT_Error_Code = 3;
+pub const PJRT_Error_Code_DEADLINE_EXCEEDED: PJRT_Error_Code = 4;
+pub const PJRT_Error_Code_NOT_FOUND: PJRT_Error_Code = 5;
+pub const PJRT_Error_Code_RESOURCE_EXHAUSTED: PJRT_Error_Code = 8;
+pub const PJRT_Error_Code_INTERNAL: PJRT_Error_Code = 13;
+pub const PJRT_Error_Code_UNAVAILABLE: PJRT_Error_Code = 14;
+/// `PJRT_CallbackError`: the plugin's maker of an error for a callback to
+/// return; it copies `message`.
+pub type PJRT_CallbackError = Option<
+    unsafe extern "C" fn(
+        code: PJRT_Error_Code,
+        message: *const c_char,
+        message_size: usize,
+    ) -> *mut PJRT_Error,
+>;
+/// `PJRT_KeyValueGetCallback_ValueDeleter` (and the identical
+/// `PJRT_KeyValueTryGetCallback_ValueDeleter`): frees a value a key-value
+/// callback returned.
+pub type PJRT_KeyValue_ValueDeleter = Option<unsafe extern "C" fn(value: *mut c_char)>;
 /// `PJRT_NamedValue_Type`.
 pub type PJRT_NamedValue_Type = c_int;
 pub const PJRT_NamedValue_kString: PJRT_NamedValue_Type = 0;
@@ -134,13 +153,40 @@ args! {
     PJRT_Client_Create_Args {
         create_options: *const PJRT_NamedValue,
         num_options: usize,
-        kv_get_callback: *mut c_void,
+        kv_get_callback: Fn<PJRT_KeyValueGetCallback_Args>,
         kv_get_user_arg: *mut c_void,
-        kv_put_callback: *mut c_void,
+        kv_put_callback: Fn<PJRT_KeyValuePutCallback_Args>,
         kv_put_user_arg: *mut c_void,
         client: *mut PJRT_Client,
-        kv_try_get_callback: *mut c_void,
+        kv_try_get_callback: Fn<PJRT_KeyValueTryGetCallback_Args>,
         kv_try_get_user_arg: *mut c_void,
+    }
+    PJRT_KeyValueGetCallback_Args {
+        key: *const c_char,
+        key_size: usize,
+        timeout_in_ms: c_int,
+        callback_error: *mut PJRT_CallbackError,
+        user_arg: *mut c_void,
+        value: *mut c_char,
+        value_size: usize,
+        value_deleter_callback: PJRT_KeyValue_ValueDeleter,
+    }
+    PJRT_KeyValueTryGetCallback_Args {
+        key: *const c_char,
+        key_size: usize,
+        callback_error: *mut PJRT_CallbackError,
+        user_arg: *mut c_void,
+        value: *mut c_char,
+        value_size: usize,
+        value_deleter_callback: PJRT_KeyValue_ValueDeleter,
+    }
+    PJRT_KeyValuePutCallback_Args {
+        key: *const c_char,
+        key_size: usize,
+        value: *const c_char,
+        value_size: usize,
+        callback_error: *mut PJRT_CallbackError,
+        user_arg: *mut c_void,
     }
     PJRT_Client_Destroy_Args { client: *mut PJRT_Client }
     PJRT_Client_PlatformName_Args { client: *mut PJRT_Client, platform_name: *const c_char, platform_name_size: usize }
@@ -508,6 +554,21 @@ mod tests {
         assert_eq!(offset_of!(PJRT_NamedValue, value), 40);
         assert_eq!(PJRT_Client_Create_Args::STRUCT_SIZE, 88);
         assert_eq!(offset_of!(PJRT_Client_Create_Args, client), 64);
+        assert_eq!(offset_of!(PJRT_Client_Create_Args, kv_try_get_user_arg), 80);
+        // `PJRT_KeyValue*Callback_Args` as pjrt_c_api.h declares them
+        // (openxla/xla, with `kv_try_get_callback`), compiled the same way.
+        assert_eq!(PJRT_KeyValueGetCallback_Args::STRUCT_SIZE, 80);
+        assert_eq!(
+            offset_of!(PJRT_KeyValueGetCallback_Args, callback_error),
+            40
+        );
+        assert_eq!(PJRT_KeyValueTryGetCallback_Args::STRUCT_SIZE, 72);
+        assert_eq!(offset_of!(PJRT_KeyValueTryGetCallback_Args, value), 48);
+        assert_eq!(PJRT_KeyValuePutCallback_Args::STRUCT_SIZE, 64);
+        assert_eq!(
+            offset_of!(PJRT_KeyValuePutCallback_Args, callback_error),
+            48
+        );
         assert_eq!(PJRT_Client_Compile_Args::STRUCT_SIZE, 56);
         assert_eq!(PJRT_Client_BufferFromHostBuffer_Args::STRUCT_SIZE, 120);
         assert_eq!(PJRT_Client_CreateUninitializedBuffer_Args::STRUCT_SIZE, 80);

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use crate::provision::{self, Target};
-use crate::{Client, ClientOptions, Plugin, Result};
+use crate::{Client, ClientOptions, Distributed, Plugin, Result};
 
 /// What [`open`] opens: a target (or the automatic choice), a plugin file
 /// and the CPU client's device count. Start from [`OpenOptions::AUTO`] or
@@ -19,6 +19,10 @@ pub struct OpenOptions<'a> {
     pub plugin: Option<&'a Path>,
     /// The CPU client's device count; `None` leaves the plugin's default.
     pub cpu_devices: Option<i64>,
+    /// This process's place in a CUDA client of several processes
+    /// ([`ClientOptions::distributed`]); other plugins get nothing (the
+    /// CPU plugin moves no data between processes).
+    pub distributed: Option<&'a Distributed>,
 }
 
 impl OpenOptions<'static> {
@@ -27,6 +31,7 @@ impl OpenOptions<'static> {
         target: None,
         plugin: None,
         cpu_devices: None,
+        distributed: None,
     };
 
     /// `target`, with its default plugin and devices.
@@ -45,17 +50,22 @@ pub fn open(options: &OpenOptions<'_>) -> Result<Client> {
         target,
         plugin,
         cpu_devices,
+        distributed,
     } = *options;
     let options = ClientOptions {
         cpu_device_count: cpu_devices,
         ..ClientOptions::default()
+    };
+    let for_target = |target: Target| ClientOptions {
+        distributed: distributed.filter(|_| target == Target::Cuda).cloned(),
+        ..options.clone()
     };
     if let Some(target) = target {
         let path = provision::locate(target, plugin)?;
         let plugin = load(target, &path)?;
         return match target {
             Target::Cpu => cpu_client(plugin, options),
-            _ => Client::new(plugin, &options),
+            _ => Client::new(plugin, &for_target(target)),
         };
     }
     if plugin.is_none() {
@@ -64,7 +74,7 @@ pub fn open(options: &OpenOptions<'_>) -> Result<Client> {
             let Ok(Some((path, _))) = provision::find(target, None) else {
                 continue;
             };
-            match load(target, &path).and_then(|p| Client::new(p, &options)) {
+            match load(target, &path).and_then(|p| Client::new(p, &for_target(target))) {
                 Ok(client) if !client.addressable_devices().is_empty() => return Ok(client),
                 Ok(_) => tracing::info!("{target} plugin {} sees no device", path.display()),
                 Err(e) => tracing::info!("{target} plugin {} unusable: {e}", path.display()),

@@ -2,8 +2,15 @@
 
 mod common;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use common::f32_buffer;
-use radix_pjrt::{Client, ClientOptions, ElementType, NamedValue, Value, byte_len};
+use radix_pjrt::provision::Target;
+use radix_pjrt::{
+    Client, ClientOptions, Distributed, ElementType, KeyValueStore, NamedValue, OpenOptions,
+    StoreError, Value, byte_len, open,
+};
 
 #[test]
 fn cpu_client_reports_platform_and_devices() {
@@ -136,4 +143,56 @@ fn thread_safety_follows_pjrt() {
     send_sync::<radix_pjrt::LoadedExecutable>();
     send::<radix_pjrt::Event>();
     send::<radix_pjrt::Execution>();
+}
+
+/// A store no client may reach: the CPU plugin has no use for one.
+struct Untouched;
+
+impl KeyValueStore for Untouched {
+    fn get(&self, key: &[u8], _: Duration) -> Result<Vec<u8>, StoreError> {
+        panic!("get {key:?} of a store the CPU client must not reach")
+    }
+
+    fn try_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        panic!("try_get {key:?} of a store the CPU client must not reach")
+    }
+
+    fn put(&self, key: &[u8], _: &[u8]) -> Result<(), StoreError> {
+        panic!("put {key:?} of a store the CPU client must not reach")
+    }
+}
+
+#[test]
+fn a_cpu_client_gets_no_node_id_nor_store() {
+    let d = Distributed::new(1, 2, Arc::new(Untouched)).unwrap();
+    // The options reach the plugin: the CPU plugin refuses them by name.
+    let options = ClientOptions {
+        distributed: Some(d.clone()),
+        ..ClientOptions::default()
+    };
+    let err = Client::new(common::cpu_plugin(), &options)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("INVALID_ARGUMENT") && (err.contains("node_id") || err.contains("num_nodes")),
+        "{err}"
+    );
+    // A node id given twice is refused before the plugin sees it.
+    let options = ClientOptions {
+        extra: vec![NamedValue::new("num_nodes", Value::Int64(2))],
+        distributed: Some(d.clone()),
+        ..ClientOptions::default()
+    };
+    let err = Client::new(common::cpu_plugin(), &options).unwrap_err();
+    assert!(
+        err.to_string().contains("num_nodes is given twice"),
+        "{err}"
+    );
+    // `open` gives them to CUDA's plugin only.
+    let client = open(&OpenOptions {
+        distributed: Some(&d),
+        ..OpenOptions::target(Target::Cpu)
+    })
+    .unwrap();
+    assert_eq!((client.platform_name(), client.process_index()), ("cpu", 0));
 }

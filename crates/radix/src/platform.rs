@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use radix_pjrt::provision::Target;
-use radix_pjrt::{Client, Device, OpenOptions};
+use radix_pjrt::{Client, Device, Distributed, KeyValueStore, OpenOptions, StoreError};
 
 use crate::sharding::Mesh;
 use crate::{Error, Result};
@@ -36,8 +36,21 @@ impl Platform {
 
     /// A client opened as `options` say (see [`radix_pjrt::open`]), e.g.
     /// `Platform::open(&OpenOptions { cpu_devices: Some(4), ..OpenOptions::target(Target::Cpu) })`.
+    /// In a launched MPI job of several processes, a CUDA client is one
+    /// node per rank ([`OpenOptions::distributed`] unless the caller set
+    /// it): node id the rank, node count the job's size, and the job's
+    /// key-value store ([`radix_mpi::kv_store`]), so every rank must open
+    /// it. The CPU plugin gets none of it.
     pub fn open(options: &OpenOptions<'_>) -> Result<Platform> {
-        Ok(Platform::from_client(radix_pjrt::open(options)?))
+        let job = match options.distributed {
+            Some(_) => None,
+            None => mpi_job(options)?,
+        };
+        let options = OpenOptions {
+            distributed: options.distributed.or(job.as_ref()),
+            ..*options
+        };
+        Ok(Platform::from_client(radix_pjrt::open(&options)?))
     }
 
     /// A platform over an existing client.
@@ -113,5 +126,53 @@ impl std::fmt::Debug for Platform {
             write!(f, ", mesh {:?}", m.dims())?;
         }
         f.write_str(")")
+    }
+}
+
+/// This process's node of a CUDA client across its MPI job, if it is one
+/// of several processes of a launched job and `options` may open CUDA's
+/// plugin (named, or the automatic choice on a machine with NVIDIA devices).
+fn mpi_job(options: &OpenOptions<'_>) -> Result<Option<Distributed>> {
+    let may_be_cuda = match options.target {
+        Some(target) => target == Target::Cuda,
+        None => options.plugin.is_none() && Target::Cuda.has_device_files(),
+    };
+    if !may_be_cuda || !radix_mpi::launched() {
+        return Ok(None);
+    }
+    let mpi = |e: radix_mpi::Error| Error::Mpi(e.to_string());
+    let world = radix_mpi::world().map_err(mpi)?;
+    if world.size() < 2 {
+        return Ok(None);
+    }
+    let store = MpiStore(radix_mpi::kv_store().map_err(mpi)?);
+    Ok(Some(Distributed::new(
+        world.rank(),
+        world.size(),
+        Arc::new(store),
+    )?))
+}
+
+/// The MPI job's key-value store, as a PJRT client reaches it.
+struct MpiStore(&'static radix_mpi::KvStore);
+
+impl KeyValueStore for MpiStore {
+    fn get(&self, key: &[u8], timeout: std::time::Duration) -> Result<Vec<u8>, StoreError> {
+        self.0.get(key, timeout).map_err(store_error)
+    }
+
+    fn try_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.0.try_get(key).map_err(store_error)
+    }
+
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        self.0.put(key, value).map_err(store_error)
+    }
+}
+
+fn store_error(e: radix_mpi::Error) -> StoreError {
+    match e {
+        radix_mpi::Error::KeyNotPut { .. } => StoreError::NotPut(e.to_string()),
+        e => StoreError::Unavailable(e.to_string()),
     }
 }
