@@ -12,7 +12,8 @@
 //! computation is on a device of its own: its group is itself.
 
 use std::cell::RefCell;
-use std::sync::{Arc, Barrier, Mutex};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::interp;
 use crate::literal::{Literal, decode, encode};
@@ -442,30 +443,84 @@ thread_local! {
 
 /// What the devices of a manual computation hand each other: each puts its
 /// value, all wait, each reads every value, all wait again (so no value is
-/// replaced before every device has read it).
+/// replaced before every device has read it). A device whose body panics
+/// breaks it, and every device waiting in it panics too, rather than
+/// waiting for a value that never comes.
 struct Exchange {
-    barrier: Barrier,
-    values: Mutex<Vec<Option<Literal>>>,
+    n: usize,
+    state: Mutex<ExchangeState>,
+    turn: Condvar,
+}
+
+struct ExchangeState {
+    values: Vec<Option<Literal>>,
+    /// How many devices have arrived at the current wait.
+    arrived: usize,
+    /// How many waits have ended.
+    generation: u64,
+    broken: bool,
+}
+
+impl Exchange {
+    fn new(n: usize) -> Exchange {
+        Exchange {
+            n,
+            state: Mutex::new(ExchangeState {
+                values: vec![None; n],
+                arrived: 0,
+                generation: 0,
+                broken: false,
+            }),
+            turn: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ExchangeState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until every device has arrived; panics if one broke it.
+    fn wait<'a>(
+        &'a self,
+        mut state: MutexGuard<'a, ExchangeState>,
+    ) -> MutexGuard<'a, ExchangeState> {
+        let generation = state.generation;
+        state.arrived += 1;
+        if state.arrived == self.n {
+            state.arrived = 0;
+            state.generation += 1;
+            self.turn.notify_all();
+        }
+        while state.generation == generation && !state.broken {
+            state = self.turn.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        assert!(!state.broken, "another device's body failed");
+        state
+    }
+
+    /// Every device's value, `value` being device `index`'s.
+    fn all(&self, index: usize, value: &Literal) -> Vec<Literal> {
+        let mut state = self.lock();
+        state.values[index] = Some(value.clone());
+        let state = self.wait(state);
+        let all = (state.values.iter())
+            .map(|v| v.clone().expect("every device put its value"))
+            .collect();
+        drop(self.wait(state));
+        all
+    }
+
+    fn r#break(&self) {
+        self.lock().broken = true;
+        self.turn.notify_all();
+    }
 }
 
 /// This thread's device and every device's `value` at this collective.
 fn exchange(value: &Literal) -> (usize, Vec<Literal>) {
     DEVICE.with(|d| match d.borrow().as_ref() {
         None => (0, vec![value.clone()]),
-        Some(d) => {
-            let ex = &d.exchange;
-            ex.values.lock().unwrap_or_else(|e| e.into_inner())[d.index] = Some(value.clone());
-            ex.barrier.wait();
-            let all: Vec<Literal> = ex
-                .values
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .map(|v| v.clone().expect("every device put its value"))
-                .collect();
-            ex.barrier.wait();
-            (d.index, all)
-        }
+        Some(d) => (d.index, d.exchange.all(d.index, value)),
     })
 }
 
@@ -479,10 +534,7 @@ fn run_manual(
     args: &[&Literal],
 ) -> Vec<Literal> {
     let n = mesh.n_devices();
-    let exchange = Arc::new(Exchange {
-        barrier: Barrier::new(n),
-        values: Mutex::new(vec![None; n]),
-    });
+    let exchange = Arc::new(Exchange::new(n));
     let per_device: Vec<Vec<Literal>> = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..n)
             .map(|index| {
@@ -491,14 +543,23 @@ fn run_manual(
                     let blocks: Vec<Literal> = (args.iter().zip(in_specs))
                         .map(|(a, spec)| cut(mesh, a, spec, index))
                         .collect();
-                    DEVICE.with(|d| *d.borrow_mut() = Some(Device { index, exchange }));
-                    interp::eval(body, &blocks)
+                    DEVICE.with(|d| {
+                        *d.borrow_mut() = Some(Device {
+                            index,
+                            exchange: exchange.clone(),
+                        })
+                    });
+                    let res = catch_unwind(AssertUnwindSafe(|| interp::eval(body, &blocks)));
+                    res.unwrap_or_else(|p| {
+                        exchange.r#break();
+                        resume_unwind(p)
+                    })
                 })
             })
             .collect();
         threads
             .into_iter()
-            .map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .map(|t| t.join().unwrap_or_else(|p| resume_unwind(p)))
             .collect()
     });
     (out_specs.iter().enumerate())
@@ -561,4 +622,53 @@ fn f64_bytes(values: &[f64]) -> Vec<u8> {
 
 fn from_f64_bytes(bytes: &[u8]) -> Vec<f64> {
     decode(DType::F64, bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A device that fails leaves no other waiting for its value.
+    #[test]
+    fn a_failed_device_breaks_the_exchange_instead_of_hanging_its_peers() {
+        let exchange = Exchange::new(3);
+        let one = Literal::new(Shape::scalar(DType::F32), vec![1.0]);
+        let outcomes: Vec<bool> = std::thread::scope(|s| {
+            let waiting: Vec<_> = (0..2)
+                .map(|i| {
+                    let (exchange, one) = (&exchange, &one);
+                    s.spawn(move || {
+                        catch_unwind(AssertUnwindSafe(|| exchange.all(i, one))).is_err()
+                    })
+                })
+                .collect();
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            exchange.r#break();
+            waiting.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        assert_eq!(outcomes, [true, true]);
+    }
+
+    /// Three devices each get every value, in device order, twice running.
+    #[test]
+    fn every_device_gets_every_value() {
+        let exchange = Exchange::new(3);
+        let got: Vec<Vec<f64>> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..3)
+                .map(|i| {
+                    let exchange = &exchange;
+                    s.spawn(move || {
+                        let v = |k: usize| {
+                            Literal::new(Shape::scalar(DType::F32), vec![(10 * k + i) as f64])
+                        };
+                        let first = exchange.all(i, &v(1));
+                        let second = exchange.all(i, &v(2));
+                        first.iter().chain(&second).map(|l| l.data()[0]).collect()
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        assert_eq!(got, vec![vec![10.0, 11.0, 12.0, 20.0, 21.0, 22.0]; 3]);
+    }
 }
