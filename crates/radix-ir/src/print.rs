@@ -129,12 +129,18 @@ fn print_body(
 ) {
     let live = f.reachable();
     let mut next = 0usize;
+    // The values of multi-result ops printed as several ops, by node.
+    let mut results_of: BTreeMap<usize, Vec<String>> = BTreeMap::new();
     for (i, node) in f.nodes.iter().enumerate() {
         if !live[i] || matches!(node.op, Op::Parameter(_)) {
             continue;
         }
         if let Op::Project(k) = node.op {
-            names[i] = format!("{}#{k}", names[node.args[0].0 as usize]);
+            let producer = node.args[0].0 as usize;
+            names[i] = match results_of.get(&producer) {
+                Some(results) => results[k].clone(),
+                None => format!("{}#{k}", names[producer]),
+            };
             continue;
         }
         let name = format!("{prefix}{next}");
@@ -153,8 +159,12 @@ fn print_body(
             arg_shapes: &arg_shapes,
             shape: node.shape,
             loc: ctx.loc_of(f.locs[i]),
+            results: None,
         };
         node.op.print(&mut p);
+        if let Some(results) = p.results {
+            results_of.insert(i, results);
+        }
         names[i] = name;
     }
     let _ = write!(out, "    \"{ret}\"(");
@@ -174,6 +184,9 @@ pub struct OpPrinter<'a> {
     shape: Shape,
     /// ` loc(...)`, or empty when locations are omitted.
     loc: String,
+    /// The names of a multi-result op's values where they are not
+    /// `%res#k` ([`OpPrinter::name_results`]).
+    results: Option<Vec<String>>,
 }
 
 impl OpPrinter<'_> {
@@ -257,6 +270,19 @@ impl OpPrinter<'_> {
         }
         print_body(self.ctx, &mut out, f, &mut names, &prefix, ret);
         out
+    }
+
+    /// Prints `{name} = {op}` with the op's location: one of the several
+    /// ops that print one node.
+    pub fn line(&mut self, name: &str, op: &str) {
+        let _ = writeln!(self.out, "    {name} = {op}{}", self.loc);
+    }
+
+    /// Names the values of this multi-result op, when its printer wrote
+    /// them as separate ops (with [`OpPrinter::line`]) instead of one
+    /// `%res:n`.
+    pub fn name_results(&mut self, names: Vec<String>) {
+        self.results = Some(names);
     }
 
     /// A channel id no other collective of the module has (from 1).

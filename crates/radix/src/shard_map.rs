@@ -2,12 +2,14 @@
 //! function once on every device of a [`Mesh`], on that device's block of
 //! each argument, and the collectives here exchange values between the
 //! devices inside it (StableHLO's `all_reduce`, `all_gather`,
-//! `collective_permute`, `partition_id`; printed in an
-//! `sdy.manual_computation` over every mesh axis, as JAX and ZML emit it).
+//! `collective_permute`, `partition_id`; for Shardy, the default
+//! partitioner, in an `sdy.manual_computation` over every mesh axis, as
+//! JAX and ZML emit it; for GSPMD, between `SPMDFullToShardShape` and
+//! `SPMDShardToFullShape`, as JAX lowers it there).
 //!
 //! The program compiles for a platform with the same mesh
-//! ([`crate::Platform::with_mesh`]) under Shardy, the default partitioner;
-//! anything else is an [`Error::Sharding`] naming the `shard_map`. Its
+//! ([`crate::Platform::with_mesh`]); another is an [`Error::Sharding`]
+//! naming the `shard_map`. Its
 //! reference semantics (the interpreter) run the body on a thread per
 //! device. Its derivative is a `shard_map` of its body's derivative; the
 //! sums, gathers, scatters, all-to-alls and permutations between devices
@@ -38,7 +40,7 @@ use crate::collective::ReduceOp;
 use crate::ir::Op;
 use crate::ir::ops::spmd::{Groups, Spmd, block_shape};
 use crate::ir::{Function, Loc};
-use crate::sharding::{Mesh, Partitioner};
+use crate::sharding::Mesh;
 use crate::tensor::control::{poison, record_multi};
 use crate::tensor::reduce::scalar_block;
 use crate::tensor::{fail, located, record_inferred, trace_hermetic_block};
@@ -266,8 +268,8 @@ fn groups(axes: &[usize]) -> std::result::Result<Groups, String> {
 }
 
 /// Refuses to compile a program with a `shard_map` written for another
-/// mesh than the one the program is partitioned over, or under GSPMD
-/// (which this module does not print for), naming the `shard_map`.
+/// mesh than the one the program is partitioned over, naming the
+/// `shard_map`.
 pub(crate) fn check(program: &Program) -> Result<()> {
     fn walk(f: &Function, found: &mut Vec<(Mesh, Loc)>) {
         for (node, &loc) in f.nodes.iter().zip(&f.locs) {
@@ -286,12 +288,6 @@ pub(crate) fn check(program: &Program) -> Result<()> {
                 "{at} runs on a mesh {:?}; the program is partitioned over {:?} (Platform::with_mesh)",
                 mesh.dims(),
                 program.mesh().map(Mesh::dims)
-            )));
-        }
-        if program.partitioner() != Partitioner::Shardy {
-            return Err(Error::Sharding(format!(
-                "{at} is printed for Shardy only, not {:?}",
-                program.partitioner()
             )));
         }
     }

@@ -1,7 +1,8 @@
 //! `shard_map` on 4 CPU devices: a function run per device on its blocks,
 //! with collectives between the devices, against the same computation
 //! written out on the host, and against the reference interpreter (which
-//! runs the body on a thread per device).
+//! runs the body on a thread per device); partitioned by Shardy and by
+//! GSPMD alike.
 
 use std::sync::OnceLock;
 
@@ -55,16 +56,18 @@ fn run(
         .iter()
         .map(|l| l.to_vec::<f32>())
         .collect();
-    let exe = build(platform, program, Partitioner::Shardy).unwrap();
     let xb = Buffer::from_slice(platform, &values, x).unwrap();
-    let got: Vec<Vec<f32>> = exe
-        .call(&[&xb])
-        .unwrap()
-        .iter()
-        .map(|b| b.to_vec::<f32>().unwrap())
-        .collect();
-    assert_eq!(got, interpreted, "the plugin against the interpreter");
-    got
+    for partitioner in [Partitioner::Shardy, Partitioner::Gspmd] {
+        let exe = build(platform, program.clone(), partitioner).unwrap();
+        let got: Vec<Vec<f32>> = exe
+            .call(&[&xb])
+            .unwrap()
+            .iter()
+            .map(|b| b.to_vec::<f32>().unwrap())
+            .collect();
+        assert_eq!(got, interpreted, "{partitioner:?} against the interpreter");
+    }
+    interpreted
 }
 
 fn spec(axes: &[Option<usize>]) -> Spec {
@@ -167,10 +170,19 @@ fn the_module_holds_a_manual_computation_with_its_collectives() {
         })[0]
     })
     .unwrap();
-    let text = program
-        .with_mesh(mesh)
-        .unwrap()
-        .stablehlo_without_locations();
+    let gspmd = program.clone().with_partitioner(Partitioner::Gspmd);
+    let gspmd = gspmd.with_mesh(mesh.clone()).unwrap();
+    let gspmd = gspmd.stablehlo_without_locations();
+    for part in [
+        "call_target_name = \"SPMDFullToShardShape\", mhlo.sharding = \"{manual}\"",
+        "call_target_name = \"SPMDShardToFullShape\", mhlo.sharding = \"{devices=[4]<=[4]}\"",
+        "func.func private @shard_map_",
+        "\"stablehlo.all_reduce\"",
+    ] {
+        assert!(gspmd.contains(part), "no {part} in\n{gspmd}");
+    }
+    let text = program.with_mesh(mesh).unwrap();
+    let text = text.stablehlo_without_locations();
     for part in [
         "\"sdy.manual_computation\"(%arg0)",
         "manual_axes = #sdy<manual_axes{\"m0\"}>",
@@ -207,7 +219,7 @@ fn misuse_is_an_error_naming_it() {
     })
     .unwrap_err();
     assert!(e.to_string().contains("mesh axes [1]"), "{e}");
-    // Compiled for another mesh, or by GSPMD.
+    // Compiled for another mesh.
     let program = radix::trace_fn(&x8, |x| {
         shard_map(&mesh, &[spec(&[Some(0)])], &[spec(&[Some(0)])], &[x], |b| {
             b.to_vec()
@@ -222,11 +234,6 @@ fn misuse_is_an_error_naming_it() {
         matches!(other, Error::Sharding(_)) && other.to_string().contains("shard_map at"),
         "{other}"
     );
-    let gspmd = match build(&meshed(&[4]), program, Partitioner::Gspmd) {
-        Err(e) => e,
-        Ok(_) => panic!("compiled by GSPMD"),
-    };
-    assert!(gspmd.to_string().contains("Shardy only"), "{gspmd}");
 }
 
 /// `f` of two f32 inputs compiled for `platform` and run, with `x` and
@@ -238,11 +245,18 @@ fn run2(
     f: impl FnOnce(Tensor, Tensor) -> Vec<Tensor>,
 ) -> Vec<Vec<f32>> {
     let program = radix::trace_fn(&(Tensor::param(x), Tensor::param(w)), |(x, w)| f(x, w)).unwrap();
-    let exe = build(platform, program, Partitioner::Shardy).unwrap();
     let xb = Buffer::from_slice(platform, vx, x).unwrap();
     let wb = Buffer::from_slice(platform, vw, w).unwrap();
-    let out = exe.call(&[&xb, &wb]).unwrap();
-    out.iter().map(|b| b.to_vec::<f32>().unwrap()).collect()
+    let runs: Vec<Vec<Vec<f32>>> = [Partitioner::Shardy, Partitioner::Gspmd]
+        .into_iter()
+        .map(|partitioner| {
+            let exe = build(platform, program.clone(), partitioner).unwrap();
+            let out = exe.call(&[&xb, &wb]).unwrap();
+            out.iter().map(|b| b.to_vec::<f32>().unwrap()).collect()
+        })
+        .collect();
+    assert_eq!(runs[0], runs[1], "Shardy's run against GSPMD's");
+    runs.into_iter().next().unwrap()
 }
 
 /// A loss written per device over rows of `x` split on a mesh of 4, with

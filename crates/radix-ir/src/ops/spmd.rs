@@ -18,8 +18,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use crate::interp;
 use crate::literal::{Literal, decode, encode};
 use crate::ops::reduce::apply;
-use crate::print::{OpPrinter, i64_list};
-use crate::sharding::{Mesh, place_block, slice_block};
+use crate::print::{OpPrinter, i64_list, tensor_type};
+use crate::sharding::{Mesh, Partitioner, place_block, slice_block};
 use crate::{DType, Function, Shape};
 
 /// The mesh axis each axis of a tensor is split along (`None`: whole).
@@ -174,28 +174,10 @@ impl super::Family for Spmd {
                 mesh,
                 in_specs,
                 out_specs,
-            } => {
-                // Compiling refuses a module without this mesh under Shardy
-                // (radix's `shard_map::check`); a traced program's text
-                // still prints it.
-                let per_value = |specs: &[Spec]| {
-                    let s: Vec<String> = specs.iter().map(|s| mesh.sdy_sharding(s)).collect();
-                    format!("#sdy.sharding_per_value<[{}]>", s.join(", "))
-                };
-                let axes: Vec<String> = (0..mesh.dims().len())
-                    .map(|m| format!("\"m{m}\""))
-                    .collect();
-                let attrs = format!(
-                    "in_shardings = {}, manual_axes = #sdy<manual_axes{{{}}}>, out_shardings = {}",
-                    per_value(in_specs),
-                    axes.join(", "),
-                    per_value(out_specs)
-                );
-                let n = body.params.len();
-                let region = p.region_ending(0, body, n, &[], "sdy.return");
-                let results = self.infer(p.arg_shapes(), p.shape()).unwrap_or_default();
-                p.multi("sdy.manual_computation", n, &[region], &attrs, &results);
-            }
+            } => match p.partitioning().0 {
+                Partitioner::Shardy => print_shardy(p, body, mesh, in_specs, out_specs),
+                Partitioner::Gspmd => print_gspmd(p, body, mesh, in_specs, out_specs),
+            },
             Spmd::AllReduce { body, groups } => {
                 let region = p.region(0, body, 2, &[]);
                 let attrs = format!("{}, use_global_device_ids", channel_and_groups(p, groups));
@@ -300,6 +282,115 @@ impl super::Family for Spmd {
             }
         }
     }
+}
+
+/// A manual computation as Shardy's `sdy.manual_computation` over every
+/// mesh axis. (Compiling refuses a module without this mesh: radix's
+/// `shard_map::check`; a traced program's text still prints it.)
+fn print_shardy(p: &mut OpPrinter<'_>, body: &Function, mesh: &Mesh, ins: &[Spec], outs: &[Spec]) {
+    let per_value = |specs: &[Spec]| {
+        let s: Vec<String> = specs.iter().map(|s| mesh.sdy_sharding(s)).collect();
+        format!("#sdy.sharding_per_value<[{}]>", s.join(", "))
+    };
+    let axes: Vec<String> = (0..mesh.dims().len())
+        .map(|m| format!("\"m{m}\""))
+        .collect();
+    let attrs = format!(
+        "in_shardings = {}, manual_axes = #sdy<manual_axes{{{}}}>, out_shardings = {}",
+        per_value(ins),
+        axes.join(", "),
+        per_value(outs)
+    );
+    let n = body.params.len();
+    let region = p.region_ending(0, body, n, &[], "sdy.return");
+    let results = manual_results(body, mesh, outs);
+    p.multi("sdy.manual_computation", n, &[region], &attrs, &results);
+}
+
+/// A manual computation as GSPMD's: each operand constrained to its
+/// sharding and made manual (`SPMDFullToShardShape`), a call of the body,
+/// each result made whole again (`SPMDShardToFullShape`), as JAX lowers a
+/// `shard_map` for GSPMD.
+fn print_gspmd(p: &mut OpPrinter<'_>, body: &Function, mesh: &Mesh, ins: &[Spec], outs: &[Spec]) {
+    let prefix = p.region_prefix();
+    let custom_call = |target: &str, arg: &str, sharding: &str, from: Shape, to: Shape| {
+        format!(
+            "\"stablehlo.custom_call\"({arg}) {{call_target_name = \"{target}\", mhlo.sharding = \"{sharding}\"}} : ({}) -> {}",
+            tensor_type(&from),
+            tensor_type(&to)
+        )
+    };
+    let whole_sharding = |s: Shape, spec: &Spec| mesh.sharding(spec, s.dims()).unwrap_or_default();
+    let args: Vec<String> = p.arg_names().iter().map(|a| a.to_string()).collect();
+    let shapes = p.arg_shapes().to_vec();
+    let mut manual = vec![];
+    for (i, ((arg, &s), spec)) in args.iter().zip(&shapes).zip(ins).enumerate() {
+        let (split, local) = (format!("{prefix}_in{i}"), format!("{prefix}_local{i}"));
+        p.line(
+            &split,
+            &custom_call("Sharding", arg, &whole_sharding(s, spec), s, s),
+        );
+        let block = body.node(body.params[i]).shape;
+        p.line(
+            &local,
+            &custom_call("SPMDFullToShardShape", &split, "{manual}", s, block),
+        );
+        manual.push(local);
+    }
+    let name = crate::private_name("shard_map", body);
+    p.private_function(&name, body);
+    let blocks = body.result_shapes();
+    let call = format!("{prefix}_call");
+    let mut text = format!(
+        "\"func.call\"({}) {{callee = @{name}}} : (",
+        manual.join(", ")
+    );
+    let params = body.param_shapes();
+    text.push_str(
+        &params
+            .iter()
+            .map(tensor_type)
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    text.push_str(") -> (");
+    text.push_str(
+        &blocks
+            .iter()
+            .map(tensor_type)
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    text.push(')');
+    p.line(&format!("{call}:{}", blocks.len()), &text);
+    let wholes = manual_results(body, mesh, outs);
+    let mut results = vec![];
+    for (j, ((&b, &w), spec)) in blocks.iter().zip(&wholes).zip(outs).enumerate() {
+        let (kept, out) = (format!("{prefix}_kept{j}"), format!("{prefix}_out{j}"));
+        p.line(
+            &kept,
+            &custom_call("Sharding", &format!("{call}#{j}"), "{manual}", b, b),
+        );
+        p.line(
+            &out,
+            &custom_call(
+                "SPMDShardToFullShape",
+                &kept,
+                &whole_sharding(w, spec),
+                b,
+                w,
+            ),
+        );
+        results.push(out);
+    }
+    p.name_results(results);
+}
+
+/// The whole results of a manual computation of `body`.
+fn manual_results(body: &Function, mesh: &Mesh, outs: &[Spec]) -> Vec<Shape> {
+    (body.result_shapes().into_iter().zip(outs))
+        .map(|(s, spec)| whole_shape(mesh, s, spec).unwrap_or(s))
+        .collect()
 }
 
 /// The block of a `whole` value split as `spec` that each device holds.
