@@ -715,15 +715,24 @@ fn used(f: &Function, out: &mut Vec<CustomCall>) {
     }
 }
 
-/// The name of the first custom call `f` uses whose name starts with
-/// `prefix`, if any.
-pub(crate) fn first_named(f: &Function, prefix: &str) -> Option<String> {
-    let mut calls = vec![];
-    used(f, &mut calls);
-    calls
-        .iter()
-        .find(|c| c.name().starts_with(prefix))
-        .map(|c| c.name().to_string())
+/// The name of the first call site in `f` (or its bodies) of a custom
+/// call whose name starts with `prefix` and for which `pick` holds, if any.
+pub(crate) fn first_named_where(
+    f: &Function,
+    prefix: &str,
+    pick: &dyn Fn(&crate::ir::ops::custom_call::Site) -> bool,
+) -> Option<String> {
+    f.nodes.iter().find_map(|node| {
+        let here = match &node.op {
+            Op::CustomCall(site) if site.call.name().starts_with(prefix) && pick(site) => {
+                Some(site.call.name().to_string())
+            }
+            _ => None,
+        };
+        here.or_else(|| {
+            (node.op.bodies().into_iter()).find_map(|b| first_named_where(b, prefix, pick))
+        })
+    })
 }
 
 /// `name version` lines of the custom calls `f` uses, sorted: what the

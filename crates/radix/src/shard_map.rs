@@ -226,6 +226,16 @@ pub fn ppermute(x: Tensor, mesh_axis: usize, pairs: &[(usize, usize)]) -> Tensor
     record_inferred("ppermute", &[x], Ok(Op::Spmd(Spmd::Permute { pairs })))
 }
 
+/// Inside a `shard_map` over several devices: their number and this
+/// device's index (a `u32` scalar, `stablehlo.partition_id`), which the
+/// collectives across processes take.
+#[track_caller]
+pub(crate) fn device_index() -> Option<(usize, Tensor)> {
+    let mesh = innermost().filter(|m| m.n_devices() > 1)?;
+    let id = record_inferred("partition_id", &[], Ok(Op::Spmd(Spmd::PartitionId)));
+    Some((mesh.n_devices(), id))
+}
+
 /// The innermost `shard_map`'s mesh being traced.
 fn innermost() -> Option<Mesh> {
     MESHES.with(|m| m.borrow().last().cloned())

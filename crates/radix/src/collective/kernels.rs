@@ -11,14 +11,18 @@
 //! | `axis_index` | none | `i32` scalar |
 //!
 //! Every call but `axis_index` also takes an order token (a `u8` scalar)
-//! as its last operand and gives one as its last result: the collectives
+//! as its second operand and gives one as its last result: the collectives
 //! of a block are chained in tracing order, so XLA runs them in that order
 //! on every rank, and never waits in one collective for a peer that waits
 //! in another (mpi4jax's tokens, here implicit).
 //!
 //! Each has attributes `size` (the number of processes it was traced for)
 //! and `site` (its call site's number in the trace, the tag of its
-//! messages). The kernel is the reference semantics too: in a process
+//! messages). Inside a `shard_map` over several devices a call takes the
+//! device's index (a `u32` scalar) as its third operand, and `devices`
+//! says how many there are: device `d` exchanges with device `d` of every
+//! other process, under tag `site · devices + d`. The kernel is the
+//! reference semantics too: in a process
 //! started alone it runs in a world of one. Each differentiable call has a
 //! twin without a derivative (`….t`) that its derivative uses, so that
 //! tracing a derivative does not trace another one without end.
@@ -93,20 +97,20 @@ macro_rules! decl {
 // order token's cotangent is the token itself (an integer's cotangent is
 // ignored; it only has to have the token's shape).
 decl!(ALL_REDUCE, Kind::AllReduce, |x, _, g, attrs| {
-    vec![emit(&ALL_REDUCE_T, g[0], attrs.clone()), x[1]]
+    cotangents(emit_like(&ALL_REDUCE_T, g[0], attrs.clone(), x), x)
 });
 decl!(ALL_GATHER, Kind::AllGather, |x, _, g, attrs| {
     let attrs = attrs.clone().with("op", "sum");
-    vec![emit(&REDUCE_SCATTER_T, g[0], attrs), x[1]]
+    cotangents(emit_like(&REDUCE_SCATTER_T, g[0], attrs, x), x)
 });
 decl!(REDUCE_SCATTER, Kind::ReduceScatter, |x, _, g, attrs| {
-    let gathered = emit(&ALL_GATHER_T, g[0], attrs.clone());
+    let gathered = emit_like(&ALL_GATHER_T, g[0], attrs.clone(), x);
     let mean = attrs.str("op") == Ok("mean");
     let n = attrs.i64("size").unwrap_or(1) as f64;
-    vec![if mean { gathered / n } else { gathered }, x[1]]
+    cotangents(if mean { gathered / n } else { gathered }, x)
 });
 decl!(ALL_TO_ALL, Kind::AllToAll, |x, _, g, attrs| {
-    vec![emit(&ALL_TO_ALL_T, g[0], attrs.clone()), x[1]]
+    cotangents(emit_like(&ALL_TO_ALL_T, g[0], attrs.clone(), x), x)
 });
 decl!(PPERMUTE, Kind::Ppermute, |x, _, g, attrs| {
     let inverse: Vec<i64> = match attrs.get("pairs") {
@@ -114,7 +118,7 @@ decl!(PPERMUTE, Kind::Ppermute, |x, _, g, attrs| {
         _ => vec![],
     };
     let attrs = attrs.clone().with("pairs", inverse);
-    vec![emit(&PPERMUTE_T, g[0], attrs), x[1]]
+    cotangents(emit_like(&PPERMUTE_T, g[0], attrs, x), x)
 });
 decl!(ALL_REDUCE_T, Kind::AllReduce);
 decl!(ALL_GATHER_T, Kind::AllGather);
@@ -125,16 +129,51 @@ decl!(AXIS_INDEX, Kind::AxisIndex);
 
 /// Records `call(x, order token)` with `attrs` and a new call site, the
 /// token being the block's last collective's (or a new one), and makes
-/// its result token the block's.
+/// its result token the block's. Inside a `shard_map` over several
+/// devices, the call also takes the device's index (and `attrs` says how
+/// many devices there are): each device exchanges with the same device of
+/// the other processes, under a tag of its own.
 #[track_caller]
 pub(crate) fn emit(call: &CustomCall, x: Tensor, attrs: Attrs) -> Tensor {
+    let device = crate::shard_map::device_index();
+    emit_with(call, x, attrs, device)
+}
+
+/// [`emit`] of a derivative: on the device of the call `x` are the
+/// operands of (whose rule runs outside any `shard_map` being traced).
+#[track_caller]
+fn emit_like(call: &CustomCall, x: Tensor, attrs: Attrs, operands: &[Tensor]) -> Tensor {
+    let devices = attrs.i64("devices").ok();
+    let device = devices.zip(operands.get(2).copied());
+    emit_with(call, x, attrs, device.map(|(n, d)| (n as usize, d)))
+}
+
+#[track_caller]
+fn emit_with(
+    call: &CustomCall,
+    x: Tensor,
+    attrs: Attrs,
+    device: Option<(usize, Tensor)>,
+) -> Tensor {
     let attrs = attrs.with("site", crate::tensor::next_site() as i64);
     let token = crate::tensor::order_token().unwrap_or_else(|| Tensor::scalar(0.0, DType::U8));
-    let res = call.call(&[x, token], &attrs);
+    let res = match device {
+        Some((n, device)) => call.call(&[x, token, device], &attrs.with("devices", n as i64)),
+        None => call.call(&[x, token], &attrs),
+    };
     if let Some(&t) = res.get(1) {
         crate::tensor::set_order_token(t);
     }
     res[0]
+}
+
+/// The cotangents of a collective's `operands` with `ct` the first's: the
+/// order token's and the device index's are themselves (an integer's
+/// cotangent is ignored; it only has to have the operand's shape).
+fn cotangents(ct: Tensor, operands: &[Tensor]) -> Vec<Tensor> {
+    let mut cts = vec![ct];
+    cts.extend_from_slice(&operands[1..]);
+    cts
 }
 
 /// Records `axis_index` (no messages, so no token).
@@ -149,11 +188,22 @@ fn shape_rule(kind: Kind, shapes: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>,
     if kind == Kind::AxisIndex {
         return Ok(vec![Shape::scalar(DType::I32)]);
     }
-    let [x, token] = shapes else {
-        return Err(format!(
-            "takes an operand and an order token, not {} operands",
-            shapes.len()
-        ));
+    let devices = attrs.i64("devices").is_ok();
+    let (x, token) = match shapes {
+        [x, token] if !devices => (x, token),
+        [x, token, device] if devices => {
+            if *device != Shape::scalar(DType::U32) {
+                return Err(format!("the device index is {device}, not a u32 scalar"));
+            }
+            (x, token)
+        }
+        _ => {
+            return Err(format!(
+                "takes an operand, an order token{}, not {} operands",
+                if devices { " and a device index" } else { "" },
+                shapes.len()
+            ));
+        }
     };
     if token.dtype() != DType::U8 || token.rank() != 0 {
         return Err(format!("the order token is {token}, not a u8 scalar"));
@@ -223,7 +273,11 @@ fn typed<T: Element + Elem>(
     world: &radix_mpi::World,
     k: &Kernel<'_>,
 ) -> Result<(), String> {
-    let site = k.attrs().i64("site")? as u32;
+    // Each device of a `shard_map` exchanges under a tag of its own.
+    let site = match k.attrs().i64("devices") {
+        Ok(n) => k.attrs().i64("site")? * n + i64::from(k.input::<u32>(2)?[0]),
+        Err(_) => k.attrs().i64("site")?,
+    } as u32;
     let (x, y) = (k.input::<T>(0)?, k.output::<T>(0)?);
     k.output::<u8>(1)?[0] = 0;
     let op = || {

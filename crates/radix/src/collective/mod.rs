@@ -38,8 +38,8 @@ use crate::tensor::control::poison;
 use crate::{Error, Module, Result, Tensor};
 
 use kernels::{
-    ALL_GATHER, ALL_REDUCE, ALL_REDUCE_T, ALL_TO_ALL, PPERMUTE, REDUCE_SCATTER, REDUCE_SCATTER_T,
-    emit, emit_axis_index,
+    ALL_GATHER, ALL_REDUCE, ALL_REDUCE_T, ALL_TO_ALL, AXIS_INDEX, PPERMUTE, REDUCE_SCATTER,
+    REDUCE_SCATTER_T, emit, emit_axis_index,
 };
 pub use radix_mpi::ReduceOp;
 
@@ -228,18 +228,24 @@ pub fn axis_index() -> Tensor {
 }
 
 /// Refuses a program that uses collectives across processes and is
-/// partitioned over several devices of this process: XLA would run each
-/// collective once per device, and the calls of one process would take
-/// each other's messages.
+/// partitioned over several devices of this process, unless each is
+/// inside a `shard_map` over those devices (which gives it the device's
+/// index): XLA runs each collective once per device, and calls of one
+/// process without their device's index would take each other's
+/// messages.
 pub(crate) fn check_partitions(program: &crate::Program) -> Result<()> {
     let Some(mesh) = program.mesh().filter(|m| m.n_devices() > 1) else {
         return Ok(());
     };
-    match crate::custom_call::first_named(program.function(), "radix.mpi.") {
+    let n = mesh.n_devices() as i64;
+    // `axis_index` sends nothing, so it may run on every device.
+    let shared = |site: &crate::ir::ops::custom_call::Site| {
+        site.call.name() != AXIS_INDEX.name() && site.attrs.i64("devices") != Ok(n)
+    };
+    match crate::custom_call::first_named_where(program.function(), "radix.mpi.", &shared) {
         None => Ok(()),
         Some(name) => Err(Error::Mpi(format!(
-            "{name}: collectives across processes run in programs of one device per process; this one is partitioned over {} devices",
-            mesh.n_devices()
+            "{name}: collectives across processes in a program partitioned over {n} devices run inside a shard_map over them (each device exchanging with the same device of the other processes); this one is outside"
         ))),
     }
 }

@@ -1,0 +1,119 @@
+//! A mesh of 2 processes × 2 devices each: a `shard_map` over each
+//! process's 2 CPU devices whose body exchanges between its devices
+//! (`radix::shard_map`'s collectives) and between processes
+//! (`radix::collective`'s, over MPI: each device with the same device of
+//! the other process), against the whole computation written out on the
+//! host. The test starts itself as a job of 2 ranks through the pinned
+//! `mpiexec`.
+
+use std::time::Duration;
+
+use radix::collective::{ReduceOp, process_count, process_index};
+use radix::shard_map::shard_map;
+use radix::sharding::{Mesh, Partitioner};
+use radix::{Buffer, CacheMode, CompileConfig, DType, Platform, Shape, Tensor};
+use radix_mpi::{launched, run_test_as_ranks};
+use radix_pjrt::OpenOptions;
+use radix_pjrt::provision::Target;
+
+/// What the job may take, start to end (each rank compiles its programs).
+const JOB_DEADLINE: Duration = Duration::from_secs(240);
+
+/// Rank `r`'s input: 4 rows of 3.
+fn input(r: usize) -> Vec<f32> {
+    (0..12).map(|i| (i + 100 * r) as f32).collect()
+}
+
+#[test]
+fn two_processes_of_two_devices_reduce_and_gather_across_both() {
+    if !launched() {
+        let out = run_test_as_ranks(
+            "two_processes_of_two_devices_reduce_and_gather_across_both",
+            2,
+            &[("RADIX_MPI_TIMEOUT", "60")],
+            JOB_DEADLINE,
+        )
+        .unwrap();
+        let all = format!("{}\n{}", out.stdout, out.stderr);
+        assert!(out.status.success(), "{}\n{all}", out.status);
+        for r in 0..2 {
+            assert!(all.contains(&format!("rank {r} of 2 finished")), "{all}");
+        }
+        return;
+    }
+    let (rank, n) = (process_index().unwrap(), process_count().unwrap());
+    let platform = Platform::open(&OpenOptions {
+        cpu_devices: Some(2),
+        ..OpenOptions::target(Target::Cpu)
+    })
+    .unwrap()
+    .with_mesh(Mesh::new(&[2]))
+    .unwrap();
+    let mesh = Mesh::new(&[2]);
+    let x = Shape::new(DType::F32, &[4, 3]);
+    let program = radix::trace_fn(&Tensor::param(x), |x| {
+        let rows = vec![Some(0), None];
+        shard_map(
+            &mesh,
+            std::slice::from_ref(&rows),
+            &[vec![None], rows, vec![Some(0)]],
+            &[x],
+            |b| {
+                // Each device's 2 rows summed, over this process's devices,
+                // then over the processes: the sum of all 16 rows' columns.
+                let devices = radix::shard_map::all_reduce(b[0].sum(0), ReduceOp::Sum, &[0]);
+                let total = radix::collective::all_reduce(devices, ReduceOp::Sum);
+                // This device's rows of every process, process after process.
+                let gathered = radix::collective::all_gather(b[0], 0);
+                let index =
+                    radix::collective::axis_index() * 10.0 + radix::shard_map::axis_index(0);
+                vec![total, gathered, index.convert(DType::F32).reshape(&[1])]
+            },
+        )
+    })
+    .unwrap();
+    for partitioner in [Partitioner::Shardy, Partitioner::Gspmd] {
+        let mut config = CompileConfig::new(&platform);
+        config.cache = CacheMode::Disabled;
+        config.partitioner = partitioner;
+        let exe = radix::compile_program_with(&platform, program.clone(), &config).unwrap();
+        let xb = Buffer::from_slice(&platform, &input(rank), x).unwrap();
+        let got: Vec<Vec<f32>> = (exe.call(&[&xb]).unwrap().iter())
+            .map(|b| b.to_vec::<f32>().unwrap())
+            .collect();
+        let inputs: Vec<Vec<f32>> = (0..n).map(input).collect();
+        let total: Vec<f32> = (0..3)
+            .map(|c| {
+                inputs
+                    .iter()
+                    .flat_map(|x| (0..4).map(move |r| x[r * 3 + c]))
+                    .sum()
+            })
+            .collect();
+        assert_eq!(got[0], total, "{partitioner:?}");
+        // Device d holds rows 2d, 2d + 1 of each process: gathered, rank
+        // 0's then rank 1's, and the devices' blocks one after the other.
+        let gathered: Vec<f32> = (0..2)
+            .flat_map(|d| (0..n).map(move |p| (d, p)))
+            .flat_map(|(d, p)| input(p)[d * 6..d * 6 + 6].to_vec())
+            .collect();
+        assert_eq!(got[1], gathered, "{partitioner:?}");
+        assert_eq!(
+            got[2],
+            [10.0 * rank as f32, 10.0 * rank as f32 + 1.0],
+            "{partitioner:?}"
+        );
+    }
+    // Outside a shard_map, a collective across processes in a program
+    // over 2 devices is refused by name.
+    let outside = radix::trace_fn(&Tensor::param(x), |x| {
+        radix::collective::all_reduce(x, ReduceOp::Sum)
+    })
+    .unwrap();
+    let e = match radix::compile_program(&platform, outside) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("compiled a collective outside shard_map over 2 devices"),
+    };
+    assert!(e.contains("inside a shard_map"), "{e}");
+    println!("rank {rank} of {n} finished");
+}
