@@ -56,7 +56,7 @@ fn two_processes_of_two_devices_reduce_and_gather_across_both() {
         shard_map(
             &mesh,
             std::slice::from_ref(&rows),
-            &[vec![None], rows, vec![Some(0)]],
+            &[vec![None], rows.clone(), vec![Some(0)]],
             &[x],
             |b| {
                 // Each device's 2 rows summed, over this process's devices,
