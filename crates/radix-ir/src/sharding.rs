@@ -35,10 +35,13 @@ pub enum Partitioner {
 }
 
 /// A grid of partitions: device `d` (in the compile options' device
-/// assignment) sits at the row-major position `d` of `dims`.
+/// assignment) sits at the row-major position `d` of `dims`. A mesh may
+/// span the processes of a job ([`Mesh::spanning_processes`]): its axis 0
+/// is then the processes, each holding the devices of the other axes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Mesh {
     dims: Vec<usize>,
+    spans_processes: bool,
 }
 
 impl Mesh {
@@ -46,6 +49,29 @@ impl Mesh {
     pub fn new(dims: &[usize]) -> Mesh {
         Mesh {
             dims: dims.iter().map(|&d| d.max(1)).collect(),
+            spans_processes: false,
+        }
+    }
+
+    /// A mesh over `processes` processes (its axis 0), each holding a mesh
+    /// of `local` devices (its other axes, from 1).
+    pub fn spanning_processes(processes: usize, local: &[usize]) -> Mesh {
+        let mut mesh = Mesh::new(&[&[processes][..], local].concat());
+        mesh.spans_processes = true;
+        mesh
+    }
+
+    /// Whether axis 0 is the processes of a job.
+    pub fn spans_processes(&self) -> bool {
+        self.spans_processes
+    }
+
+    /// The mesh of one process's devices: without the process axis of a
+    /// mesh spanning processes, else the mesh itself.
+    pub fn local(&self) -> Mesh {
+        match self.spans_processes {
+            true => Mesh::new(&self.dims[1..]),
+            false => self.clone(),
         }
     }
 

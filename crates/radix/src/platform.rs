@@ -72,6 +72,15 @@ impl Platform {
     /// client has fewer devices (on the CPU, see
     /// [`OpenOptions::cpu_devices`]). A mesh of one device is no mesh.
     pub fn with_mesh(&self, mesh: Mesh) -> Result<Platform> {
+        if mesh.spans_processes() {
+            // XLA inserts the collectives of an automatic partitioning
+            // itself, and the CPU plugin's cannot leave the process.
+            return Err(Error::Sharding(format!(
+                "a mesh {:?} spanning processes: XLA's partitioner cannot cross processes on this plugin; \
+                 give the platform each process's devices (Mesh::local) and split the process axis with radix::shard_map",
+                mesh.dims()
+            )));
+        }
         let have = self.client().addressable_devices().len();
         if mesh.n_devices() > have {
             return Err(Error::Sharding(format!(

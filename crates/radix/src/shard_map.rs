@@ -38,7 +38,7 @@ use std::sync::Arc;
 
 use crate::collective::ReduceOp;
 use crate::ir::Op;
-use crate::ir::ops::spmd::{Groups, Spmd, block_shape};
+use crate::ir::ops::spmd::{Groups, Spmd, block_shape, local_parts};
 use crate::ir::{Function, Loc};
 use crate::sharding::Mesh;
 use crate::tensor::control::{poison, record_multi};
@@ -78,8 +78,14 @@ pub fn shard_map(
         let msg = format!("{} arguments and {} in_specs", args.len(), in_specs.len());
         return poison("shard_map", msg, args, &placeholders);
     }
-    let blocks = (args.iter().zip(in_specs))
-        .map(|(a, spec)| block_shape(mesh, a.shape(), spec).map(|s| s.unsharded()))
+    if let Err(msg) = check_processes(mesh) {
+        return poison("shard_map", msg, args, &placeholders);
+    }
+    // This process's program: over its own devices, its arguments already
+    // its blocks along the process axis.
+    let (local, local_ins, _) = local_parts(mesh, in_specs, out_specs);
+    let blocks = (args.iter().zip(&local_ins))
+        .map(|(a, spec)| block_shape(&local, a.shape(), spec).map(|s| s.unsharded()))
         .collect::<std::result::Result<Vec<_>, _>>();
     let blocks = match blocks {
         Ok(b) => b,
@@ -100,24 +106,77 @@ pub fn shard_map(
     record_multi("shard_map", op, args, &placeholders)
 }
 
+/// `Err` unless a mesh spanning processes spans those of this job.
+fn check_processes(mesh: &Mesh) -> std::result::Result<(), String> {
+    if !mesh.spans_processes() {
+        return Ok(());
+    }
+    let job = crate::collective::process_count().map_err(|e| e.to_string())?;
+    match mesh.dims()[0] == job {
+        true => Ok(()),
+        false => Err(format!(
+            "the mesh {:?} spans {} processes; this job has {job}",
+            mesh.dims(),
+            mesh.dims()[0]
+        )),
+    }
+}
+
+/// The axes of the innermost `shard_map`'s mesh that `axes` names: whether
+/// they include the processes, and the others as axes of the process's
+/// own mesh; `Err` outside `shard_map` or for an axis the mesh lacks.
+fn split_axes(axes: &[usize]) -> std::result::Result<(bool, Vec<usize>), String> {
+    let Some(mesh) = innermost() else {
+        return Err("outside shard_map".into());
+    };
+    if axes.is_empty() || axes.iter().any(|&a| a >= mesh.dims().len()) {
+        return Err(format!("mesh axes {axes:?} of a mesh {:?}", mesh.dims()));
+    }
+    match mesh.spans_processes() {
+        true => Ok((
+            axes.contains(&0),
+            axes.iter().filter_map(|a| a.checked_sub(1)).collect(),
+        )),
+        false => Ok((false, axes.to_vec())),
+    }
+}
+
+/// Whether mesh axis `mesh_axis` of the innermost `shard_map` is the
+/// processes, or else its axis in the process's own mesh.
+fn one_axis(mesh_axis: usize) -> std::result::Result<Result<(), usize>, String> {
+    let (processes, local) = split_axes(&[mesh_axis])?;
+    Ok(if processes { Ok(()) } else { Err(local[0]) })
+}
+
 /// Every device's `x` of each group of devices that differ only along the
 /// mesh axes `axes`, reduced with `op`, on each of them (JAX's `psum`,
-/// `pmax`, `pmin`, `pmean`). Differentiable for [`ReduceOp::Sum`] and
-/// [`ReduceOp::Mean`].
+/// `pmax`, `pmin`, `pmean`). Over the process axis of a mesh spanning
+/// processes this is [`crate::collective::all_reduce`], after the
+/// reduction over the process's own devices. Differentiable for
+/// [`ReduceOp::Sum`] and [`ReduceOp::Mean`].
 #[track_caller]
 pub fn all_reduce(x: Tensor, op: ReduceOp, axes: &[usize]) -> Tensor {
-    let groups = match groups(axes) {
-        Ok(g) => g,
+    let (processes, local) = match split_axes(axes) {
+        Ok(a) => a,
         Err(msg) => return fail("all_reduce", msg, &[x], x.shape()),
     };
-    let n = groups[0].len();
-    let body = Arc::new(reduction(op, x.dtype()));
-    let reduced = record_inferred(
-        "all_reduce",
-        &[x],
-        Ok(Op::Spmd(Spmd::AllReduce { body, groups })),
-    );
-    mean_of(op, reduced, n)
+    let mut y = x;
+    if !local.is_empty() {
+        let groups = groups(&local);
+        let n = groups[0].len();
+        let body = Arc::new(reduction(op, x.dtype()));
+        let reduced = record_inferred(
+            "all_reduce",
+            &[y],
+            Ok(Op::Spmd(Spmd::AllReduce { body, groups })),
+        );
+        y = mean_of(op, reduced, n);
+    }
+    if processes {
+        // A mean of equal groups' means is the mean of them all.
+        y = crate::collective::all_reduce(y, op);
+    }
+    y
 }
 
 /// The group's `x` reduced with `op` (as [`all_reduce`] over mesh axis
@@ -127,14 +186,17 @@ pub fn all_reduce(x: Tensor, op: ReduceOp, axes: &[usize]) -> Tensor {
 /// [`ReduceOp::Sum`] and [`ReduceOp::Mean`].
 #[track_caller]
 pub fn reduce_scatter(x: Tensor, op: ReduceOp, axis: usize, mesh_axis: usize) -> Tensor {
-    let groups = match groups(&[mesh_axis]) {
-        Ok(g) => g,
-        Err(msg) => return fail("reduce_scatter", msg, &[x], x.shape()),
-    };
-    let n = groups[0].len();
-    let body = Arc::new(reduction(op, x.dtype()));
-    let op_node = Op::Spmd(Spmd::ReduceScatter { body, axis, groups });
-    mean_of(op, record_inferred("reduce_scatter", &[x], Ok(op_node)), n)
+    match one_axis(mesh_axis) {
+        Err(msg) => fail("reduce_scatter", msg, &[x], x.shape()),
+        Ok(Ok(())) => crate::collective::reduce_scatter(x, op, axis),
+        Ok(Err(local)) => {
+            let groups = groups(&[local]);
+            let n = groups[0].len();
+            let body = Arc::new(reduction(op, x.dtype()));
+            let op_node = Op::Spmd(Spmd::ReduceScatter { body, axis, groups });
+            mean_of(op, record_inferred("reduce_scatter", &[x], Ok(op_node)), n)
+        }
+    }
 }
 
 /// `x` cut along `split` into as many blocks as the group along mesh axis
@@ -143,14 +205,19 @@ pub fn reduce_scatter(x: Tensor, op: ReduceOp, axis: usize, mesh_axis: usize) ->
 /// order (JAX's `all_to_all` with `tiled=True`).
 #[track_caller]
 pub fn all_to_all(x: Tensor, split: usize, concat: usize, mesh_axis: usize) -> Tensor {
-    let op = groups(&[mesh_axis]).map(|groups| {
-        Op::Spmd(Spmd::AllToAll {
-            split,
-            concat,
-            groups,
-        })
-    });
-    record_inferred("all_to_all", &[x], op)
+    match one_axis(mesh_axis) {
+        Err(msg) => fail("all_to_all", msg, &[x], x.shape()),
+        Ok(Ok(())) => crate::collective::all_to_all(x, split, concat),
+        Ok(Err(local)) => {
+            let groups = groups(&[local]);
+            let op = Op::Spmd(Spmd::AllToAll {
+                split,
+                concat,
+                groups,
+            });
+            record_inferred("all_to_all", &[x], Ok(op))
+        }
+    }
 }
 
 /// The scalar function a collective reduces with, `(a, b) -> a op b`, at
@@ -183,8 +250,17 @@ fn mean_of(op: ReduceOp, summed: Tensor, n: usize) -> Tensor {
 /// (JAX's `all_gather` with `tiled=True`).
 #[track_caller]
 pub fn all_gather(x: Tensor, axis: usize, mesh_axis: usize) -> Tensor {
-    let op = groups(&[mesh_axis]).map(|groups| Op::Spmd(Spmd::AllGather { axis, groups }));
-    record_inferred("all_gather", &[x], op)
+    match one_axis(mesh_axis) {
+        Err(msg) => fail("all_gather", msg, &[x], x.shape()),
+        Ok(Ok(())) => crate::collective::all_gather(x, axis),
+        Ok(Err(local)) => {
+            let op = Op::Spmd(Spmd::AllGather {
+                axis,
+                groups: groups(&[local]),
+            });
+            record_inferred("all_gather", &[x], Ok(op))
+        }
+    }
 }
 
 /// This device's position along mesh axis `mesh_axis`, an `i32` scalar
@@ -192,17 +268,18 @@ pub fn all_gather(x: Tensor, axis: usize, mesh_axis: usize) -> Tensor {
 #[track_caller]
 pub fn axis_index(mesh_axis: usize) -> Tensor {
     let scalar = Shape::scalar(DType::I32);
-    let Some(mesh) = innermost() else {
-        return fail("axis_index", "outside shard_map".into(), &[], scalar);
+    let local = match one_axis(mesh_axis) {
+        Err(msg) => return fail("axis_index", msg, &[], scalar),
+        Ok(Ok(())) => return crate::collective::axis_index(),
+        Ok(Err(local)) => local,
     };
-    let Some(&size) = mesh.dims().get(mesh_axis) else {
-        let msg = format!("no mesh axis {mesh_axis} in {:?}", mesh.dims());
-        return fail("axis_index", msg, &[], scalar);
-    };
-    let stride: usize = mesh.dims()[mesh_axis + 1..].iter().product();
+    let dims = innermost()
+        .map(|m| m.local().dims().to_vec())
+        .unwrap_or_default();
+    let stride: usize = dims[local + 1..].iter().product();
     let id = record_inferred("axis_index", &[], Ok(Op::Spmd(Spmd::PartitionId)));
     let id = id.convert(DType::I32);
-    (id / stride as f64).rem(Tensor::scalar(size as f64, DType::I32))
+    (id / stride as f64).rem(Tensor::scalar(dims[local] as f64, DType::I32))
 }
 
 /// `x` sent along `pairs` of `(source, destination)` positions on mesh
@@ -212,12 +289,13 @@ pub fn axis_index(mesh_axis: usize) -> Tensor {
 /// destination twice.
 #[track_caller]
 pub fn ppermute(x: Tensor, mesh_axis: usize, pairs: &[(usize, usize)]) -> Tensor {
-    let groups = match groups(&[mesh_axis]) {
-        Ok(g) => g,
+    let local = match one_axis(mesh_axis) {
         Err(msg) => return fail("ppermute", msg, &[x], x.shape()),
+        Ok(Ok(())) => return crate::collective::ppermute(x, pairs),
+        Ok(Err(local)) => local,
     };
-    let n = groups[0].len();
-    if let Err(msg) = radix_mpi::check_pairs(pairs, n) {
+    let groups = groups(&[local]);
+    if let Err(msg) = radix_mpi::check_pairs(pairs, groups[0].len()) {
         return fail("ppermute", msg, &[x], x.shape());
     }
     let pairs: Vec<[i64; 2]> = (groups.iter())
@@ -231,7 +309,9 @@ pub fn ppermute(x: Tensor, mesh_axis: usize, pairs: &[(usize, usize)]) -> Tensor
 /// collectives across processes take.
 #[track_caller]
 pub(crate) fn device_index() -> Option<(usize, Tensor)> {
-    let mesh = innermost().filter(|m| m.n_devices() > 1)?;
+    let mesh = innermost()
+        .map(|m| m.local())
+        .filter(|m| m.n_devices() > 1)?;
     let id = record_inferred("partition_id", &[], Ok(Op::Spmd(Spmd::PartitionId)));
     Some((mesh.n_devices(), id))
 }
@@ -241,17 +321,14 @@ fn innermost() -> Option<Mesh> {
     MESHES.with(|m| m.borrow().last().cloned())
 }
 
-/// The groups of the innermost mesh's devices that differ only along
-/// `axes`, each ordered by position along them; `Err` outside `shard_map`
-/// or for an axis the mesh lacks.
-fn groups(axes: &[usize]) -> std::result::Result<Groups, String> {
-    let Some(mesh) = innermost() else {
-        return Err("outside shard_map".into());
-    };
+/// The groups of the devices of this process's part of the innermost
+/// mesh that differ only along its (checked) axes `axes`, each ordered by
+/// position along them.
+fn groups(axes: &[usize]) -> Groups {
+    let mesh = innermost()
+        .map(|m| m.local())
+        .unwrap_or_else(|| Mesh::new(&[1]));
     let dims = mesh.dims();
-    if axes.is_empty() || axes.iter().any(|&a| a >= dims.len()) {
-        return Err(format!("mesh axes {axes:?} of a mesh {dims:?}"));
-    }
     // Device `d` sits at the row-major position `d` of the mesh.
     let coords = |d: usize| -> Vec<usize> {
         let mut rest = d;
@@ -274,7 +351,7 @@ fn groups(axes: &[usize]) -> std::result::Result<Groups, String> {
             None => groups.push((key, vec![d as i64])),
         }
     }
-    Ok(groups.into_iter().map(|g| g.1).collect())
+    groups.into_iter().map(|g| g.1).collect()
 }
 
 /// Refuses to compile a program with a `shard_map` written for another
@@ -284,7 +361,7 @@ pub(crate) fn check(program: &Program) -> Result<()> {
     fn walk(f: &Function, found: &mut Vec<(Mesh, Loc)>) {
         for (node, &loc) in f.nodes.iter().zip(&f.locs) {
             if let Op::Spmd(Spmd::Manual { mesh, .. }) = &node.op {
-                found.push((mesh.clone(), loc));
+                found.push((mesh.local(), loc));
             }
             node.op.bodies().into_iter().for_each(|b| walk(b, found));
         }

@@ -117,3 +117,107 @@ fn two_processes_of_two_devices_reduce_and_gather_across_both() {
     assert!(e.contains("inside a shard_map"), "{e}");
     println!("rank {rank} of {n} finished");
 }
+
+#[test]
+fn a_mesh_spanning_two_processes_of_two_devices_and_its_gradient() {
+    let name = "a_mesh_spanning_two_processes_of_two_devices_and_its_gradient";
+    if !launched() {
+        let env = [("RADIX_MPI_TIMEOUT", "60")];
+        let out = run_test_as_ranks(name, 2, &env, JOB_DEADLINE).unwrap();
+        let all = format!("{}\n{}", out.stdout, out.stderr);
+        assert!(out.status.success(), "{}\n{all}", out.status);
+        for r in 0..2 {
+            assert!(all.contains(&format!("rank {r} of 2 finished")), "{all}");
+        }
+        return;
+    }
+    let (rank, n) = (process_index().unwrap(), process_count().unwrap());
+    let mesh = Mesh::spanning_processes(2, &[2]);
+    // The automatic partitioner cannot cross processes here.
+    let cpu2 = Platform::open(&OpenOptions {
+        cpu_devices: Some(2),
+        ..OpenOptions::target(Target::Cpu)
+    })
+    .unwrap();
+    let Err(e) = cpu2.with_mesh(mesh.clone()) else {
+        panic!("a mesh spanning processes was taken");
+    };
+    assert!(e.to_string().contains("cannot cross processes"), "{e}");
+    let platform = cpu2.with_mesh(mesh.local()).unwrap();
+    // Each process's block of a [2, 4, 3] x: [1, 4, 3], its rows over its
+    // 2 devices; w [3] the same everywhere.
+    let (x, w) = (
+        Shape::new(DType::F32, &[1, 4, 3]),
+        Shape::new(DType::F32, &[3]),
+    );
+    let loss = |x: Tensor, w: Tensor| {
+        let specs = [vec![Some(0), Some(1), None], vec![None]];
+        shard_map(
+            &mesh,
+            &specs,
+            &[vec![None], vec![Some(0), Some(1)]],
+            &[x, w],
+            |b| {
+                let h = (b[0] * b[1].broadcast_right(b[0].shape())).tanh();
+                let total = radix::shard_map::all_reduce(h.sum([0, 1]), ReduceOp::Sum, &[0, 1]);
+                let at = radix::shard_map::axis_index(0) * 10.0 + radix::shard_map::axis_index(1);
+                vec![total, at.convert(DType::F32).reshape(&[1, 1])]
+            },
+        )
+    };
+    let program = radix::trace_fn(&(Tensor::param(x), Tensor::param(w)), |(x, w)| {
+        let out = loss(x, w);
+        let (gx, gw) = radix::grad(
+            |p: &(Tensor, Tensor), _: &()| loss(p.0, p.1)[0].sum(0),
+            &(x, w),
+            &(),
+        );
+        vec![out[0], out[1], gx, gw]
+    })
+    .unwrap();
+    let vw = [0.5f32, -0.25, 0.125];
+    let xs: Vec<Vec<f32>> = (0..n)
+        .map(|r| input(r).iter().map(|v| v * 0.01).collect())
+        .collect();
+    let exe = radix::compile_program(&platform, program).unwrap();
+    let xb = Buffer::from_slice(&platform, &xs[rank], x).unwrap();
+    let wb = Buffer::from_slice(&platform, &vw, w).unwrap();
+    let got: Vec<Vec<f32>> = (exe.call(&[&xb, &wb]).unwrap().iter())
+        .map(|b| b.to_vec::<f32>().unwrap())
+        .collect();
+    // On the host, in f64: h = tanh(x w), its column sums over all 8 rows,
+    // d/dx = w (1 - h²) of this process's rows, d/dw = Σ x (1 - h²).
+    let h = |r: usize, i: usize| (f64::from(xs[r][i]) * f64::from(vw[i % 3])).tanh();
+    let total: Vec<f64> = (0..3)
+        .map(|c| {
+            (0..n)
+                .flat_map(|r| (0..4).map(move |k| (r, k * 3 + c)))
+                .map(|(r, i)| h(r, i))
+                .sum()
+        })
+        .collect();
+    let gx: Vec<f64> = (0..12)
+        .map(|i| f64::from(vw[i % 3]) * (1.0 - h(rank, i).powi(2)))
+        .collect();
+    let gw: Vec<f64> = (0..3)
+        .map(|c| {
+            (0..n)
+                .flat_map(|r| (0..4).map(move |k| (r, k * 3 + c)))
+                .map(|(r, i)| f64::from(xs[r][i]) * (1.0 - h(r, i).powi(2)))
+                .sum()
+        })
+        .collect();
+    // f32 tanh and sums of up to 8 terms of size ~1: 1e-5 is dozens of ulps.
+    let close = |got: &[f32], want: &[f64]| {
+        got.len() == want.len()
+            && got
+                .iter()
+                .zip(want)
+                .all(|(g, w)| (f64::from(*g) - w).abs() <= 1e-5 * (1.0 + w.abs()))
+    };
+    assert!(close(&got[0], &total), "{:?} against {total:?}", got[0]);
+    assert_eq!(got[1], [10.0 * rank as f32, 10.0 * rank as f32 + 1.0]);
+    assert!(close(&got[2], &gx), "{:?} against {gx:?}", got[2]);
+    assert!(close(&got[3], &gw), "{:?} against {gw:?}", got[3]);
+    println!("rank {rank} of {n} finished");
+}

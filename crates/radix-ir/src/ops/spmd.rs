@@ -36,7 +36,8 @@ pub enum Spmd {
     /// split as `in_specs[i]`, each device's block given to `body`, whose
     /// result `j` is device's block of the result split as `out_specs[j]`
     /// (a mesh axis the spec does not name holds the same value on each of
-    /// its devices).
+    /// its devices). Of a mesh spanning processes, each process runs the
+    /// part of its own devices ([`local_parts`]).
     Manual {
         /// The per-device program, hermetic.
         body: Arc<Function>,
@@ -121,6 +122,7 @@ impl super::Family for Spmd {
                 in_specs,
                 out_specs,
             } => {
+                let (mesh, in_specs, out_specs) = &local_parts(mesh, in_specs, out_specs);
                 if in_specs.len() != args.len() || out_specs.len() != body.results.len() {
                     return Err(format!(
                         "{} operands and {} results for {} and {} specs",
@@ -174,10 +176,13 @@ impl super::Family for Spmd {
                 mesh,
                 in_specs,
                 out_specs,
-            } => match p.partitioning().0 {
-                Partitioner::Shardy => print_shardy(p, body, mesh, in_specs, out_specs),
-                Partitioner::Gspmd => print_gspmd(p, body, mesh, in_specs, out_specs),
-            },
+            } => {
+                let (mesh, ins, outs) = &local_parts(mesh, in_specs, out_specs);
+                match p.partitioning().0 {
+                    Partitioner::Shardy => print_shardy(p, body, mesh, ins, outs),
+                    Partitioner::Gspmd => print_gspmd(p, body, mesh, ins, outs),
+                }
+            }
             Spmd::AllReduce { body, groups } => {
                 let region = p.region(0, body, 2, &[]);
                 let attrs = format!("{}, use_global_device_ids", channel_and_groups(p, groups));
@@ -229,7 +234,10 @@ impl super::Family for Spmd {
                 mesh,
                 in_specs,
                 out_specs,
-            } => run_manual(body, mesh, in_specs, out_specs, args),
+            } => {
+                let (mesh, ins, outs) = &local_parts(mesh, in_specs, out_specs);
+                run_manual(body, mesh, ins, outs, args)
+            }
             Spmd::AllReduce { body, groups } => {
                 let (me, all) = exchange(args[0]);
                 vec![fold(body, &group_of(groups, me), &all)]
@@ -282,6 +290,22 @@ impl super::Family for Spmd {
             }
         }
     }
+}
+
+/// One process's part of a manual computation over `mesh`: the mesh of
+/// its devices, and the specs over them (a mesh spanning processes leaves
+/// out its process axis, along which each process's operands already are
+/// its blocks; see [`Mesh::local`]).
+pub fn local_parts(mesh: &Mesh, ins: &[Spec], outs: &[Spec]) -> (Mesh, Vec<Spec>, Vec<Spec>) {
+    let local = |specs: &[Spec]| -> Vec<Spec> {
+        match mesh.spans_processes() {
+            false => specs.to_vec(),
+            true => (specs.iter())
+                .map(|s| s.iter().map(|m| m.and_then(|m| m.checked_sub(1))).collect())
+                .collect(),
+        }
+    };
+    (mesh.local(), local(ins), local(outs))
 }
 
 /// A manual computation as Shardy's `sdy.manual_computation` over every

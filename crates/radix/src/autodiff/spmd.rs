@@ -11,13 +11,15 @@
 //! cotangent, `1 / n`; an argument whole along a mesh axis was used by
 //! every device of it, so its cotangent is the sum of theirs. Together, a
 //! sum over devices whose result is whole passes the cotangent back
-//! unchanged, as the sum's derivative should.
+//! unchanged, as the sum's derivative should. Over a mesh spanning
+//! processes the process axis is one of those axes: the shares and sums go
+//! over the processes too (through MPI).
 
 use std::sync::Arc;
 
 use crate::autodiff::{GradError, Rule};
 use crate::collective::ReduceOp;
-use crate::ir::ops::spmd::{Groups, Spec, Spmd};
+use crate::ir::ops::spmd::{Groups, Spec, Spmd, local_parts};
 use crate::ir::ops::{Binary, Elementwise};
 use crate::ir::{Function, Op};
 use crate::shard_map::{all_reduce, reduction, shard_map};
@@ -120,10 +122,12 @@ fn manual(
     cts: &[Option<Tensor>],
 ) -> Result<Vec<Option<Tensor>>, GradError> {
     let derivative = super::vjp(body, body.params.len())?;
-    let whole: Vec<Shape> = (cts.iter().zip(out_specs).zip(body.result_shapes()))
+    // The results' types in this process's program.
+    let (local, _, local_outs) = local_parts(mesh, in_specs, out_specs);
+    let whole: Vec<Shape> = (cts.iter().zip(&local_outs).zip(body.result_shapes()))
         .map(|((ct, spec), block)| match ct {
             Some(ct) => ct.shape(),
-            None => whole_of(mesh, block, spec),
+            None => whole_of(&local, block, spec),
         })
         .collect();
     let mut operands = args.to_vec();
