@@ -38,7 +38,7 @@ use std::sync::Arc;
 
 use crate::collective::ReduceOp;
 use crate::ir::Op;
-use crate::ir::ops::spmd::{Groups, Spmd, block_shape, local_parts};
+use crate::ir::ops::spmd::{Groups, Manual, Spmd, block_shape, local_parts};
 use crate::ir::{Function, Loc};
 use crate::sharding::Mesh;
 use crate::tensor::control::{poison, record_multi};
@@ -97,12 +97,12 @@ pub fn shard_map(
         MESHES.with(|m| m.borrow_mut().pop());
         results
     });
-    let op = Op::Spmd(Spmd::Manual {
+    let op = Op::Spmd(Spmd::Manual(Manual {
         body: Arc::new(body.function),
         mesh: mesh.clone(),
         in_specs: in_specs.to_vec(),
         out_specs: out_specs.to_vec(),
-    });
+    }));
     record_multi("shard_map", op, args, &placeholders)
 }
 
@@ -360,7 +360,7 @@ fn groups(axes: &[usize]) -> Groups {
 pub(crate) fn check(program: &Program) -> Result<()> {
     fn walk(f: &Function, found: &mut Vec<(Mesh, Loc)>) {
         for (node, &loc) in f.nodes.iter().zip(&f.locs) {
-            if let Op::Spmd(Spmd::Manual { mesh, .. }) = &node.op {
+            if let Op::Spmd(Spmd::Manual(Manual { mesh, .. })) = &node.op {
                 found.push((mesh.local(), loc));
             }
             node.op.bodies().into_iter().for_each(|b| walk(b, found));

@@ -24,16 +24,13 @@ fn input(r: usize) -> Vec<f32> {
     (0..12).map(|i| (i + 100 * r) as f32).collect()
 }
 
-#[test]
-fn two_processes_of_two_devices_reduce_and_gather_across_both() {
+/// The body of a test that runs as a job of 2 ranks: run plainly, the
+/// test starts itself as the job and checks that both ranks finished; as
+/// a rank, it runs `body(rank, ranks)`.
+fn as_job(name: &str, body: impl FnOnce(usize, usize)) {
     if !launched() {
-        let out = run_test_as_ranks(
-            "two_processes_of_two_devices_reduce_and_gather_across_both",
-            2,
-            &[("RADIX_MPI_TIMEOUT", "60")],
-            JOB_DEADLINE,
-        )
-        .unwrap();
+        let env = [("RADIX_MPI_TIMEOUT", "60")];
+        let out = run_test_as_ranks(name, 2, &env, JOB_DEADLINE).unwrap();
         let all = format!("{}\n{}", out.stdout, out.stderr);
         assert!(out.status.success(), "{}\n{all}", out.status);
         for r in 0..2 {
@@ -42,13 +39,29 @@ fn two_processes_of_two_devices_reduce_and_gather_across_both() {
         return;
     }
     let (rank, n) = (process_index().unwrap(), process_count().unwrap());
-    let platform = Platform::open(&OpenOptions {
+    body(rank, n);
+    println!("rank {rank} of {n} finished");
+}
+
+/// A CPU platform of 2 devices.
+fn cpu2() -> Platform {
+    Platform::open(&OpenOptions {
         cpu_devices: Some(2),
         ..OpenOptions::target(Target::Cpu)
     })
     .unwrap()
-    .with_mesh(Mesh::new(&[2]))
-    .unwrap();
+}
+
+#[test]
+fn two_processes_of_two_devices_reduce_and_gather_across_both() {
+    as_job(
+        "two_processes_of_two_devices_reduce_and_gather_across_both",
+        |rank, n| two_processes_of_two_devices(rank, n),
+    );
+}
+
+fn two_processes_of_two_devices(rank: usize, n: usize) {
+    let platform = cpu2().with_mesh(Mesh::new(&[2])).unwrap();
     let mesh = Mesh::new(&[2]);
     let x = Shape::new(DType::F32, &[4, 3]);
     let program = radix::trace_fn(&Tensor::param(x), |x| {
@@ -115,30 +128,20 @@ fn two_processes_of_two_devices_reduce_and_gather_across_both() {
         Ok(_) => panic!("compiled a collective outside shard_map over 2 devices"),
     };
     assert!(e.contains("inside a shard_map"), "{e}");
-    println!("rank {rank} of {n} finished");
 }
 
 #[test]
 fn a_mesh_spanning_two_processes_of_two_devices_and_its_gradient() {
-    let name = "a_mesh_spanning_two_processes_of_two_devices_and_its_gradient";
-    if !launched() {
-        let env = [("RADIX_MPI_TIMEOUT", "60")];
-        let out = run_test_as_ranks(name, 2, &env, JOB_DEADLINE).unwrap();
-        let all = format!("{}\n{}", out.stdout, out.stderr);
-        assert!(out.status.success(), "{}\n{all}", out.status);
-        for r in 0..2 {
-            assert!(all.contains(&format!("rank {r} of 2 finished")), "{all}");
-        }
-        return;
-    }
-    let (rank, n) = (process_index().unwrap(), process_count().unwrap());
+    as_job(
+        "a_mesh_spanning_two_processes_of_two_devices_and_its_gradient",
+        |rank, n| a_mesh_spanning_processes(rank, n),
+    );
+}
+
+fn a_mesh_spanning_processes(rank: usize, n: usize) {
     let mesh = Mesh::spanning_processes(2, &[2]);
     // The automatic partitioner cannot cross processes here.
-    let cpu2 = Platform::open(&OpenOptions {
-        cpu_devices: Some(2),
-        ..OpenOptions::target(Target::Cpu)
-    })
-    .unwrap();
+    let cpu2 = cpu2();
     let Err(e) = cpu2.with_mesh(mesh.clone()) else {
         panic!("a mesh spanning processes was taken");
     };
@@ -219,5 +222,4 @@ fn a_mesh_spanning_two_processes_of_two_devices_and_its_gradient() {
     assert_eq!(got[1], [10.0 * rank as f32, 10.0 * rank as f32 + 1.0]);
     assert!(close(&got[2], &gx), "{:?} against {gx:?}", got[2]);
     assert!(close(&got[3], &gw), "{:?} against {gw:?}", got[3]);
-    println!("rank {rank} of {n} finished");
 }

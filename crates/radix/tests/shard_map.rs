@@ -202,13 +202,14 @@ fn misuse_is_an_error_naming_it() {
     // A collective outside shard_map.
     let e = radix::trace_fn(&x, |x| all_reduce(x, ReduceOp::Sum, &[0])).unwrap_err();
     assert!(e.to_string().contains("outside shard_map"), "{e}");
-    // 6 rows do not split 4 ways.
-    let e = radix::trace_fn(&x, |x| {
+    // The identity per device, rows split 4 ways.
+    let rows = |x: Tensor| {
         shard_map(&mesh, &[spec(&[Some(0)])], &[spec(&[Some(0)])], &[x], |b| {
             b.to_vec()
         })[0]
-    })
-    .unwrap_err();
+    };
+    // 6 rows do not split 4 ways.
+    let e = radix::trace_fn(&x, rows).unwrap_err();
     assert!(e.to_string().contains("does not split 4 ways"), "{e}");
     // No mesh axis 1.
     let x8 = Tensor::param(Shape::new(DType::F32, &[8]));
@@ -220,12 +221,7 @@ fn misuse_is_an_error_naming_it() {
     .unwrap_err();
     assert!(e.to_string().contains("mesh axes [1]"), "{e}");
     // Compiled for another mesh.
-    let program = radix::trace_fn(&x8, |x| {
-        shard_map(&mesh, &[spec(&[Some(0)])], &[spec(&[Some(0)])], &[x], |b| {
-            b.to_vec()
-        })[0]
-    })
-    .unwrap();
+    let program = radix::trace_fn(&x8, rows).unwrap();
     let other = match build(&meshed(&[2]), program.clone(), Partitioner::Shardy) {
         Err(e) => e,
         Ok(_) => panic!("compiled for a mesh of 2"),

@@ -221,7 +221,7 @@ impl Op {
             | Op::Sort(_)
             | Op::OptimizationBarrier
             | Op::CustomCall(_)
-            | Op::Spmd(spmd::Spmd::Manual { .. }) => true,
+            | Op::Spmd(spmd::Spmd::Manual(_)) => true,
             Op::Reduction(reduce::Reduction::Reduce { body, .. }) => body.results.len() > 1,
             _ => false,
         }
@@ -246,7 +246,7 @@ impl Op {
             | Op::Reduction(reduce::Reduction::ReduceWindow { body: b, .. })
             | Op::Sort(sort::Sort { comparator: b, .. })
             | Op::Control(control::Control::Call { f: b, .. })
-            | Op::Spmd(spmd::Spmd::Manual { body: b, .. })
+            | Op::Spmd(spmd::Spmd::Manual(spmd::Manual { body: b, .. }))
             | Op::Spmd(spmd::Spmd::AllReduce { body: b, .. })
             | Op::Spmd(spmd::Spmd::ReduceScatter { body: b, .. }) => vec![b],
             Op::Control(control::Control::While { cond, body, .. }) => vec![cond, body],
@@ -264,7 +264,7 @@ impl Op {
             | Op::Reduction(reduce::Reduction::ReduceWindow { body: b, .. })
             | Op::Sort(sort::Sort { comparator: b, .. })
             | Op::Control(control::Control::Call { f: b, .. })
-            | Op::Spmd(spmd::Spmd::Manual { body: b, .. })
+            | Op::Spmd(spmd::Spmd::Manual(spmd::Manual { body: b, .. }))
             | Op::Spmd(spmd::Spmd::AllReduce { body: b, .. })
             | Op::Spmd(spmd::Spmd::ReduceScatter { body: b, .. }) => *b = Arc::new(g(b)),
             Op::Control(control::Control::While { cond, body, .. }) => {

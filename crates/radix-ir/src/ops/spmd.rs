@@ -32,22 +32,8 @@ pub type Groups = Vec<Vec<i64>>;
 /// A program per device and what its devices exchange.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Spmd {
-    /// `sdy.manual_computation` over every axis of `mesh`: operand `i`
-    /// split as `in_specs[i]`, each device's block given to `body`, whose
-    /// result `j` is device's block of the result split as `out_specs[j]`
-    /// (a mesh axis the spec does not name holds the same value on each of
-    /// its devices). Of a mesh spanning processes, each process runs the
-    /// part of its own devices ([`local_parts`]).
-    Manual {
-        /// The per-device program, hermetic.
-        body: Arc<Function>,
-        /// The devices it runs on.
-        mesh: Mesh,
-        /// How each operand is split.
-        in_specs: Vec<Spec>,
-        /// How each result is put together.
-        out_specs: Vec<Spec>,
-    },
+    /// `sdy.manual_computation`: a program run per device.
+    Manual(Manual),
     /// `stablehlo.all_reduce`: each device gets its group's values folded
     /// by `body` (two scalars to one) in the group's order.
     AllReduce {
@@ -97,10 +83,38 @@ pub enum Spmd {
     PartitionId,
 }
 
+/// `sdy.manual_computation` over every axis of `mesh`: operand `i` split
+/// as `in_specs[i]`, each device's block given to `body`, whose result `j`
+/// is the device's block of the result split as `out_specs[j]` (a mesh
+/// axis the spec does not name holds the same value on each of its
+/// devices). Of a mesh spanning processes, each process runs the part of
+/// its own devices ([`Manual::local`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Manual {
+    /// The per-device program, hermetic.
+    pub body: Arc<Function>,
+    /// The devices it runs on.
+    pub mesh: Mesh,
+    /// How each operand is split.
+    pub in_specs: Vec<Spec>,
+    /// How each result is put together.
+    pub out_specs: Vec<Spec>,
+}
+
+impl Manual {
+    /// One process's part: the mesh of its devices, and the specs over
+    /// them (a mesh spanning processes leaves out its process axis, along
+    /// which each process's operands already are its blocks; see
+    /// [`Mesh::local`]).
+    pub fn local(&self) -> (Mesh, Vec<Spec>, Vec<Spec>) {
+        local_parts(&self.mesh, &self.in_specs, &self.out_specs)
+    }
+}
+
 impl super::Family for Spmd {
     fn name(&self) -> &'static str {
         match self {
-            Spmd::Manual { .. } => "shard_map",
+            Spmd::Manual(_) => "shard_map",
             Spmd::AllReduce { .. } => "all_reduce",
             Spmd::AllGather { .. } => "all_gather",
             Spmd::ReduceScatter { .. } => "reduce_scatter",
@@ -116,13 +130,8 @@ impl super::Family for Spmd {
     /// axis, as many times longer as a group has devices.
     fn infer(&self, args: &[Shape], _: Shape) -> Result<super::Shapes, String> {
         match self {
-            Spmd::Manual {
-                body,
-                mesh,
-                in_specs,
-                out_specs,
-            } => {
-                let (mesh, in_specs, out_specs) = &local_parts(mesh, in_specs, out_specs);
+            Spmd::Manual(manual) => {
+                let (body, (mesh, in_specs, out_specs)) = (&manual.body, &manual.local());
                 if in_specs.len() != args.len() || out_specs.len() != body.results.len() {
                     return Err(format!(
                         "{} operands and {} results for {} and {} specs",
@@ -171,13 +180,8 @@ impl super::Family for Spmd {
 
     fn print(&self, p: &mut OpPrinter<'_>) {
         match self {
-            Spmd::Manual {
-                body,
-                mesh,
-                in_specs,
-                out_specs,
-            } => {
-                let (mesh, ins, outs) = &local_parts(mesh, in_specs, out_specs);
+            Spmd::Manual(manual) => {
+                let (body, (mesh, ins, outs)) = (&manual.body, &manual.local());
                 match p.partitioning().0 {
                     Partitioner::Shardy => print_shardy(p, body, mesh, ins, outs),
                     Partitioner::Gspmd => print_gspmd(p, body, mesh, ins, outs),
@@ -229,14 +233,9 @@ impl super::Family for Spmd {
 
     fn eval(&self, args: &[&Literal], shape: Shape) -> Vec<Literal> {
         match self {
-            Spmd::Manual {
-                body,
-                mesh,
-                in_specs,
-                out_specs,
-            } => {
-                let (mesh, ins, outs) = &local_parts(mesh, in_specs, out_specs);
-                run_manual(body, mesh, ins, outs, args)
+            Spmd::Manual(manual) => {
+                let (mesh, ins, outs) = &manual.local();
+                run_manual(&manual.body, mesh, ins, outs, args)
             }
             Spmd::AllReduce { body, groups } => {
                 let (me, all) = exchange(args[0]);
@@ -292,10 +291,8 @@ impl super::Family for Spmd {
     }
 }
 
-/// One process's part of a manual computation over `mesh`: the mesh of
-/// its devices, and the specs over them (a mesh spanning processes leaves
-/// out its process axis, along which each process's operands already are
-/// its blocks; see [`Mesh::local`]).
+/// One process's part of a manual computation over `mesh` with these
+/// specs ([`Manual::local`]).
 pub fn local_parts(mesh: &Mesh, ins: &[Spec], outs: &[Spec]) -> (Mesh, Vec<Spec>, Vec<Spec>) {
     let local = |specs: &[Spec]| -> Vec<Spec> {
         match mesh.spans_processes() {

@@ -329,7 +329,7 @@ fn n_results(n: &Node) -> usize {
         Op::Control(Control::Call { f: body, .. }) => body.results.len(),
         Op::Control(Control::While { body, .. }) => body.results.len(),
         Op::Control(Control::If { then, .. }) => then.results.len(),
-        Op::Spmd(crate::ir::ops::Spmd::Manual { body, .. }) => body.results.len(),
+        Op::Spmd(crate::ir::ops::Spmd::Manual(m)) => m.body.results.len(),
         Op::Reduction(Reduction::Reduce { body, .. }) => body.results.len(),
         Op::Sort(_) | Op::OptimizationBarrier => n.args.len(),
         Op::CustomCall(site) => site.results.len(),

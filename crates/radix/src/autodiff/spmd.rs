@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use crate::autodiff::{GradError, Rule};
 use crate::collective::ReduceOp;
-use crate::ir::ops::spmd::{Groups, Spec, Spmd, local_parts};
+use crate::ir::ops::spmd::{Groups, Manual, Spec, Spmd};
 use crate::ir::ops::{Binary, Elementwise};
 use crate::ir::{Function, Op};
 use crate::shard_map::{all_reduce, reduction, shard_map};
@@ -36,12 +36,7 @@ pub(super) fn vjp(
 ) -> Result<Vec<Option<Tensor>>, GradError> {
     let g = || cts[0].expect("the driver skips nodes without cotangents");
     let rule: Rule = match op {
-        Spmd::Manual {
-            body,
-            mesh,
-            in_specs,
-            out_specs,
-        } => return manual(body, mesh, in_specs, out_specs, args, cts),
+        Spmd::Manual(m) => return manual(m, args, cts),
         Spmd::AllReduce { body, groups } if is_sum(body) => {
             Ok(vec![Some(sum(g(), groups.clone()))])
         }
@@ -114,16 +109,14 @@ fn unnamed(mesh: &Mesh, spec: &Spec) -> Vec<usize> {
 /// mesh of `body`'s derivative, on the arguments and the results'
 /// cotangents.
 fn manual(
-    body: &Function,
-    mesh: &Mesh,
-    in_specs: &[Spec],
-    out_specs: &[Spec],
+    m: &Manual,
     args: &[Tensor],
     cts: &[Option<Tensor>],
 ) -> Result<Vec<Option<Tensor>>, GradError> {
+    let (body, mesh, in_specs, out_specs) = (&m.body, &m.mesh, &m.in_specs, &m.out_specs);
     let derivative = super::vjp(body, body.params.len())?;
     // The results' types in this process's program.
-    let (local, _, local_outs) = local_parts(mesh, in_specs, out_specs);
+    let (local, _, local_outs) = m.local();
     let whole: Vec<Shape> = (cts.iter().zip(&local_outs).zip(body.result_shapes()))
         .map(|((ct, spec), block)| match ct {
             Some(ct) => ct.shape(),
@@ -132,7 +125,7 @@ fn manual(
         .collect();
     let mut operands = args.to_vec();
     operands.extend(super::seeds(cts, &whole));
-    let specs: Vec<Spec> = [in_specs, out_specs].concat();
+    let specs: Vec<Spec> = [&in_specs[..], &out_specs[..]].concat();
     let n_in = args.len();
     let cts = shard_map(mesh, &specs, in_specs, &operands, |xs| {
         let mut inputs = xs[..n_in].to_vec();
