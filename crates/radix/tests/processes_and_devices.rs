@@ -56,7 +56,7 @@ fn cpu2() -> Platform {
 fn two_processes_of_two_devices_reduce_and_gather_across_both() {
     as_job(
         "two_processes_of_two_devices_reduce_and_gather_across_both",
-        |rank, n| two_processes_of_two_devices(rank, n),
+        two_processes_of_two_devices,
     );
 }
 
@@ -134,7 +134,7 @@ fn two_processes_of_two_devices(rank: usize, n: usize) {
 fn a_mesh_spanning_two_processes_of_two_devices_and_its_gradient() {
     as_job(
         "a_mesh_spanning_two_processes_of_two_devices_and_its_gradient",
-        |rank, n| a_mesh_spanning_processes(rank, n),
+        a_mesh_spanning_processes,
     );
 }
 
