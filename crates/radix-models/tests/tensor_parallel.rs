@@ -29,17 +29,14 @@ fn as_job(name: &str, body: impl FnOnce()) {
     if !radix_mpi::launched() {
         let env = [("RADIX_MPI_TIMEOUT", "120")];
         let out = radix_mpi::run_test_as_ranks(name, 2, &env, Duration::from_secs(600)).unwrap();
-        let all = format!("{}\n{}", out.stdout, out.stderr);
-        eprintln!("{all}");
-        assert!(out.status.success(), "2 ranks: {}\n{all}", out.status);
-        for r in 0..2 {
-            assert!(all.contains(&format!("rank {r} of 2 finished")), "{all}");
-        }
+        eprintln!("{}\n{}", out.stdout, out.stderr);
+        out.check_finished(2, &[0, 1])
+            .unwrap_or_else(|e| panic!("{e}"));
         return;
     }
     body();
     let (r, n) = (process_index().unwrap(), process_count().unwrap());
-    println!("rank {r} of {n} finished");
+    radix_mpi::say_finished(r, n);
 }
 
 /// The model in `file` split over the job's processes picks, on every

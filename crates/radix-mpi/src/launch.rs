@@ -41,6 +41,32 @@ pub struct JobOutput {
     pub stderr: String,
 }
 
+impl JobOutput {
+    /// `Err` with everything the job printed unless it exited successfully
+    /// and each rank of `ranks` (of `n`) said it finished
+    /// ([`say_finished`]): a job whose bodies never ran does not pass.
+    pub fn check_finished(&self, n: usize, ranks: &[usize]) -> std::result::Result<(), String> {
+        let all = format!("{}\n{}", self.stdout, self.stderr);
+        if !self.status.success() {
+            return Err(format!("{n} ranks: {}\n{all}", self.status));
+        }
+        match ranks.iter().find(|r| !all.contains(&finished(**r, n))) {
+            Some(r) => Err(format!("rank {r} of {n} did not finish:\n{all}")),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Says that rank `rank` of a job of `n` did its part of a test, on
+/// standard output, as [`JobOutput::check_finished`] looks for it.
+pub fn say_finished(rank: usize, n: usize) {
+    println!("{}", finished(rank, n));
+}
+
+fn finished(rank: usize, n: usize) -> String {
+    format!("rank {rank} of {n} finished")
+}
+
 /// Runs test `name` of the running test binary as `n` ranks
 /// ([`run_ranks`] of libtest's `name --exact --nocapture
 /// --test-threads=1`): how a test starts itself as a job, whose ranks

@@ -41,7 +41,7 @@ mod world;
 pub use error::{Error, Result};
 pub use fetch::{MPICH, library_path, mpich_dir, mpiexec};
 pub use kv::{KvStore, kv_store};
-pub use launch::{JobOutput, mpiexec_command, run_ranks, run_test_as_ranks};
+pub use launch::{JobOutput, mpiexec_command, run_ranks, run_test_as_ranks, say_finished};
 pub use library::Mpi;
 pub use reduce::{Elem, ReduceOp, fold};
 pub use world::{World, check_pairs, launched, world};

@@ -25,14 +25,8 @@ fn run_job(name: &str, n: usize, env: &[(&str, &str)], ranks: &[usize]) {
         JOB_DEADLINE,
     )
     .unwrap();
-    let all = format!("{}\n{}", out.stdout, out.stderr);
-    assert!(out.status.success(), "{n} ranks: {}\n{all}", out.status);
-    for r in ranks {
-        assert!(
-            all.contains(&format!("rank {r} of {n} finished")),
-            "rank {r} of {n} did not finish:\n{all}"
-        );
-    }
+    out.check_finished(n, ranks)
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Rank `r`'s input of `len` values for case `case`: values that differ
@@ -163,7 +157,7 @@ fn collectives_equal_the_reference_bit_for_bit() {
         let n = w.size() as i32;
         assert_eq!(out[0], n * (n - 1) / 2 + n * i);
     }
-    println!("rank {} of {} finished", w.rank(), w.size());
+    radix_mpi::say_finished(w.rank(), w.size());
 }
 
 #[test]

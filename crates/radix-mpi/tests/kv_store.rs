@@ -15,14 +15,8 @@ const JOB_DEADLINE: Duration = Duration::from_secs(120);
 /// that the job succeeded and that every rank in `ranks` said it finished.
 fn run_job(name: &str, n: usize, env: &[(&str, &str)], ranks: &[usize]) {
     let out = run_test_as_ranks(name, n, env, JOB_DEADLINE).unwrap();
-    let all = format!("{}\n{}", out.stdout, out.stderr);
-    assert!(out.status.success(), "{n} ranks: {}\n{all}", out.status);
-    for r in ranks {
-        assert!(
-            all.contains(&format!("rank {r} of {n} finished")),
-            "rank {r} of {n} did not finish:\n{all}"
-        );
-    }
+    out.check_finished(n, ranks)
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Rank `r`'s value for key number `i`: lengths from 0 up, every byte value.
@@ -111,7 +105,7 @@ fn every_rank_gets_every_ranks_keys() {
     // Rank 0 stays until every rank is done with the store.
     w.all_reduce(4, ReduceOp::Sum, &[1], &mut all).unwrap();
     assert_eq!(all[0], n as i32);
-    println!("rank {rank} of {n} finished");
+    radix_mpi::say_finished(rank, n);
 }
 
 #[test]

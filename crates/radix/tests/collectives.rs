@@ -27,14 +27,8 @@ const JOB_DEADLINE: Duration = Duration::from_secs(240);
 /// that the job succeeded and that each rank of `ranks` finished.
 fn run_job(name: &str, n: usize, env: &[(&str, &str)], ranks: &[usize]) {
     let out = run_test_as_ranks(name, n, env, JOB_DEADLINE).unwrap();
-    let all = format!("{}\n{}", out.stdout, out.stderr);
-    assert!(out.status.success(), "{n} ranks: {}\n{all}", out.status);
-    for r in ranks {
-        assert!(
-            all.contains(&format!("rank {r} of {n} finished")),
-            "rank {r} of {n} did not finish:\n{all}"
-        );
-    }
+    out.check_finished(n, ranks)
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// The body of a test that runs as 2 and 3 ranks.
@@ -53,7 +47,7 @@ fn as_jobs_with(name: &str, env: &[(&str, &str)], body: impl FnOnce()) {
     }
     body();
     let (r, n) = (process_index().unwrap(), process_count().unwrap());
-    println!("rank {r} of {n} finished");
+    radix_mpi::say_finished(r, n);
 }
 
 /// Rank `r`'s `len` values for case `case`, different per rank and place,

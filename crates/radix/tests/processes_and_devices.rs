@@ -31,16 +31,13 @@ fn as_job(name: &str, body: impl FnOnce(usize, usize)) {
     if !launched() {
         let env = [("RADIX_MPI_TIMEOUT", "60")];
         let out = run_test_as_ranks(name, 2, &env, JOB_DEADLINE).unwrap();
-        let all = format!("{}\n{}", out.stdout, out.stderr);
-        assert!(out.status.success(), "{}\n{all}", out.status);
-        for r in 0..2 {
-            assert!(all.contains(&format!("rank {r} of 2 finished")), "{all}");
-        }
+        out.check_finished(2, &[0, 1])
+            .unwrap_or_else(|e| panic!("{e}"));
         return;
     }
     let (rank, n) = (process_index().unwrap(), process_count().unwrap());
     body(rank, n);
-    println!("rank {rank} of {n} finished");
+    radix_mpi::say_finished(rank, n);
 }
 
 /// A CPU platform of 2 devices.
