@@ -118,3 +118,47 @@ fn library_without_get_pjrt_api_is_an_error() {
         ),
     }
 }
+
+/// Paging out the plugin's code after a compile changes nothing but where
+/// the pages live: the mapping's resident pages go, and the client
+/// compiles and runs as before.
+#[test]
+fn paging_out_the_code_leaves_the_client_working() {
+    let client = common::cpu_client(1);
+    let exe = common::doubling(&client, 4);
+    let resident = || plugin_resident_kib(client.plugin().path());
+    let before = resident();
+    let advised = client.plugin().page_out_code().unwrap();
+    assert!(advised > 1 << 20, "{advised} bytes advised");
+    let after = resident();
+    assert!(
+        after < before,
+        "{before} KiB resident before, {after} after"
+    );
+    let x = common::f32_buffer(&client, &[1.0, 2.0, 3.0, 4.0], &[4]);
+    assert_eq!(
+        common::f32_values(&common::run(&exe, &[&x])[0]),
+        [2.0, 4.0, 6.0, 8.0]
+    );
+    let again = common::doubling(&client, 8);
+    let y = common::f32_buffer(&client, &[0.5; 8], &[8]);
+    assert_eq!(common::f32_values(&common::run(&again, &[&y])[0]), [1.0; 8]);
+}
+
+/// The resident KiB of this process's mappings of `path`.
+fn plugin_resident_kib(path: &std::path::Path) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut ours = false;
+    let mut kib = 0;
+    for line in smaps.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match fields.as_slice() {
+            [range, _, _, _, _, rest @ ..] if range.contains('-') && !range.ends_with(':') => {
+                ours = rest.first().map(std::path::Path::new) == Some(path);
+            }
+            ["Rss:", n, "kB"] if ours => kib += n.parse::<u64>().unwrap(),
+            _ => {}
+        }
+    }
+    kib
+}
