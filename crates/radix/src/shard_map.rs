@@ -92,10 +92,8 @@ pub fn shard_map(
         Err(msg) => return poison("shard_map", msg, args, &placeholders),
     };
     let body = trace_hermetic_block("shard_map body", &blocks, |xs| {
-        MESHES.with(|m| m.borrow_mut().push(mesh.clone()));
-        let results = f(xs);
-        MESHES.with(|m| m.borrow_mut().pop());
-        results
+        let _inside = Inside::new(mesh);
+        f(xs)
     });
     let op = Op::Spmd(Spmd::Manual(Manual {
         body: Arc::new(body.function),
@@ -104,6 +102,23 @@ pub fn shard_map(
         out_specs: out_specs.to_vec(),
     }));
     record_multi("shard_map", op, args, &placeholders)
+}
+
+/// The innermost `shard_map` being traced, for as long as it lives (its
+/// mesh on [`MESHES`], taken off when dropped, even by a panic).
+struct Inside;
+
+impl Inside {
+    fn new(mesh: &Mesh) -> Inside {
+        MESHES.with(|m| m.borrow_mut().push(mesh.clone()));
+        Inside
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        MESHES.with(|m| m.borrow_mut().pop());
+    }
 }
 
 /// `Err` unless a mesh spanning processes spans those of this job.
@@ -141,11 +156,23 @@ fn split_axes(axes: &[usize]) -> std::result::Result<(bool, Vec<usize>), String>
     }
 }
 
-/// Whether mesh axis `mesh_axis` of the innermost `shard_map` is the
-/// processes, or else its axis in the process's own mesh.
-fn one_axis(mesh_axis: usize) -> std::result::Result<Result<(), usize>, String> {
+/// What a mesh axis of the innermost `shard_map` is to this process.
+enum Axis {
+    /// The processes of the job (axis 0 of a mesh spanning them).
+    Processes,
+    /// This axis of the process's own mesh of devices.
+    Devices(usize),
+}
+
+/// What mesh axis `mesh_axis` of the innermost `shard_map` is; `Err`
+/// outside `shard_map` or for an axis the mesh lacks.
+fn one_axis(mesh_axis: usize) -> std::result::Result<Axis, String> {
     let (processes, local) = split_axes(&[mesh_axis])?;
-    Ok(if processes { Ok(()) } else { Err(local[0]) })
+    Ok(if processes {
+        Axis::Processes
+    } else {
+        Axis::Devices(local[0])
+    })
 }
 
 /// Every device's `x` of each group of devices that differ only along the
@@ -188,8 +215,8 @@ pub fn all_reduce(x: Tensor, op: ReduceOp, axes: &[usize]) -> Tensor {
 pub fn reduce_scatter(x: Tensor, op: ReduceOp, axis: usize, mesh_axis: usize) -> Tensor {
     match one_axis(mesh_axis) {
         Err(msg) => fail("reduce_scatter", msg, &[x], x.shape()),
-        Ok(Ok(())) => crate::collective::reduce_scatter(x, op, axis),
-        Ok(Err(local)) => {
+        Ok(Axis::Processes) => crate::collective::reduce_scatter(x, op, axis),
+        Ok(Axis::Devices(local)) => {
             let groups = groups(&[local]);
             let n = groups[0].len();
             let body = Arc::new(reduction(op, x.dtype()));
@@ -207,8 +234,8 @@ pub fn reduce_scatter(x: Tensor, op: ReduceOp, axis: usize, mesh_axis: usize) ->
 pub fn all_to_all(x: Tensor, split: usize, concat: usize, mesh_axis: usize) -> Tensor {
     match one_axis(mesh_axis) {
         Err(msg) => fail("all_to_all", msg, &[x], x.shape()),
-        Ok(Ok(())) => crate::collective::all_to_all(x, split, concat),
-        Ok(Err(local)) => {
+        Ok(Axis::Processes) => crate::collective::all_to_all(x, split, concat),
+        Ok(Axis::Devices(local)) => {
             let groups = groups(&[local]);
             let op = Op::Spmd(Spmd::AllToAll {
                 split,
@@ -252,8 +279,8 @@ fn mean_of(op: ReduceOp, summed: Tensor, n: usize) -> Tensor {
 pub fn all_gather(x: Tensor, axis: usize, mesh_axis: usize) -> Tensor {
     match one_axis(mesh_axis) {
         Err(msg) => fail("all_gather", msg, &[x], x.shape()),
-        Ok(Ok(())) => crate::collective::all_gather(x, axis),
-        Ok(Err(local)) => {
+        Ok(Axis::Processes) => crate::collective::all_gather(x, axis),
+        Ok(Axis::Devices(local)) => {
             let op = Op::Spmd(Spmd::AllGather {
                 axis,
                 groups: groups(&[local]),
@@ -270,8 +297,8 @@ pub fn axis_index(mesh_axis: usize) -> Tensor {
     let scalar = Shape::scalar(DType::I32);
     let local = match one_axis(mesh_axis) {
         Err(msg) => return fail("axis_index", msg, &[], scalar),
-        Ok(Ok(())) => return crate::collective::axis_index(),
-        Ok(Err(local)) => local,
+        Ok(Axis::Processes) => return crate::collective::axis_index(),
+        Ok(Axis::Devices(local)) => local,
     };
     let dims = innermost()
         .map(|m| m.local().dims().to_vec())
@@ -291,8 +318,8 @@ pub fn axis_index(mesh_axis: usize) -> Tensor {
 pub fn ppermute(x: Tensor, mesh_axis: usize, pairs: &[(usize, usize)]) -> Tensor {
     let local = match one_axis(mesh_axis) {
         Err(msg) => return fail("ppermute", msg, &[x], x.shape()),
-        Ok(Ok(())) => return crate::collective::ppermute(x, pairs),
-        Ok(Err(local)) => local,
+        Ok(Axis::Processes) => return crate::collective::ppermute(x, pairs),
+        Ok(Axis::Devices(local)) => local,
     };
     let groups = groups(&[local]);
     if let Err(msg) = radix_mpi::check_pairs(pairs, groups[0].len()) {
