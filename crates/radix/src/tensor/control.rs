@@ -401,7 +401,8 @@ pub(crate) fn poison(
     args: &[Tensor],
     shapes: &[Shape],
 ) -> Vec<Tensor> {
-    let first = fail(name, msg, args, Shape::scalar(DType::F32));
+    let first = shapes.first().copied().unwrap_or(Shape::scalar(DType::F32));
+    let first = fail(name, msg, args, first);
     let mut res = vec![first];
     res.extend(
         shapes
