@@ -200,18 +200,25 @@ impl Mesh {
         )
     }
 
-    /// The block of an array of `shape` that device `device` holds: its
-    /// start and size along each axis. Device `d` sits at the row-major
-    /// position `d` of the mesh, so an axis split along mesh axis `m` is
-    /// cut into `dims[m]` blocks and the device holds block `coords[m]`.
-    /// (The shape must divide; see [`Mesh::sharding_of`].)
-    pub fn block(&self, shape: &Shape, device: usize) -> (Vec<i64>, Vec<i64>) {
+    /// Device `device`'s position along each mesh axis: it sits at the
+    /// row-major position `device` of the mesh.
+    pub fn coords(&self, device: usize) -> Vec<usize> {
         let mut coords = vec![0; self.dims.len()];
         let mut rest = device;
         for (c, &n) in coords.iter_mut().zip(&self.dims).rev() {
             *c = rest % n;
             rest /= n;
         }
+        coords
+    }
+
+    /// The block of an array of `shape` that device `device` holds: its
+    /// start and size along each axis. Device `d` sits at the row-major
+    /// position `d` of the mesh, so an axis split along mesh axis `m` is
+    /// cut into `dims[m]` blocks and the device holds block `coords[m]`.
+    /// (The shape must divide; see [`Mesh::sharding_of`].)
+    pub fn block(&self, shape: &Shape, device: usize) -> (Vec<i64>, Vec<i64>) {
+        let coords = self.coords(device);
         let mut start = vec![];
         let mut size = vec![];
         for (&d, m) in shape.dims().iter().zip(shape.mesh_axes()) {

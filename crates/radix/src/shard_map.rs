@@ -356,19 +356,9 @@ fn groups(axes: &[usize]) -> Groups {
         .map(|m| m.local())
         .unwrap_or_else(|| Mesh::new(&[1]));
     let dims = mesh.dims();
-    // Device `d` sits at the row-major position `d` of the mesh.
-    let coords = |d: usize| -> Vec<usize> {
-        let mut rest = d;
-        let mut c = vec![0; dims.len()];
-        for (ci, &n) in c.iter_mut().zip(dims).rev() {
-            *ci = rest % n;
-            rest /= n;
-        }
-        c
-    };
     let mut groups: Vec<(Vec<usize>, Vec<i64>)> = vec![];
     for d in 0..mesh.n_devices() {
-        let c = coords(d);
+        let c = mesh.coords(d);
         let key: Vec<usize> = (0..dims.len())
             .filter(|m| !axes.contains(m))
             .map(|m| c[m])

@@ -424,7 +424,7 @@ pub fn block_shape(mesh: &Mesh, whole: Shape, spec: &Spec) -> Result<Shape, Stri
 }
 
 /// The whole value put together from blocks of type `block` as `spec` says.
-fn whole_shape(mesh: &Mesh, block: Shape, spec: &Spec) -> Result<Shape, String> {
+pub fn whole_shape(mesh: &Mesh, block: Shape, spec: &Spec) -> Result<Shape, String> {
     resize(mesh, block, spec, |d, n| Ok(d * n))
 }
 

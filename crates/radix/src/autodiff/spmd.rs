@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use crate::autodiff::{GradError, Rule};
 use crate::collective::ReduceOp;
-use crate::ir::ops::spmd::{Groups, Manual, Spec, Spmd};
+use crate::ir::ops::spmd::{Groups, Manual, Spec, Spmd, whole_shape};
 use crate::ir::ops::{Binary, Elementwise};
 use crate::ir::{Function, Op};
 use crate::shard_map::{all_reduce, reduction, shard_map};
@@ -120,7 +120,7 @@ fn manual(
     let whole: Vec<Shape> = (cts.iter().zip(&local_outs).zip(body.result_shapes()))
         .map(|((ct, spec), block)| match ct {
             Some(ct) => ct.shape(),
-            None => whole_of(&local, block, spec),
+            None => whole_shape(&local, block, spec).expect("checked when traced"),
         })
         .collect();
     let mut operands = args.to_vec();
@@ -145,12 +145,4 @@ fn manual(
             .collect()
     });
     Ok(cts.into_iter().map(Some).collect())
-}
-
-/// The whole value of blocks of type `block` put together as `spec` says.
-fn whole_of(mesh: &Mesh, block: Shape, spec: &Spec) -> Shape {
-    (spec.iter().enumerate()).fold(block, |s, (i, m)| match m {
-        Some(m) => s.with_dim(i, s.dims()[i] * mesh.dims()[*m] as i64),
-        None => s,
-    })
 }
