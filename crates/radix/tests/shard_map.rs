@@ -7,10 +7,13 @@
 use std::sync::OnceLock;
 
 use radix::collective::ReduceOp;
-use radix::shard_map::{Spec, all_gather, all_reduce, axis_index, ppermute, shard_map};
+use radix::shard_map::{
+    Spec, all_gather, all_reduce, all_to_all, axis_index, ppermute, reduce_scatter, shard_map,
+};
 use radix::sharding::{Mesh, Partitioner};
 use radix::{
-    Buffer, CacheMode, CompileConfig, DType, Error, Literal, Platform, Program, Shape, Tensor,
+    Buffer, CacheMode, CompileConfig, DType, Element, Error, Literal, Platform, Program, Shape,
+    Tensor,
 };
 use radix_pjrt::OpenOptions;
 use radix_pjrt::provision::Target;
@@ -49,21 +52,37 @@ fn run(
     v: impl Fn(usize) -> f32,
     f: impl FnOnce(Tensor) -> Vec<Tensor>,
 ) -> Vec<Vec<f32>> {
-    let values: Vec<f32> = (0..x.count()).map(v).collect();
+    run_as::<f32>(platform, x, |i| f64::from(v(i)), f)
+        .into_iter()
+        .map(|r| r.into_iter().map(|v| v as f32).collect())
+        .collect()
+}
+
+/// [`run`] with `x` of element type `T` (`x`'s dtype), valued by `v(i)`
+/// rounded to `T`; each result's values as f64 (exactly: every element
+/// type here is one f64 holds).
+fn run_as<T: Element>(
+    platform: &Platform,
+    x: Shape,
+    v: impl Fn(usize) -> f64,
+    f: impl FnOnce(Tensor) -> Vec<Tensor>,
+) -> Vec<Vec<f64>> {
+    let values: Vec<T> = (0..x.count()).map(|i| T::from_f64(v(i))).collect();
+    let as_f64 = |values: Vec<T>| values.into_iter().map(T::to_f64).collect::<Vec<f64>>();
     let program = radix::trace_fn(&Tensor::param(x), f).unwrap();
-    let interpreted: Vec<Vec<f32>> = program
+    let interpreted: Vec<Vec<f64>> = program
         .interpret(&[Literal::from_slice(&values, x.dims())])
         .iter()
-        .map(|l| l.to_vec::<f32>())
+        .map(|l| as_f64(l.to_vec::<T>()))
         .collect();
     let xb = Buffer::from_slice(platform, &values, x).unwrap();
     for partitioner in [Partitioner::Shardy, Partitioner::Gspmd] {
         let exe = build(platform, program.clone(), partitioner).unwrap();
-        let got: Vec<Vec<f32>> = exe
+        let got: Vec<Vec<f64>> = exe
             .call(&[&xb])
             .unwrap()
             .iter()
-            .map(|b| b.to_vec::<f32>().unwrap())
+            .map(|b| as_f64(b.to_vec::<T>().unwrap()))
             .collect();
         assert_eq!(got, interpreted, "{partitioner:?} against the interpreter");
     }
@@ -159,6 +178,78 @@ fn a_two_by_two_mesh_reduces_gathers_and_permutes_along_one_axis() {
         .map(|(r, c)| at(r, c))
         .collect();
     assert_eq!(got[2], swapped);
+}
+
+#[test]
+fn bf16_and_i32_blocks_of_odd_length_go_through_every_collective() {
+    every_collective_on::<half::bf16>();
+    every_collective_on::<i32>();
+}
+
+/// Each collective over 4 devices on blocks of element type `T`, rows of
+/// 5 (odd) elements: the plugin's results, under both partitioners, equal
+/// the interpreter's and the host's, bit for bit. The values are small
+/// integers, so every sum is exact in bf16 too and its order cannot show.
+fn every_collective_on<T: Element>() {
+    let platform = meshed(&[4]);
+    let mesh = Mesh::new(&[4]);
+    // x [4, 4, 5]: device d's block is x[d], 4 rows of 5.
+    let v = |i: usize| ((i * 7) % 11) as f64 - 5.0;
+    let at = |d: usize, r: usize, c: usize| v(d * 20 + r * 5 + c);
+    let blocks = spec(&[Some(0), None, None]);
+    let got = run_as::<T>(&platform, Shape::new(T::DTYPE, &[4, 4, 5]), v, |x| {
+        shard_map(
+            &mesh,
+            std::slice::from_ref(&blocks),
+            &vec![blocks.clone(); 7],
+            &[x],
+            |b| {
+                let b = b[0];
+                vec![
+                    all_reduce(b, ReduceOp::Sum, &[0]),
+                    all_reduce(b, ReduceOp::Max, &[0]),
+                    all_reduce(b, ReduceOp::Min, &[0]),
+                    reduce_scatter(b, ReduceOp::Sum, 1, 0),
+                    all_to_all(b, 1, 0, 0),
+                    all_gather(b, 2, 0),
+                    ppermute(b, 0, &[(0, 1), (1, 2), (2, 3), (3, 0)]),
+                ]
+            },
+        )
+    });
+    let name = format!("{:?}", T::DTYPE);
+    let devices = || 0..4usize;
+    // Every device's (r, c) over the devices, on each device.
+    let over = |pick: fn(f64, f64) -> f64| -> Vec<f64> {
+        let one: Vec<f64> = (0..20)
+            .map(|i| devices().map(|e| at(e, i / 5, i % 5)).reduce(pick).unwrap())
+            .collect();
+        one.repeat(4)
+    };
+    assert_eq!(got[0], over(|a, b| a + b), "{name} sum");
+    assert_eq!(got[1], over(f64::max), "{name} max");
+    assert_eq!(got[2], over(f64::min), "{name} min");
+    // Device d keeps row d of the sum.
+    let scattered: Vec<f64> = (devices().flat_map(|d| (0..5).map(move |c| (d, c))))
+        .map(|(d, c)| devices().map(|e| at(e, d, c)).sum())
+        .collect();
+    assert_eq!(got[3], scattered, "{name} reduce_scatter");
+    // Device d gets row d of every device's block, in the devices' order.
+    let moved: Vec<f64> = (devices().flat_map(|d| devices().map(move |e| (d, e))))
+        .flat_map(|(d, e)| (0..5).map(move |c| at(e, d, c)))
+        .collect();
+    assert_eq!(got[4], moved, "{name} all_to_all");
+    // Each row of every device's block side by side, on each device.
+    let gathered: Vec<f64> = (0..4)
+        .flat_map(|r| devices().flat_map(move |e| (0..5).map(move |c| at(e, r, c))))
+        .collect::<Vec<f64>>()
+        .repeat(4);
+    assert_eq!(got[5], gathered, "{name} all_gather");
+    // Device d gets the block of device d - 1.
+    let shifted: Vec<f64> = (devices().flat_map(|d| (0..20).map(move |i| ((d + 3) % 4, i))))
+        .map(|(e, i)| at(e, i / 5, i % 5))
+        .collect();
+    assert_eq!(got[6], shifted, "{name} ppermute");
 }
 
 #[test]
