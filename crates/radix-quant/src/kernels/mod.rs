@@ -8,17 +8,19 @@ mod dot_vnni;
 mod lanes;
 mod panels;
 mod prompt_q8;
+mod q8;
 mod scalar;
 
 use std::sync::Mutex;
 
-use crate::blocks::BlockQ8_0;
 use crate::{Error, Format, Parallel, ScopedThreads};
 
 pub use panels::{
     PANEL_ROWS, matmul_panels_f32_with, matmul_panels_with, pack_panels, pack_panels_f32,
     unpack_panels,
 };
+use q8::Q8Activations;
+pub use q8::{DOT_MAX_TOKENS, matmul_q8_dots_with, matmul_q8_with, matvec_q8_with};
 
 /// An instruction set the kernels can use. Only [`Isa::SCALAR`] can be named;
 /// the others come from [`Isa::best`] and [`Isa::available`], which detect
@@ -133,230 +135,6 @@ pub fn matvec_with(
     Ok(())
 }
 
-/// [`matvec_with`] with `x` quantized to 8-bit blocks first
-/// ([`crate::quantize_q8_0`]), as llama.cpp's decode does: for Q8_0, Q4_0,
-/// Q4_1, Q5_0 and Q5_1 weights the products are then integer multiply-adds, about
-/// twice as fast, but the result is `W·x̃` for the quantized `x̃`: each
-/// activation moves by up to 1/254 of its block's largest magnitude (plus
-/// the f16 rounding of the block's scale). Other formats compute exactly
-/// what [`matvec_with`] does.
-pub fn matvec_q8_with(
-    config: &Config,
-    format: Format,
-    weights: &[u8],
-    rows: usize,
-    cols: usize,
-    x: &[f32],
-    y: &mut [f32],
-) -> Result<(), Error> {
-    matmul_q8_with(config, format, weights, rows, cols, 1, x, y)
-}
-
-/// `y[t] = W·x̃[t]` for `t` in `0..n_tokens`, each token quantized to 8-bit
-/// blocks first (`x` is `n_tokens × cols`, `y` is `n_tokens × rows`,
-/// row-major). Up to [`DOT_MAX_TOKENS`] tokens (a decode step, a batch of
-/// decoding sequences), each row's weights are read once for all tokens and
-/// every token's products are exactly those [`matvec_q8_with`] computes for
-/// it alone (the same quantized activations and the same sums), so a
-/// sequence gets the same results in a batch. More tokens (a prompt) are a
-/// tiled integer matrix product (`prompt_q8.rs`) where
-/// [`Isa::integer_prompts`] says so, the same `W·x̃` summed in another
-/// order, and otherwise [`matmul_with`]'s exact products. Formats without
-/// integer kernels (F32, F16, BF16) compute exactly what [`matmul_with`]
-/// does.
-#[allow(clippy::too_many_arguments)] // the matrix, its shape, the tokens: none is optional
-pub fn matmul_q8_with(
-    config: &Config,
-    format: Format,
-    weights: &[u8],
-    rows: usize,
-    cols: usize,
-    n_tokens: usize,
-    x: &[f32],
-    y: &mut [f32],
-) -> Result<(), Error> {
-    if n_tokens > DOT_MAX_TOKENS {
-        return match prompt_q8::Codes::of(format).filter(|_| config.isa.integer_prompts()) {
-            Some(codes) => {
-                matmul_q8_tiled(config, (format, codes), weights, rows, cols, n_tokens, x, y)
-            }
-            None => matmul_with(config, format, weights, rows, cols, n_tokens, x, y),
-        };
-    }
-    matmul_q8_dots_with(config, format, weights, rows, cols, n_tokens, x, y)
-}
-
-/// [`matmul_q8_with`]'s products of up to [`DOT_MAX_TOKENS`] tokens, for
-/// any number of tokens: each token's are exactly those
-/// [`matvec_q8_with`] computes for it alone. For a step of several
-/// sequences of a few tokens each, so that each sequence's results are
-/// those of a step of it alone, however many run beside it.
-#[allow(clippy::too_many_arguments)] // the matrix, its shape, the tokens: none is optional
-pub fn matmul_q8_dots_with(
-    config: &Config,
-    format: Format,
-    weights: &[u8],
-    rows: usize,
-    cols: usize,
-    n_tokens: usize,
-    x: &[f32],
-    y: &mut [f32],
-) -> Result<(), Error> {
-    if !Q8_FORMATS.contains(&format) {
-        return match n_tokens {
-            1 => matvec_with(config, format, weights, rows, cols, x, y),
-            _ => matmul_with(config, format, weights, rows, cols, n_tokens, x, y),
-        };
-    }
-    let row_bytes = check_matmul(format, weights, (rows, cols, n_tokens), x, y)?;
-    let block_bytes = Format::Q8_0.row_bytes(cols)?;
-    let mut blocks = vec![0u8; product("x (bytes)", n_tokens, block_bytes)?];
-    for (x, xq) in x
-        .chunks_exact(cols.max(1))
-        .zip(blocks.chunks_exact_mut(block_bytes.max(1)))
-    {
-        crate::quantize_q8_0(x, xq)?;
-    }
-    // Per block, the scale as f32 (converted once, not once per row) and the
-    // sum of the dequantized activations, which Q4_1's and Q5_1's minimums multiply.
-    let blocks: &[BlockQ8_0] = crate::blocks::blocks(&blocks);
-    let scales: Vec<[f32; 2]> = blocks
-        .iter()
-        .map(|b| {
-            let d = b.d.to_f32();
-            let sum: i32 = b.qs.iter().map(|&q| i32::from(q as i8)).sum();
-            [d, d * sum as f32]
-        })
-        .collect();
-    let n_blocks = block_bytes / size_of::<BlockQ8_0>();
-    let isa = config.isa;
-    // The codes again in the order the VNNI dot reads them.
-    let pairs_len = match isa.0 {
-        Kind::Avx512Vnni => dot_vnni::pair_codes_len(n_blocks),
-        _ => 0,
-    };
-    let mut pairs = vec![0u8; n_tokens * pairs_len];
-    if pairs_len > 0 {
-        for (xq, out) in blocks
-            .chunks_exact(n_blocks.max(1))
-            .zip(pairs.chunks_exact_mut(pairs_len))
-        {
-            dot_vnni::pair_codes(xq, out);
-        }
-    }
-    let tokens: Vec<Q8Activations> = (0..n_tokens)
-        .map(|t| Q8Activations {
-            blocks: &blocks[t * n_blocks..][..n_blocks],
-            scales: &scales[t * n_blocks..][..n_blocks],
-            pairs: &pairs[t * pairs_len..][..pairs_len],
-        })
-        .collect();
-    let dot = |row: &[u8], out: &mut [f32]| {
-        // With VNNI, the row's codes decoded once for each group of
-        // tokens; each token's sum is the same as alone.
-        let mut done = 0;
-        if isa.0 == Kind::Avx512Vnni {
-            for (ys, xs) in out
-                .chunks_exact_mut(DOT_GROUP)
-                .zip(tokens.chunks_exact(DOT_GROUP))
-            {
-                let xs: [&Q8Activations; DOT_GROUP] = std::array::from_fn(|t| &xs[t]);
-                ys.copy_from_slice(&dot_vnni::dot_rows_q8(format, row, xs));
-                done += DOT_GROUP;
-            }
-        }
-        for (y, x) in out[done..].iter_mut().zip(&tokens[done..]) {
-            *y = dot_row_q8(isa, format, row, x);
-        }
-    };
-    if n_tokens == 1 {
-        for_rows(config, weights, row_bytes, 1, y, &dot);
-        return Ok(());
-    }
-    // By row, then transposed into `y`'s token-major order.
-    let mut by_row = vec![0.0f32; y.len()];
-    for_rows(config, weights, row_bytes, n_tokens, &mut by_row, &dot);
-    for (r, ys) in by_row.chunks_exact(n_tokens).enumerate() {
-        for (t, &v) in ys.iter().enumerate() {
-            y[t * rows + r] = v;
-        }
-    }
-    Ok(())
-}
-
-/// Tokens whose dots with a row the VNNI kernel takes together, decoding the
-/// row's codes once for all of them: a batch's decode step or a step of
-/// several short sequences reads each weight once per group, not per token.
-const DOT_GROUP: usize = 4;
-
-/// The most tokens whose 8-bit products [`matmul_q8_with`] computes as a dot
-/// per token and row, each token's exactly as alone: a decode step and a
-/// batch of decoding sequences. Longer steps (a prompt) are tiled products,
-/// which decode a tile of weights once for every token and so run faster.
-pub const DOT_MAX_TOKENS: usize = 16;
-
-/// [`matmul_q8_with`] of a prompt as a tiled integer product: activations
-/// quantized once, each tile of weight rows decoded to codes once and
-/// multiplied by every token.
-#[allow(clippy::too_many_arguments)] // the matrix, its shape, the tokens: none is optional
-fn matmul_q8_tiled(
-    config: &Config,
-    (format, codes): (Format, prompt_q8::Codes),
-    weights: &[u8],
-    rows: usize,
-    cols: usize,
-    n_tokens: usize,
-    x: &[f32],
-    y: &mut [f32],
-) -> Result<(), Error> {
-    let row_bytes = check_matmul(format, weights, (rows, cols, n_tokens), x, y)?;
-    if cols == 0 {
-        y.fill(0.0);
-        return Ok(());
-    }
-    let isa = config.isa;
-    // Each group of tokens quantized by a task of its own: on one thread,
-    // this took as long as a third of the products.
-    let mut acts = prompt_q8::ActLanes::zeros(cols, n_tokens);
-    let groups: Vec<Mutex<prompt_q8::Group>> = acts.groups_mut().map(Mutex::new).collect();
-    config.parallel.run(groups.len(), &|g| {
-        let mut group = groups[g].lock().unwrap_or_else(|e| e.into_inner());
-        let tokens = prompt_q8::LANES.min(n_tokens - g * prompt_q8::LANES);
-        let x = &x[g * prompt_q8::LANES * cols..][..tokens * cols];
-        match isa.0 {
-            Kind::Avx512Vnni => avx512::pack_group(&mut group, x),
-            _ => group.pack(x),
-        }
-    });
-    drop(groups);
-    let align = prompt_q8::TILE_ROWS;
-    for_row_tasks(
-        config,
-        (rows, row_bytes, align),
-        n_tokens,
-        y,
-        &|first, n_rows, out| {
-            let mut tile = prompt_q8::CodeTile::new(cols, codes);
-            for tile_first in (0..n_rows).step_by(align) {
-                let tile_rows = align.min(n_rows - tile_first);
-                let bytes = &weights[(first + tile_first) * row_bytes..][..tile_rows * row_bytes];
-                let at = (n_rows, tile_first, tile_rows);
-                match isa.0 {
-                    Kind::Avx512Vnni => {
-                        avx512::fill_tile(&mut tile, format, bytes, row_bytes);
-                        avx512::tile_products(&tile, &acts, out, at);
-                    }
-                    _ => {
-                        tile.fill(format, bytes, row_bytes);
-                        prompt_q8::tile_products(&tile, &acts, out, at);
-                    }
-                }
-            }
-        },
-    );
-    Ok(())
-}
-
 /// Splits `rows` (each `row_bytes` of weights) into tasks of a multiple of
 /// `align` rows and runs `task(first, n_rows, out)` for each on the pool:
 /// `out` is the task's results, token-major (`n_tokens × n_rows`), in a
@@ -429,30 +207,26 @@ unsafe impl Send for Bands {}
 // SAFETY: as above.
 unsafe impl Sync for Bands {}
 
-/// The formats `matmul_q8_with` has integer kernels for.
-const Q8_FORMATS: [Format; 5] = [
-    Format::Q8_0,
-    Format::Q4_0,
-    Format::Q4_1,
-    Format::Q5_0,
-    Format::Q5_1,
-];
-
-/// `x` as Q8_0 blocks, and per block its scale and the sum of its values.
-struct Q8Activations<'a> {
-    blocks: &'a [BlockQ8_0],
-    scales: &'a [[f32; 2]],
-    /// The blocks' codes in `dot_vnni`'s pair order, for `Kind::Avx512Vnni`
-    /// (empty otherwise).
-    pairs: &'a [u8],
-}
-
 /// `dot(row r, y[r * per_row..][..per_row])` over tasks of whole rows: `y`
 /// has `per_row` outputs for each row of `weights`.
 fn for_rows(
     config: &Config,
     weights: &[u8],
     row_bytes: usize,
+    per_row: usize,
+    y: &mut [f32],
+    dot: &(dyn Fn(&[u8], &mut [f32]) + Sync),
+) {
+    for_row_groups(config, weights, (row_bytes, 1), per_row, y, dot);
+}
+
+/// [`for_rows`] handing `dot` up to `group` consecutive rows at a time
+/// (`rows`, and their `y` of `per_row` each), so that it can multiply them
+/// together; a task's rows are whole groups but for the last task's.
+fn for_row_groups(
+    config: &Config,
+    weights: &[u8],
+    (row_bytes, group): (usize, usize),
     per_row: usize,
     y: &mut [f32],
     dot: &(dyn Fn(&[u8], &mut [f32]) + Sync),
@@ -466,7 +240,7 @@ fn for_rows(
         return;
     }
     let n_rows = y.len() / per_row;
-    let rows_per_task = rows_per_task(config, n_rows, row_bytes, 1);
+    let rows_per_task = rows_per_task(config, n_rows, row_bytes, group);
     // One lock per task, taken once: the tasks' rows are disjoint.
     let parts: Vec<Mutex<&mut [f32]>> = y
         .chunks_mut(rows_per_task * per_row)
@@ -476,11 +250,11 @@ fn for_rows(
         let mut part = parts[task].lock().unwrap_or_else(|e| e.into_inner());
         let first = task * rows_per_task;
         let rows = &weights[first * row_bytes..][..part.len() / per_row * row_bytes];
-        let outs = part.chunks_exact_mut(per_row);
-        for (i, (out, row)) in outs.zip(rows.chunks_exact(row_bytes)).enumerate() {
-            let at = (first + i) * row_bytes + PREFETCH_AHEAD;
-            prefetch(weights.get(at..(at + row_bytes).min(weights.len())));
-            dot(row, out);
+        let outs = part.chunks_mut(group * per_row);
+        for (i, (out, rows)) in outs.zip(rows.chunks(group * row_bytes)).enumerate() {
+            let at = (first + i * group) * row_bytes + PREFETCH_AHEAD;
+            prefetch(weights.get(at..(at + rows.len()).min(weights.len())));
+            dot(rows, out);
         }
     });
 }
@@ -771,16 +545,6 @@ fn dot_row(isa: Isa, format: Format, row: &[u8], x: &[f32]) -> f32 {
     match isa.0 {
         Kind::Scalar => scalar::dot_row(format, row, x),
         Kind::Avx2 | Kind::Avx512 | Kind::Avx512Vnni => avx2::dot_row(format, row, x),
-    }
-}
-
-/// One row in one of [`Q8_FORMATS`] times quantized activations with
-/// as many blocks.
-fn dot_row_q8(isa: Isa, format: Format, row: &[u8], x: &Q8Activations) -> f32 {
-    match isa.0 {
-        Kind::Scalar => scalar::dot_row_q8(format, row, x),
-        Kind::Avx2 | Kind::Avx512 => avx2::dot_row_q8(format, row, x),
-        Kind::Avx512Vnni => dot_vnni::dot_row_q8(format, row, x),
     }
 }
 
