@@ -10,16 +10,19 @@
 
 #[cfg(target_arch = "x86_64")]
 pub(super) use imp::{
-    LANE_ROWS, dequantize_row, detected, dot_row, dot_row_q8, dot_tile, dot_tile_lanes,
+    LANE_ROWS, dequantize_row, detected, dot_row, dot_row_group_q8, dot_row_q8, dot_tile,
+    dot_tile_lanes,
 };
 
 #[cfg(not(target_arch = "x86_64"))]
 pub(super) use off_x86::{
-    LANE_ROWS, dequantize_row, detected, dot_row, dot_row_q8, dot_tile, dot_tile_lanes,
+    LANE_ROWS, dequantize_row, detected, dot_row, dot_row_group_q8, dot_row_q8, dot_tile,
+    dot_tile_lanes,
 };
 
 #[cfg(not(target_arch = "x86_64"))]
 mod off_x86 {
+    use super::super::q8::ROW_GROUP;
     use super::super::{Q8Activations, Tile, TokenLanes};
     use crate::Format;
 
@@ -33,6 +36,13 @@ mod off_x86 {
         unreachable!("AVX2 is never detected off x86-64")
     }
     pub(in crate::kernels) fn dot_row_q8(_: Format, _: &[u8], _: &Q8Activations) -> f32 {
+        unreachable!("AVX2 is never detected off x86-64")
+    }
+    pub(in crate::kernels) fn dot_row_group_q8(
+        _: Format,
+        _: [&[u8]; ROW_GROUP],
+        _: &Q8Activations,
+    ) -> [f32; ROW_GROUP] {
         unreachable!("AVX2 is never detected off x86-64")
     }
     pub(in crate::kernels) fn dot_row(_: Format, _: &[u8], _: &[f32]) -> f32 {
@@ -50,6 +60,7 @@ mod off_x86 {
 mod imp {
     use std::arch::x86_64::*;
 
+    use super::super::q8::ROW_GROUP;
     use super::super::{Q8Activations, Tile, TokenLanes};
     use crate::Format;
     use crate::blocks::{
@@ -106,14 +117,32 @@ mod imp {
     }
 
     pub(in crate::kernels) fn dot_row_q8(format: Format, row: &[u8], x: &Q8Activations) -> f32 {
+        dot_rows_any(format, [row], x)[0]
+    }
+
+    /// Each of [`ROW_GROUP`] rows (of one length) times the token `x`: for
+    /// each row the same sums, in the same order, as [`dot_row_q8`]'s.
+    pub(in crate::kernels) fn dot_row_group_q8(
+        format: Format,
+        rows: [&[u8]; ROW_GROUP],
+        x: &Q8Activations,
+    ) -> [f32; ROW_GROUP] {
+        dot_rows_any(format, rows, x)
+    }
+
+    fn dot_rows_any<const R: usize>(
+        format: Format,
+        rows: [&[u8]; R],
+        x: &Q8Activations,
+    ) -> [f32; R] {
         // SAFETY: as in `dot_row`.
         unsafe {
             match format {
-                Format::Q8_0 => dot_q8_q8_0(row, x),
-                Format::Q4_0 => dot_q8_q4_0(row, x),
-                Format::Q4_1 => dot_q8_q4_1(row, x),
-                Format::Q5_0 => dot_q8_q5_0(row, x),
-                Format::Q5_1 => dot_q8_q5_1(row, x),
+                Format::Q8_0 => dot_q8_q8_0(rows, x),
+                Format::Q4_0 => dot_q8_q4_0(rows, x),
+                Format::Q4_1 => dot_q8_q4_1(rows, x),
+                Format::Q5_0 => dot_q8_q5_0(rows, x),
+                Format::Q5_1 => dot_q8_q5_1(rows, x),
                 _ => unreachable!("matvec_q8_with sends only its Q8_FORMATS here"),
             }
         }
@@ -126,11 +155,13 @@ mod imp {
     /// by both scales, and Q4_1's or Q5_1's minimum (`$min`, its byte offset) multiplies
     /// the activations' block sum. Blocks go in pairs into two named
     /// accumulators: indexing an array of them by block parity put them in
-    /// memory, a store-to-load chain per block.
+    /// memory, a store-to-load chain per block. `R` rows (of one length)
+    /// share each block of activations, each row with its own sums, the
+    /// same operations in the same order as alone.
     macro_rules! q8_kernel {
         ($dot:ident, $block:ty, $codes:ident, $min:expr) => {
             #[target_feature(enable = "avx2,fma,f16c")]
-            fn $dot(row: &[u8], x: &Q8Activations) -> f32 {
+            fn $dot<const R: usize>(rows: [&[u8]; R], x: &Q8Activations) -> [f32; R] {
                 // A closure inherits the function's target features.
                 let block =
                     |w: &[u8], xb: &BlockQ8_0, [dx, sum]: [f32; 2], acc: __m256, min_acc: f32| {
@@ -152,21 +183,27 @@ mod imp {
                             None => (acc, min_acc),
                         }
                     };
-                let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-                let (mut min0, mut min1) = (0.0f32, 0.0f32);
+                let (mut acc0, mut acc1) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
+                let (mut min0, mut min1) = ([0.0f32; R], [0.0f32; R]);
                 let bytes = size_of::<$block>();
-                let pairs = row.chunks_exact(2 * bytes);
-                let w_rest = pairs.remainder();
+                let n_pairs = rows[0].len() / (2 * bytes);
                 let xs = x.blocks.chunks_exact(2).zip(x.scales.chunks_exact(2));
-                for (w, (xb, s)) in pairs.zip(xs) {
-                    (acc0, min0) = block(&w[..bytes], &xb[0], s[0], acc0, min0);
-                    (acc1, min1) = block(&w[bytes..], &xb[1], s[1], acc1, min1);
+                for (p, (xb, s)) in xs.enumerate().take(n_pairs) {
+                    for r in 0..R {
+                        let w = &rows[r][2 * p * bytes..][..2 * bytes];
+                        (acc0[r], min0[r]) = block(&w[..bytes], &xb[0], s[0], acc0[r], min0[r]);
+                        (acc1[r], min1[r]) = block(&w[bytes..], &xb[1], s[1], acc1[r], min1[r]);
+                    }
                 }
-                if !w_rest.is_empty() {
+                if rows[0].len() % (2 * bytes) != 0 {
                     let last = x.blocks.len() - 1;
-                    (acc0, min0) = block(w_rest, &x.blocks[last], x.scales[last], acc0, min0);
+                    for r in 0..R {
+                        let w = &rows[r][2 * n_pairs * bytes..];
+                        (acc0[r], min0[r]) =
+                            block(w, &x.blocks[last], x.scales[last], acc0[r], min0[r]);
+                    }
                 }
-                hsum(_mm256_add_ps(acc0, acc1)) + (min0 + min1)
+                std::array::from_fn(|r| hsum(_mm256_add_ps(acc0[r], acc1[r])) + (min0[r] + min1[r]))
             }
         };
     }

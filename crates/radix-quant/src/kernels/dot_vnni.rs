@@ -24,15 +24,8 @@
 //! blocks, then high nibbles.
 
 use super::Q8Activations;
+use super::q8::ROW_GROUP;
 use crate::blocks::BlockQ8_0;
-
-/// Rows of a matrix that [`dot_row_group_q8`] multiplies by one token's
-/// activations together: each activation vector and scale is loaded and
-/// converted once for all of them, and their sums are independent chains.
-/// Measured on a 2-core AMD EPYC (Zen 4), a row of 576 columns (18 blocks)
-/// spent more in what every row pays once (gathering its scales, reducing
-/// its sums, the calls) than in its 9 pairs of blocks.
-pub(super) const ROW_GROUP: usize = 4;
 
 /// The bytes [`pair_codes`] writes for `n_blocks` blocks: 64 a pair, an
 /// odd last block paired with zeros.
@@ -84,6 +77,8 @@ pub(super) fn dot_rows_q8<const T: usize>(
 mod imp {
     use std::arch::x86_64::*;
 
+    use super::ROW_GROUP;
+
     use std::mem::offset_of;
 
     use super::Q8Activations;
@@ -119,15 +114,15 @@ mod imp {
         dot_any::<1, T>(format, [row], xs)[0]
     }
 
-    /// Each of [`ROW_GROUP`](super::ROW_GROUP) rows (of one length) times
+    /// Each of [`ROW_GROUP`](ROW_GROUP) rows (of one length) times
     /// one token `x`: for each row the same sums, in the same order, as
     /// [`dot_row_q8`] computes for it.
     pub(in crate::kernels) fn dot_row_group_q8(
         format: Format,
-        rows: [&[u8]; super::ROW_GROUP],
+        rows: [&[u8]; ROW_GROUP],
         x: &Q8Activations,
-    ) -> [f32; super::ROW_GROUP] {
-        dot_any::<{ super::ROW_GROUP }, 1>(format, rows, [x]).map(|[y]| y)
+    ) -> [f32; ROW_GROUP] {
+        dot_any::<{ ROW_GROUP }, 1>(format, rows, [x]).map(|[y]| y)
     }
 
     fn dot_any<const R: usize, const T: usize>(
