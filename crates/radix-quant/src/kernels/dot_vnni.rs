@@ -77,11 +77,9 @@ pub(super) fn dot_rows_q8<const T: usize>(
 mod imp {
     use std::arch::x86_64::*;
 
-    use super::ROW_GROUP;
-
     use std::mem::offset_of;
 
-    use super::Q8Activations;
+    use super::{Q8Activations, ROW_GROUP};
     use crate::Format;
     use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 
@@ -114,7 +112,7 @@ mod imp {
         dot_any::<1, T>(format, [row], xs)[0]
     }
 
-    /// Each of [`ROW_GROUP`](ROW_GROUP) rows (of one length) times
+    /// Each of [`ROW_GROUP`] rows (of one length) times
     /// one token `x`: for each row the same sums, in the same order, as
     /// [`dot_row_q8`] computes for it.
     pub(in crate::kernels) fn dot_row_group_q8(

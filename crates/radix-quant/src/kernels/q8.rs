@@ -150,7 +150,7 @@ pub fn matmul_q8_dots_with(
             *y = dot_row_q8(isa, format, row, x);
         }
     };
-    if n_tokens == 1 && isa.0 != Kind::Scalar {
+    if n_tokens == 1 {
         // One token: rows in groups whose activations are read once for
         // the group; each row's sum is the same as alone.
         for_row_groups(
@@ -173,10 +173,6 @@ pub fn matmul_q8_dots_with(
                 }
             },
         );
-        return Ok(());
-    }
-    if n_tokens == 1 {
-        for_rows(config, weights, row_bytes, 1, y, &dot);
         return Ok(());
     }
     // By row, then transposed into `y`'s token-major order.
