@@ -94,6 +94,56 @@ fn extreme_codes() {
     }
 }
 
+/// Q8_0 codes at their limits (-128 and 127) times activations at theirs:
+/// with unit scales and integer activations whose blocks reach 127, the
+/// 8-bit activations are the activations themselves, and every partial sum
+/// is an integer below 2²⁴, so each instruction set's result is the exact
+/// integer `Σ w·x`. An odd number of blocks and rows not a multiple of
+/// four take the kernels' tails too.
+#[test]
+fn q8_0_codes_at_their_limits_sum_exactly() {
+    let (rows, n_blocks) = (6, 9);
+    let cols = 32 * n_blocks;
+    let mut rng = Rng(5);
+    let mut weights = vec![];
+    let mut codes = vec![];
+    for r in 0..rows {
+        for b in 0..n_blocks {
+            weights.extend_from_slice(&half::f16::ONE.to_le_bytes());
+            for i in 0..32 {
+                let q: i8 = match (r + b + i) % 4 {
+                    0 => -128,
+                    1 => 127,
+                    2 => -1,
+                    _ => rng.next() as i8,
+                };
+                weights.push(q as u8);
+                codes.push(i64::from(q));
+            }
+        }
+    }
+    let x: Vec<f32> = (0..cols)
+        .map(|i| match i % 32 {
+            0 => 127.0,
+            1 => -127.0,
+            _ => ((rng.next() % 255) as i64 - 127) as f32,
+        })
+        .collect();
+    let expected: Vec<f32> = codes
+        .chunks_exact(cols)
+        .map(|w| w.iter().zip(&x).map(|(&w, &x)| w * x as i64).sum::<i64>() as f32)
+        .collect();
+    for isa in Isa::available() {
+        let config = Config {
+            isa,
+            parallel: &Serial,
+        };
+        let mut y = vec![f32::NAN; rows];
+        matvec_q8_with(&config, Format::Q8_0, &weights, rows, cols, &x, &mut y).expect("shapes");
+        assert_eq!(y, expected, "{}", isa.name());
+    }
+}
+
 #[test]
 fn all_zero_scales_give_zeros() {
     let mut rng = Rng(11);

@@ -122,14 +122,17 @@ pub fn matmul_q8_dots_with(
             .chunks_exact(n_blocks.max(1))
             .zip(pairs.chunks_exact_mut(pairs_len))
         {
-            dot_vnni::pair_codes(xq, out);
+            dot_vnni::pair_codes(format, xq, out);
         }
     }
+    let offsets = dot_vnni::pair_offsets(format, &pairs);
+    let offsets_len = offsets.len() / n_tokens.max(1);
     let tokens: Vec<Q8Activations> = (0..n_tokens)
         .map(|t| Q8Activations {
             blocks: &blocks[t * n_blocks..][..n_blocks],
             scales: &scales[t * n_blocks..][..n_blocks],
             pairs: &pairs[t * pairs_len..][..pairs_len],
+            offsets: &offsets[t * offsets_len..][..offsets_len],
         })
         .collect();
     let dot = |row: &[u8], out: &mut [f32]| {
@@ -280,9 +283,12 @@ const Q8_FORMATS: [Format; 5] = [
 pub(super) struct Q8Activations<'a> {
     pub(super) blocks: &'a [BlockQ8_0],
     pub(super) scales: &'a [[f32; 2]],
-    /// The blocks' codes in `dot_vnni`'s pair order, for `Kind::Avx512Vnni`
+    /// The blocks' codes in `dot_vnni`'s pair order for the weights' format, for `Kind::Avx512Vnni`
     /// (empty otherwise).
     pub(super) pairs: &'a [u8],
+    /// Where the VNNI dot's lanes start for Q8_0 weights
+    /// (`dot_vnni::pair_offsets`; empty otherwise).
+    pub(super) offsets: &'a [i32],
 }
 
 /// [`ROW_GROUP`] rows in one of [`Q8_FORMATS`] times one token's quantized
