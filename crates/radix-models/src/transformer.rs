@@ -273,22 +273,19 @@ impl Attention {
     /// into the layer's cache from position `start` and attends over it,
     /// hiding keys after each query's position (and before its window).
     pub fn forward(&self, x: Tensor, pos: Tensor, step: Step) -> (Tensor, KvCache) {
-        let heads = |l: &Linear, n: i64, norm: &Option<RmsNorm>| {
-            let h = l
-                .forward(x)
-                .split_axis("d", &[("h", n.into()), ("hd", Size::Auto)]);
+        let [q, k, v] = Linear::forward_each(x, [&self.q, &self.k, &self.v]);
+        let heads = |h: Tensor, n: i64, norm: &Option<RmsNorm>| {
+            let h = h.split_axis("d", &[("h", n.into()), ("hd", Size::Auto)]);
             match norm {
                 Some(norm) => norm.forward(h),
                 None => h,
             }
         };
-        let q = self
-            .rope
-            .forward(heads(&self.q, self.n_heads, &self.q_norm), pos);
+        let q = self.rope.forward(heads(q, self.n_heads, &self.q_norm), pos);
         let k = self
             .rope
-            .forward(heads(&self.k, self.n_kv_heads, &self.k_norm), pos);
-        let v = heads(&self.v, self.n_kv_heads, &None);
+            .forward(heads(k, self.n_kv_heads, &self.k_norm), pos);
+        let v = heads(v, self.n_kv_heads, &None);
         // `nn::attention` scales scores by 1 / sqrt(head_dim); a model that
         // scales otherwise (Gemma 3's query_pre_attn_scalar) scales q.
         let q = if self.rescale == 1.0 {

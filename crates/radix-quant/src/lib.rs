@@ -40,8 +40,9 @@ pub use dequantize::dequantize;
 pub use error::Error;
 pub use format::{Format, QK_K};
 pub use kernels::{
-    Config, DOT_MAX_TOKENS, Isa, PANEL_ROWS, matmul, matmul_panels_f32_with, matmul_panels_with,
-    matmul_q8_dots_with, matmul_q8_with, matmul_with, matvec, matvec_q8_with, matvec_with,
-    pack_panels, pack_panels_f32, unpack_panels,
+    Config, DOT_MAX_TOKENS, Isa, PANEL_ROWS, Stacked, matmul, matmul_panels_f32_with,
+    matmul_panels_with, matmul_q8_dots_with, matmul_q8_with, matmul_with, matvec,
+    matvec_q8_stacked_with, matvec_q8_with, matvec_with, pack_panels, pack_panels_f32,
+    unpack_panels,
 };
 pub use threads::{Parallel, ScopedThreads, Serial, SpinPool};

@@ -12,8 +12,9 @@ mod common;
 use common::{Codes, FineGrained, Rng, random_weights, random_x, reference};
 use proptest::prelude::*;
 use radix_quant::{
-    Config, Error, Format, Isa, Parallel, ScopedThreads, Serial, dequantize, matmul_q8_dots_with,
-    matmul_with, matvec_q8_with, matvec_with, quantize_q8_0,
+    Config, Error, Format, Isa, Parallel, ScopedThreads, Serial, SpinPool, Stacked, dequantize,
+    matmul_q8_dots_with, matmul_with, matvec_q8_stacked_with, matvec_q8_with, matvec_with,
+    quantize_q8_0,
 };
 
 /// Runs `matvec` on every token of `x` and `matmul` on all of them, on every
@@ -142,6 +143,85 @@ fn q8_0_codes_at_their_limits_sum_exactly() {
         matvec_q8_with(&config, Format::Q8_0, &weights, rows, cols, &x, &mut y).expect("shapes");
         assert_eq!(y, expected, "{}", isa.name());
     }
+}
+
+/// Matrices stacked into one product give each matrix the bits it gets
+/// alone, on every instruction set, on one thread and on the pool: formats
+/// with 8-bit kernels (two of them, so the token is quantized twice),
+/// one without (taken apart), a matrix of no rows, and rows that are not a
+/// whole number of row groups.
+#[test]
+fn stacked_matrices_get_their_bits_alone() {
+    let mut rng = Rng(13);
+    let cols = 256;
+    let shapes = [
+        (Format::Q4_1, 37),
+        (Format::Q8_0, 8),
+        (Format::Q4_K, 5),
+        (Format::Q4_1, 0),
+        (Format::Q4_1, 130),
+    ];
+    let weights: Vec<Vec<u8>> = shapes
+        .iter()
+        .map(|&(f, rows)| random_weights(f, rows, cols, Codes::Random, 1.0, &mut rng))
+        .collect();
+    let matrices: Vec<Stacked> = shapes
+        .iter()
+        .zip(&weights)
+        .map(|(&(format, rows), weights)| Stacked {
+            format,
+            weights,
+            rows,
+        })
+        .collect();
+    let x = random_x(cols, &mut rng);
+    let pool = SpinPool::new(2);
+    for isa in Isa::available() {
+        for parallel in [&Serial as &dyn Parallel, &pool] {
+            let config = Config { isa, parallel };
+            let bits = |y: &[f32]| y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            let mut alone = vec![];
+            for m in &matrices {
+                let mut y = vec![f32::NAN; m.rows];
+                matvec_q8_with(&config, m.format, m.weights, m.rows, cols, &x, &mut y)
+                    .expect("shapes");
+                alone.push(bits(&y));
+            }
+            let mut ys: Vec<Vec<f32>> = matrices.iter().map(|m| vec![f32::NAN; m.rows]).collect();
+            let mut outs: Vec<&mut [f32]> = ys.iter_mut().map(|y| y.as_mut_slice()).collect();
+            matvec_q8_stacked_with(&config, &matrices, cols, &x, &mut outs).expect("shapes");
+            let got: Vec<Vec<u32>> = ys.iter().map(|y| bits(y)).collect();
+            assert_eq!(got, alone, "{}", isa.name());
+        }
+    }
+    // An output too short, and one missing: errors, every output left alone.
+    let config = Config {
+        isa: Isa::best(),
+        parallel: &Serial,
+    };
+    let mut ys: Vec<Vec<f32>> = matrices.iter().map(|m| vec![f32::NAN; m.rows]).collect();
+    ys[4].pop();
+    let mut outs: Vec<&mut [f32]> = ys.iter_mut().map(|y| y.as_mut_slice()).collect();
+    assert_eq!(
+        matvec_q8_stacked_with(&config, &matrices, cols, &x, &mut outs),
+        Err(Error::Length {
+            what: "y",
+            expected: 130,
+            got: 129
+        })
+    );
+    assert_eq!(
+        matvec_q8_stacked_with(&config, &matrices, cols, &x, &mut outs[..4]),
+        Err(Error::Length {
+            what: "ys (outputs)",
+            expected: 5,
+            got: 4
+        })
+    );
+    assert!(
+        ys.iter().flatten().all(|v| v.is_nan()),
+        "outputs are left alone"
+    );
 }
 
 #[test]

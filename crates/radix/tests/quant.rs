@@ -420,3 +420,83 @@ fn dot_differentiates_with_respect_to_activations_and_bias() {
         }
     }
 }
+
+/// `quant::dots`, one call for matrices sharing their input, gives each
+/// matrix the bits of its own `quant::dot` on the kernels (one token and
+/// three), the same values with the in-graph fallback, and the same
+/// gradient with respect to the input.
+#[test]
+fn dots_give_each_matrix_its_own_dot() {
+    let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+    let cols = 256;
+    let formats = [(Format::Q4_1, 5), (Format::Q8_0, 3), (Format::Q4_K, 2)];
+    let mut inputs: Vec<Literal> = formats
+        .iter()
+        .map(|&(f, rows)| {
+            let shape = blocks_shape(f, ("out", rows), cols as i64).expect("blocks");
+            Literal::from_bytes(shape, &matrix(f, rows as usize, cols, &mut rng))
+        })
+        .collect();
+    let x: Vec<f32> = (0..3 * cols).map(|_| rng.unit()).collect();
+    inputs.push(f32_literal(&x[..cols], &[("d", cols as i64)]));
+    inputs.push(f32_literal(&x, &[("s", 3), ("d", cols as i64)]));
+    let program = trace_fn(&inputs, |t| {
+        let ws = &t[..3];
+        let mut outs = vec![];
+        for x in [t[3], t[4]] {
+            outs.extend(radix::quant::dots(x, ws, "d"));
+            outs.extend(ws.iter().map(|&w| radix::quant::dot(x, w, "d")));
+        }
+        outs
+    })
+    .expect("trace");
+    let text = program.stablehlo();
+    let calls = text.lines().filter(|l| l.contains("radix.quant_dots"));
+    assert_eq!(calls.count(), 2, "one call per input:\n{text}");
+    for mode in [CustomCallMode::Native, CustomCallMode::Fallback] {
+        let got = run(program.clone(), &inputs, mode);
+        for (k, pair) in got.chunks_exact(6).enumerate() {
+            for i in 0..3 {
+                let what = format!("{mode:?}, input {k}, matrix {i}");
+                match mode {
+                    CustomCallMode::Native => assert_eq!(pair[i], pair[3 + i], "{what}"),
+                    _ => assert_all_close(
+                        &what,
+                        &pair[i],
+                        &pair[3 + i],
+                        Tol::sum(DType::F32, cols, 1.0),
+                    ),
+                }
+            }
+        }
+    }
+    // d/dx of Σᵢ Σ yᵢ·cᵢ through one call and through a call per matrix.
+    let program = trace_fn(&inputs, |t| {
+        let ws = [t[0], t[1], t[2]];
+        let loss = |fused: bool| {
+            move |x: &radix::Tensor, ws: &[radix::Tensor; 3]| {
+                let ys = if fused {
+                    radix::quant::dots(*x, ws, "d")
+                } else {
+                    ws.iter().map(|&w| radix::quant::dot(*x, w, "d")).collect()
+                };
+                let weighted = ys
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &y)| (y * (i as f64 + 1.0)).sum(["s", "out"]));
+                weighted.reduce(|a, b| a + b).expect("three matrices")
+            }
+        };
+        (
+            radix::grad(loss(true), &t[4], &ws),
+            radix::grad(loss(false), &t[4], &ws),
+        )
+    })
+    .expect("trace");
+    for mode in [CustomCallMode::Native, CustomCallMode::Fallback] {
+        let got = run(program.clone(), &inputs, mode);
+        let tol = Tol::sum(DType::F32, 10, 8.0);
+        assert_all_close(&format!("dx {mode:?}"), &got[0], &got[1], tol);
+        assert!(got[0].iter().any(|&v| v != 0.0), "a zero gradient");
+    }
+}

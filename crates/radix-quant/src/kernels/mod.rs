@@ -10,6 +10,7 @@ mod panels;
 mod prompt_q8;
 mod q8;
 mod scalar;
+mod stacked;
 
 use std::sync::Mutex;
 
@@ -21,6 +22,7 @@ pub use panels::{
 };
 use q8::Q8Activations;
 pub use q8::{DOT_MAX_TOKENS, matmul_q8_dots_with, matmul_q8_with, matvec_q8_with};
+pub use stacked::{Stacked, matvec_q8_stacked_with};
 
 /// An instruction set the kernels can use. Only [`Isa::SCALAR`] can be named;
 /// the others come from [`Isa::best`] and [`Isa::available`], which detect
@@ -249,14 +251,27 @@ fn for_row_groups(
     config.parallel.run(parts.len(), &|task| {
         let mut part = parts[task].lock().unwrap_or_else(|e| e.into_inner());
         let first = task * rows_per_task;
-        let rows = &weights[first * row_bytes..][..part.len() / per_row * row_bytes];
-        let outs = part.chunks_mut(group * per_row);
-        for (i, (out, rows)) in outs.zip(rows.chunks(group * row_bytes)).enumerate() {
-            let at = (first + i * group) * row_bytes + PREFETCH_AHEAD;
-            prefetch(weights.get(at..(at + rows.len()).min(weights.len())));
-            dot(rows, out);
-        }
+        row_groups_task(weights, (row_bytes, group), per_row, first, &mut part, dot);
     });
+}
+
+/// A task of [`for_row_groups`]: `dot` on the rows from `first` on, up to
+/// `group` at a time, whose outputs (`per_row` each) are `part`.
+fn row_groups_task(
+    weights: &[u8],
+    (row_bytes, group): (usize, usize),
+    per_row: usize,
+    first: usize,
+    part: &mut [f32],
+    dot: &(dyn Fn(&[u8], &mut [f32]) + Sync),
+) {
+    let rows = &weights[first * row_bytes..][..part.len() / per_row * row_bytes];
+    let outs = part.chunks_mut(group * per_row);
+    for (i, (out, rows)) in outs.zip(rows.chunks(group * row_bytes)).enumerate() {
+        let at = (first + i * group) * row_bytes + PREFETCH_AHEAD;
+        prefetch(weights.get(at..(at + rows.len()).min(weights.len())));
+        dot(rows, out);
+    }
 }
 
 /// How far ahead of the row being multiplied [`for_rows`] asks for weights.

@@ -90,51 +90,9 @@ pub fn matmul_q8_dots_with(
         };
     }
     let row_bytes = check_matmul(format, weights, (rows, cols, n_tokens), x, y)?;
-    let block_bytes = Format::Q8_0.row_bytes(cols)?;
-    let mut blocks = vec![0u8; product("x (bytes)", n_tokens, block_bytes)?];
-    for (x, xq) in x
-        .chunks_exact(cols.max(1))
-        .zip(blocks.chunks_exact_mut(block_bytes.max(1)))
-    {
-        crate::quantize_q8_0(x, xq)?;
-    }
-    // Per block, the scale as f32 (converted once, not once per row) and the
-    // sum of the dequantized activations, which Q4_1's and Q5_1's minimums multiply.
-    let blocks: &[BlockQ8_0] = crate::blocks::blocks(&blocks);
-    let scales: Vec<[f32; 2]> = blocks
-        .iter()
-        .map(|b| {
-            let d = b.d.to_f32();
-            let sum: i32 = b.qs.iter().map(|&q| i32::from(q as i8)).sum();
-            [d, d * sum as f32]
-        })
-        .collect();
-    let n_blocks = block_bytes / size_of::<BlockQ8_0>();
     let isa = config.isa;
-    // The codes again in the order the VNNI dot reads them.
-    let pairs_len = match isa.0 {
-        Kind::Avx512Vnni => dot_vnni::pair_codes_len(n_blocks),
-        _ => 0,
-    };
-    let mut pairs = vec![0u8; n_tokens * pairs_len];
-    if pairs_len > 0 {
-        for (xq, out) in blocks
-            .chunks_exact(n_blocks.max(1))
-            .zip(pairs.chunks_exact_mut(pairs_len))
-        {
-            dot_vnni::pair_codes(format, xq, out);
-        }
-    }
-    let offsets = dot_vnni::pair_offsets(format, &pairs);
-    let offsets_len = offsets.len() / n_tokens.max(1);
-    let tokens: Vec<Q8Activations> = (0..n_tokens)
-        .map(|t| Q8Activations {
-            blocks: &blocks[t * n_blocks..][..n_blocks],
-            scales: &scales[t * n_blocks..][..n_blocks],
-            pairs: &pairs[t * pairs_len..][..pairs_len],
-            offsets: &offsets[t * offsets_len..][..offsets_len],
-        })
-        .collect();
+    let quantized = Quantized::new(isa, format, x, cols, n_tokens)?;
+    let tokens = quantized.tokens();
     let dot = |row: &[u8], out: &mut [f32]| {
         // With VNNI, the row's codes decoded once for each group of
         // tokens; each token's sum is the same as alone.
@@ -162,19 +120,7 @@ pub fn matmul_q8_dots_with(
             (row_bytes, ROW_GROUP),
             1,
             y,
-            &|rows, out| {
-                let whole = out.len() / ROW_GROUP * ROW_GROUP;
-                let groups = rows.chunks_exact(ROW_GROUP * row_bytes);
-                for (rows, ys) in groups.zip(out.chunks_exact_mut(ROW_GROUP)) {
-                    let rows: [&[u8]; ROW_GROUP] =
-                        std::array::from_fn(|r| &rows[r * row_bytes..][..row_bytes]);
-                    ys.copy_from_slice(&dot_row_group_q8(isa, format, rows, &tokens[0]));
-                }
-                let rest = rows[whole * row_bytes..].chunks_exact(row_bytes);
-                for (row, y) in rest.zip(&mut out[whole..]) {
-                    *y = dot_row_q8(isa, format, row, &tokens[0]);
-                }
-            },
+            &|rows, out| token_rows(isa, format, &tokens[0], (rows, row_bytes), out),
         );
         return Ok(());
     }
@@ -271,7 +217,7 @@ fn matmul_q8_tiled(
 }
 
 /// The formats `matmul_q8_with` has integer kernels for.
-const Q8_FORMATS: [Format; 5] = [
+pub(super) const Q8_FORMATS: [Format; 5] = [
     Format::Q8_0,
     Format::Q4_0,
     Format::Q4_1,
@@ -289,6 +235,111 @@ pub(super) struct Q8Activations<'a> {
     /// Where the VNNI dot's lanes start for Q8_0 weights
     /// (`dot_vnni::pair_offsets`; empty otherwise).
     pub(super) offsets: &'a [i32],
+}
+
+/// Tokens quantized to 8-bit blocks for `format`'s dots: what each
+/// [`Q8Activations`] of [`Quantized::tokens`] borrows.
+pub(super) struct Quantized {
+    blocks: Vec<u8>,
+    scales: Vec<[f32; 2]>,
+    pairs: Vec<u8>,
+    offsets: Vec<i32>,
+    n_tokens: usize,
+}
+
+impl Quantized {
+    /// The `n_tokens` tokens of `x` (`cols` each, whole blocks) quantized
+    /// once ([`crate::quantize_q8_0`]), with what `isa`'s dot with
+    /// `format`'s rows reads besides.
+    pub(super) fn new(
+        isa: Isa,
+        format: Format,
+        x: &[f32],
+        cols: usize,
+        n_tokens: usize,
+    ) -> Result<Quantized, Error> {
+        let block_bytes = Format::Q8_0.row_bytes(cols)?;
+        let mut bytes = vec![0u8; product("x (bytes)", n_tokens, block_bytes)?];
+        for (x, xq) in x
+            .chunks_exact(cols.max(1))
+            .zip(bytes.chunks_exact_mut(block_bytes.max(1)))
+        {
+            crate::quantize_q8_0(x, xq)?;
+        }
+        // Per block, the scale as f32 (converted once, not once per row)
+        // and the sum of the dequantized activations, which Q4_1's and
+        // Q5_1's minimums multiply.
+        let blocks: &[BlockQ8_0] = crate::blocks::blocks(&bytes);
+        let scales: Vec<[f32; 2]> = blocks
+            .iter()
+            .map(|b| {
+                let d = b.d.to_f32();
+                let sum: i32 = b.qs.iter().map(|&q| i32::from(q as i8)).sum();
+                [d, d * sum as f32]
+            })
+            .collect();
+        let n_blocks = block_bytes / size_of::<BlockQ8_0>();
+        // The codes again in the order the VNNI dot reads them.
+        let pairs_len = match isa.0 {
+            Kind::Avx512Vnni => dot_vnni::pair_codes_len(n_blocks),
+            _ => 0,
+        };
+        let mut pairs = vec![0u8; n_tokens * pairs_len];
+        if pairs_len > 0 {
+            for (xq, out) in blocks
+                .chunks_exact(n_blocks.max(1))
+                .zip(pairs.chunks_exact_mut(pairs_len))
+            {
+                dot_vnni::pair_codes(format, xq, out);
+            }
+        }
+        let offsets = dot_vnni::pair_offsets(format, &pairs);
+        Ok(Quantized {
+            blocks: bytes,
+            scales,
+            pairs,
+            offsets,
+            n_tokens,
+        })
+    }
+
+    /// Each token's activations.
+    pub(super) fn tokens(&self) -> Vec<Q8Activations<'_>> {
+        let blocks: &[BlockQ8_0] = crate::blocks::blocks(&self.blocks);
+        let per_token = |len: usize| len / self.n_tokens.max(1);
+        let (n_blocks, pairs_len) = (per_token(blocks.len()), per_token(self.pairs.len()));
+        let offsets_len = per_token(self.offsets.len());
+        (0..self.n_tokens)
+            .map(|t| Q8Activations {
+                blocks: &blocks[t * n_blocks..][..n_blocks],
+                scales: &self.scales[t * n_blocks..][..n_blocks],
+                pairs: &self.pairs[t * pairs_len..][..pairs_len],
+                offsets: &self.offsets[t * offsets_len..][..offsets_len],
+            })
+            .collect()
+    }
+}
+
+/// One token `x` times consecutive `rows` of `row_bytes` each (one of
+/// [`Q8_FORMATS`]) into `out`, a result per row: [`ROW_GROUP`] rows at a
+/// time, each row's sum the same as alone.
+pub(super) fn token_rows(
+    isa: Isa,
+    format: Format,
+    x: &Q8Activations,
+    (rows, row_bytes): (&[u8], usize),
+    out: &mut [f32],
+) {
+    let whole = out.len() / ROW_GROUP * ROW_GROUP;
+    let groups = rows.chunks_exact(ROW_GROUP * row_bytes);
+    for (rows, ys) in groups.zip(out.chunks_exact_mut(ROW_GROUP)) {
+        let rows: [&[u8]; ROW_GROUP] = std::array::from_fn(|r| &rows[r * row_bytes..][..row_bytes]);
+        ys.copy_from_slice(&dot_row_group_q8(isa, format, rows, x));
+    }
+    let rest = rows[whole * row_bytes..].chunks_exact(row_bytes);
+    for (row, y) in rest.zip(&mut out[whole..]) {
+        *y = dot_row_q8(isa, format, row, x);
+    }
 }
 
 /// [`ROW_GROUP`] rows in one of [`Q8_FORMATS`] times one token's quantized

@@ -103,6 +103,35 @@ impl Linear {
         y.rename(OUT, self.output.as_str())
     }
 
+    /// [`Linear::forward`] of each of `layers` on the same `x` (a layer's
+    /// query, key and value projections): where every weight is in blocks,
+    /// without bias or adapter, one call ([`quant::dots`](crate::quant::dots))
+    /// whose kernel quantizes a decode step's token once and multiplies
+    /// all the layers' rows as one job; the same values either way.
+    #[track_caller]
+    pub fn forward_each<const N: usize>(x: Tensor, layers: [&Linear; N]) -> [Tensor; N] {
+        let shared = layers.iter().all(|l| {
+            l.bias.is_none()
+                && l.lora.is_none()
+                && l.input == layers[0].input
+                && blocks_format(&l.weight.shape()).is_some()
+        });
+        // Loops, not closures, so that each node keeps the caller's line.
+        let mut out = [x; N];
+        if N < 2 || !shared {
+            for (y, l) in out.iter_mut().zip(layers) {
+                *y = l.forward(x);
+            }
+            return out;
+        }
+        let ws: Vec<Tensor> = layers.iter().map(|l| l.weight).collect();
+        let ys = crate::quant::dots(x, &ws, layers[0].input.as_str());
+        for ((y, l), fused) in out.iter_mut().zip(layers).zip(ys) {
+            *y = fused.rename(OUT, l.output.as_str());
+        }
+        out
+    }
+
     /// [`gelu_erf`](crate::nn::gelu_erf) of [`Linear::forward`]: for a
     /// weight in blocks with a bias, one call whose kernel applies the GELU
     /// in the pass that adds the bias

@@ -67,12 +67,12 @@ impl GatedMlp {
     /// Applies the block (`x` keeps its axes; the `dim` axis moves last).
     #[track_caller]
     pub fn forward(&self, x: Tensor) -> Tensor {
-        let gate = self.gate.forward(x);
+        let [gate, up] = Linear::forward_each(x, [&self.gate, &self.up]);
         let gate = if self.gelu_tanh {
             gate.gelu_tanh()
         } else {
             gate.silu()
         };
-        self.down.forward(gate * self.up.forward(x))
+        self.down.forward(gate * up)
     }
 }

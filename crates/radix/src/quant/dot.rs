@@ -31,7 +31,7 @@ static QUANT_DOT: LazyLock<CustomCall> = LazyLock::new(|| {
 
 /// The call in ordinary ops: `w` decoded in the graph, contracted with
 /// `x`, plus the bias, then the activation.
-fn fallback(x: &[Tensor], attrs: &Attrs) -> Vec<Tensor> {
+pub(super) fn fallback(x: &[Tensor], attrs: &Attrs) -> Vec<Tensor> {
     let w = crate::quant::dequantize(x[1], COLS);
     let y = x[0].dot_general(
         w,
@@ -61,7 +61,7 @@ fn fallback(x: &[Tensor], attrs: &Attrs) -> Vec<Tensor> {
 /// them): otherwise XLA decodes every layer's weights at the start of the
 /// backward pass, since they depend on nothing else, and holds them all
 /// at once (SmolLM2's MLP matrices alone: 318 MB in a LoRA step).
-fn derivative(x: &[Tensor], _: &[Tensor], cts: &[Tensor], attrs: &Attrs) -> Vec<Tensor> {
+pub(super) fn derivative(x: &[Tensor], _: &[Tensor], cts: &[Tensor], attrs: &Attrs) -> Vec<Tensor> {
     let tied = crate::optimization_barrier(&[x[1], cts[0]]);
     let (w, ct) = (tied[0], tied[1]);
     let floats: Vec<Tensor> = std::iter::once(x[0]).chain(x.get(2).copied()).collect();
@@ -151,11 +151,6 @@ fn dot_and_add(
         );
         return fail("quant_dot", msg, &[x, w], xs.with_dtype(DType::F32));
     }
-    let rest = xs.remove_axis(at).expect("the axis exists");
-    let mut perm: Vec<usize> = (0..xs.rank()).filter(|&i| i != at).collect();
-    perm.push(at);
-    let n = rest.count() as i64;
-    let x2 = x.transpose(perm.as_slice()).reshape(&[n, cols]);
     let products = blocks_products(&ws).unwrap_or_default();
     let mut attrs = Attrs::new()
         .with("format", format.name())
@@ -166,28 +161,67 @@ fn dot_and_add(
     if let Some(a) = activation {
         attrs = attrs.with(ACTIVATION, a.name());
     }
-    // A step of several sequences (`x` tagged `(b, s, ...)`) says how many
-    // tokens each has.
-    let sequence = xs.axis(crate::nn::tags::S).map(|s| xs.dims()[s]);
-    if let Some(s) = sequence.filter(|&s| s < n) {
-        attrs = attrs.with(SEQUENCE, s);
-    }
+    let tokens = Tokens::of(x, at, cols);
+    let attrs = tokens.with_sequence(attrs);
     let y2 = match bias {
-        Some(b) => QUANT_DOT.call(&[x2, w, b.reshape(&[ws.dims()[0]])], &attrs)[0],
-        None => QUANT_DOT.call(&[x2, w], &attrs)[0],
+        Some(b) => QUANT_DOT.call(&[tokens.x2, w, b.reshape(&[ws.dims()[0]])], &attrs)[0],
+        None => QUANT_DOT.call(&[tokens.x2, w], &attrs)[0],
     };
-    let rows_tag = ws.tag(0).map_or("", |t| t.as_str());
-    let out = rest
-        .insert_axis(rest.rank(), ws.dims()[0], rows_tag)
-        .map(|s| s.with_dtype(DType::F32));
-    match out {
-        Some(out) => y2.reshape_to(out),
-        None => fail(
-            "quant_dot",
-            format!("{xs} has no room for another axis"),
-            &[x, w],
-            xs,
-        ),
+    tokens.result(y2, w)
+}
+
+/// `x` as the rows of a product: its axis of `cols` (at `at`) moved last
+/// and the others merged into one, `[n, cols]`.
+pub(super) struct Tokens {
+    pub(super) x: Tensor,
+    pub(super) x2: Tensor,
+    /// `x`'s shape without the contracted axis.
+    rest: Shape,
+}
+
+impl Tokens {
+    #[track_caller]
+    pub(super) fn of(x: Tensor, at: usize, cols: i64) -> Tokens {
+        let xs = x.shape();
+        let rest = xs.remove_axis(at).expect("the axis exists");
+        let mut perm: Vec<usize> = (0..xs.rank()).filter(|&i| i != at).collect();
+        perm.push(at);
+        let x2 = x
+            .transpose(perm.as_slice())
+            .reshape(&[rest.count() as i64, cols]);
+        Tokens { x, x2, rest }
+    }
+
+    /// `attrs` with [`SEQUENCE`] where `x` holds several sequences (a step
+    /// of a batch: tagged `(b, s, ...)`), each of that many tokens.
+    pub(super) fn with_sequence(&self, attrs: Attrs) -> Attrs {
+        let xs = self.x.shape();
+        let sequence = xs.axis(crate::nn::tags::S).map(|s| xs.dims()[s]);
+        match sequence.filter(|&s| s < self.rest.count() as i64) {
+            Some(s) => attrs.with(SEQUENCE, s),
+            None => attrs,
+        }
+    }
+
+    /// The product `y2` (`[n, rows]`) of these rows and the blocks `w` with
+    /// `x`'s other axes back, then `w`'s rows axis.
+    #[track_caller]
+    pub(super) fn result(&self, y2: Tensor, w: Tensor) -> Tensor {
+        let (xs, ws) = (self.x.shape(), w.shape());
+        let rows_tag = ws.tag(0).map_or("", |t| t.as_str());
+        let out = self
+            .rest
+            .insert_axis(self.rest.rank(), ws.dims()[0], rows_tag)
+            .map(|s| s.with_dtype(DType::F32));
+        match out {
+            Some(out) => y2.reshape_to(out),
+            None => fail(
+                "quant_dot",
+                format!("{xs} has no room for another axis"),
+                &[self.x, w],
+                xs,
+            ),
+        }
     }
 }
 
@@ -288,7 +322,7 @@ fn activation_attr(attrs: &Attrs) -> Result<Option<Activation>, String> {
 
 /// The [`SEQUENCE`] attribute: the tokens of each sequence, at least 1
 /// (absent: `None`, the rows are one sequence).
-fn sequence_attr(attrs: &Attrs) -> Result<Option<usize>, String> {
+pub(super) fn sequence_attr(attrs: &Attrs) -> Result<Option<usize>, String> {
     match attrs.get(SEQUENCE) {
         None => Ok(None),
         Some(_) => match attrs.i64(SEQUENCE)? {
@@ -382,7 +416,7 @@ fn finish(
 }
 
 /// The products of `kernel`'s call into `y`.
-fn products(
+pub(super) fn products(
     k: &Kernel<'_>,
     config: &Config,
     (format, w, rows, cols): (Format, &[u8], usize, usize),

@@ -10,10 +10,12 @@
 //! CPU kernels are `radix-quant`'s.
 
 mod dot;
+mod dots;
 mod rows;
 mod unpack;
 
 pub use dot::{dot, dot_bias, dot_bias_gelu_erf};
+pub use dots::dots;
 pub use radix_quant::{DOT_MAX_TOKENS, Format};
 pub use rows::rows;
 pub use unpack::dequantize;
