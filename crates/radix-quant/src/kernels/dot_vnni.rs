@@ -303,7 +303,8 @@ mod imp {
     }
 
     /// The codes of a pair of blocks (`second` absent: zeros) in pair
-    /// order ([`super::pair_codes`]), as bytes: Q8_0's signed, the others' unsigned (4 or 5 bits).
+    /// order ([`super::pair_codes`]), as bytes: Q8_0's signed, the others'
+    /// unsigned (4 or 5 bits).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     unsafe fn codes<const F: u8>(first: *const u8, second: Option<*const u8>) -> __m512i {
         // SAFETY: `first` and `second` are whole blocks of format `F`.

@@ -229,8 +229,8 @@ pub(super) const Q8_FORMATS: [Format; 5] = [
 pub(super) struct Q8Activations<'a> {
     pub(super) blocks: &'a [BlockQ8_0],
     pub(super) scales: &'a [[f32; 2]],
-    /// The blocks' codes in `dot_vnni`'s pair order for the weights' format, for `Kind::Avx512Vnni`
-    /// (empty otherwise).
+    /// The blocks' codes in `dot_vnni`'s pair order for the weights'
+    /// format, for `Kind::Avx512Vnni` (empty otherwise).
     pub(super) pairs: &'a [u8],
     /// Where the VNNI dot's lanes start for Q8_0 weights
     /// (`dot_vnni::pair_offsets`; empty otherwise).

@@ -173,7 +173,7 @@ fn dot_and_add(
 /// `x` as the rows of a product: its axis of `cols` (at `at`) moved last
 /// and the others merged into one, `[n, cols]`.
 pub(super) struct Tokens {
-    pub(super) x: Tensor,
+    x: Tensor,
     pub(super) x2: Tensor,
     /// `x`'s shape without the contracted axis.
     rest: Shape,

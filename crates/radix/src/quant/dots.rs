@@ -47,16 +47,16 @@ pub fn dots(x: Tensor, ws: &[Tensor], axis: &str) -> Vec<Tensor> {
             blocks_format(&s).filter(|_| int8 && rows)
         })
         .collect();
-    let at = xs.axis(axis);
-    let together = match (&formats, at) {
-        (Some(f), Some(at)) if ws.len() > 1 && xs.dtype() == DType::F32 => {
-            f.iter().all(|&(_, cols)| cols == xs.dims()[at])
-        }
-        _ => false,
-    };
+    // One call where there are several matrices of `x`'s columns.
+    let at = xs
+        .axis(axis)
+        .filter(|_| ws.len() > 1 && xs.dtype() == DType::F32);
+    let fused = formats
+        .zip(at)
+        .filter(|(f, at)| f.iter().all(|&(_, cols)| cols == xs.dims()[*at]));
     // Loops, not closures, so that each node keeps the caller's line.
     let mut out = Vec::with_capacity(ws.len());
-    let (Some(formats), Some(at), true) = (formats, at, together) else {
+    let Some((formats, at)) = fused else {
         for &w in ws {
             out.push(super::dot(x, w, axis));
         }
