@@ -74,7 +74,7 @@ pub struct GenerateArgs {
     dtype: DtypeArg,
     /// Multiply quantized matrices by f32 activations (`W·x`) rather than by
     /// activations quantized to 8 bits as llama.cpp does (`W·x̃`, the default
-    /// for Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 matrices: faster).
+    /// for every block format: faster).
     #[arg(long)]
     exact: bool,
     /// How the key/value cache stores keys and values: f16 (half the

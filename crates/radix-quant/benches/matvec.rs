@@ -24,6 +24,9 @@
 //! The `token` group times every matrix product of one SmolLM2 decode
 //! token (30 layers of Q4_1 projections and the Q8_0 tied head, 96 MB: more
 //! than the caches hold), `token Q8_0` those of the Q8_0 file (138 MB),
+//! and `token Q4_K_M K-quants` the K-quant products of a Gemma 3 270M
+//! Q4_K_M token (18 Q4_K 640×1024, 9 Q4_K and 9 Q6_K 640×2048: 23 MB; its
+//! Q5_0 layers and Q8_0 head are formats the groups before time),
 //! with 8-bit activations, on one thread and on the spinning [`SpinPool`],
 //! in each instruction set this CPU runs.
 //!
@@ -31,6 +34,7 @@
 //! does not depend on the values.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use radix_quant::blocks::f16_offsets;
 use radix_quant::testing::Rng;
 use radix_quant::{
     Config, DOT_MAX_TOKENS, Format, Isa, Parallel, ScopedThreads, Serial, SpinPool, dequantize,
@@ -39,18 +43,17 @@ use radix_quant::{
 
 const SHAPES: [(usize, usize); 4] = [(576, 576), (1536, 576), (576, 1536), (49152, 576)];
 
-/// Random blocks whose f16 fields (the first two or four bytes of a Q4_1 or
-/// Q8_0 block) hold small finite scales.
+/// Random blocks whose f16 fields (scales and minimums) hold small finite
+/// values.
 fn random_blocks(format: Format, n_blocks: usize, seed: u64) -> Vec<u8> {
     let mut rng = Rng(seed);
     let mut next = move || (rng.next() >> 32) as u32;
     let mut bytes = Vec::with_capacity(n_blocks * format.block_bytes());
     for _ in 0..n_blocks {
         let mut block: Vec<u8> = (0..format.block_bytes()).map(|_| next() as u8).collect();
-        let n_scales = if format == Format::Q4_1 { 2 } else { 1 };
-        for s in 0..n_scales {
+        for at in f16_offsets(format) {
             let scale = half::f16::from_f32((next() % 1000) as f32 * 1e-5 - 5e-3);
-            block[2 * s..2 * s + 2].copy_from_slice(&scale.to_le_bytes());
+            block[at..at + 2].copy_from_slice(&scale.to_le_bytes());
         }
         bytes.extend_from_slice(&block);
     }
@@ -242,35 +245,67 @@ fn bench_token(c: &mut Criterion) {
             576,
             random_blocks(Format::Q8_0, 49152 * 18, 99),
         ));
-        let bytes: usize = matrices.iter().map(|m| m.3.len()).sum();
-        let x: Vec<f32> = (0..1536).map(|i| (i as f32 * 0.37).sin()).collect();
-        let mut y = vec![0.0f32; 49152];
         let name = match layers {
             Format::Q4_1 => "token",
             _ => "token Q8_0",
         };
-        let mut group = c.benchmark_group(name);
-        group.throughput(Throughput::Bytes(bytes as u64));
-        group.sample_size(20);
-        let pool = SpinPool::global();
-        let pools: [(&str, &dyn Parallel); 2] = [("1 thread", &Serial), ("spin pool", pool)];
-        for isa in Isa::available() {
-            for (name, parallel) in pools {
-                let config = Config { isa, parallel };
-                let id = BenchmarkId::new(format!("q8 {} {name}", isa.name()), pool.n_threads());
-                group.bench_function(id, |b| {
-                    b.iter(|| {
-                        for (format, rows, cols, w) in &matrices {
-                            let (x, y) = (&x[..*cols], &mut y[..*rows]);
-                            matvec_q8_with(&config, *format, w, *rows, *cols, x, y)
-                                .expect("shapes");
-                        }
-                    })
-                });
-            }
-        }
-        group.finish();
+        bench_products(c, name, &matrices);
     }
+    // Gemma 3 270M Q4_K_M's K-quant matrices (rows × cols = 640 × in).
+    let mut matrices: Vec<(Format, usize, usize, Vec<u8>)> = vec![];
+    for layer in 0..18 {
+        let seed = layer as u64 * 4 + 1;
+        let cols = 1024;
+        matrices.push((
+            Format::Q4_K,
+            640,
+            cols,
+            random_blocks(Format::Q4_K, 640 * cols / 256, seed),
+        ));
+        let down = if layer % 2 == 0 {
+            Format::Q4_K
+        } else {
+            Format::Q6_K
+        };
+        let cols = 2048;
+        matrices.push((
+            down,
+            640,
+            cols,
+            random_blocks(down, 640 * cols / 256, seed + 1),
+        ));
+    }
+    bench_products(c, "token Q4_K_M K-quants", &matrices);
+}
+
+/// Times `matrices` (format, rows, cols, blocks) each times one token, with
+/// 8-bit activations, in every instruction set, on one thread and the pool.
+fn bench_products(c: &mut Criterion, name: &str, matrices: &[(Format, usize, usize, Vec<u8>)]) {
+    let bytes: usize = matrices.iter().map(|m| m.3.len()).sum();
+    let max_cols = matrices.iter().map(|m| m.2).max().unwrap_or(0);
+    let max_rows = matrices.iter().map(|m| m.1).max().unwrap_or(0);
+    let x: Vec<f32> = (0..max_cols).map(|i| (i as f32 * 0.37).sin()).collect();
+    let mut y = vec![0.0f32; max_rows];
+    let mut group = c.benchmark_group(name);
+    group.throughput(Throughput::Bytes(bytes as u64));
+    group.sample_size(20);
+    let pool = SpinPool::global();
+    let pools: [(&str, &dyn Parallel); 2] = [("1 thread", &Serial), ("spin pool", pool)];
+    for isa in Isa::available() {
+        for (name, parallel) in pools {
+            let config = Config { isa, parallel };
+            let id = BenchmarkId::new(format!("q8 {} {name}", isa.name()), pool.n_threads());
+            group.bench_function(id, |b| {
+                b.iter(|| {
+                    for (format, rows, cols, w) in matrices {
+                        let (x, y) = (&x[..*cols], &mut y[..*rows]);
+                        matvec_q8_with(&config, *format, w, *rows, *cols, x, y).expect("shapes");
+                    }
+                })
+            });
+        }
+    }
+    group.finish();
 }
 
 criterion_group!(benches, bench, bench_matmul, bench_f32, bench_token);

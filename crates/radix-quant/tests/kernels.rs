@@ -147,9 +147,9 @@ fn q8_0_codes_at_their_limits_sum_exactly() {
 
 /// Matrices stacked into one product give each matrix the bits it gets
 /// alone, on every instruction set, on one thread and on the pool: formats
-/// with 8-bit kernels (two of them, so the token is quantized twice),
-/// one without (taken apart), a matrix of no rows, and rows that are not a
-/// whole number of row groups.
+/// with 8-bit kernels (three of them, one a K-quant, so the token is
+/// quantized three times), one without (taken apart), a matrix of no rows,
+/// and rows that are not a whole number of row groups.
 #[test]
 fn stacked_matrices_get_their_bits_alone() {
     let mut rng = Rng(13);
@@ -158,6 +158,7 @@ fn stacked_matrices_get_their_bits_alone() {
         (Format::Q4_1, 37),
         (Format::Q8_0, 8),
         (Format::Q4_K, 5),
+        (Format::F16, 3),
         (Format::Q4_1, 0),
         (Format::Q4_1, 130),
     ];
@@ -200,7 +201,7 @@ fn stacked_matrices_get_their_bits_alone() {
         parallel: &Serial,
     };
     let mut ys: Vec<Vec<f32>> = matrices.iter().map(|m| vec![f32::NAN; m.rows]).collect();
-    ys[4].pop();
+    ys[5].pop();
     let mut outs: Vec<&mut [f32]> = ys.iter_mut().map(|y| y.as_mut_slice()).collect();
     assert_eq!(
         matvec_q8_stacked_with(&config, &matrices, cols, &x, &mut outs),
@@ -211,11 +212,11 @@ fn stacked_matrices_get_their_bits_alone() {
         })
     );
     assert_eq!(
-        matvec_q8_stacked_with(&config, &matrices, cols, &x, &mut outs[..4]),
+        matvec_q8_stacked_with(&config, &matrices, cols, &x, &mut outs[..5]),
         Err(Error::Length {
             what: "ys (outputs)",
-            expected: 5,
-            got: 4
+            expected: 6,
+            got: 5
         })
     );
     assert!(
@@ -322,7 +323,8 @@ fn companions_do_not_change_a_token() {
 /// in groups that share each row's decoded codes) gives every token the
 /// bits `matvec_q8_with` gives it alone, for every format with integer
 /// dots, on every instruction set this CPU runs, with or without a partial
-/// group and a partial pair or group of 16 blocks.
+/// group and a partial pair or group of 16 blocks (for the K-quants, one
+/// super-block and three).
 #[test]
 fn a_token_among_many_gets_its_dots_alone() {
     let mut rng = Rng(29);
@@ -332,10 +334,17 @@ fn a_token_among_many_gets_its_dots_alone() {
         Format::Q4_1,
         Format::Q5_0,
         Format::Q5_1,
+        Format::Q4_K,
+        Format::Q5_K,
+        Format::Q6_K,
     ];
     let threads = FineGrained(ScopedThreads::new(3));
     for format in formats {
-        for (rows, cols) in [(13, 576), (5, 32 * 19)] {
+        let shapes = match format.block_len() {
+            256 => [(13, 256), (5, 768)],
+            _ => [(13, 576), (5, 32 * 19)],
+        };
+        for (rows, cols) in shapes {
             let weights = random_weights(format, rows, cols, Codes::Random, 1.0, &mut rng);
             let n = 23;
             let x = random_x(n * cols, &mut rng);
@@ -532,10 +541,12 @@ proptest! {
 
     /// `matvec_q8_with` is `W·x̃` for the quantized activations `x̃`: compared
     /// with the f64 reference on `dequantize(quantize_q8_0(x))`. The kernels
-    /// split Q4_1's and Q5_1's `d·q + m` into two sums, so the tolerance counts `|m·x|`
-    /// terms too, and the VNNI dot splits Q4_0's `d·(q - 8)` (Q5_0's `d·(q - 16)`) into
-    /// `d·q` and `-8·d` (`-16·d`), so it counts `|16·d·x|` (`|32·d·x|`) terms. Formats
-    /// without an 8-bit kernel must equal `matvec_with`.
+    /// split Q4_1's and Q5_1's `d·q + m` (Q4_K's and Q5_K's `d·sc·q - dmin·m`)
+    /// into two sums, so the tolerance counts `|m·x|` (`|dmin·m·x|`, `m` up
+    /// to 63) terms too, and the VNNI dot splits Q4_0's `d·(q - 8)` (Q5_0's
+    /// `d·(q - 16)`) into `d·q` and `-8·d` (`-16·d`), so it counts `|16·d·x|`
+    /// (`|32·d·x|`) terms. Formats without an 8-bit kernel must equal
+    /// `matvec_with`.
     #[test]
     fn q8_kernels_match_reference(
         format in format_strategy(),
@@ -567,9 +578,10 @@ proptest! {
         let row_bytes = format.row_bytes(cols).expect("whole blocks");
         for (r, m) in max_term.iter_mut().enumerate() {
             let blocks = weights[r * row_bytes..][..row_bytes].chunks_exact(format.block_bytes());
+            let len = format.block_len();
             for (b, block) in blocks.enumerate() {
                 let c = second_term(block);
-                for &x in &xd[(32 * b).min(cols)..(32 * (b + 1)).min(cols)] {
+                for &x in &xd[(len * b).min(cols)..(len * (b + 1)).min(cols)] {
                     *m = m.max(c * f64::from(x).abs());
                 }
             }
@@ -579,7 +591,7 @@ proptest! {
             let config = Config { isa, parallel: &Serial };
             let mut y = vec![f32::NAN; rows];
             matvec_q8_with(&config, format, &weights, rows, cols, &x, &mut y).expect("shapes");
-            if !matches!(format, Format::Q8_0 | Format::Q4_0 | Format::Q4_1 | Format::Q5_0 | Format::Q5_1) {
+            if matches!(format, Format::F32 | Format::F16 | Format::BF16) {
                 let mut y_f32 = vec![f32::NAN; rows];
                 matvec_with(&config, format, &weights, rows, cols, &x, &mut y_f32).expect("shapes");
                 prop_assert_eq!(y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), y_f32.iter().map(|v| v.to_bits()).collect::<Vec<_>>());

@@ -89,12 +89,15 @@ fn quantized_activations(x: &[f32], cols: usize) -> Vec<f32> {
 
 /// The formats with integer kernels: their [`Products::Int8`] products
 /// multiply quantized activations.
-const INT8_FORMATS: [Format; 5] = [
+const INT8_FORMATS: [Format; 8] = [
     Format::Q8_0,
     Format::Q4_0,
     Format::Q4_1,
     Format::Q5_0,
     Format::Q5_1,
+    Format::Q4_K,
+    Format::Q5_K,
+    Format::Q6_K,
 ];
 
 /// One token `[d]` and three tokens stored `[d, s]` (the contracted axis

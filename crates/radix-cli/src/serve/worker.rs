@@ -210,10 +210,9 @@ pub const IDLE_TURN: Duration = Duration::from_millis(100);
 /// first. A step pads every row to its longest, so a row with more would
 /// make every decoding row's token cost that many. Its logits are what
 /// they are when the prompt runs alone: bit for bit where the products are
-/// 8-bit dots (Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 blocks, a dot per token for
-/// sequences of up to [`radix::quant::DOT_MAX_TOKENS`] tokens however many
-/// rows a step has), up to the order of summation for exact products (and
-/// K-quants, whose short steps take them). So a prompt cache's hit answers
+/// 8-bit dots (every block format, a dot per token for sequences of up to
+/// [`radix::quant::DOT_MAX_TOKENS`] tokens however many rows a step has),
+/// up to the order of summation for exact products. So a prompt cache's hit answers
 /// as the prompt did cold, and a seeded sample draws the same tokens.
 const IN_STEP: usize = 16;
 

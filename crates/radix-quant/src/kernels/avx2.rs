@@ -11,7 +11,7 @@
 #[cfg(target_arch = "x86_64")]
 pub(super) use imp::{
     LANE_ROWS, dequantize_row, detected, dot_row, dot_row_group_q8, dot_row_q8, dot_tile,
-    dot_tile_lanes,
+    dot_tile_lanes, f16_widen, hsum, load_u8x32,
 };
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -638,13 +638,13 @@ mod imp {
 
     /// `h` widened by F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn f16_widen(h: F16) -> f32 {
+    pub(in crate::kernels) fn f16_widen(h: F16) -> f32 {
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h.bits()))))
     }
 
     /// The sum of the 8 lanes.
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn hsum(v: __m256) -> f32 {
+    pub(in crate::kernels) fn hsum(v: __m256) -> f32 {
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
         let s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -698,7 +698,7 @@ mod imp {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn load_u8x32(b: &[u8; 32]) -> __m256i {
+    pub(in crate::kernels) fn load_u8x32(b: &[u8; 32]) -> __m256i {
         // SAFETY: `b` is 32 readable bytes; no alignment need.
         unsafe { _mm256_loadu_si256(b.as_ptr().cast()) }
     }

@@ -37,6 +37,12 @@ use super::q8::ROW_GROUP;
 use crate::Format;
 use crate::blocks::BlockQ8_0;
 
+/// Whether rows of `format` (one of `q8.rs`'s `Q8_FORMATS`) take this dot:
+/// the blocks of 32 (the K-quants' super-blocks take `dot_k.rs`'s).
+pub(super) fn takes(format: Format) -> bool {
+    !super::q8::is_k_quant(format)
+}
+
 /// The bytes [`pair_codes`] writes for `n_blocks` blocks: 64 a pair, an
 /// odd last block paired with zeros.
 pub(super) fn pair_codes_len(n_blocks: usize) -> usize {

@@ -4,6 +4,7 @@
 
 mod avx2;
 mod avx512;
+mod dot_k;
 mod dot_vnni;
 mod lanes;
 mod panels;

@@ -8,15 +8,16 @@
 use std::sync::Mutex;
 
 use super::{
-    Config, Kind, avx2, avx512, check_matmul, dot_vnni, for_row_groups, for_row_tasks, for_rows,
-    matmul_with, matvec_with, product, prompt_q8, scalar,
+    Config, Kind, avx2, avx512, check_matmul, dot_k, dot_vnni, for_row_groups, for_row_tasks,
+    for_rows, matmul_with, matvec_with, product, prompt_q8, scalar,
 };
 use crate::blocks::BlockQ8_0;
 use crate::{Error, Format, Isa};
 
 /// [`matvec_with`] with `x` quantized to 8-bit blocks first
-/// ([`crate::quantize_q8_0`]), as llama.cpp's decode does: for Q8_0, Q4_0,
-/// Q4_1, Q5_0 and Q5_1 weights the products are then integer multiply-adds, about
+/// ([`crate::quantize_q8_0`]), as llama.cpp's decode does: for the block
+/// formats (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) the products
+/// are then integer multiply-adds, about
 /// twice as fast, but the result is `W·x̃` for the quantized `x̃`: each
 /// activation moves by up to 1/254 of its block's largest magnitude (plus
 /// the f16 rounding of the block's scale). Other formats compute exactly
@@ -97,7 +98,7 @@ pub fn matmul_q8_dots_with(
         // With VNNI, the row's codes decoded once for each group of
         // tokens; each token's sum is the same as alone.
         let mut done = 0;
-        if isa.0 == Kind::Avx512Vnni {
+        if isa.0 == Kind::Avx512Vnni && dot_vnni::takes(format) {
             for (ys, xs) in out
                 .chunks_exact_mut(DOT_GROUP)
                 .zip(tokens.chunks_exact(DOT_GROUP))
@@ -217,12 +218,15 @@ fn matmul_q8_tiled(
 }
 
 /// The formats `matmul_q8_with` has integer kernels for.
-pub(super) const Q8_FORMATS: [Format; 5] = [
+pub(super) const Q8_FORMATS: [Format; 8] = [
     Format::Q8_0,
     Format::Q4_0,
     Format::Q4_1,
     Format::Q5_0,
     Format::Q5_1,
+    Format::Q4_K,
+    Format::Q5_K,
+    Format::Q6_K,
 ];
 
 /// `x` as Q8_0 blocks, and per block its scale and the sum of its values.
@@ -281,7 +285,7 @@ impl Quantized {
         let n_blocks = block_bytes / size_of::<BlockQ8_0>();
         // The codes again in the order the VNNI dot reads them.
         let pairs_len = match isa.0 {
-            Kind::Avx512Vnni => dot_vnni::pair_codes_len(n_blocks),
+            Kind::Avx512Vnni if dot_vnni::takes(format) => dot_vnni::pair_codes_len(n_blocks),
             _ => 0,
         };
         let mut pairs = vec![0u8; n_tokens * pairs_len];
@@ -352,6 +356,7 @@ fn dot_row_group_q8(
 ) -> [f32; ROW_GROUP] {
     match isa.0 {
         Kind::Scalar => rows.map(|row| scalar::dot_row_q8(format, row, x)),
+        _ if is_k_quant(format) => dot_k::dot_rows_q8(format, rows, x),
         Kind::Avx2 | Kind::Avx512 => avx2::dot_row_group_q8(format, rows, x),
         Kind::Avx512Vnni => dot_vnni::dot_row_group_q8(format, rows, x),
     }
@@ -362,7 +367,15 @@ fn dot_row_group_q8(
 fn dot_row_q8(isa: Isa, format: Format, row: &[u8], x: &Q8Activations) -> f32 {
     match isa.0 {
         Kind::Scalar => scalar::dot_row_q8(format, row, x),
+        _ if is_k_quant(format) => dot_k::dot_rows_q8(format, [row], x)[0],
         Kind::Avx2 | Kind::Avx512 => avx2::dot_row_q8(format, row, x),
         Kind::Avx512Vnni => dot_vnni::dot_row_q8(format, row, x),
     }
+}
+
+/// Q4_K, Q5_K and Q6_K: super-blocks of 256 with sub-blocks, whose dots
+/// are `dot_k.rs`'s on every vector instruction set (the VNNI dot takes
+/// blocks of 32 in pairs).
+pub(super) fn is_k_quant(format: Format) -> bool {
+    matches!(format, Format::Q4_K | Format::Q5_K | Format::Q6_K)
 }

@@ -3,8 +3,10 @@
 
 use super::{Q8Activations, Tile};
 use crate::Format;
-use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, block};
-use crate::dequantize::{dequantize_block, five_bits};
+use crate::blocks::{
+    BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ5_0, BlockQ5_1, BlockQ5_K, BlockQ6_K, BlockQ8_0, block,
+};
+use crate::dequantize::{dequantize_block, five_bits, k_nibble, k_scale_min, q6_code};
 use crate::format::QK_K;
 
 /// Partial sums per dot, as an 8-lane vector would keep them.
@@ -70,7 +72,11 @@ fn dot(w: &[f32], x: &[f32]) -> f32 {
 /// A row of Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1 blocks times Q8_0 activations:
 /// per block an exact integer sum of code products, scaled by both blocks'
 /// scales, plus Q4_1's or Q5_1's minimum times the activations' block sum.
+/// K-quant rows go to [`dot_row_q8_k`].
 pub(super) fn dot_row_q8(format: Format, row: &[u8], x: &Q8Activations) -> f32 {
+    if super::q8::is_k_quant(format) {
+        return dot_row_q8_k(format, row, x);
+    }
     let mut acc = 0.0f32;
     let bytes = row.chunks_exact(format.block_bytes());
     for ((w, xb), &[dx, sum]) in bytes.zip(x.blocks).zip(x.scales) {
@@ -106,6 +112,63 @@ pub(super) fn dot_row_q8(format: Format, row: &[u8], x: &Q8Activations) -> f32 {
         };
     }
     acc
+}
+
+/// A row of Q4_K, Q5_K or Q6_K super-blocks times Q8_0 activations, the
+/// reference of `dot_k.rs`'s kernels. Each activation block (32 elements,
+/// one Q4_K or Q5_K sub-block, two of Q6_K's) gives one exact integer sum,
+/// each sub-block's code products times its integer scale (Q6_K's codes
+/// taken as `q - 32`), and adds it times `d·dx`; Q4_K's and Q5_K's
+/// minimums `dmin·m` times the activations' block sums are summed apart and
+/// subtracted at the end.
+pub(super) fn dot_row_q8_k(format: Format, row: &[u8], x: &Q8Activations) -> f32 {
+    let (mut acc, mut mins) = (0.0f32, 0.0f32);
+    let per_block = QK_K / 32;
+    let xs = x
+        .blocks
+        .chunks_exact(per_block)
+        .zip(x.scales.chunks_exact(per_block));
+    for (w, (xb, xs)) in row.chunks_exact(format.block_bytes()).zip(xs) {
+        for (s, (xb, &[dx, sum])) in xb.iter().zip(xs).enumerate() {
+            let qx = |l: usize| i32::from(xb.qs[l] as i8);
+            let (d, sum) = match format {
+                Format::Q4_K | Format::Q5_K => {
+                    let (d, dmin, scales, qs, qh) = match format {
+                        Format::Q4_K => {
+                            let w: &BlockQ4_K = block(w);
+                            (w.d, w.dmin, &w.scales, &w.qs, None)
+                        }
+                        _ => {
+                            let w: &BlockQ5_K = block(w);
+                            (w.d, w.dmin, &w.scales, &w.qs, Some(&w.qh))
+                        }
+                    };
+                    let code = |l: usize| {
+                        let high = qh.map_or(0, |qh| (qh[l] >> s) & 1);
+                        i32::from(k_nibble(qs, s, l) | high << 4)
+                    };
+                    let (sc, m) = k_scale_min(scales, s);
+                    mins += dmin.to_f32() * f32::from(m) * sum;
+                    (
+                        d,
+                        i32::from(sc) * (0..32).map(|l| code(l) * qx(l)).sum::<i32>(),
+                    )
+                }
+                Format::Q6_K => {
+                    let w: &BlockQ6_K = block(w);
+                    let code = |l: usize| i32::from(q6_code(&w.ql, &w.qh, 32 * s + l)) - 32;
+                    let half = |h: usize| {
+                        let sc = i32::from(w.scales[2 * s + h] as i8);
+                        sc * (16 * h..16 * h + 16).map(|l| code(l) * qx(l)).sum::<i32>()
+                    };
+                    (w.d, half(0) + half(1))
+                }
+                _ => unreachable!("only K-quant rows come here"),
+            };
+            acc += d.to_f32() * dx * sum as f32;
+        }
+    }
+    acc - mins
 }
 
 /// The 32 codes of a 5-bit block in element order.

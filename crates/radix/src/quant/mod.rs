@@ -52,8 +52,8 @@ pub enum Products {
     /// As llama.cpp computes them: each activation row quantized once to
     /// 8-bit blocks (Q8_0's scheme), then integer multiply-adds. A decode
     /// step or a batch of them (up to `radix_quant::DOT_MAX_TOKENS` tokens)
-    /// takes a dot per row for Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 (the other
-    /// formats are [`Products::Exact`] there); a longer prompt takes tiled
+    /// takes a dot per row for every block format (F32, F16 and BF16 are
+    /// [`Products::Exact`] there); a longer prompt takes tiled
     /// integer products for every quantized format where the CPU has
     /// AVX-512 VNNI (and exact tiled f32 products where it does not, those
     /// being faster than integer ones without VNNI). The result is `W·x̃`
