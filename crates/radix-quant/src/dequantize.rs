@@ -130,23 +130,28 @@ fn block32(out: &mut [f32]) -> &mut [f32; 32] {
 
 /// `f16::from_bits(h).to_f32()`, in a few integer and float operations that
 /// inline and vectorize (the `half` crate's own conversion checks the CPU
-/// for F16C on every call, which showed in the kernels' profiles). The
-/// magnitude's bits moved into an f32's place are the value times 2⁻¹¹²
-/// (f16 subnormals becoming f32 subnormals, exactly), and the multiplication
-/// by 2¹¹² is exact; infinities and NaNs get the f32's top exponent (NaNs
-/// quiet, as F16C makes them).
+/// for F16C on every call, which showed in the kernels' profiles). A
+/// normal f16 moves its bits into an f32's place and rebiases the exponent
+/// (integer operations); a subnormal's code times 2⁻²⁴ is exact and a
+/// normal f32; infinities and NaNs get the f32's top exponent (NaNs quiet,
+/// as F16C makes them). No step makes an f32 subnormal: a thread that
+/// treats subnormal inputs as zero (DAZ, which XLA's CPU threads set, and
+/// where custom calls run) would read it as zero, and Q6_K's and the other
+/// K-quants' scales are f16 subnormals in real files.
 #[inline(always)]
 pub(crate) fn f16_to_f32(h: u16) -> f32 {
     let h = u32::from(h);
-    let magnitude = f32::from_bits((h & 0x7FFF) << 13) * f32::from_bits(0x7780_0000); // 2^112
-    let special = if h & 0x7C00 == 0x7C00 {
+    let magnitude = h & 0x7FFF;
+    let bits = if magnitude >= 0x7C00 {
         // Infinity, or a NaN made quiet, as F16C's conversion makes it.
         let quiet = if h & 0x03FF != 0 { 0x0040_0000 } else { 0 };
         0x7F80_0000 | quiet | ((h & 0x03FF) << 13)
+    } else if magnitude >= 0x0400 {
+        (magnitude << 13) + ((127 - 15) << 23)
     } else {
-        magnitude.to_bits()
+        (magnitude as f32 * f32::from_bits(0x3380_0000)).to_bits() // 2^-24
     };
-    f32::from_bits(special | (h & 0x8000) << 16)
+    f32::from_bits(bits | (h & 0x8000) << 16)
 }
 
 /// Code `j` of a 5-bit block: its nibble (the 16 bytes hold elements `0..16`
@@ -197,6 +202,16 @@ pub(crate) fn q6_code(ql: &[u8], qh: &[u8], e: usize) -> u8 {
 mod tests {
     /// Every f16 widens as the `half` crate widens it, bit for bit (NaNs
     /// keep their payload and come out quiet).
+    /// The same, on a thread that flushes subnormal inputs and results to
+    /// zero (DAZ and FTZ, as XLA's CPU threads run custom calls): no f16,
+    /// subnormals included, widens through an f32 subnormal.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn f16_to_f32_is_halfs_where_subnormals_flush() {
+        let _flush = crate::testing::FlushSubnormals::new();
+        f16_to_f32_is_halfs();
+    }
+
     #[test]
     fn f16_to_f32_is_halfs() {
         for h in 0..=u16::MAX {

@@ -35,3 +35,43 @@ impl Rng {
         (self.next() % n as u64) as usize
     }
 }
+
+/// While it lives, this thread treats subnormal f32 inputs as zero and
+/// flushes subnormal results to zero (MXCSR's DAZ and FTZ bits), as XLA's
+/// CPU threads do where they run custom calls; the thread's previous mode
+/// comes back when it drops. For tests that kernels give the same results
+/// on such threads.
+#[cfg(target_arch = "x86_64")]
+#[derive(Debug)]
+pub struct FlushSubnormals {
+    previous: u32,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl FlushSubnormals {
+    /// Sets DAZ (bit 6) and FTZ (bit 15) on this thread.
+    #[allow(clippy::new_without_default)] // a mode change, not a value
+    pub fn new() -> FlushSubnormals {
+        // `_mm_getcsr`/`_mm_setcsr` are deprecated in favour of inline
+        // assembly, which would say the same thing at more length.
+        #[allow(deprecated)]
+        // SAFETY: reading and writing MXCSR changes only this thread's
+        // floating-point modes; every x86-64 CPU has it.
+        unsafe {
+            let previous = std::arch::x86_64::_mm_getcsr();
+            std::arch::x86_64::_mm_setcsr(previous | 1 << 6 | 1 << 15);
+            FlushSubnormals { previous }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Drop for FlushSubnormals {
+    fn drop(&mut self) {
+        #[allow(deprecated)]
+        // SAFETY: as in `new`.
+        unsafe {
+            std::arch::x86_64::_mm_setcsr(self.previous)
+        };
+    }
+}

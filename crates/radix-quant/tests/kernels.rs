@@ -686,3 +686,64 @@ fn lane_widths_give_the_same_bits() {
         }
     }
 }
+
+/// Real files hold scales that are f16 subnormals (Gemma 3 270M Q4_K_M's
+/// Q6_K blocks: `d` under 2⁻¹⁴), and XLA runs custom calls on threads that
+/// treat subnormal f32 inputs as zero (DAZ and FTZ). Every product path,
+/// on every instruction set, gives the same bits on such a thread as on
+/// one that does not flush, with every scale and minimum subnormal in f16
+/// and activations large enough that no f32 step is subnormal itself; and
+/// the results are not zeros.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn subnormal_scales_survive_a_thread_that_flushes_subnormals() {
+    let mut rng = Rng(53);
+    for format in Format::ALL {
+        if format.block_len() == 1 {
+            continue; // no scales
+        }
+        let (rows, cols) = (9, 512);
+        let mut w = random_weights(format, rows, cols, Codes::Random, 1.0, &mut rng);
+        let offsets = radix_quant::blocks::f16_offsets(format);
+        for block in w.chunks_exact_mut(format.block_bytes()) {
+            for &at in &offsets {
+                // 1..1024 times 2^-24: the f16 subnormals, either sign.
+                let bits = (1 + rng.below(1023)) as u16 | (rng.below(2) as u16) << 15;
+                block[at..at + 2].copy_from_slice(&bits.to_le_bytes());
+            }
+        }
+        let x: Vec<f32> = random_x(20 * cols, &mut rng)
+            .iter()
+            .map(|v| 1e3 * v)
+            .collect();
+        for isa in Isa::available() {
+            let config = Config {
+                isa,
+                parallel: &Serial,
+            };
+            let all = |y: &mut Vec<f32>| {
+                let mut out = vec![];
+                for n in [1, 3, 20] {
+                    y.resize(n * rows, f32::NAN);
+                    let x = &x[..n * cols];
+                    matmul_with(&config, format, &w, rows, cols, n, x, y).expect("shapes");
+                    out.extend(y.iter().map(|v| v.to_bits()));
+                    radix_quant::matmul_q8_with(&config, format, &w, rows, cols, n, x, y)
+                        .expect("shapes");
+                    out.extend(y.iter().map(|v| v.to_bits()));
+                }
+                out
+            };
+            let plain = all(&mut vec![]);
+            let flushed = {
+                let _flush = radix_quant::testing::FlushSubnormals::new();
+                all(&mut vec![])
+            };
+            assert!(
+                plain.iter().any(|&b| f32::from_bits(b).abs() > 0.0),
+                "{format:?}: results, not zeros"
+            );
+            assert_eq!(flushed, plain, "{format:?} on {}", isa.name());
+        }
+    }
+}
