@@ -149,6 +149,28 @@ impl HostTensor {
         matches!(self.data, Bytes::Mapped { .. })
     }
 
+    /// Lets the kernel drop this process's pages of a mapped tensor's bytes
+    /// (`MADV_DONTNEED` over them): for a weight already copied into a
+    /// device buffer, whose file pages would otherwise stay in the
+    /// process's resident memory beside the copy until the map is dropped,
+    /// the whole model twice at the end of a load. Reading the bytes later
+    /// is still right: the map is of a file, read-only, so the pages fault
+    /// in again from the page cache. Owned bytes, and off Unix: nothing.
+    pub fn release_pages(&self) {
+        #[cfg(unix)]
+        if let Bytes::Mapped { map, start, len } = &self.data {
+            // SAFETY: `MADV_DONTNEED` on a read-only shared file mapping
+            // (`map_file`) frees no memory that a borrow could still see:
+            // a later access maps the file's page again, with the same
+            // bytes. (memmap2 marks it unsafe for private and anonymous
+            // maps, where it would zero what was written.) The advice is a
+            // hint; a refusal leaves the pages resident.
+            let _ = unsafe {
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, *start, *len)
+            };
+        }
+    }
+
     /// The raw little-endian bytes, row-major.
     pub fn bytes(&self) -> &[u8] {
         match &self.data {
@@ -263,5 +285,33 @@ impl fmt::Debug for HostTensor {
             .field("dims", &self.dims)
             .field("mapped", &self.is_mapped())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::HostTensor;
+    use crate::DType;
+
+    /// A mapped tensor's bytes read the same after its pages were
+    /// released, including pages it shares with its neighbours in the file.
+    #[test]
+    fn released_pages_read_the_same() {
+        let bytes: Vec<u8> = (0..5 * 4096 + 123).map(|i| (i * 7 % 251) as u8).collect();
+        let file = tempfile::NamedTempFile::new().expect("a temporary file");
+        std::fs::write(file.path(), &bytes).expect("written");
+        let map = Arc::new(crate::map_file(file.path()).expect("mapped"));
+        let (start, len) = (1000, 3 * 4096 + 17);
+        let tensor = HostTensor::mapped(DType::U8, vec![len as i64], map.clone(), start, len);
+        let neighbour = HostTensor::mapped(DType::U8, vec![900], map, 100, 900);
+        assert_eq!(tensor.bytes(), &bytes[start..start + len]);
+        tensor.release_pages();
+        assert_eq!(tensor.bytes(), &bytes[start..start + len]);
+        assert_eq!(neighbour.bytes(), &bytes[100..1000]);
+        let owned = HostTensor::from_bytes(DType::U8, &[4], &[1, 2, 3, 4]);
+        owned.release_pages();
+        assert_eq!(owned.bytes(), [1, 2, 3, 4]);
     }
 }
