@@ -157,8 +157,18 @@ impl HostTensor {
     /// is still right: the map is of a file, read-only, so the pages fault
     /// in again from the page cache. Owned bytes, and off Unix: nothing.
     pub fn release_pages(&self) {
+        self.release_pages_in(0..self.bytes().len());
+    }
+
+    /// [`HostTensor::release_pages`] for `range` of the bytes (with the
+    /// rest of the pages it starts and ends in); out of range: nothing.
+    pub fn release_pages_in(&self, range: std::ops::Range<usize>) {
         #[cfg(unix)]
-        if let Bytes::Mapped { map, start, len } = &self.data {
+        if let Bytes::Mapped { map, start, len } = &self.data
+            && range.start <= range.end
+            && range.end <= *len
+        {
+            let (start, len) = (start + range.start, range.len());
             // SAFETY: `MADV_DONTNEED` on a read-only shared file mapping
             // (`map_file`) frees no memory that a borrow could still see:
             // a later access maps the file's page again, with the same
@@ -166,9 +176,11 @@ impl HostTensor {
             // maps, where it would zero what was written.) The advice is a
             // hint; a refusal leaves the pages resident.
             let _ = unsafe {
-                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, *start, *len)
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, len)
             };
         }
+        #[cfg(not(unix))]
+        let _ = range;
     }
 
     /// The raw little-endian bytes, row-major.
@@ -307,6 +319,9 @@ mod tests {
         let tensor = HostTensor::mapped(DType::U8, vec![len as i64], map.clone(), start, len);
         let neighbour = HostTensor::mapped(DType::U8, vec![900], map, 100, 900);
         assert_eq!(tensor.bytes(), &bytes[start..start + len]);
+        tensor.release_pages_in(5000..9000);
+        assert_eq!(tensor.bytes(), &bytes[start..start + len]);
+        tensor.release_pages_in(9000..len + 1); // past the end: nothing
         tensor.release_pages();
         assert_eq!(tensor.bytes(), &bytes[start..start + len]);
         assert_eq!(neighbour.bytes(), &bytes[100..1000]);

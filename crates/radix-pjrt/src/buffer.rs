@@ -1,6 +1,7 @@
 //! Device buffers, their element types, and the events that say when
 //! asynchronous work on them is done.
 
+use std::ops::Range;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -177,20 +178,22 @@ impl Client {
         device: &Device,
     ) -> Result<Buffer> {
         check_host_bytes(bytes, ty, dims)?;
-        self.upload_checked(bytes, ty, dims, device)
+        self.upload_checked(bytes, ty, dims, device, &|_| {})
     }
 
     /// [`Client::buffer_from_host`] of `bytes` already checked against
-    /// `ty` and `dims`.
+    /// `ty` and `dims`; `copied` as [`Client::weights_from_host_releasing`]
+    /// calls it.
     fn upload_checked(
         &self,
         bytes: &[u8],
         ty: ElementType,
         dims: &[i64],
         device: &Device,
+        copied: &dyn Fn(Range<usize>),
     ) -> Result<Buffer> {
         let huge = match bytes.len() >= crate::huge_pages::MIN_BYTES {
-            true => self.buffer_in_huge_pages(bytes, ty, dims, device)?,
+            true => self.buffer_in_huge_pages(bytes, ty, dims, device, copied)?,
             false => None,
         };
         let buffer = match huge {
@@ -213,10 +216,35 @@ impl Client {
         dims: &[i64],
         device: &Device,
     ) -> Result<Buffer> {
+        self.weights_from_host_releasing(bytes, ty, dims, device, &|_| {})
+    }
+
+    /// [`Client::weights_from_host`], calling `copied` with ranges of
+    /// `bytes` that are in the buffer and will not be read again, together
+    /// all of them by the time it returns: a large weight is copied a few
+    /// megabytes at a time, each given to `copied` after its copy, so a
+    /// caller whose bytes are a file's memory map can let go of its pages
+    /// during the copy rather than after it, and a model's weights are not
+    /// resident twice at once.
+    pub fn weights_from_host_releasing(
+        &self,
+        bytes: &[u8],
+        ty: ElementType,
+        dims: &[i64],
+        device: &Device,
+        copied: &dyn Fn(Range<usize>),
+    ) -> Result<Buffer> {
         check_host_bytes(bytes, ty, dims)?;
         match self.weights_in_arena(bytes, ty, dims, device)? {
-            Some(buffer) => Ok(self.counted(buffer, bytes.len())),
-            None => self.upload_checked(bytes, ty, dims, device),
+            Some(buffer) => {
+                copied(0..bytes.len());
+                Ok(self.counted(buffer, bytes.len()))
+            }
+            None => {
+                let buffer = self.upload_checked(bytes, ty, dims, device, copied)?;
+                copied(0..bytes.len());
+                Ok(buffer)
+            }
         }
     }
 

@@ -27,6 +27,9 @@ pub(crate) const MIN_BYTES: usize = 8 << 20;
 /// The size of a transparent huge page on x86-64 and most aarch64 kernels.
 pub(crate) const HUGE_PAGE: usize = 2 << 20;
 
+/// The bytes a large upload copies before it reports them copied.
+const COPY_CHUNK: usize = 2 * HUGE_PAGE;
+
 impl Client {
     /// `bytes` in a new buffer whose memory the kernel was advised to back
     /// with huge pages before it was written; `None` where that cannot be
@@ -39,6 +42,7 @@ impl Client {
         ty: ElementType,
         dims: &[i64],
         device: &Device,
+        copied: &dyn Fn(std::ops::Range<usize>),
     ) -> Result<Option<Buffer>> {
         if !cfg!(target_os = "linux") || self.platform_name() != "cpu" {
             return Ok(None);
@@ -76,10 +80,18 @@ impl Client {
         }
         let addr = buffer.device_address()?;
         advise(addr, bytes.len());
-        // SAFETY: on the CPU platform the device address is host memory of
-        // `bytes.len()` bytes (checked above); the buffer is ours alone and
-        // no execution has seen it yet.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len()) };
+        // A few megabytes at a time, each handed to `copied` once it is in.
+        for start in (0..bytes.len()).step_by(COPY_CHUNK) {
+            let end = (start + COPY_CHUNK).min(bytes.len());
+            // SAFETY: on the CPU platform the device address is host memory
+            // of `bytes.len()` bytes (checked above); the buffer is ours
+            // alone and no execution has seen it yet.
+            unsafe {
+                let to = (addr as *mut u8).add(start);
+                std::ptr::copy_nonoverlapping(bytes.as_ptr().add(start), to, end - start);
+            }
+            copied(start..end);
+        }
         Ok(Some(buffer))
     }
 }

@@ -111,6 +111,36 @@ fn large_upload_round_trips_in_huge_pages() {
     }
 }
 
+/// A weight's upload reports the bytes it has copied: ranges that
+/// together are all of them, by the time it returns, and for a large one
+/// (copied in chunks where it takes huge pages) several ranges, so that a
+/// caller can let go of pages during the copy. The contents round-trip.
+#[test]
+fn a_weight_upload_reports_what_it_copied() {
+    let client = common::cpu_client(1);
+    let d0 = &client.addressable_devices()[0];
+    for n in [1000, 6 << 20] {
+        let values: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 - 500.0).collect();
+        let bytes = common::f32_bytes(&values);
+        let seen = std::cell::RefCell::new(vec![]);
+        let b = client
+            .weights_from_host_releasing(&bytes, ElementType::F32, &[n as i64], d0, &|r| {
+                seen.borrow_mut().push(r)
+            })
+            .unwrap();
+        assert_eq!(b.to_host_vec().unwrap(), bytes);
+        let seen = seen.into_inner();
+        let mut covered = vec![false; bytes.len()];
+        for r in &seen {
+            covered[r.clone()].fill(true);
+        }
+        assert!(covered.iter().all(|&c| c), "{n} values: {seen:?}");
+        if cfg!(target_os = "linux") && n > 1000 {
+            assert!(seen.len() > 2, "a large copy in chunks: {seen:?}");
+        }
+    }
+}
+
 #[test]
 fn scalars_and_empty_arrays() {
     let client = common::cpu_client(1);

@@ -67,7 +67,7 @@ pub use norm::{LayerNorm, RmsNorm};
 pub use padded_attention::{padded_attention, padded_self_attention};
 pub use rope::{RopeLayout, RopeScaling, Rotary};
 
-use crate::io::{HostTensor, WeightStore};
+use crate::io::WeightStore;
 use crate::quant::{
     Format, Layout, Products, blocks_format, blocks_layout, blocks_shape_with, panels_shape,
 };
@@ -221,30 +221,13 @@ fn load(
                 .map_err(|e| crate::Error::Host(format!("{path}: {e}")))?;
             return Ok(Buffer::weights_from_bytes(platform, &panels, shape)?);
         }
-        return uploaded(
-            &host,
-            Buffer::weights_from_bytes(platform, host.bytes(), shape),
-        );
+        return Ok(Buffer::weights_from_host(platform, &host, shape)?);
     }
     let host = store.get(path, shape.dims())?;
     if host.dtype() == shape.dtype() {
-        return uploaded(
-            &host,
-            Buffer::weights_from_bytes(platform, host.bytes(), shape),
-        );
+        return Ok(Buffer::weights_from_host(platform, &host, shape)?);
     }
     Ok(Buffer::from_slice(platform, &host.to_f32_vec(), shape)?)
-}
-
-/// `buffer`, a copy of `host` on the device: `host`'s pages of the file's
-/// memory map are released at once, not when the whole model is loaded.
-/// Measured on a 2-core AMD EPYC (Linux 6.18), `radix generate` of 30
-/// tokens peaked at 687 MiB on Gemma 3 270M Q4_K_M and 287 MiB on SmolLM2
-/// Q4_1 with them kept until the end of the load, 624 and 213 MiB so.
-fn uploaded(host: &HostTensor, buffer: crate::Result<Buffer>) -> Result<Buffer, LoadError> {
-    let buffer = buffer?;
-    host.release_pages();
-    Ok(buffer)
 }
 
 /// `f` of each item, in order, computed on up to as many threads as the
