@@ -343,6 +343,12 @@ def files_pairs(g):
     return out
 
 
+def files_rss(g):
+    """[(file, radix's peak RSS, llama.cpp's)] of the `files` step's whole processes."""
+    return [(name, g(f"radix file {name} warm peak RSS"), g(f"llama.cpp file {name} completion warm peak RSS"))
+            for name in FILES]
+
+
 def files_section(w, runs, g):
     """§5e: radix-bench and llama-bench on three files and three cache depths, alternating."""
     if not provenance.section_files(runs, "files"):
@@ -367,6 +373,19 @@ def files_section(w, runs, g):
         ratio = f"{mine.median / peer.median:.2f}" if mine and peer else "—"
         w(f"| {what} | {cell(mine)} | {cell(peer)} | {ratio} |")
     w("")
+    rss = files_rss(g)
+    if any(mine or peer for _, mine, peer in rss):
+        w("Peak RSS, MiB (lower is better), in the first round: whole processes of 30 greedy tokens after "
+          "`The capital of France is`, `radix generate --model FILE --max-tokens 30` with a warm executable "
+          "cache against `llama-completion -m FILE -n 30 -t 2 --temp 0 -no-cnv` (after one run that warms "
+          "the page cache), two of each.\n")
+        w("| file | radix | llama.cpp | radix − llama.cpp |")
+        w("|---|---|---|---|")
+        for name, mine, peer in rss:
+            cell = lambda f: f"{fmt(f.median)} ({f.spread()}, n={f.n})" if f else "not measured"  # noqa: E731
+            diff = f"{mine.median - peer.median:+.0f}" if mine and peer else "—"
+            w(f"| {name} | {cell(mine)} | {cell(peer)} | {diff} |")
+        w("")
 
 
 def main(results, out=os.path.join(ROOT, "BENCHMARKS.md")):
@@ -448,6 +467,11 @@ def main(results, out=os.path.join(ROOT, "BENCHMARKS.md")):
         if mine and peer and " at " not in what:
             target(f"{what} vs llama.cpp (issue 24)", f"{fmt(mine.median)} vs {fmt(peer.median)} tokens/s "
                    f"({mine.median / peer.median:.2f}×)", "≥ 1×", mine.median >= peer.median)
+    for name, mine, peer in files_rss(g):
+        if mine and peer:
+            target(f"{name} `radix generate` peak RSS vs llama-completion (issue 24)",
+                   f"{fmt(mine.median)} vs {fmt(peer.median)} MiB", "≤ llama.cpp + 50 MiB",
+                   mine.median <= peer.median + 50)
     rss, peer_rss = g("per-block warm peak RSS"), g("llama.cpp completion warm peak RSS")
     if rss and peer_rss:
         target("`radix generate` peak RSS vs llama-completion (issue 13)",

@@ -68,9 +68,11 @@ def main():
     p.add_argument("--max-tokens", type=int, default=30)
     p.add_argument("--prompt", default="The capital of France is")
     p.add_argument("--plan", help="generate's --plan (left out when not given)")
+    p.add_argument("--model", help="generate's --model, a GGUF file (its default model when not given)")
     a = p.parse_args()
     plan = ["--plan", a.plan] if a.plan else []
-    args = ["--max-tokens", str(a.max_tokens), *plan, a.prompt]
+    model = ["--model", a.model] if a.model else []
+    args = ["--max-tokens", str(a.max_tokens), *model, *plan, a.prompt]
     report = Report(f"radix {a.label}", "generate-start")
     report.meta["command"] = shlex.join(["radix", "generate", *args])
     report.meta["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -85,7 +87,8 @@ def main():
     for name, runs, part in [("cold wall", cold, 0), ("cold executables", cold, 2),
                              ("warm wall", warm, 0), ("warm executables", warm, 2),
                              ("warm load", warm, 1), ("cold peak RSS", cold, 4), ("warm peak RSS", warm, 4)]:
-        report.add(f"{a.label} {name}", "MiB" if part == 4 else "s", [r[part] for r in runs])
+        if runs:  # `--cold 0` measures warm processes only
+            report.add(f"{a.label} {name}", "MiB" if part == 4 else "s", [r[part] for r in runs])
     report.meta["text"] = warm[-1][3].strip()
     report.finish()
 

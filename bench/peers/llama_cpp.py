@@ -224,8 +224,9 @@ def bench(path, name, reps, report, repack, depth=0):
 COMPLETED = re.compile(r"eval time = .*/\s*(\d+) runs")
 
 
-def completion(gguf, prompt, max_tokens, warm, report, repack):
-    """Whole `llama-completion` processes: greedy, the prompt as it is (no chat template)."""
+def completion(gguf, prompt, max_tokens, warm, report, repack, name="llama.cpp completion"):
+    """Whole `llama-completion` processes: greedy, the prompt as it is (no chat template); the
+    figures are `name` warm wall and `name` warm peak RSS."""
     args = ["-m", str(gguf), "-p", prompt, "-n", str(max_tokens), "-t", str(THREADS), "--temp", "0",
             "-no-cnv", *repack]
     cmd = [str(BIN / "llama-completion"), *args]
@@ -237,8 +238,8 @@ def completion(gguf, prompt, max_tokens, warm, report, repack):
             raise SystemExit(f"llama-completion failed:\n{p.stderr[-3000:]}")
         runs.append(p)
     runs = runs[1:]
-    report.add("llama.cpp completion warm wall", "s", [p.wall_s for p in runs])
-    report.add("llama.cpp completion warm peak RSS", "MiB", [p.peak_rss_mb for p in runs])
+    report.add(f"{name} warm wall", "s", [p.wall_s for p in runs])
+    report.add(f"{name} warm peak RSS", "MiB", [p.peak_rss_mb for p in runs])
     report.meta["completion command"] = shlex.join(["llama-completion", "-m", gguf.name, *args[2:]])
     # llama-completion echoes the prompt before the continuation.
     report.meta["completion text"] = runs[-1].stdout.removeprefix(prompt).strip()
@@ -263,10 +264,16 @@ def main():
     o.add_argument("--label", required=True, help="the file's name in the report")
     o.add_argument("--reps", type=int, default=3)
     o.add_argument("--depth", type=int, default=0, help="tokens in the cache before the decode")
+    c = sub.add_parser("completion", help="llama-completion processes on one file")
+    c.add_argument("--gguf", required=True, type=Path)
+    c.add_argument("--label", required=True, help="the file's name in the report")
+    c.add_argument("--warm", type=int, default=2, help="timed runs after one that warms the page cache")
+    c.add_argument("--max-tokens", type=int, default=30)
+    c.add_argument("--prompt", default="The capital of France is")
     v = sub.add_parser("variant", help="print the path of a llama-quantize variant of a file")
     v.add_argument("--gguf", required=True, type=Path)
     v.add_argument("--type", required=True, choices=VARIANTS)
-    for q in (o, v):
+    for q in (o, c, v):
         q.add_argument("--log", default=str(CACHE.parent / "llama.cpp-build.log"))
     a = p.parse_args()
     build(a.log)
@@ -274,6 +281,13 @@ def main():
         return
     if a.command == "variant":
         print(variant(a.gguf, a.type))
+        return
+    if a.command == "completion":
+        report = Report("llama.cpp", "files")
+        repack = repack_flags(a.gguf, report)
+        completion(a.gguf, a.prompt, a.max_tokens, a.warm, report, repack["tool"],
+                   name=f"llama.cpp {a.label} completion")
+        report.finish()
         return
     if a.command == "one":
         report = Report("llama.cpp", "files")
