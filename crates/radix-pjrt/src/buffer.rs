@@ -203,6 +203,61 @@ impl Client {
         Ok(self.counted(buffer, bytes.len()))
     }
 
+    /// A buffer of `ty` and `dims` whose every byte is zero. On the CPU
+    /// plugin it is zeroed through its address: no host copy, nothing
+    /// counted as uploaded. Elsewhere zeros are uploaded.
+    pub fn zeros(&self, ty: ElementType, dims: &[i64], device: &Device) -> Result<Buffer> {
+        let len = byte_len(ty, dims)?;
+        if let Some((buffer, addr)) = self.dense_host_buffer(ty, dims, device)? {
+            // SAFETY: `dense_host_buffer` gave a fresh buffer of ours whose
+            // `len` bytes of memory at `addr` are host memory.
+            unsafe { std::ptr::write_bytes(addr as *mut u8, 0, len) };
+            return Ok(buffer);
+        }
+        self.buffer_from_host(&vec![0u8; len], ty, dims, device)
+    }
+
+    /// On the CPU plugin, a new buffer of `ty` and `dims` (unwritten) and
+    /// the address of its memory: host memory laid out densely, as
+    /// `byte_len` bytes in row-major order. `None` on other platforms, for
+    /// a plugin without uninitialized buffers, and for a buffer laid out
+    /// otherwise (padded or tiled).
+    pub(crate) fn dense_host_buffer(
+        &self,
+        ty: ElementType,
+        dims: &[i64],
+        device: &Device,
+    ) -> Result<Option<(Buffer, usize)>> {
+        let inner = &*self.inner;
+        let api = inner.plugin.api();
+        if self.platform_name() != "cpu" || api.PJRT_Client_CreateUninitializedBuffer.is_none() {
+            return Ok(None);
+        }
+        let mut args = ffi::PJRT_Client_CreateUninitializedBuffer_Args::new();
+        args.client = inner.raw;
+        args.shape_dims = dims.as_ptr();
+        args.shape_num_dims = dims.len();
+        args.shape_element_type = ty.to_pjrt();
+        args.device = inner.own_device(device)?;
+        // SAFETY: `dims` outlives the call; a null layout asks for the default.
+        unsafe {
+            call!(
+                &inner.plugin,
+                PJRT_Client_CreateUninitializedBuffer,
+                &mut args
+            )
+        }?;
+        // SAFETY: a fresh buffer owned by us.
+        let buffer = unsafe { Buffer::from_raw(&self.inner, args.buffer) }
+            .ok_or_else(|| no_result("PJRT_Client_CreateUninitializedBuffer", "buffer"))?;
+        buffer.ready_event()?.wait()?;
+        if buffer.on_device_size()? != byte_len(ty, dims)? {
+            return Ok(None);
+        }
+        let addr = buffer.device_address()?;
+        Ok(Some((buffer, addr)))
+    }
+
     /// [`Client::buffer_from_host`] for an upload that lives as long as a
     /// model, its weights: on the CPU plugin (Linux), one below 8 MiB is
     /// placed in a chunk of transparent huge pages shared with other

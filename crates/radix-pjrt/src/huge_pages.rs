@@ -16,9 +16,8 @@
 //! buffer's device address is host memory.
 
 use crate::Result;
-use crate::buffer::{Buffer, ElementType, byte_len, no_result};
+use crate::buffer::{Buffer, ElementType};
 use crate::client::{Client, Device};
-use crate::ffi;
 
 /// The smallest upload worth huge pages: below a few pages of 2 MiB, most of
 /// the buffer lies in the partial pages at its ends, which stay small.
@@ -44,41 +43,12 @@ impl Client {
         device: &Device,
         copied: &dyn Fn(std::ops::Range<usize>),
     ) -> Result<Option<Buffer>> {
-        if !cfg!(target_os = "linux") || self.platform_name() != "cpu" {
+        if !cfg!(target_os = "linux") {
             return Ok(None);
         }
-        let inner = &*self.inner;
-        if inner
-            .plugin
-            .api()
-            .PJRT_Client_CreateUninitializedBuffer
-            .is_none()
-        {
+        let Some((buffer, addr)) = self.dense_host_buffer(ty, dims, device)? else {
             return Ok(None);
-        }
-        let mut args = ffi::PJRT_Client_CreateUninitializedBuffer_Args::new();
-        args.client = inner.raw;
-        args.shape_dims = dims.as_ptr();
-        args.shape_num_dims = dims.len();
-        args.shape_element_type = ty.to_pjrt();
-        args.device = inner.own_device(device)?;
-        // SAFETY: `dims` outlives the call; a null layout asks for the default.
-        unsafe {
-            call!(
-                &inner.plugin,
-                PJRT_Client_CreateUninitializedBuffer,
-                &mut args
-            )
-        }?;
-        // SAFETY: a fresh buffer owned by us.
-        let buffer = unsafe { Buffer::from_raw(&self.inner, args.buffer) }
-            .ok_or_else(|| no_result("PJRT_Client_CreateUninitializedBuffer", "buffer"))?;
-        buffer.ready_event()?.wait()?;
-        if buffer.on_device_size()? != byte_len(ty, dims)? {
-            // Padded or tiled: not the dense bytes we hold.
-            return Ok(None);
-        }
-        let addr = buffer.device_address()?;
+        };
         advise(addr, bytes.len());
         // A few megabytes at a time, each handed to `copied` once it is in.
         for start in (0..bytes.len()).step_by(COPY_CHUNK) {

@@ -141,6 +141,36 @@ fn a_weight_upload_reports_what_it_copied() {
     }
 }
 
+/// `zeros` gives zeros, small and large, also where the allocator hands
+/// back the memory of a buffer that held other bytes, and uploads nothing
+/// on the CPU plugin.
+#[test]
+fn zeros_are_zeros() {
+    let client = common::cpu_client(1);
+    let d0 = &client.addressable_devices()[0];
+    for n in [0, 7, 1000, 3 << 20] {
+        let ones = common::f32_bytes(&vec![1.0; n]);
+        drop(
+            client
+                .buffer_from_host(&ones, ElementType::F32, &[n as i64], d0)
+                .unwrap(),
+        );
+        let before = client.host_to_device_bytes();
+        let z = client.zeros(ElementType::F32, &[n as i64], d0).unwrap();
+        assert_eq!(
+            client.host_to_device_bytes(),
+            before,
+            "{n} zeros uploaded nothing"
+        );
+        assert!(
+            z.to_host_vec().unwrap().iter().all(|&b| b == 0),
+            "{n} zeros"
+        );
+    }
+    let z = client.zeros(ElementType::F16, &[3, 5], d0).unwrap();
+    assert_eq!(z.to_host_vec().unwrap(), vec![0u8; 30]);
+}
+
 #[test]
 fn scalars_and_empty_arrays() {
     let client = common::cpu_client(1);

@@ -77,6 +77,21 @@ impl Buffer {
         )
     }
 
+    /// An array of `shape` whose every byte is zero (zeros of any float
+    /// or integer type): on the CPU plugin written in place
+    /// ([`radix_pjrt::Client::zeros`]), elsewhere and over a mesh uploaded
+    /// from the host.
+    pub fn zeros(platform: &Platform, shape: Shape) -> Result<Buffer> {
+        if platform.mesh().is_some() {
+            return Buffer::from_bytes(platform, &vec![0u8; shape.byte_size()], shape);
+        }
+        let ty = crate::dtype::element_type(shape.dtype());
+        let shard = platform
+            .client()
+            .zeros(ty, shape.dims(), platform.device())?;
+        Ok(Buffer::from_shards(vec![shard], shape, None))
+    }
+
     /// [`Buffer::weights_from_bytes`] of `host`'s bytes, letting go of
     /// their pages of a file's memory map as they are copied
     /// ([`radix_pjrt::Client::weights_from_host_releasing`],

@@ -131,20 +131,6 @@ impl LayerByLayer {
     }
 }
 
-/// The executable that makes a prefill's empty caches of `capacity`
-/// positions, compiled or loaded.
-pub(super) fn empty_caches_exe(
-    platform: &Platform,
-    model: &Decoder,
-    capacity: usize,
-) -> Result<Compiled<(), (), Vec<KvCache>>> {
-    let shapes = model.cache_shapes(capacity);
-    let no_inputs = ();
-    Ok(radix::compile_fn(platform, &no_inputs, |()| {
-        empty_caches(&shapes)
-    })?)
-}
-
 /// The executables of steps over `len` tokens as `plan` runs them, with
 /// caches of `capacity` positions, compiled or loaded.
 pub(super) fn step_exe(
@@ -218,9 +204,4 @@ fn block_key(block: &Block) -> String {
         .map(|(_, t)| t.shape())
         .collect();
     format!("{} {shapes:?}", block.kind())
-}
-
-/// Empty caches, made inside the program.
-pub(super) fn empty_caches(shapes: &[Shape]) -> Vec<KvCache> {
-    shapes.iter().map(|&s| KvCache::zeros(s)).collect()
 }
