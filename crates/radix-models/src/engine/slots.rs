@@ -77,8 +77,6 @@ pub(super) struct Slots {
     /// the capacity's are compiled when first needed.
     puts: HashMap<usize, Put>,
     moves: Move,
-    /// Makes the slots' empty caches.
-    zeros: Compiled<(), (), Caches>,
     /// Row `i` of the slots' caches as one sequence's caches.
     take: Compiled<(), (Caches, Tensor), Caches>,
     /// The cache of the one sequence running, when it runs alone.
@@ -130,16 +128,13 @@ impl Engine {
                 copy_rows(&all, &rows, to)
             },
         )?;
-        let zeros = radix::compile_fn(platform, &(), |()| {
-            all.iter().map(|&s| KvCache::zeros(s)).collect::<Caches>()
-        })?;
         let take = radix::compile_fn(platform, &(params(&all), index()), |(all, from)| {
             all.iter().map(|c| row_of(c, from)).collect::<Caches>()
         })?;
         // Made now, not when a second sequence joins: the first touch of
         // every page of the slots' caches (755 MB for 16 slots of 2,048
         // positions) took 1.1 s, which that sequence waited for.
-        let caches = Some(zeros.call_fn(())?);
+        let caches = Some(super::zero_caches(platform, &all)?);
         self.slots = Some(Slots {
             slots,
             shapes: all,
@@ -147,7 +142,6 @@ impl Engine {
             steps,
             puts,
             moves,
-            zeros,
             take,
             alone: None,
             caches,
@@ -243,10 +237,10 @@ impl Slots {
     }
 
     /// The slots' caches, made empty if a failed step took them.
-    fn take_caches(&mut self) -> Result<Bufferized<Caches>> {
+    fn take_caches(&mut self, platform: &Platform) -> Result<Bufferized<Caches>> {
         match self.caches.take() {
             Some(c) => Ok(c),
-            None => Ok(self.zeros.call_fn(())?),
+            None => super::zero_caches(platform, &self.shapes),
         }
     }
 
@@ -284,7 +278,7 @@ impl Slots {
             let put = compile_put(&engine.platform, &self.shapes, &one)?;
             self.puts.insert(positions, put);
         }
-        let all = self.take_caches()?;
+        let all = self.take_caches(&engine.platform)?;
         let to = engine.i32_scalar(row)?;
         self.caches = Some(self.puts[&positions].call_fn((all, cache.buffers, to))?);
         Ok(())
@@ -293,7 +287,7 @@ impl Slots {
     /// A copy of row `row` of the slots' caches, holding `len` tokens: a
     /// cache of one sequence's own.
     fn row_cache(&mut self, engine: &Engine, row: usize, len: usize) -> Result<Cache> {
-        let all = self.take_caches()?;
+        let all = self.take_caches(&engine.platform)?;
         let copy =
             (engine.i32_scalar(row)).and_then(|at| Ok(self.take.call_fn((all.clone(), at))?));
         self.caches = Some(all);
@@ -397,7 +391,7 @@ impl Slots {
             let step = compile_rows(platform, &engine.model, &self.shapes, b, s)?;
             self.steps.insert((b, s), step);
         }
-        let caches = self.take_caches()?;
+        let caches = self.take_caches(&engine.platform)?;
         let step = &self.steps[&(b, s)];
         let tokens = TokensWith {
             ids,
@@ -419,7 +413,7 @@ impl Slots {
             return Ok(());
         }
         if row != last {
-            let all = self.take_caches()?;
+            let all = self.take_caches(&engine.platform)?;
             let (from, to) = (engine.i32_scalar(last)?, engine.i32_scalar(row)?);
             self.caches = Some(self.moves.call_fn((all, from, to))?);
         }
