@@ -42,13 +42,8 @@ fn perplexity_is_llama_perplexitys() {
         assert_eq!(got["chunks"], 2, "{got}");
         assert_eq!(got["scored_tokens"], 510, "{got}");
         let ppl = got["perplexity"].as_f64().unwrap();
-        let off = (ppl / want - 1.0).abs();
-        assert!(
-            off < 0.01,
-            "{args:?}: radix {ppl}, llama-perplexity {want}: {:.2} % apart",
-            100.0 * off
-        );
-        eprintln!("{args:?}: perplexity {ppl} (llama-perplexity {want})");
+        let what = format!("{args:?}: radix {ppl}, llama-perplexity {want}");
+        assert_within_one_percent(ppl, want, &what);
     }
 }
 
@@ -68,13 +63,15 @@ fn gemma3_int8_perplexity_is_the_exact_ones() {
         int8["perplexity"].as_f64().unwrap(),
         exact["perplexity"].as_f64().unwrap(),
     );
-    let off = (int8 / exact - 1.0).abs();
-    assert!(
-        off < 0.01,
-        "8-bit {int8}, exact {exact}: {:.2} % apart",
-        100.0 * off
-    );
-    eprintln!("Gemma 3: perplexity {int8} (exact products {exact})");
+    let what = format!("Gemma 3: perplexity {int8} with 8-bit products, {exact} exact");
+    assert_within_one_percent(int8, exact, &what);
+}
+
+/// `got` within 1 % of `want`; `what` says which and is printed either way.
+fn assert_within_one_percent(got: f64, want: f64, what: &str) {
+    let off = (got / want - 1.0).abs();
+    assert!(off < 0.01, "{what}: {:.2} % apart", 100.0 * off);
+    eprintln!("{what}: {:.2} % apart", 100.0 * off);
 }
 
 #[test]
