@@ -183,7 +183,8 @@ impl Client {
 
     /// [`Client::buffer_from_host`] of `bytes` already checked against
     /// `ty` and `dims`; `copied` as [`Client::weights_from_host_releasing`]
-    /// calls it.
+    /// calls it: with each chunk a huge-page copy makes, or once with all
+    /// of them after the plugin's copy.
     fn upload_checked(
         &self,
         bytes: &[u8],
@@ -198,7 +199,11 @@ impl Client {
         };
         let buffer = match huge {
             Some(buffer) => buffer,
-            None => self.copied_by_plugin(bytes, ty, dims, device)?,
+            None => {
+                let buffer = self.copied_by_plugin(bytes, ty, dims, device)?;
+                copied(0..bytes.len());
+                buffer
+            }
         };
         Ok(self.counted(buffer, bytes.len()))
     }
@@ -295,11 +300,7 @@ impl Client {
                 copied(0..bytes.len());
                 Ok(self.counted(buffer, bytes.len()))
             }
-            None => {
-                let buffer = self.upload_checked(bytes, ty, dims, device, copied)?;
-                copied(0..bytes.len());
-                Ok(buffer)
-            }
+            None => self.upload_checked(bytes, ty, dims, device, copied),
         }
     }
 

@@ -200,11 +200,10 @@ pub(crate) fn q6_code(ql: &[u8], qh: &[u8], e: usize) -> u8 {
 
 #[cfg(test)]
 mod tests {
-    /// Every f16 widens as the `half` crate widens it, bit for bit (NaNs
-    /// keep their payload and come out quiet).
-    /// The same, on a thread that flushes subnormal inputs and results to
-    /// zero (DAZ and FTZ, as XLA's CPU threads run custom calls): no f16,
-    /// subnormals included, widens through an f32 subnormal.
+    /// [`f16_to_f32_is_halfs`] on a thread that flushes subnormal inputs
+    /// and results to zero (DAZ and FTZ, as XLA's CPU threads run custom
+    /// calls): no f16, subnormals included, widens through an f32
+    /// subnormal.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn f16_to_f32_is_halfs_where_subnormals_flush() {
@@ -212,6 +211,8 @@ mod tests {
         f16_to_f32_is_halfs();
     }
 
+    /// Every f16 widens as the `half` crate widens it, bit for bit (NaNs
+    /// keep their payload and come out quiet).
     #[test]
     fn f16_to_f32_is_halfs() {
         for h in 0..=u16::MAX {
