@@ -1,12 +1,13 @@
 //! A decode step's dot with AVX-512 VNNI: one row of Q8_0, Q4_0, Q4_1,
-//! Q5_0 or Q5_1 blocks times 8-bit activations, two blocks to a 512-bit
-//! vector.
+//! Q5_0 or Q5_1 blocks times 8-bit activations, two Q8_0 blocks or four
+//! 4- or 5-bit blocks at a time.
 //!
 //! The AVX2 dot (`avx2.rs`) spends most of a block on its scales: an f16
 //! converted, multiplied and broadcast, one block at a time. Here the scales
-//! of 16 blocks come in one gather and one conversion, a pair of blocks'
-//! codes meet the activations in one `vpdpbusd`, and a permute hands each
-//! pair its two scales. Measured on a 2-core Xeon (family 6 model 167), a
+//! of 16 blocks come at once (`block_scales`) with one conversion,
+//! a pair of Q8_0 blocks' codes meet the activations in one `vpdpbusd`
+//! (a quad of 4-bit blocks' in two), and a permute hands each its scales.
+//! Measured on a 2-core Xeon (family 6 model 167), a
 //! SmolLM2 decode spent 40 % of its samples in the AVX2 Q4_1 dot; on one
 //! thread (`cargo bench -p radix-quant --bench matvec`) a 1536×576 Q4_1
 //! product took 72.8 µs with it and 50.0 µs here, Q8_0 63.5 and 56.0 µs,
@@ -26,11 +27,14 @@
 //! SmolLM2's 49152×576 head with this and the plain order below.
 //!
 //! The activations' codes are rearranged once per token ([`pair_codes`]) to
-//! the order a pair of the weights' blocks decodes into: for 4- and 5-bit
-//! blocks, low nibbles of both blocks, then high nibbles; for Q8_0, each
-//! block's 32 codes as they are, so that a pair's codes are two plain
-//! 32-byte loads (four 16-byte loads and three inserts in the nibbles'
-//! order made the VNNI Q8_0 dot slower than AVX2's on Zen 4).
+//! the order the weights' blocks decode into: for Q8_0, each block's 32
+//! codes as they are, so that a pair's codes are two plain 32-byte loads
+//! (four 16-byte loads and three inserts in the nibbles' order made the
+//! VNNI Q8_0 dot slower than AVX2's on Zen 4); for 4- and 5-bit blocks,
+//! four blocks' low nibbles' elements in one 64-byte vector and their high
+//! nibbles' in another, so that a quad's codes are one vector of bytes
+//! masked for the low nibbles and shifted for the high (two blocks a
+//! vector wasted half of each 16-byte load's insert and shift).
 
 use super::Q8Activations;
 use super::q8::ROW_GROUP;
@@ -43,17 +47,24 @@ pub(super) fn takes(format: Format) -> bool {
     !super::q8::is_k_quant(format)
 }
 
-/// The bytes [`pair_codes`] writes for `n_blocks` blocks: 64 a pair, an
-/// odd last block paired with zeros.
-pub(super) fn pair_codes_len(n_blocks: usize) -> usize {
-    n_blocks.div_ceil(2) * 64
+/// The bytes [`pair_codes`] writes for `n_blocks` blocks of activations
+/// for `format`'s rows: 64 a pair of blocks for Q8_0, 128 a quad of
+/// blocks for the 4- and 5-bit formats, a last pair or quad filled with
+/// zeros.
+pub(super) fn pair_codes_len(format: Format, n_blocks: usize) -> usize {
+    match format {
+        Format::Q8_0 => n_blocks.div_ceil(2) * 64,
+        _ => n_blocks.div_ceil(4) * 128,
+    }
 }
 
-/// The codes of Q8_0 `blocks` in the pair order of `format`'s weights:
-/// for blocks `2k` and `2k + 1`, 64 bytes `x[2k][0..16]`, `x[2k+1][0..16]`,
-/// `x[2k][16..32]`, `x[2k+1][16..32]` (the order nibbles decode into), or
-/// `x[2k]`, `x[2k+1]` for Q8_0 weights; zeros stand in for a missing
-/// `2k + 1`. `out` has [`pair_codes_len`] bytes.
+/// The codes of Q8_0 `blocks` in the order `format`'s weights decode
+/// into. Q8_0 weights take a pair of blocks at a time: `x[2k]`, `x[2k+1]`
+/// as they are. The 4- and 5-bit formats take a quad: for blocks `4k` to
+/// `4k + 3`, 128 bytes `x[4k][0..16]` … `x[4k+3][0..16]` (the low
+/// nibbles' elements), then `x[4k][16..32]` … `x[4k+3][16..32]` (the
+/// high nibbles'). Zeros stand in for missing blocks. `out` has
+/// [`pair_codes_len`] bytes.
 pub(super) fn pair_codes(format: Format, blocks: &[BlockQ8_0], out: &mut [u8]) {
     out.fill(0);
     for (b, block) in blocks.iter().enumerate() {
@@ -61,10 +72,10 @@ pub(super) fn pair_codes(format: Format, blocks: &[BlockQ8_0], out: &mut [u8]) {
             out[b * 32..][..32].copy_from_slice(&block.qs);
             continue;
         }
-        let pair = &mut out[b / 2 * 64..][..64];
-        let at = (b % 2) * 16;
-        pair[at..at + 16].copy_from_slice(&block.qs[..16]);
-        pair[32 + at..32 + at + 16].copy_from_slice(&block.qs[16..]);
+        let quad = &mut out[b / 4 * 128..][..128];
+        let at = (b % 4) * 16;
+        quad[at..at + 16].copy_from_slice(&block.qs[..16]);
+        quad[64 + at..64 + at + 16].copy_from_slice(&block.qs[16..]);
     }
 }
 
@@ -199,10 +210,11 @@ mod imp {
         xs: [&Q8Activations; T],
     ) -> [[f32; T]; R] {
         // SAFETY: every pointer stays inside its row (whole blocks: the
-        // gather reads the first four bytes of the `n` blocks left, and a
-        // missing second block of a pair is never read), each `x.scales`
-        // (`n` pairs of f32 from `g`, masked), `x.pairs` (64 bytes a pair)
-        // and, for Q8_0, `x.offsets` (16 lanes a pair).
+        // scales' loads are masked to the `n` blocks left, and the missing
+        // blocks of a last pair or quad are never read), each
+        // `x.scales` (`n` pairs of f32 from `g`, masked), `x.pairs` (64
+        // bytes a pair, 128 a quad) and, for Q8_0, `x.offsets` (16 lanes a
+        // pair).
         unsafe {
             let bb = block_bytes(F);
             let n_blocks = rows[0].len() / bb;
@@ -211,22 +223,20 @@ mod imp {
             }
             for x in xs {
                 debug_assert_eq!(x.scales.len(), n_blocks);
-                debug_assert!(x.pairs.len() >= super::pair_codes_len(n_blocks));
+                // Q4_0 stands for the formats read in quads.
+                let order = if F == Q8_0 {
+                    Format::Q8_0
+                } else {
+                    Format::Q4_0
+                };
+                debug_assert!(x.pairs.len() >= super::pair_codes_len(order, n_blocks));
                 debug_assert!(F != Q8_0 || x.offsets.len() * 4 >= x.pairs.len());
             }
-            let offsets = _mm512_mullo_epi32(
-                _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                _mm512_set1_epi32(bb as i32),
-            );
             let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
             let odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-            // A pair's products come out as 4 lanes of the first block, 4 of
-            // the second, 4 of the first, 4 of the second; Q8_0's as 8 lanes
-            // of the first and 8 of the second.
-            let pair_lanes = match F {
-                Q8_0 => _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
-                _ => _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1),
-            };
+            // A pair of Q8_0 blocks' products come out as 8 lanes of the
+            // first and 8 of the second.
+            let pair_lanes = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
             let zeros = || [[_mm512_setzero_ps(); T]; R];
             let (mut acc, mut acc_c) = (zeros(), zeros());
             for g in (0..n_blocks).step_by(16) {
@@ -238,32 +248,22 @@ mod imp {
                 let mut sum = [_mm512_setzero_ps(); T];
                 for t in 0..T {
                     let at = xs[t].scales.as_ptr().add(g).cast::<f32>();
-                    let a = _mm512_maskz_loadu_ps(((1u32 << lo_n) - 1) as u16, at);
-                    let b = _mm512_maskz_loadu_ps(((1u32 << hi_n) - 1) as u16, at.add(16));
+                    let load = |p: *const f32, len: usize| match len {
+                        16 => _mm512_loadu_ps(p),
+                        0 => _mm512_setzero_ps(),
+                        _ => _mm512_maskz_loadu_ps(((1u32 << len) - 1) as u16, p),
+                    };
+                    let (a, b) = (load(at, lo_n), load(at.add(16), hi_n));
                     dx[t] = _mm512_permutex2var_ps(a, even, b);
                     sum[t] = _mm512_permutex2var_ps(a, odd, b);
                 }
                 let mut scale = zeros();
                 for r in 0..R {
-                    // The first four bytes of each block: d, and Q4_1's or
-                    // Q5_1's m.
-                    let raw = _mm512_mask_i32gather_epi32::<1>(
-                        _mm512_setzero_si512(),
-                        ((1u32 << n) - 1) as u16,
-                        offsets,
-                        rows[r].as_ptr().add(g * bb).cast(),
-                    );
-                    let d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw));
+                    let (d, m) = block_scales::<F>(rows[r].as_ptr().add(g * bb), n);
                     // What multiplies each block's activation sum: the
                     // minimum, or the offset times d.
                     let c = match F {
-                        Q4_1 | Q5_1 => {
-                            Some(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<
-                                16,
-                            >(
-                                raw
-                            ))))
-                        }
+                        Q4_1 | Q5_1 => Some(m),
                         Q4_0 => Some(_mm512_mul_ps(d, _mm512_set1_ps(-8.0))),
                         Q5_0 => Some(_mm512_mul_ps(d, _mm512_set1_ps(-16.0))),
                         _ => None,
@@ -275,27 +275,52 @@ mod imp {
                         }
                     }
                 }
-                let mut lanes = pair_lanes;
-                for k in (0..n).step_by(2) {
-                    let xv: [__m512i; T] = std::array::from_fn(|t| {
-                        _mm512_loadu_si512(xs[t].pairs.as_ptr().add((g + k) * 32).cast())
-                    });
-                    // Where each lane's sum starts: Q8_0's offsets, zeros.
-                    let start: [__m512i; T] = std::array::from_fn(|t| match F {
-                        Q8_0 => _mm512_loadu_si512(xs[t].offsets.as_ptr().add((g + k) * 8).cast()),
-                        _ => _mm512_setzero_si512(),
-                    });
-                    for r in 0..R {
-                        let first = rows[r].as_ptr().add((g + k) * bb);
-                        let second = (k + 1 < n).then(|| first.add(bb));
-                        let w = codes::<F>(first, second);
-                        for t in 0..T {
-                            let dot = products::<F>(start[t], w, xv[t]);
-                            let s = _mm512_permutexvar_ps(lanes, scale[r][t]);
-                            acc[r][t] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(dot), acc[r][t]);
+                if F == Q8_0 {
+                    let mut lanes = pair_lanes;
+                    for k in (0..n).step_by(2) {
+                        let xv: [__m512i; T] = std::array::from_fn(|t| {
+                            _mm512_loadu_si512(xs[t].pairs.as_ptr().add((g + k) * 32).cast())
+                        });
+                        // Where each lane's sum starts: Q8_0's offsets.
+                        let start: [__m512i; T] = std::array::from_fn(|t| {
+                            _mm512_loadu_si512(xs[t].offsets.as_ptr().add((g + k) * 8).cast())
+                        });
+                        for r in 0..R {
+                            let first = rows[r].as_ptr().add((g + k) * bb);
+                            let second = (k + 1 < n).then(|| first.add(bb));
+                            let w = q8_codes(first, second);
+                            for t in 0..T {
+                                let dot = q8_products(start[t], w, xv[t]);
+                                let s = _mm512_permutexvar_ps(lanes, scale[r][t]);
+                                acc[r][t] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(dot), acc[r][t]);
+                            }
                         }
+                        lanes = _mm512_add_epi32(lanes, _mm512_set1_epi32(2));
                     }
-                    lanes = _mm512_add_epi32(lanes, _mm512_set1_epi32(2));
+                } else {
+                    // A quad's products come out as 4 lanes of each of its
+                    // blocks in turn.
+                    let mut lanes =
+                        _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+                    for k in (0..n).step_by(4) {
+                        let at =
+                            |t: usize, half: usize| xs[t].pairs.as_ptr().add((g + k) * 32 + half);
+                        let xlo: [__m512i; T] =
+                            std::array::from_fn(|t| _mm512_loadu_si512(at(t, 0).cast()));
+                        let xhi: [__m512i; T] =
+                            std::array::from_fn(|t| _mm512_loadu_si512(at(t, 64).cast()));
+                        for r in 0..R {
+                            let first = rows[r].as_ptr().add((g + k) * bb);
+                            let (lo, hi) = quad_codes::<F>(first, (n - k).min(4));
+                            for t in 0..T {
+                                let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xlo[t]);
+                                let dot = _mm512_dpbusd_epi32(dot, hi, xhi[t]);
+                                let s = _mm512_permutexvar_ps(lanes, scale[r][t]);
+                                acc[r][t] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(dot), acc[r][t]);
+                            }
+                        }
+                        lanes = _mm512_add_epi32(lanes, _mm512_set1_epi32(4));
+                    }
                 }
             }
             let mut out = [[0.0; T]; R];
@@ -308,22 +333,100 @@ mod imp {
         }
     }
 
-    /// The codes of a pair of blocks (`second` absent: zeros) in pair
-    /// order ([`super::pair_codes`]), as bytes: Q8_0's signed, the others'
-    /// unsigned (4 or 5 bits).
+    /// The scales `d` and, for Q4_1 and Q5_1, the minimums `m` of the `n`
+    /// (at most 16) blocks of format `F` from `at`, as f32; zeros past `n`.
+    ///
+    /// Each block's `d` (and `m`) are its first 2 (4) bytes. A gather of
+    /// those 16 words was where a third of the dot's samples fell on Zen 4
+    /// (576×576 Q4_1 in L2); here, but for Q8_0, a few blocks at a time
+    /// come from two masked 64-byte loads and one word permute (576×576
+    /// Q4_1: 8.7 → 9.4 GiB/s).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn codes<const F: u8>(first: *const u8, second: Option<*const u8>) -> __m512i {
-        // SAFETY: `first` and `second` are whole blocks of format `F`.
+    unsafe fn block_scales<const F: u8>(at: *const u8, n: usize) -> (__m512, __m512) {
+        // SAFETY: `n` whole blocks of format `F` start at `at`; the loads
+        // read none of the bytes past them.
         unsafe {
+            let bb = block_bytes(F);
             if F == Q8_0 {
-                // The first block's codes, then the second's.
-                let qs = offset_of!(BlockQ8_0, qs);
-                let lo = _mm512_castsi256_si512(_mm256_loadu_si256(first.add(qs).cast()));
-                return match second {
-                    Some(s) => _mm512_inserti64x4::<1>(lo, _mm256_loadu_si256(s.add(qs).cast())),
-                    None => _mm512_zextsi256_si512(_mm256_loadu_si256(first.add(qs).cast())),
-                };
+                // 34-byte blocks: four windows of 128 bytes for 16 blocks,
+                // slower than one gather (576×1536: 17.4 against 19.0
+                // GiB/s on Zen 4).
+                let offsets = _mm512_mullo_epi32(
+                    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                    _mm512_set1_epi32(bb as i32),
+                );
+                let mask = ((1u32 << n) - 1) as u16;
+                let raw = _mm512_mask_i32gather_epi32::<1>(
+                    _mm512_setzero_si512(),
+                    mask,
+                    offsets,
+                    at.cast(),
+                );
+                return (
+                    _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw)),
+                    _mm512_setzero_ps(),
+                );
             }
+            let head = if matches!(F, Q4_1 | Q5_1) { 4 } else { 2 };
+            // Blocks whose scales lie in 128 bytes from the first's start.
+            let per = (128 - head) / bb + 1;
+            // Word i of the result is block i's d, word 16 + i its m: as
+            // word indices from block 0's start.
+            let lane = _mm512_set_epi16(
+                31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11,
+                10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0,
+            );
+            let block = _mm512_and_si512(lane, _mm512_set1_epi16(15));
+            let is_m = _mm512_srli_epi16::<4>(lane);
+            let words = _mm512_add_epi16(
+                _mm512_mullo_epi16(block, _mm512_set1_epi16((bb / 2) as i16)),
+                is_m,
+            );
+            let mut res = _mm512_setzero_si512();
+            let mut first = 0;
+            while first < n {
+                let last = (first + per).min(n);
+                let words_left = (n - first) * bb / 2;
+                let mask = |w: usize| if w >= 32 { u32::MAX } else { (1u32 << w) - 1 };
+                let p = at.add(first * bb).cast::<i16>();
+                let lo = _mm512_maskz_loadu_epi16(mask(words_left), p);
+                let hi = _mm512_maskz_loadu_epi16(mask(words_left.saturating_sub(32)), p.add(32));
+                let idx = _mm512_sub_epi16(words, _mm512_set1_epi16((first * bb / 2) as i16));
+                let these = (mask(last) & !mask(first)) & 0xFFFF;
+                let these = these | these << 16;
+                res = _mm512_mask_mov_epi16(res, these, _mm512_permutex2var_epi16(lo, idx, hi));
+                first = last;
+            }
+            let d = _mm512_cvtph_ps(_mm512_castsi512_si256(res));
+            let m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(res));
+            (d, m)
+        }
+    }
+
+    /// The codes of a pair of Q8_0 blocks (`second` absent: zeros), the
+    /// first block's 32 then the second's, as signed bytes.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn q8_codes(first: *const u8, second: Option<*const u8>) -> __m512i {
+        // SAFETY: `first` and `second` are whole Q8_0 blocks.
+        unsafe {
+            let qs = offset_of!(BlockQ8_0, qs);
+            let lo = _mm512_castsi256_si512(_mm256_loadu_si256(first.add(qs).cast()));
+            match second {
+                Some(s) => _mm512_inserti64x4::<1>(lo, _mm256_loadu_si256(s.add(qs).cast())),
+                None => _mm512_zextsi256_si512(_mm256_loadu_si256(first.add(qs).cast())),
+            }
+        }
+    }
+
+    /// The codes of `count` (1 to 4) consecutive blocks of 4- or 5-bit
+    /// format `F` from `first`, as unsigned bytes in quad order
+    /// ([`super::pair_codes`]): the low nibbles' codes of each block in
+    /// turn, then the high nibbles'. Zeros stand in for missing blocks.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn quad_codes<const F: u8>(first: *const u8, count: usize) -> (__m512i, __m512i) {
+        // SAFETY: `count` whole blocks of format `F` start at `first`.
+        unsafe {
+            let bb = block_bytes(F);
             // The 16 bytes of packed nibbles, and the 32 high bits of Q5_*.
             let (qs_at, qh_at) = match F {
                 Q4_0 => (offset_of!(BlockQ4_0, qs), None),
@@ -331,38 +434,49 @@ mod imp {
                 Q5_0 => (offset_of!(BlockQ5_0, qs), Some(offset_of!(BlockQ5_0, qh))),
                 _ => (offset_of!(BlockQ5_1, qs), Some(offset_of!(BlockQ5_1, qh))),
             };
-            let q = match second {
-                Some(s) => _mm256_loadu2_m128i(s.add(qs_at).cast(), first.add(qs_at).cast()),
-                None => _mm256_zextsi128_si256(_mm_loadu_si128(first.add(qs_at).cast())),
+            let qs = |j: usize| _mm_loadu_si128(first.add(j * bb + qs_at).cast());
+            let q = if count == 4 {
+                let q = _mm512_castsi128_si512(qs(0));
+                let q = _mm512_inserti32x4::<1>(q, qs(1));
+                let q = _mm512_inserti32x4::<2>(q, qs(2));
+                _mm512_inserti32x4::<3>(q, qs(3))
+            } else {
+                let mut q = [_mm_setzero_si128(); 4];
+                for (j, q) in q.iter_mut().enumerate().take(count) {
+                    *q = qs(j);
+                }
+                let q01 = _mm256_set_m128i(q[1], q[0]);
+                let q23 = _mm256_set_m128i(q[3], q[2]);
+                _mm512_inserti64x4::<1>(_mm512_castsi256_si512(q01), q23)
             };
-            // [q, q] shifted by 0 (low nibbles) and 4 (high nibbles).
-            let qq = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(q), q);
-            let shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
-            let mut w = _mm512_and_si512(_mm512_srlv_epi64(qq, shift), _mm512_set1_epi8(0x0F));
+            let nibble = _mm512_set1_epi8(0x0F);
+            let mut lo = _mm512_and_si512(q, nibble);
+            let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(q), nibble);
             if let Some(at) = qh_at {
-                // Bit j of qh is the fifth bit of code j: low nibbles take
-                // bits 0..16 of each block, high nibbles 16..32.
-                let h0 = u64::from(first.add(at).cast::<u32>().read_unaligned());
-                let h1 = second.map_or(0, |s| u64::from(s.add(at).cast::<u32>().read_unaligned()));
-                let bits =
-                    (h0 & 0xFFFF) | (h1 & 0xFFFF) << 16 | (h0 >> 16) << 32 | (h1 >> 16) << 48;
-                w = _mm512_mask_add_epi8(w, bits, w, _mm512_set1_epi8(0x10));
+                // Bit i of a block's qh is the fifth bit of its code i:
+                // the low nibbles take bits 0..16, the high 16..32.
+                let (mut lo_bits, mut hi_bits) = (0u64, 0u64);
+                for j in 0..count {
+                    let h = u64::from(first.add(j * bb + at).cast::<u32>().read_unaligned());
+                    lo_bits |= (h & 0xFFFF) << (16 * j);
+                    hi_bits |= (h >> 16) << (16 * j);
+                }
+                let five = _mm512_set1_epi8(0x10);
+                lo = _mm512_mask_add_epi8(lo, lo_bits, lo, five);
+                hi = _mm512_mask_add_epi8(hi, hi_bits, hi, five);
             }
-            w
+            (lo, hi)
         }
     }
 
-    /// The integer products of a pair of blocks' [`codes`] `w` with their
-    /// activations `xv` in pair order, 16 lanes of i32 added to `start`
-    /// (for Q8_0 the lanes' [`super::pair_offsets`], else zeros).
+    /// The integer products of a pair of Q8_0 blocks' [`q8_codes`] `w`
+    /// with their activations `xv`, 16 lanes of i32 added to `start` (the
+    /// lanes' [`super::pair_offsets`]).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    fn products<const F: u8>(start: __m512i, w: __m512i, xv: __m512i) -> __m512i {
-        if F == Q8_0 {
-            // `vpdpbusd` takes unsigned codes: w + 128, whose extra 128·x
-            // the start takes away.
-            let unsigned = _mm512_xor_si512(w, _mm512_set1_epi8(i8::MIN));
-            return _mm512_dpbusd_epi32(start, unsigned, xv);
-        }
-        _mm512_dpbusd_epi32(start, w, xv)
+    fn q8_products(start: __m512i, w: __m512i, xv: __m512i) -> __m512i {
+        // `vpdpbusd` takes unsigned codes: w + 128, whose extra 128·x
+        // the start takes away.
+        let unsigned = _mm512_xor_si512(w, _mm512_set1_epi8(i8::MIN));
+        _mm512_dpbusd_epi32(start, unsigned, xv)
     }
 }

@@ -285,7 +285,9 @@ impl Quantized {
         let n_blocks = block_bytes / size_of::<BlockQ8_0>();
         // The codes again in the order the VNNI dot reads them.
         let pairs_len = match isa.0 {
-            Kind::Avx512Vnni if dot_vnni::takes(format) => dot_vnni::pair_codes_len(n_blocks),
+            Kind::Avx512Vnni if dot_vnni::takes(format) => {
+                dot_vnni::pair_codes_len(format, n_blocks)
+            }
             _ => 0,
         };
         let mut pairs = vec![0u8; n_tokens * pairs_len];
