@@ -32,6 +32,7 @@
 pub mod abi;
 mod error;
 mod fetch;
+mod heap;
 mod kv;
 mod launch;
 mod library;

@@ -148,6 +148,7 @@ impl World {
         }
         let mpi = Mpi::open(&crate::fetch::library_path()?)?;
         let mpi = init(mpi, timeout)?;
+        crate::heap::keep_freed_results();
         // SAFETY: MPI is initialized; WORLD and ERRORS_RETURN are builtin.
         let code = unsafe { (mpi.set_errhandler)(abi::COMM_WORLD, abi::ERRORS_RETURN) };
         mpi.check("MPI_Comm_set_errhandler", code)?;
