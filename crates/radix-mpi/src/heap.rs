@@ -7,10 +7,10 @@
 //! the threshold only when such a mapping is freed; in some processes a
 //! 4 MiB all-reduce's result kept coming from fresh mappings, so every
 //! call faulted in and zeroed 1,024 pages. Measured on a 2-core AMD EPYC
-//! (Zen 4), 2 ranks, `radix-bench all-reduce --mib 4`, 8 alternating
-//! rounds each: without this, 3 of 8 processes ran at 0.94–1.34 ms a call
-//! and the others at 0.49–0.57; with it, all of 20 at 0.50–0.64 (mpi4py's
-//! `Allreduce`: 0.57–0.69 in the same minutes).
+//! (Zen 4), 2 ranks, `radix-bench all-reduce --mib 4`, alternating: without
+//! this, 7 of 25 processes ran at 0.94–1.95 ms a call and most others at
+//! 0.48–0.58; with it, 32 of 32 at 0.48–0.64 (mpi4py's `Allreduce`:
+//! 0.57–0.69 in the same rounds).
 
 /// Fixes glibc's thresholds where its dynamic rule ends: requests up to
 /// 32 MiB (glibc's largest dynamic mmap threshold on 64-bit) come from the
