@@ -248,12 +248,8 @@ mod imp {
                 let mut sum = [_mm512_setzero_ps(); T];
                 for t in 0..T {
                     let at = xs[t].scales.as_ptr().add(g).cast::<f32>();
-                    let load = |p: *const f32, len: usize| match len {
-                        16 => _mm512_loadu_ps(p),
-                        0 => _mm512_setzero_ps(),
-                        _ => _mm512_maskz_loadu_ps(((1u32 << len) - 1) as u16, p),
-                    };
-                    let (a, b) = (load(at, lo_n), load(at.add(16), hi_n));
+                    let a = _mm512_maskz_loadu_ps(((1u32 << lo_n) - 1) as u16, at);
+                    let b = _mm512_maskz_loadu_ps(((1u32 << hi_n) - 1) as u16, at.add(16));
                     dx[t] = _mm512_permutex2var_ps(a, even, b);
                     sum[t] = _mm512_permutex2var_ps(a, odd, b);
                 }
