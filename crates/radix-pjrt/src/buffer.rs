@@ -304,6 +304,39 @@ impl Client {
         }
     }
 
+    /// [`Client::weights_from_host`] of `len` bytes that `fill` writes on
+    /// the way, for weights the caller rearranges as it uploads them (rows
+    /// split at load) without holding them twice: `fill(range, out)`
+    /// writes the buffer's bytes `range` into `out`. A large weight on the
+    /// CPU plugin is filled in place a few megabytes at a time (each range
+    /// a whole number of `align` bytes but the last), in order; otherwise
+    /// once, into host memory that is then uploaded.
+    pub fn weights_filled(
+        &self,
+        (len, align): (usize, usize),
+        ty: ElementType,
+        dims: &[i64],
+        device: &Device,
+        fill: &dyn Fn(Range<usize>, &mut [u8]),
+    ) -> Result<Buffer> {
+        let expected = byte_len(ty, dims)?;
+        if len != expected {
+            return Err(Error::InvalidArgument(format!(
+                "{len} bytes to fill a {}x{dims:?} buffer of {expected} bytes",
+                ty.mlir_name()
+            )));
+        }
+        if len >= crate::huge_pages::MIN_BYTES
+            && let Some(buffer) =
+                self.buffer_in_huge_pages_filled(len, align, ty, dims, device, fill)?
+        {
+            return Ok(self.counted(buffer, len));
+        }
+        let mut bytes = vec![0u8; len];
+        fill(0..len, &mut bytes);
+        self.weights_from_host(&bytes, ty, dims, device)
+    }
+
     /// `buffer`, with its `bytes` added to the bytes uploaded so far.
     fn counted(&self, buffer: Buffer, bytes: usize) -> Buffer {
         self.inner

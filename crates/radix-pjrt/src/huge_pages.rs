@@ -43,24 +43,45 @@ impl Client {
         device: &Device,
         copied: &dyn Fn(std::ops::Range<usize>),
     ) -> Result<Option<Buffer>> {
+        self.buffer_in_huge_pages_filled(bytes.len(), 1, ty, dims, device, &|range, out| {
+            out.copy_from_slice(&bytes[range.clone()]);
+            copied(range);
+        })
+    }
+
+    /// [`Client::buffer_in_huge_pages`] of `len` bytes that `fill` writes:
+    /// given each range of the buffer in turn (a few megabytes, a whole
+    /// number of `align` bytes but the last) and that range's memory.
+    pub(crate) fn buffer_in_huge_pages_filled(
+        &self,
+        len: usize,
+        align: usize,
+        ty: ElementType,
+        dims: &[i64],
+        device: &Device,
+        fill: &dyn Fn(std::ops::Range<usize>, &mut [u8]),
+    ) -> Result<Option<Buffer>> {
         if !cfg!(target_os = "linux") {
             return Ok(None);
         }
         let Some((buffer, addr)) = self.dense_host_buffer(ty, dims, device)? else {
             return Ok(None);
         };
-        advise(addr, bytes.len());
-        // A few megabytes at a time, each handed to `copied` once it is in.
-        for start in (0..bytes.len()).step_by(COPY_CHUNK) {
-            let end = (start + COPY_CHUNK).min(bytes.len());
+        advise(addr, len);
+        // A few megabytes at a time, each filled while the caller's source
+        // of it is still in the caches.
+        let chunk = (COPY_CHUNK / align.max(1)).max(1) * align.max(1);
+        for start in (0..len).step_by(chunk) {
+            let end = (start + chunk).min(len);
             // SAFETY: on the CPU platform the device address is host memory
-            // of `bytes.len()` bytes (checked above); the buffer is ours
-            // alone and no execution has seen it yet.
-            unsafe {
-                let to = (addr as *mut u8).add(start);
-                std::ptr::copy_nonoverlapping(bytes.as_ptr().add(start), to, end - start);
-            }
-            copied(start..end);
+            // of `len` bytes (`dense_host_buffer` checked the buffer's
+            // size against `dims`, which the callers checked against
+            // `len`); the buffer is ours alone and no execution has seen
+            // it yet.
+            let out = unsafe {
+                std::slice::from_raw_parts_mut((addr as *mut u8).add(start), end - start)
+            };
+            fill(start..end, out);
         }
         Ok(Some(buffer))
     }

@@ -28,7 +28,8 @@
 //! Q4_K_M token (18 Q4_K 640×1024, 9 Q4_K and 9 Q6_K 640×2048: 23 MB; its
 //! Q5_0 layers and Q8_0 head are formats the groups before time),
 //! with 8-bit activations, on one thread and on the spinning [`SpinPool`],
-//! in each instruction set this CPU runs.
+//! in each instruction set this CPU runs, and (`q8 split`) with the Q8_0
+//! matrices' rows split at load, on the best instruction set.
 //!
 //! Weights are random blocks with finite scales; the speed of these kernels
 //! does not depend on the values.
@@ -38,7 +39,8 @@ use radix_quant::blocks::f16_offsets;
 use radix_quant::testing::Rng;
 use radix_quant::{
     Config, DOT_MAX_TOKENS, Format, Isa, Parallel, ScopedThreads, Serial, SpinPool, dequantize,
-    matmul_panels_with, matmul_q8_with, matmul_with, matvec_q8_with, matvec_with, pack_panels,
+    matmul_panels_with, matmul_q8_split_with, matmul_q8_with, matmul_with, matvec_q8_with,
+    matvec_with, pack_panels, split_rows,
 };
 
 const SHAPES: [(usize, usize); 4] = [(576, 576), (1536, 576), (576, 1536), (49152, 576)];
@@ -304,6 +306,34 @@ fn bench_products(c: &mut Criterion, name: &str, matrices: &[(Format, usize, usi
                 })
             });
         }
+    }
+    // The Q8_0 matrices' rows split at load (`RowLayout::Split`), as radix
+    // loads them where the VNNI dot reads them.
+    let split: Vec<Option<Vec<u8>>> = matrices
+        .iter()
+        .map(|(format, _, cols, w)| {
+            let mut out = vec![0u8; w.len()];
+            split_rows(*format, *cols, w, &mut out).ok().map(|()| out)
+        })
+        .collect();
+    for (name, parallel) in pools {
+        let config = Config {
+            isa: Isa::best(),
+            parallel,
+        };
+        let id = BenchmarkId::new(format!("q8 split {name}"), pool.n_threads());
+        group.bench_function(id, |b| {
+            b.iter(|| {
+                for ((format, rows, cols, w), split) in matrices.iter().zip(&split) {
+                    let (x, y) = (&x[..*cols], &mut y[..*rows]);
+                    match split {
+                        Some(s) => matmul_q8_split_with(&config, *format, s, *rows, *cols, 1, x, y),
+                        None => matvec_q8_with(&config, *format, w, *rows, *cols, x, y),
+                    }
+                    .expect("shapes");
+                }
+            })
+        });
     }
     group.finish();
 }

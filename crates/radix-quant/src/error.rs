@@ -24,6 +24,10 @@ pub enum Error {
         crate::PANEL_ROWS
     )]
     PartialPanel { rows: usize },
+    /// A layout of split rows ([`crate::RowLayout::Split`]) asked of a
+    /// format that has none.
+    #[error("{0:?} rows have no split layout (only Q8_0's)")]
+    NoSplit(Format),
     /// A shape whose element or byte count overflows `usize`.
     #[error("{what}: the shape's size overflows usize")]
     TooLarge { what: &'static str },

@@ -12,9 +12,10 @@ mod common;
 use common::{Codes, FineGrained, Rng, random_weights, random_x, reference};
 use proptest::prelude::*;
 use radix_quant::{
-    Config, Error, Format, Isa, Parallel, ScopedThreads, Serial, SpinPool, Stacked, dequantize,
-    matmul_q8_dots_with, matmul_with, matvec_q8_stacked_with, matvec_q8_with, matvec_with,
-    quantize_q8_0,
+    Config, Error, Format, Isa, Parallel, RowLayout, ScopedThreads, Serial, SpinPool, Stacked,
+    dequantize, matmul_q8_dots_split_with, matmul_q8_dots_with, matmul_q8_split_with,
+    matmul_q8_with, matmul_with, matvec_q8_stacked_with, matvec_q8_with, matvec_with,
+    quantize_q8_0, split_rows,
 };
 
 /// Runs `matvec` on every token of `x` and `matmul` on all of them, on every
@@ -149,7 +150,8 @@ fn q8_0_codes_at_their_limits_sum_exactly() {
 /// alone, on every instruction set, on one thread and on the pool: formats
 /// with 8-bit kernels (three of them, one a K-quant, so the token is
 /// quantized three times), one without (taken apart), a matrix of no rows,
-/// and rows that are not a whole number of row groups.
+/// and rows that are not a whole number of row groups; a Q8_0 matrix again,
+/// its rows split ([`RowLayout::Split`]).
 #[test]
 fn stacked_matrices_get_their_bits_alone() {
     let mut rng = Rng(13);
@@ -173,8 +175,17 @@ fn stacked_matrices_get_their_bits_alone() {
             format,
             weights,
             rows,
+            layout: RowLayout::Blocks,
         })
         .collect();
+    let mut split = vec![0u8; weights[1].len()];
+    split_rows(Format::Q8_0, cols, &weights[1], &mut split).expect("whole rows");
+    let mut matrices = matrices;
+    matrices.push(Stacked {
+        weights: &split,
+        layout: RowLayout::Split,
+        ..matrices[1]
+    });
     let x = random_x(cols, &mut rng);
     let pool = SpinPool::new(2);
     for isa in Isa::available() {
@@ -182,12 +193,14 @@ fn stacked_matrices_get_their_bits_alone() {
             let config = Config { isa, parallel };
             let bits = |y: &[f32]| y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             let mut alone = vec![];
-            for m in &matrices {
+            for m in &matrices[..shapes.len()] {
                 let mut y = vec![f32::NAN; m.rows];
                 matvec_q8_with(&config, m.format, m.weights, m.rows, cols, &x, &mut y)
                     .expect("shapes");
                 alone.push(bits(&y));
             }
+            // The split matrix: the bits of its rows as blocks.
+            alone.push(alone[1].clone());
             let mut ys: Vec<Vec<f32>> = matrices.iter().map(|m| vec![f32::NAN; m.rows]).collect();
             let mut outs: Vec<&mut [f32]> = ys.iter_mut().map(|y| y.as_mut_slice()).collect();
             matvec_q8_stacked_with(&config, &matrices, cols, &x, &mut outs).expect("shapes");
@@ -215,7 +228,7 @@ fn stacked_matrices_get_their_bits_alone() {
         matvec_q8_stacked_with(&config, &matrices, cols, &x, &mut outs[..5]),
         Err(Error::Length {
             what: "ys (outputs)",
-            expected: 6,
+            expected: 7,
             got: 5
         })
     );
@@ -223,6 +236,66 @@ fn stacked_matrices_get_their_bits_alone() {
         ys.iter().flatten().all(|v| v.is_nan()),
         "outputs are left alone"
     );
+}
+
+/// Q8_0 rows split at load give the bits their blocks give, on every
+/// instruction set (the VNNI dot reads them in place, the others join them
+/// first): a decode token, batches of sequences, prompts (tiles), odd
+/// numbers of blocks and more than 16 of them, and rows that are not a
+/// whole number of row groups. Other formats are refused.
+#[test]
+fn split_rows_give_the_bits_of_blocks() {
+    let mut rng = Rng(31);
+    let pool = SpinPool::new(2);
+    let bits = |y: &[f32]| y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    for (rows, cols) in [(1, 32), (7, 96), (33, 576), (9, 1056)] {
+        let weights = random_weights(Format::Q8_0, rows, cols, Codes::Random, 1.0, &mut rng);
+        let mut split = vec![0u8; weights.len()];
+        split_rows(Format::Q8_0, cols, &weights, &mut split).expect("whole rows");
+        for n_tokens in [1, 2, 5, 16, 17, 40] {
+            let x: Vec<f32> = (0..n_tokens)
+                .flat_map(|_| random_x(cols, &mut rng))
+                .collect();
+            for isa in Isa::available() {
+                for parallel in [&Serial as &dyn Parallel, &pool] {
+                    let config = Config { isa, parallel };
+                    let at = format!("{} {rows}x{cols}, {n_tokens} tokens", isa.name());
+                    let run = |f: &dyn Fn(&mut [f32]) -> Result<(), Error>| {
+                        let mut y = vec![f32::NAN; n_tokens * rows];
+                        f(&mut y).expect("shapes");
+                        bits(&y)
+                    };
+                    let (r, c, n) = (rows, cols, n_tokens);
+                    let q8 = Format::Q8_0;
+                    let blocks = run(&|y| matmul_q8_with(&config, q8, &weights, r, c, n, &x, y));
+                    let got = run(&|y| matmul_q8_split_with(&config, q8, &split, r, c, n, &x, y));
+                    assert_eq!(got, blocks, "matmul_q8 {at}");
+                    let blocks =
+                        run(&|y| matmul_q8_dots_with(&config, q8, &weights, r, c, n, &x, y));
+                    let got =
+                        run(&|y| matmul_q8_dots_split_with(&config, q8, &split, r, c, n, &x, y));
+                    assert_eq!(got, blocks, "matmul_q8_dots {at}");
+                }
+            }
+        }
+    }
+    let config = Config {
+        isa: Isa::best(),
+        parallel: &Serial,
+    };
+    let mut y = [f32::NAN; 2];
+    let err = matmul_q8_split_with(
+        &config,
+        Format::Q4_1,
+        &[0u8; 40],
+        2,
+        32,
+        1,
+        &[0.0; 32],
+        &mut y,
+    );
+    assert_eq!(err, Err(Error::NoSplit(Format::Q4_1)));
+    assert!(y.iter().all(|v| v.is_nan()), "y is left alone");
 }
 
 #[test]

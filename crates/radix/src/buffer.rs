@@ -125,6 +125,61 @@ impl Buffer {
         Ok(Buffer::from_shards(vec![shard], shape, None))
     }
 
+    /// [`Buffer::weights_from_host`] of `host`'s `format` blocks (rows of
+    /// `cols` elements) with their rows split on the way
+    /// ([`Layout::Split`](crate::quant::Layout::Split),
+    /// [`radix_quant::split_rows`]): a few megabytes of rows at a time,
+    /// each range of the file's map let go once split into the buffer, so
+    /// the weight is never resident twice (where the buffer is one
+    /// device's; over a mesh, split in host memory first).
+    pub(crate) fn weights_split(
+        platform: &Platform,
+        host: &crate::io::HostTensor,
+        shape: Shape,
+        (format, cols): (radix_quant::Format, usize),
+    ) -> Result<Buffer> {
+        let bytes = host.bytes();
+        let host_err = |e: radix_quant::Error| Error::Host(e.to_string());
+        let row_bytes = format.row_bytes(cols).map_err(host_err)?;
+        radix_quant::RowLayout::Split
+            .check(format)
+            .map_err(host_err)?;
+        if bytes.len() != shape.byte_size() || !bytes.len().is_multiple_of(row_bytes.max(1)) {
+            return Err(Error::Host(format!(
+                "{} bytes of {} rows of {cols} for {shape}",
+                bytes.len(),
+                format.name()
+            )));
+        }
+        // Whole rows (checked above), so splitting cannot fail.
+        let failed = std::sync::Mutex::new(None);
+        let split = |range: std::ops::Range<usize>, out: &mut [u8]| {
+            if let Err(e) = radix_quant::split_rows(format, cols, &bytes[range.clone()], out) {
+                *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+            }
+            host.release_pages_in(range);
+        };
+        let buffer = if platform.mesh().is_some() {
+            let mut all = vec![0u8; bytes.len()];
+            split(0..bytes.len(), &mut all);
+            Buffer::weights_from_bytes(platform, &all, shape)
+        } else {
+            let ty = crate::dtype::element_type(shape.dtype());
+            let shard = platform.client().weights_filled(
+                (bytes.len(), row_bytes.max(1)),
+                ty,
+                shape.dims(),
+                platform.device(),
+                &split,
+            )?;
+            Ok(Buffer::from_shards(vec![shard], shape, None))
+        };
+        if let Some(e) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            return Err(host_err(e));
+        }
+        buffer
+    }
+
     /// `bytes` of `shape` uploaded by `put` (to each device its block).
     fn upload(platform: &Platform, bytes: &[u8], shape: Shape, put: Upload) -> Result<Buffer> {
         if bytes.len() != shape.byte_size() {

@@ -7,7 +7,7 @@
 mod blocks;
 
 use blocks::{KINDS, Rng, block, reference};
-use radix::quant::{Format, Products, blocks_shape, blocks_shape_with, panels_shape};
+use radix::quant::{Format, Products, blocks_shape, blocks_shape_with, panels_shape, split_shape};
 use radix::testing::{Tol, assert_all_close, run_program_with, trace_fn};
 use radix::{CustomCallMode, DType, Literal, Program, Shape};
 
@@ -502,4 +502,75 @@ fn dots_give_each_matrix_its_own_dot() {
         assert_all_close(&format!("dx {mode:?}"), &got[0], &got[1], tol);
         assert!(got[0].iter().any(|&v| v != 0.0), "a zero gradient");
     }
+}
+
+/// Q8_0 rows split at load (`Layout::Split`) give the bits their blocks
+/// give, in every op that reads them: `dot` of one token, of a batch and
+/// of a prompt (tiles), `dots` beside a matrix of blocks, `rows` and
+/// `dequantize`, on the kernels, in the fallback and in the interpreter.
+#[test]
+fn split_rows_give_the_bits_of_their_blocks() {
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    let (rows, cols) = (9, 96);
+    let w = matrix(Format::Q8_0, rows, cols, &mut rng);
+    let mut split = vec![0u8; w.len()];
+    radix_quant::split_rows(Format::Q8_0, cols, &w, &mut split).expect("whole rows");
+    let axes = |t: usize| [("s", t as i64), ("d", cols as i64)];
+    let x = |t: usize, rng: &mut Rng| {
+        let x: Vec<f32> = (0..t * cols).map(|_| rng.unit()).collect();
+        f32_literal(&x, &axes(t))
+    };
+    let (x1, x3, x20) = (x(1, &mut rng), x(3, &mut rng), x(20, &mut rng));
+    let ids = Literal::from_slice(&[3i32, -1, 8, 0], &[4]);
+    let rows_axis = ("out", rows as i64);
+    let blocks = blocks_shape(Format::Q8_0, rows_axis, cols as i64).expect("blocks");
+    let split_shape = split_shape(Format::Q8_0, rows_axis, cols as i64).expect("split");
+    let inputs = |shape: Shape, bytes: &[u8]| {
+        vec![
+            Literal::from_bytes(shape, bytes),
+            x1.clone(),
+            x3.clone(),
+            x20.clone(),
+            ids.clone(),
+            Literal::from_bytes(blocks, &w),
+        ]
+    };
+    let (of_blocks, of_split) = (inputs(blocks, &w), inputs(split_shape, &split));
+    let program = |inputs: &[Literal]| {
+        trace_fn(inputs, |t| {
+            let two = radix::quant::dots(t[2], &[t[0], t[5]], "d");
+            vec![
+                radix::quant::dot(t[1], t[0], "d"),
+                radix::quant::dot(t[2], t[0], "d"),
+                radix::quant::dot(t[3], t[0], "d"),
+                two[0],
+                two[1],
+                radix::quant::rows(t[0], t[4], "d"),
+                radix::quant::dequantize(t[0], "d"),
+            ]
+        })
+        .expect("trace")
+    };
+    let bits = |r: Vec<Vec<f32>>| -> Vec<Vec<u32>> {
+        r.iter()
+            .map(|v| v.iter().map(|x| x.to_bits()).collect())
+            .collect()
+    };
+    for mode in [CustomCallMode::Native, CustomCallMode::Fallback] {
+        let want = run(program(&of_blocks), &of_blocks, mode);
+        let got = run(program(&of_split), &of_split, mode);
+        assert_eq!(bits(got), bits(want), "{mode:?}");
+    }
+    let interp = |inputs: &[Literal]| -> Vec<Vec<f32>> {
+        let p = program(inputs);
+        p.interpret(inputs)
+            .iter()
+            .map(|l| l.to_vec::<f32>())
+            .collect()
+    };
+    assert_eq!(
+        bits(interp(&of_split)),
+        bits(interp(&of_blocks)),
+        "interpreter"
+    );
 }

@@ -35,6 +35,10 @@
 //! nibbles' in another, so that a quad's codes are one vector of bytes
 //! masked for the low nibbles and shifted for the high (two blocks a
 //! vector wasted half of each 16-byte load's insert and shift).
+//!
+//! Q8_0 rows split at load (`split.rs`) take the same path with their
+//! codes already unsigned and in pair order (one 64-byte load, no `xor`)
+//! and their scales side by side (one masked load instead of the gather).
 
 use super::Q8Activations;
 use super::q8::ROW_GROUP;
@@ -92,7 +96,9 @@ pub(super) fn pair_offsets(format: Format, pairs: &[u8]) -> Vec<i32> {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(super) use imp::{dot_row_group_q8, dot_row_q8, dot_rows_q8};
+pub(super) use imp::{
+    dot_row_group_q8, dot_row_group_split, dot_row_q8, dot_rows_q8, dot_rows_split,
+};
 
 #[cfg(not(target_arch = "x86_64"))]
 pub(super) fn dot_row_q8(_: crate::Format, _: &[u8], _: &Q8Activations) -> f32 {
@@ -114,6 +120,16 @@ pub(super) fn dot_rows_q8<const T: usize>(
     _: &[u8],
     _: [&Q8Activations; T],
 ) -> [f32; T] {
+    unreachable!("AVX-512 is never detected off x86-64")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub(super) fn dot_rows_split<const T: usize>(_: &[u8], _: [&Q8Activations; T]) -> [f32; T] {
+    unreachable!("AVX-512 is never detected off x86-64")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub(super) fn dot_row_group_split(_: [&[u8]; ROW_GROUP], _: &Q8Activations) -> [f32; ROW_GROUP] {
     unreachable!("AVX-512 is never detected off x86-64")
 }
 
@@ -140,6 +156,13 @@ mod imp {
     const Q4_1: u8 = 2;
     const Q5_0: u8 = 3;
     const Q5_1: u8 = 4;
+    /// Q8_0 rows split at load (`split.rs`): codes, then scales.
+    const Q8_0_SPLIT: u8 = 5;
+
+    /// Whether `F` is Q8_0, as files store it or split.
+    const fn is_q8(f: u8) -> bool {
+        f == Q8_0 || f == Q8_0_SPLIT
+    }
 
     /// A row of `format` blocks times `x`, whose `pairs` hold its codes in
     /// pair order. Reached only through `Isa(Kind::Avx512Vnni)`.
@@ -153,7 +176,7 @@ mod imp {
         row: &[u8],
         xs: [&Q8Activations; T],
     ) -> [f32; T] {
-        dot_any::<1, T>(format, [row], xs)[0]
+        dot_any::<1, T>(Some(format), [row], xs)[0]
     }
 
     /// Each of [`ROW_GROUP`] rows (of one length) times
@@ -164,17 +187,41 @@ mod imp {
         rows: [&[u8]; ROW_GROUP],
         x: &Q8Activations,
     ) -> [f32; ROW_GROUP] {
-        dot_any::<{ ROW_GROUP }, 1>(format, rows, [x]).map(|[y]| y)
+        dot_any::<{ ROW_GROUP }, 1>(Some(format), rows, [x]).map(|[y]| y)
     }
 
+    /// [`dot_rows_q8`] of a Q8_0 row split at load (`split.rs`): the same
+    /// sums, in the same order, as for the row joined.
+    pub(in crate::kernels) fn dot_rows_split<const T: usize>(
+        row: &[u8],
+        xs: [&Q8Activations; T],
+    ) -> [f32; T] {
+        dot_any::<1, T>(SPLIT, [row], xs)[0]
+    }
+
+    /// [`dot_row_group_q8`] of Q8_0 rows split at load.
+    pub(in crate::kernels) fn dot_row_group_split(
+        rows: [&[u8]; ROW_GROUP],
+        x: &Q8Activations,
+    ) -> [f32; ROW_GROUP] {
+        dot_any::<{ ROW_GROUP }, 1>(SPLIT, rows, [x]).map(|[y]| y)
+    }
+
+    /// `dot_any`'s stand-in format for Q8_0 rows split at load.
+    const SPLIT: Option<Format> = None;
+
+    /// `format`'s dot (`None`: split Q8_0 rows).
     fn dot_any<const R: usize, const T: usize>(
-        format: Format,
+        format: Option<Format>,
         rows: [&[u8]; R],
         xs: [&Q8Activations; T],
     ) -> [[f32; T]; R] {
         // SAFETY: `Isa::best` chose this kernel only where the CPU has
         // AVX-512 F/BW/VL and VNNI (and AVX2, FMA and F16C).
         unsafe {
+            let Some(format) = format else {
+                return dot::<Q8_0_SPLIT, R, T>(rows, xs);
+            };
             match format {
                 Format::Q8_0 => dot::<Q8_0, R, T>(rows, xs),
                 Format::Q4_0 => dot::<Q4_0, R, T>(rows, xs),
@@ -188,7 +235,7 @@ mod imp {
 
     const fn block_bytes(f: u8) -> usize {
         match f {
-            Q8_0 => size_of::<BlockQ8_0>(),
+            Q8_0 | Q8_0_SPLIT => size_of::<BlockQ8_0>(),
             Q4_0 => size_of::<BlockQ4_0>(),
             Q4_1 => size_of::<BlockQ4_1>(),
             Q5_0 => size_of::<BlockQ5_0>(),
@@ -224,13 +271,9 @@ mod imp {
             for x in xs {
                 debug_assert_eq!(x.scales.len(), n_blocks);
                 // Q4_0 stands for the formats read in quads.
-                let order = if F == Q8_0 {
-                    Format::Q8_0
-                } else {
-                    Format::Q4_0
-                };
+                let order = if is_q8(F) { Format::Q8_0 } else { Format::Q4_0 };
                 debug_assert!(x.pairs.len() >= super::pair_codes_len(order, n_blocks));
-                debug_assert!(F != Q8_0 || x.offsets.len() * 4 >= x.pairs.len());
+                debug_assert!(!is_q8(F) || x.offsets.len() * 4 >= x.pairs.len());
             }
             let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
             let odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
@@ -255,7 +298,14 @@ mod imp {
                 }
                 let mut scale = zeros();
                 for r in 0..R {
-                    let (d, m) = block_scales::<F>(rows[r].as_ptr().add(g * bb), n);
+                    let (d, m) = match F {
+                        // Split rows: the scales after all the codes.
+                        Q8_0_SPLIT => (
+                            split_scales(rows[r].as_ptr().add(n_blocks * 32 + g * 2), n),
+                            _mm512_setzero_ps(),
+                        ),
+                        _ => block_scales::<F>(rows[r].as_ptr().add(g * bb), n),
+                    };
                     // What multiplies each block's activation sum: the
                     // minimum, or the offset times d.
                     let c = match F {
@@ -271,7 +321,7 @@ mod imp {
                         }
                     }
                 }
-                if F == Q8_0 {
+                if is_q8(F) {
                     let mut lanes = pair_lanes;
                     for k in (0..n).step_by(2) {
                         let xv: [__m512i; T] = std::array::from_fn(|t| {
@@ -282,9 +332,12 @@ mod imp {
                             _mm512_loadu_si512(xs[t].offsets.as_ptr().add((g + k) * 8).cast())
                         });
                         for r in 0..R {
-                            let first = rows[r].as_ptr().add((g + k) * bb);
-                            let second = (k + 1 < n).then(|| first.add(bb));
-                            let w = q8_codes(first, second);
+                            let w = if F == Q8_0_SPLIT {
+                                split_codes(rows[r].as_ptr().add((g + k) * 32), k + 1 < n)
+                            } else {
+                                let first = rows[r].as_ptr().add((g + k) * bb);
+                                q8_codes(first, (k + 1 < n).then(|| first.add(bb)))
+                            };
                             for t in 0..T {
                                 let dot = q8_products(start[t], w, xv[t]);
                                 let s = _mm512_permutexvar_ps(lanes, scale[r][t]);
@@ -399,18 +452,49 @@ mod imp {
         }
     }
 
-    /// The codes of a pair of Q8_0 blocks (`second` absent: zeros), the
-    /// first block's 32 then the second's, as signed bytes.
+    /// The codes `w` of a pair of Q8_0 blocks (`second` absent: zeros), the
+    /// first block's 32 then the second's, as the unsigned `w + 128` that
+    /// `vpdpbusd` takes (one `xor`), whose extra `128·x` the lanes' start
+    /// takes away ([`q8_products`]).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     unsafe fn q8_codes(first: *const u8, second: Option<*const u8>) -> __m512i {
         // SAFETY: `first` and `second` are whole Q8_0 blocks.
         unsafe {
             let qs = offset_of!(BlockQ8_0, qs);
             let lo = _mm512_castsi256_si512(_mm256_loadu_si256(first.add(qs).cast()));
-            match second {
+            let w = match second {
                 Some(s) => _mm512_inserti64x4::<1>(lo, _mm256_loadu_si256(s.add(qs).cast())),
                 None => _mm512_zextsi256_si512(_mm256_loadu_si256(first.add(qs).cast())),
+            };
+            _mm512_xor_si512(w, _mm512_set1_epi8(i8::MIN))
+        }
+    }
+
+    /// The unsigned codes of a pair of split Q8_0 blocks from `at` (their
+    /// first code), stored as `w + 128` already: one 64-byte load, or 32
+    /// bytes and zeros where the pair is only its first block (`both`
+    /// false). The zeros meet zero activations, as [`q8_codes`]'s do.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn split_codes(at: *const u8, both: bool) -> __m512i {
+        // SAFETY: `at` starts the codes of one block (`both`: two) of a
+        // split row; the masked load reads only the first block's.
+        unsafe {
+            match both {
+                true => _mm512_loadu_si512(at.cast()),
+                false => _mm512_maskz_loadu_epi8(u64::from(u32::MAX), at.cast()),
             }
+        }
+    }
+
+    /// The `n` (at most 16) f16 scales of a split Q8_0 row from `at`, as
+    /// f32; zeros past `n`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn split_scales(at: *const u8, n: usize) -> __m512 {
+        // SAFETY: `n` scales of 2 bytes start at `at`; the load is masked
+        // to them.
+        unsafe {
+            let mask = ((1u32 << n) - 1) as u16;
+            _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, at.cast()))
         }
     }
 
@@ -465,14 +549,12 @@ mod imp {
         }
     }
 
-    /// The integer products of a pair of Q8_0 blocks' [`q8_codes`] `w`
-    /// with their activations `xv`, 16 lanes of i32 added to `start` (the
-    /// lanes' [`super::pair_offsets`]).
+    /// The integer products of a pair of Q8_0 blocks' unsigned codes `u =
+    /// w + 128` ([`q8_codes`], [`split_codes`]) with their activations
+    /// `xv`, 16 lanes of i32 added to `start` (the lanes'
+    /// [`super::pair_offsets`], `-128·x`): `Σ w·x` in each lane.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    fn q8_products(start: __m512i, w: __m512i, xv: __m512i) -> __m512i {
-        // `vpdpbusd` takes unsigned codes: w + 128, whose extra 128·x
-        // the start takes away.
-        let unsigned = _mm512_xor_si512(w, _mm512_set1_epi8(i8::MIN));
-        _mm512_dpbusd_epi32(start, unsigned, xv)
+    fn q8_products(start: __m512i, u: __m512i, xv: __m512i) -> __m512i {
+        _mm512_dpbusd_epi32(start, u, xv)
     }
 }

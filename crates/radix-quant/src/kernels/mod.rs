@@ -11,6 +11,7 @@ mod panels;
 mod prompt_q8;
 mod q8;
 mod scalar;
+mod split;
 mod stacked;
 
 use std::sync::Mutex;
@@ -22,7 +23,11 @@ pub use panels::{
     unpack_panels,
 };
 use q8::Q8Activations;
-pub use q8::{DOT_MAX_TOKENS, matmul_q8_dots_with, matmul_q8_with, matvec_q8_with};
+pub use q8::{
+    DOT_MAX_TOKENS, matmul_q8_dots_split_with, matmul_q8_dots_with, matmul_q8_split_with,
+    matmul_q8_with, matvec_q8_with,
+};
+pub use split::{RowLayout, join_rows, split_rows};
 pub use stacked::{Stacked, matvec_q8_stacked_with};
 
 /// An instruction set the kernels can use. Only [`Isa::SCALAR`] can be named;
@@ -87,6 +92,14 @@ impl Isa {
     /// prompt's exact products instead.
     pub fn integer_prompts(self) -> bool {
         matches!(self.0, Kind::Scalar | Kind::Avx512Vnni)
+    }
+
+    /// Whether this instruction set's dots read Q8_0 rows split at load
+    /// ([`RowLayout::Split`]) as they are, and faster than blocks: with
+    /// VNNI. The others join split rows back into blocks first, so a
+    /// loader splits rows only where this holds.
+    pub fn reads_split_rows(self) -> bool {
+        self.0 == Kind::Avx512Vnni
     }
 }
 

@@ -7,6 +7,7 @@
 
 use std::sync::Mutex;
 
+use super::split::{RowLayout, joined};
 use super::{
     Config, Kind, avx2, avx512, check_matmul, dot_k, dot_vnni, for_row_groups, for_row_tasks,
     for_rows, matmul_with, matvec_with, product, prompt_q8, scalar,
@@ -57,15 +58,59 @@ pub fn matmul_q8_with(
     x: &[f32],
     y: &mut [f32],
 ) -> Result<(), Error> {
+    let weights = (format, RowLayout::Blocks, weights);
+    matmul_q8_laid_out(config, weights, (rows, cols, n_tokens), x, y)
+}
+
+/// [`matmul_q8_with`] of Q8_0 rows split at load
+/// ([`RowLayout::Split`], [`crate::split_rows`]): the same results, bit for
+/// bit. Only the AVX-512 VNNI dot reads split rows as they are; elsewhere
+/// the rows are joined back into blocks first (the prompts of an
+/// instruction set without integer prompts join the whole matrix). `Err`
+/// for another format.
+#[allow(clippy::too_many_arguments)] // the matrix, its shape, the tokens: none is optional
+pub fn matmul_q8_split_with(
+    config: &Config,
+    format: Format,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    n_tokens: usize,
+    x: &[f32],
+    y: &mut [f32],
+) -> Result<(), Error> {
+    RowLayout::Split.check(format)?;
+    let weights = (format, RowLayout::Split, weights);
+    matmul_q8_laid_out(config, weights, (rows, cols, n_tokens), x, y)
+}
+
+/// [`matmul_q8_with`] of weights in either [`RowLayout`].
+fn matmul_q8_laid_out(
+    config: &Config,
+    (format, layout, weights): (Format, RowLayout, &[u8]),
+    (rows, cols, n_tokens): (usize, usize, usize),
+    x: &[f32],
+    y: &mut [f32],
+) -> Result<(), Error> {
     if n_tokens > DOT_MAX_TOKENS {
-        return match prompt_q8::Codes::of(format).filter(|_| config.isa.integer_prompts()) {
-            Some(codes) => {
-                matmul_q8_tiled(config, (format, codes), weights, rows, cols, n_tokens, x, y)
+        let codes = prompt_q8::Codes::of(format).filter(|_| config.isa.integer_prompts());
+        return match (codes, layout) {
+            (Some(codes), _) => {
+                let weights = (format, codes, layout, weights);
+                matmul_q8_tiled(config, weights, rows, cols, n_tokens, x, y)
             }
-            None => matmul_with(config, format, weights, rows, cols, n_tokens, x, y),
+            (None, RowLayout::Blocks) => {
+                matmul_with(config, format, weights, rows, cols, n_tokens, x, y)
+            }
+            (None, RowLayout::Split) => {
+                let row_bytes = check_matmul(format, weights, (rows, cols, n_tokens), x, y)?;
+                let blocks = joined(weights, row_bytes);
+                matmul_with(config, format, &blocks, rows, cols, n_tokens, x, y)
+            }
         };
     }
-    matmul_q8_dots_with(config, format, weights, rows, cols, n_tokens, x, y)
+    let weights = (format, layout, weights);
+    matmul_q8_dots_laid_out(config, weights, (rows, cols, n_tokens), x, y)
 }
 
 /// [`matmul_q8_with`]'s products of up to [`DOT_MAX_TOKENS`] tokens, for
@@ -84,6 +129,37 @@ pub fn matmul_q8_dots_with(
     x: &[f32],
     y: &mut [f32],
 ) -> Result<(), Error> {
+    let weights = (format, RowLayout::Blocks, weights);
+    matmul_q8_dots_laid_out(config, weights, (rows, cols, n_tokens), x, y)
+}
+
+/// [`matmul_q8_dots_with`] of Q8_0 rows split at load, as
+/// [`matmul_q8_split_with`] takes them: the same results, bit for bit.
+#[allow(clippy::too_many_arguments)] // the matrix, its shape, the tokens: none is optional
+pub fn matmul_q8_dots_split_with(
+    config: &Config,
+    format: Format,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    n_tokens: usize,
+    x: &[f32],
+    y: &mut [f32],
+) -> Result<(), Error> {
+    RowLayout::Split.check(format)?;
+    let weights = (format, RowLayout::Split, weights);
+    matmul_q8_dots_laid_out(config, weights, (rows, cols, n_tokens), x, y)
+}
+
+/// [`matmul_q8_dots_with`] of weights in either [`RowLayout`] (split rows
+/// are Q8_0's, checked by the callers).
+fn matmul_q8_dots_laid_out(
+    config: &Config,
+    (format, layout, weights): (Format, RowLayout, &[u8]),
+    (rows, cols, n_tokens): (usize, usize, usize),
+    x: &[f32],
+    y: &mut [f32],
+) -> Result<(), Error> {
     if !Q8_FORMATS.contains(&format) {
         return match n_tokens {
             1 => matvec_with(config, format, weights, rows, cols, x, y),
@@ -94,22 +170,34 @@ pub fn matmul_q8_dots_with(
     let isa = config.isa;
     let quantized = Quantized::new(isa, format, x, cols, n_tokens)?;
     let tokens = quantized.tokens();
+    let vnni = isa.0 == Kind::Avx512Vnni && dot_vnni::takes(format);
     let dot = |row: &[u8], out: &mut [f32]| {
+        // Split rows joined for the other instruction sets' dots.
+        let (row, layout) = match layout {
+            RowLayout::Split if !vnni => (&joined(row, row_bytes)[..], RowLayout::Blocks),
+            _ => (row, layout),
+        };
         // With VNNI, the row's codes decoded once for each group of
         // tokens; each token's sum is the same as alone.
         let mut done = 0;
-        if isa.0 == Kind::Avx512Vnni && dot_vnni::takes(format) {
+        if vnni {
             for (ys, xs) in out
                 .chunks_exact_mut(DOT_GROUP)
                 .zip(tokens.chunks_exact(DOT_GROUP))
             {
                 let xs: [&Q8Activations; DOT_GROUP] = std::array::from_fn(|t| &xs[t]);
-                ys.copy_from_slice(&dot_vnni::dot_rows_q8(format, row, xs));
+                ys.copy_from_slice(&match layout {
+                    RowLayout::Blocks => dot_vnni::dot_rows_q8(format, row, xs),
+                    RowLayout::Split => dot_vnni::dot_rows_split(row, xs),
+                });
                 done += DOT_GROUP;
             }
         }
         for (y, x) in out[done..].iter_mut().zip(&tokens[done..]) {
-            *y = dot_row_q8(isa, format, row, x);
+            *y = match layout {
+                RowLayout::Blocks => dot_row_q8(isa, format, row, x),
+                RowLayout::Split => dot_vnni::dot_rows_split(row, [x])[0],
+            };
         }
     };
     if n_tokens == 1 {
@@ -121,7 +209,7 @@ pub fn matmul_q8_dots_with(
             (row_bytes, ROW_GROUP),
             1,
             y,
-            &|rows, out| token_rows(isa, format, &tokens[0], (rows, row_bytes), out),
+            &|rows, out| token_rows(isa, (format, layout), &tokens[0], (rows, row_bytes), out),
         );
         return Ok(());
     }
@@ -161,8 +249,7 @@ pub const DOT_MAX_TOKENS: usize = 16;
 #[allow(clippy::too_many_arguments)] // the matrix, its shape, the tokens: none is optional
 fn matmul_q8_tiled(
     config: &Config,
-    (format, codes): (Format, prompt_q8::Codes),
-    weights: &[u8],
+    (format, codes, layout, weights): (Format, prompt_q8::Codes, RowLayout, &[u8]),
     rows: usize,
     cols: usize,
     n_tokens: usize,
@@ -200,6 +287,16 @@ fn matmul_q8_tiled(
             for tile_first in (0..n_rows).step_by(align) {
                 let tile_rows = align.min(n_rows - tile_first);
                 let bytes = &weights[(first + tile_first) * row_bytes..][..tile_rows * row_bytes];
+                // Split rows joined a tile at a time: a few kilobytes,
+                // decoded once for every token.
+                let tile_blocks;
+                let bytes = match layout {
+                    RowLayout::Blocks => bytes,
+                    RowLayout::Split => {
+                        tile_blocks = joined(bytes, row_bytes);
+                        &tile_blocks
+                    }
+                };
                 let at = (n_rows, tile_first, tile_rows);
                 match isa.0 {
                     Kind::Avx512Vnni => {
@@ -327,16 +424,35 @@ impl Quantized {
 }
 
 /// One token `x` times consecutive `rows` of `row_bytes` each (one of
-/// [`Q8_FORMATS`]) into `out`, a result per row: [`ROW_GROUP`] rows at a
-/// time, each row's sum the same as alone.
+/// [`Q8_FORMATS`], in `layout`) into `out`, a result per row: [`ROW_GROUP`]
+/// rows at a time, each row's sum the same as alone.
 pub(super) fn token_rows(
     isa: Isa,
-    format: Format,
+    (format, layout): (Format, RowLayout),
     x: &Q8Activations,
     (rows, row_bytes): (&[u8], usize),
     out: &mut [f32],
 ) {
     let whole = out.len() / ROW_GROUP * ROW_GROUP;
+    if layout == RowLayout::Split {
+        if isa.0 != Kind::Avx512Vnni {
+            // Joined for the other instruction sets' dots.
+            let blocks = joined(rows, row_bytes);
+            let layout = (format, RowLayout::Blocks);
+            return token_rows(isa, layout, x, (&blocks, row_bytes), out);
+        }
+        let groups = rows.chunks_exact(ROW_GROUP * row_bytes);
+        for (rows, ys) in groups.zip(out.chunks_exact_mut(ROW_GROUP)) {
+            let rows: [&[u8]; ROW_GROUP] =
+                std::array::from_fn(|r| &rows[r * row_bytes..][..row_bytes]);
+            ys.copy_from_slice(&dot_vnni::dot_row_group_split(rows, x));
+        }
+        let rest = rows[whole * row_bytes..].chunks_exact(row_bytes);
+        for (row, y) in rest.zip(&mut out[whole..]) {
+            *y = dot_vnni::dot_rows_split(row, [x])[0];
+        }
+        return;
+    }
     let groups = rows.chunks_exact(ROW_GROUP * row_bytes);
     for (rows, ys) in groups.zip(out.chunks_exact_mut(ROW_GROUP)) {
         let rows: [&[u8]; ROW_GROUP] = std::array::from_fn(|r| &rows[r * row_bytes..][..row_bytes]);

@@ -14,6 +14,7 @@
 use std::sync::Mutex;
 
 use super::q8::{Q8_FORMATS, Quantized, ROW_GROUP, token_rows};
+use super::split::RowLayout;
 use super::{Config, check_matvec, row_groups_task, rows_per_task};
 use crate::{Error, Format, matvec_q8_with};
 
@@ -27,6 +28,8 @@ pub struct Stacked<'a> {
     pub weights: &'a [u8],
     /// How many rows `weights` holds.
     pub rows: usize,
+    /// The order of each row's bytes ([`RowLayout::Split`]: Q8_0 only).
+    pub layout: RowLayout,
 }
 
 /// [`matvec_q8_with`] for every matrix of `matrices` (each of `cols`
@@ -52,6 +55,7 @@ pub fn matvec_q8_stacked_with(
     }
     let mut row_bytes = Vec::with_capacity(matrices.len());
     for (m, y) in matrices.iter().zip(ys.iter()) {
+        m.layout.check(m.format)?;
         row_bytes.push(check_matvec(m.format, m.weights, m.rows, cols, x, y)?);
     }
     // Matrices without rows or columns, and formats without 8-bit
@@ -103,7 +107,7 @@ pub fn matvec_q8_stacked_with(
             1,
             first,
             &mut part,
-            &|rows, out| token_rows(isa, m.format, x, (rows, row_bytes), out),
+            &|rows, out| token_rows(isa, (m.format, m.layout), x, (rows, row_bytes), out),
         );
     });
     Ok(())

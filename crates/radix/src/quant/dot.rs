@@ -155,8 +155,10 @@ fn dot_and_add(
     let mut attrs = Attrs::new()
         .with("format", format.name())
         .with("products", products.name());
-    if blocks_layout(&ws) == Some(Layout::Panels) {
-        attrs = attrs.with(LAYOUT, PANELS);
+    match blocks_layout(&ws) {
+        Some(Layout::Panels) => attrs = attrs.with(LAYOUT, PANELS),
+        Some(Layout::Split) => attrs = attrs.with(LAYOUT, SPLIT),
+        _ => {}
     }
     if let Some(a) = activation {
         attrs = attrs.with(ACTIVATION, a.name());
@@ -251,16 +253,7 @@ fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
             "wants f32 [n, cols] and u8 [rows, row_bytes], got {x} and {w}"
         ));
     }
-    if layout_attr(attrs)? == Layout::Panels
-        && (format != Format::F32 || w.dims()[0] % radix_quant::PANEL_ROWS as i64 != 0)
-    {
-        return Err(format!(
-            "panels hold F32 rows in whole panels of {}, not {} rows of {}",
-            radix_quant::PANEL_ROWS,
-            w.dims()[0],
-            format.name()
-        ));
-    }
+    check_layout(layout_attr(attrs)?, format, w, attrs)?;
     let cols = usize::try_from(x.dims()[1]).map_err(|e| e.to_string())?;
     let row_bytes = format.row_bytes(cols).map_err(|e| e.to_string())?;
     if w.dims()[1] as usize != row_bytes {
@@ -273,12 +266,46 @@ fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
     Ok(vec![Shape::new(DType::F32, &[x.dims()[0], w.dims()[0]])])
 }
 
+/// `Err` unless `w`'s rows in `format` can have `layout`: panels hold
+/// F32 rows in whole panels, split rows are Q8_0's with 8-bit products.
+pub(super) fn check_layout(
+    layout: Layout,
+    format: Format,
+    w: &Shape,
+    attrs: &Attrs,
+) -> Result<(), String> {
+    match layout {
+        Layout::Panels
+            if format != Format::F32 || w.dims()[0] % radix_quant::PANEL_ROWS as i64 != 0 =>
+        {
+            Err(format!(
+                "panels hold F32 rows in whole panels of {}, not {} rows of {}",
+                radix_quant::PANEL_ROWS,
+                w.dims()[0],
+                format.name()
+            ))
+        }
+        Layout::Split if format != Format::Q8_0 => {
+            Err(format!("split rows are Q8_0's, not {}'s", format.name()))
+        }
+        Layout::Split if attrs.str("products")? != Products::Int8.name() => Err(format!(
+            "split Q8_0 rows take {} products, not {}",
+            Products::Int8.name(),
+            attrs.str("products")?
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The attribute naming the weights' [`Layout`] where it is not
 /// [`Layout::Rows`] (so the programs of row-major weights print as before).
 const LAYOUT: &str = "layout";
 
 /// [`LAYOUT`]'s value for [`Layout::Panels`].
 const PANELS: &str = "panels";
+
+/// [`LAYOUT`]'s value for [`Layout::Split`].
+pub(super) const SPLIT: &str = "split";
 
 /// The attribute naming the function applied to every output after the
 /// bias; absent, none.
@@ -338,7 +365,8 @@ fn layout_attr(attrs: &Attrs) -> Result<Layout, String> {
         None => Ok(Layout::Rows),
         Some(_) => match attrs.str(LAYOUT)? {
             PANELS => Ok(Layout::Panels),
-            other => Err(format!("no layout {other:?} (only {PANELS:?})")),
+            SPLIT => Ok(Layout::Split),
+            other => Err(format!("no layout {other:?} ({PANELS:?} or {SPLIT:?})")),
         },
     }
 }
@@ -369,7 +397,8 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
         isa: Isa::best(),
         parallel: radix_quant::SpinPool::global(),
     };
-    products(k, &config, (format, w, rows, cols), (n, x), y)?;
+    let layout = layout_attr(k.attrs())?;
+    products(k, &config, (format, layout, w, rows, cols), (n, x), y)?;
     let bias = match k.input_shape(2) {
         Some(_) => Some(k.input::<f32>(2)?),
         None => None,
@@ -415,26 +444,39 @@ fn finish(
     })
 }
 
-/// The products of `kernel`'s call into `y`.
+/// The products of `kernel`'s call into `y`, the weights `w` in `layout`
+/// (checked by the shape rule).
 pub(super) fn products(
     k: &Kernel<'_>,
     config: &Config,
-    (format, w, rows, cols): (Format, &[u8], usize, usize),
+    (format, layout, w, rows, cols): (Format, Layout, &[u8], usize, usize),
     (n, x): (usize, &[f32]),
     y: &mut [f32],
 ) -> Result<(), String> {
-    if layout_attr(k.attrs())? == Layout::Panels {
-        return radix_quant::matmul_panels_with(config, w, rows, cols, n, x, y)
-            .map_err(|e| e.to_string());
-    }
-    let products = k.attrs().str("products")?;
-    let products = Products::from_name(products)
-        .ok_or_else(|| format!("no products {products:?} (int8 or exact)"))?;
     // Int8: a decode step's (or a batch's) dots, or a prompt's tiled integer
     // products where the CPU has them (`radix_quant::DOT_MAX_TOKENS`), by
     // the tokens of a sequence.
     let sequence = sequence_attr(k.attrs())?.unwrap_or(n);
-    let res = if products == Products::Int8 && sequence <= radix_quant::DOT_MAX_TOKENS {
+    let dots = sequence <= radix_quant::DOT_MAX_TOKENS;
+    match layout {
+        Layout::Panels => {
+            return radix_quant::matmul_panels_with(config, w, rows, cols, n, x, y)
+                .map_err(|e| e.to_string());
+        }
+        Layout::Split if dots => {
+            return radix_quant::matmul_q8_dots_split_with(config, format, w, rows, cols, n, x, y)
+                .map_err(|e| e.to_string());
+        }
+        Layout::Split => {
+            return radix_quant::matmul_q8_split_with(config, format, w, rows, cols, n, x, y)
+                .map_err(|e| e.to_string());
+        }
+        Layout::Rows => {}
+    }
+    let products = k.attrs().str("products")?;
+    let products = Products::from_name(products)
+        .ok_or_else(|| format!("no products {products:?} (int8 or exact)"))?;
+    let res = if products == Products::Int8 && dots {
         radix_quant::matmul_q8_dots_with(config, format, w, rows, cols, n, x, y)
     } else if products == Products::Int8 {
         radix_quant::matmul_q8_with(config, format, w, rows, cols, n, x, y)

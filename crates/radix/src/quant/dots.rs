@@ -10,15 +10,16 @@
 
 use std::sync::LazyLock;
 
-use radix_quant::{Config, Isa, Stacked};
+use radix_quant::{Config, Isa, RowLayout, Stacked};
 
-use super::dot::{Tokens, derivative, fallback, products, sequence_attr};
+use super::dot::{SPLIT, Tokens, check_layout, derivative, fallback, products, sequence_attr};
 use crate::custom_call::{Attrs, CustomCall, Kernel};
 use crate::quant::{Format, Layout, Products, blocks_format, blocks_layout, blocks_products};
 use crate::{DType, Shape, Tensor};
 
 /// `x [n, cols] f32` times each of the blocks `w₁ … wₖ [rowsᵢ, row_bytesᵢ]`
-/// (formats in the `formats` attribute, comma-separated), contracting
+/// (formats in the `formats` attribute, comma-separated; where a matrix's
+/// rows are split, the `layouts` attribute lists each one's), contracting
 /// `cols`: `k` results `[n, rowsᵢ] f32`.
 static QUANT_DOTS: LazyLock<CustomCall> = LazyLock::new(|| {
     CustomCall::builder("radix.quant_dots", 1, shape_rule, kernel)
@@ -43,8 +44,8 @@ pub fn dots(x: Tensor, ws: &[Tensor], axis: &str) -> Vec<Tensor> {
         .map(|w| {
             let s = w.shape();
             let int8 = blocks_products(&s) == Some(Products::Int8);
-            let rows = blocks_layout(&s) == Some(Layout::Rows) && s.rank() == 2;
-            blocks_format(&s).filter(|_| int8 && rows)
+            let layout = blocks_layout(&s).filter(|&l| l != Layout::Panels);
+            blocks_format(&s).filter(|_| int8 && layout.is_some() && s.rank() == 2)
         })
         .collect();
     // One call where there are several matrices of `x`'s columns.
@@ -64,9 +65,22 @@ pub fn dots(x: Tensor, ws: &[Tensor], axis: &str) -> Vec<Tensor> {
     };
     let names: Vec<&str> = formats.iter().map(|(f, _)| f.name()).collect();
     let tokens = Tokens::of(x, at, formats[0].1);
-    let attrs = Attrs::new()
+    let mut attrs = Attrs::new()
         .with(FORMATS, names.join(",").as_str())
         .with("products", Products::Int8.name());
+    // Layouts only where a matrix's rows are split, so that the programs
+    // of blocks print as before.
+    let layouts: Vec<Layout> = ws
+        .iter()
+        .filter_map(|w| blocks_layout(&w.shape()))
+        .collect();
+    if layouts.contains(&Layout::Split) {
+        let names: Vec<&str> = layouts
+            .iter()
+            .map(|&l| if l == Layout::Split { SPLIT } else { ROWS })
+            .collect();
+        attrs = attrs.with(LAYOUTS, names.join(",").as_str());
+    }
     let attrs = tokens.with_sequence(attrs);
     let operands: Vec<Tensor> = std::iter::once(tokens.x2)
         .chain(ws.iter().copied())
@@ -75,6 +89,37 @@ pub fn dots(x: Tensor, ws: &[Tensor], axis: &str) -> Vec<Tensor> {
         out.push(tokens.result(y, w));
     }
     out
+}
+
+/// The attribute listing the matrices' layouts, where one is split.
+const LAYOUTS: &str = "layouts";
+
+/// [`LAYOUTS`]'s name for a matrix of rows as files store them.
+const ROWS: &str = "rows";
+
+/// The layouts the [`LAYOUTS`] attribute names, one per matrix of
+/// `formats` (absent: rows as files store them).
+fn layouts_attr(attrs: &Attrs, formats: &[Format]) -> Result<Vec<Layout>, String> {
+    if attrs.get(LAYOUTS).is_none() {
+        return Ok(vec![Layout::Rows; formats.len()]);
+    }
+    let layouts: Vec<Layout> = attrs
+        .str(LAYOUTS)?
+        .split(',')
+        .map(|name| match name {
+            ROWS => Ok(Layout::Rows),
+            SPLIT => Ok(Layout::Split),
+            other => Err(format!("no layout {other:?} ({ROWS:?} or {SPLIT:?})")),
+        })
+        .collect::<Result<_, _>>()?;
+    if layouts.len() != formats.len() {
+        return Err(format!(
+            "{} layouts for {} formats",
+            layouts.len(),
+            formats.len()
+        ));
+    }
+    Ok(layouts)
 }
 
 /// The formats the [`FORMATS`] attribute names.
@@ -98,6 +143,7 @@ fn one(format: Format) -> Attrs {
 /// `[n, rows] f32` each.
 fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
     let formats = formats_attr(attrs)?;
+    let layouts = layouts_attr(attrs, &formats)?;
     sequence_attr(attrs)?;
     let Some((x, ws)) = s.split_first() else {
         return Err("wants x and the blocks".into());
@@ -114,7 +160,8 @@ fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
     }
     let cols = usize::try_from(x.dims()[1]).map_err(|e| e.to_string())?;
     let mut out = Vec::with_capacity(ws.len());
-    for (i, (w, format)) in ws.iter().zip(formats).enumerate() {
+    for (i, ((w, format), layout)) in ws.iter().zip(formats).zip(layouts).enumerate() {
+        check_layout(layout, format, w, attrs).map_err(|e| format!("matrix {i}: {e}"))?;
         let row_bytes = format.row_bytes(cols).map_err(|e| e.to_string())?;
         if w.rank() != 2 || w.dtype() != DType::U8 || w.dims()[1] as usize != row_bytes {
             return Err(format!(
@@ -129,6 +176,7 @@ fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
 
 fn kernel(k: &Kernel<'_>) -> Result<(), String> {
     let formats = formats_attr(k.attrs())?;
+    let layouts = layouts_attr(k.attrs(), &formats)?;
     let x = k.input::<f32>(0)?;
     let xs = k.input_shape(0).ok_or("no x")?;
     let (n, cols) = (xs.dims()[0] as usize, xs.dims()[1] as usize);
@@ -145,6 +193,10 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
             format,
             weights,
             rows: ws.dims()[0] as usize,
+            layout: match layouts[i] {
+                Layout::Split => RowLayout::Split,
+                _ => RowLayout::Blocks,
+            },
         });
         ys.push(k.output::<f32>(i)?);
     }
@@ -152,8 +204,14 @@ fn kernel(k: &Kernel<'_>) -> Result<(), String> {
         return radix_quant::matvec_q8_stacked_with(&config, &matrices, cols, x, &mut ys)
             .map_err(|e| e.to_string());
     }
-    for (m, y) in matrices.iter().zip(ys) {
-        products(k, &config, (m.format, m.weights, m.rows, cols), (n, x), y)?;
+    for ((m, y), layout) in matrices.iter().zip(ys).zip(layouts) {
+        products(
+            k,
+            &config,
+            (m.format, layout, m.weights, m.rows, cols),
+            (n, x),
+            y,
+        )?;
     }
     Ok(())
 }

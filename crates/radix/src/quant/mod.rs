@@ -32,6 +32,10 @@ const EXACT_SUFFIX: &str = ":exact";
 /// panels ([`Layout::Panels`]).
 const PANELS_SUFFIX: &str = ":panels";
 
+/// What a blocks axis's tag ends with when its Q8_0 rows are split
+/// ([`Layout::Split`]).
+const SPLIT_SUFFIX: &str = ":split";
+
 /// The order of a blocks matrix's bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Layout {
@@ -44,6 +48,13 @@ pub enum Layout {
     /// weights per load and nothing is rearranged per call. The shape is
     /// the row-major one (`[rows, cols × 4]`); only the tag differs.
     Panels,
+    /// Q8_0 only: each row's codes (as unsigned bytes, `w ^ 0x80`), then
+    /// its scales ([`radix_quant::split_rows`]), split once at load so
+    /// that the VNNI decode dot takes a pair of blocks' codes per load and
+    /// sixteen blocks' scales per load. The shape is the row-major one and
+    /// a row is still a row; only the tag differs. Products are
+    /// [`Products::Int8`].
+    Split,
 }
 
 /// How the CPU kernels multiply a blocks matrix by f32 activations.
@@ -160,12 +171,40 @@ pub fn panels_shape(rows: (&str, i64), cols: i64) -> Result<Shape, String> {
     ))
 }
 
+/// A Q8_0 matrix of `rows` (an axis `(tag, size)`) by `cols` with its
+/// rows split ([`Layout::Split`]): `u8 [rows, row_bytes]` as
+/// [`blocks_shape`] gives, the last axis tagged `blocks:Q8_0:split`. `Err`
+/// for another format (only Q8_0 rows split) or sizes `blocks_shape`
+/// refuses.
+///
+/// ```
+/// use radix::quant::{Format, Layout, blocks_format, blocks_layout, split_shape};
+/// let s = split_shape(Format::Q8_0, ("out", 8), 64).unwrap();
+/// assert_eq!(s.dims(), &[8, 68]);
+/// assert_eq!(blocks_format(&s), Some((Format::Q8_0, 64)));
+/// assert_eq!(blocks_layout(&s), Some(Layout::Split));
+/// assert!(split_shape(Format::Q4_1, ("out", 8), 64).is_err());
+/// ```
+pub fn split_shape(format: Format, rows: (&str, i64), cols: i64) -> Result<Shape, String> {
+    radix_quant::RowLayout::Split
+        .check(format)
+        .map_err(|e| e.to_string())?;
+    let rows_major = blocks_shape(format, rows, cols)?;
+    let tag = format!("{TAG_PREFIX}{}{SPLIT_SUFFIX}", format.name());
+    Ok(Shape::tagged(
+        DType::U8,
+        &[rows, (tag.as_str(), rows_major.dims()[1])],
+    ))
+}
+
 /// The order of a blocks shape's bytes, or `None` for any other shape.
 pub fn blocks_layout(shape: &Shape) -> Option<Layout> {
     blocks_format(shape)?;
     let tag = shape.tag(shape.rank() - 1)?.as_str();
     Some(if tag.ends_with(PANELS_SUFFIX) {
         Layout::Panels
+    } else if tag.ends_with(SPLIT_SUFFIX) {
+        Layout::Split
     } else {
         Layout::Rows
     })
@@ -180,10 +219,14 @@ pub fn blocks_format(shape: &Shape) -> Option<(Format, i64)> {
     let last = shape.rank() - 1;
     let name = shape.tag(last)?.as_str().strip_prefix(TAG_PREFIX)?;
     let name = name.strip_suffix(EXACT_SUFFIX).unwrap_or(name);
-    let name = match name.strip_suffix(PANELS_SUFFIX) {
-        Some(f32) if f32 == Format::F32.name() => f32,
-        Some(_) => return None,
-        None => name,
+    let name = match (
+        name.strip_suffix(PANELS_SUFFIX),
+        name.strip_suffix(SPLIT_SUFFIX),
+    ) {
+        (Some(f32), _) if f32 == Format::F32.name() => f32,
+        (_, Some(q8)) if q8 == Format::Q8_0.name() => q8,
+        (Some(_), _) | (_, Some(_)) => return None,
+        (None, None) => name,
     };
     let format = Format::from_name(name)?;
     let cols = format.row_cols(shape.dims()[last] as usize)?;

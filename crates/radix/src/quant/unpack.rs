@@ -60,7 +60,10 @@ pub fn dequantize(blocks: Tensor, tag: &str) -> Tensor {
     let rows: i64 = s.dims()[..last].iter().product();
     let block_bytes = format.block_bytes() as i64;
     let n_blocks = s.dims()[last] / block_bytes;
-    let b = blocks.reshape(&[rows, n_blocks, block_bytes]);
+    let b = match blocks_layout(&s) {
+        Some(Layout::Split) => joined_q8_0(blocks, rows, n_blocks),
+        _ => blocks.reshape(&[rows, n_blocks, block_bytes]),
+    };
     let values = match format {
         Format::F32 if blocks_layout(&s) == Some(Layout::Panels) => {
             // Panels of 16 rows, element k of each row side by side: back
@@ -141,6 +144,28 @@ pub fn dequantize(blocks: Tensor, tag: &str) -> Tensor {
         Format::Q6_K => q6_k(b, rows, n_blocks),
     };
     values.reshape_to(out)
+}
+
+/// Split Q8_0 rows (`u8 [.., n_blocks × 34]`: each row's codes as `w ^
+/// 0x80`, then its scales; [`Layout::Split`]) as blocks again, `u8 [rows,
+/// n_blocks, 34]`: each block's scale, then its codes.
+#[track_caller]
+fn joined_q8_0(split: Tensor, rows: i64, n_blocks: i64) -> Tensor {
+    let flat = split.reshape(&[rows, n_blocks * 34]);
+    let codes = flat
+        .slice(1, 0..n_blocks * 32)
+        .xor(Tensor::scalar(128.0, DType::U8))
+        .reshape(&[rows, n_blocks, 32]);
+    let d = flat
+        .slice(1, n_blocks * 32..n_blocks * 34)
+        .reshape(&[rows, n_blocks, 2]);
+    // A block is its f16 scale, then its 32 codes.
+    const _: () = assert!(
+        std::mem::offset_of!(BlockQ8_0, d) == 0
+            && std::mem::offset_of!(BlockQ8_0, qs) == 2
+            && size_of::<BlockQ8_0>() == 34
+    );
+    Tensor::concatenate(&[d, codes], 2)
 }
 
 /// One field of every block `B` in `b` (`u8 [rows, n_blocks, bytes]`), at
