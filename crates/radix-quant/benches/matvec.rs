@@ -162,6 +162,17 @@ fn bench_matmul(c: &mut Criterion) {
                         .expect("shapes")
                 })
             });
+            let mut split = vec![0u8; weights.len()];
+            if split_rows(format, cols, &weights, &mut split).is_ok() {
+                group.bench_function(BenchmarkId::new("matmul q8 split", &shape), |b| {
+                    b.iter(|| {
+                        matmul_q8_split_with(
+                            &serial, format, &split, rows, cols, n_tokens, &x, &mut y,
+                        )
+                        .expect("shapes")
+                    })
+                });
+            }
         }
         group.bench_function(BenchmarkId::new("matvec per token", &shape), |b| {
             b.iter(|| {
