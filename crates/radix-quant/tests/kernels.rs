@@ -150,8 +150,8 @@ fn q8_0_codes_at_their_limits_sum_exactly() {
 /// alone, on every instruction set, on one thread and on the pool: formats
 /// with 8-bit kernels (three of them, one a K-quant, so the token is
 /// quantized three times), one without (taken apart), a matrix of no rows,
-/// and rows that are not a whole number of row groups; a Q8_0 matrix again,
-/// its rows split ([`RowLayout::Split`]).
+/// and rows that are not a whole number of row groups; a Q8_0 and a Q4_1
+/// matrix again, their rows split ([`RowLayout::Split`]).
 #[test]
 fn stacked_matrices_get_their_bits_alone() {
     let mut rng = Rng(13);
@@ -180,11 +180,18 @@ fn stacked_matrices_get_their_bits_alone() {
         .collect();
     let mut split = vec![0u8; weights[1].len()];
     split_rows(Format::Q8_0, cols, &weights[1], &mut split).expect("whole rows");
+    let mut split_q4_1 = vec![0u8; weights[5].len()];
+    split_rows(Format::Q4_1, cols, &weights[5], &mut split_q4_1).expect("whole rows");
     let mut matrices = matrices;
     matrices.push(Stacked {
         weights: &split,
         layout: RowLayout::Split,
         ..matrices[1]
+    });
+    matrices.push(Stacked {
+        weights: &split_q4_1,
+        layout: RowLayout::Split,
+        ..matrices[5]
     });
     let x = random_x(cols, &mut rng);
     let pool = SpinPool::new(2);
@@ -199,8 +206,9 @@ fn stacked_matrices_get_their_bits_alone() {
                     .expect("shapes");
                 alone.push(bits(&y));
             }
-            // The split matrix: the bits of its rows as blocks.
+            // The split matrices: the bits of their rows as blocks.
             alone.push(alone[1].clone());
+            alone.push(alone[5].clone());
             let mut ys: Vec<Vec<f32>> = matrices.iter().map(|m| vec![f32::NAN; m.rows]).collect();
             let mut outs: Vec<&mut [f32]> = ys.iter_mut().map(|y| y.as_mut_slice()).collect();
             matvec_q8_stacked_with(&config, &matrices, cols, &x, &mut outs).expect("shapes");
@@ -228,7 +236,7 @@ fn stacked_matrices_get_their_bits_alone() {
         matvec_q8_stacked_with(&config, &matrices, cols, &x, &mut outs[..5]),
         Err(Error::Length {
             what: "ys (outputs)",
-            expected: 7,
+            expected: 8,
             got: 5
         })
     );
@@ -286,15 +294,15 @@ fn split_rows_give_the_bits_of_blocks() {
     let mut y = [f32::NAN; 2];
     let err = matmul_q8_split_with(
         &config,
-        Format::Q4_1,
-        &[0u8; 40],
+        Format::Q4_0,
+        &[0u8; 36],
         2,
         32,
         1,
         &[0.0; 32],
         &mut y,
     );
-    assert_eq!(err, Err(Error::NoSplit(Format::Q4_1)));
+    assert_eq!(err, Err(Error::NoSplit(Format::Q4_0)));
     assert!(y.iter().all(|v| v.is_nan()), "y is left alone");
 }
 

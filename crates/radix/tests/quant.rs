@@ -504,27 +504,34 @@ fn dots_give_each_matrix_its_own_dot() {
     }
 }
 
-/// Q8_0 rows split at load (`Layout::Split`) give the bits their blocks
+/// Q8_0 and Q4_1 rows split at load (`Layout::Split`) give the bits their blocks
 /// give, in every op that reads them: `dot` of one token, of a batch and
 /// of a prompt (tiles), `dots` beside a matrix of blocks, `rows` and
 /// `dequantize`, on the kernels, in the fallback and in the interpreter.
 #[test]
 fn split_rows_give_the_bits_of_their_blocks() {
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    for format in [Format::Q8_0, Format::Q4_1] {
+        check_split(format, &mut rng);
+    }
+}
+
+/// [`split_rows_give_the_bits_of_their_blocks`] for `format`.
+fn check_split(format: Format, rng: &mut Rng) {
     let (rows, cols) = (9, 96);
-    let w = matrix(Format::Q8_0, rows, cols, &mut rng);
+    let w = matrix(format, rows, cols, rng);
     let mut split = vec![0u8; w.len()];
-    radix_quant::split_rows(Format::Q8_0, cols, &w, &mut split).expect("whole rows");
+    radix_quant::split_rows(format, cols, &w, &mut split).expect("whole rows");
     let axes = |t: usize| [("s", t as i64), ("d", cols as i64)];
     let x = |t: usize, rng: &mut Rng| {
         let x: Vec<f32> = (0..t * cols).map(|_| rng.unit()).collect();
         f32_literal(&x, &axes(t))
     };
-    let (x1, x3, x20) = (x(1, &mut rng), x(3, &mut rng), x(20, &mut rng));
+    let (x1, x3, x20) = (x(1, rng), x(3, rng), x(20, rng));
     let ids = Literal::from_slice(&[3i32, -1, 8, 0], &[4]);
     let rows_axis = ("out", rows as i64);
-    let blocks = blocks_shape(Format::Q8_0, rows_axis, cols as i64).expect("blocks");
-    let split_shape = split_shape(Format::Q8_0, rows_axis, cols as i64).expect("split");
+    let blocks = blocks_shape(format, rows_axis, cols as i64).expect("blocks");
+    let split_shape = split_shape(format, rows_axis, cols as i64).expect("split");
     let inputs = |shape: Shape, bytes: &[u8]| {
         vec![
             Literal::from_bytes(shape, bytes),
@@ -559,7 +566,7 @@ fn split_rows_give_the_bits_of_their_blocks() {
     for mode in [CustomCallMode::Native, CustomCallMode::Fallback] {
         let want = run(program(&of_blocks), &of_blocks, mode);
         let got = run(program(&of_split), &of_split, mode);
-        assert_eq!(bits(got), bits(want), "{mode:?}");
+        assert_eq!(bits(got), bits(want), "{format:?} {mode:?}");
     }
     let interp = |inputs: &[Literal]| -> Vec<Vec<f32>> {
         let p = program(inputs);

@@ -124,12 +124,20 @@ pub(super) fn dot_rows_q8<const T: usize>(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-pub(super) fn dot_rows_split<const T: usize>(_: &[u8], _: [&Q8Activations; T]) -> [f32; T] {
+pub(super) fn dot_rows_split<const T: usize>(
+    _: crate::Format,
+    _: &[u8],
+    _: [&Q8Activations; T],
+) -> [f32; T] {
     unreachable!("AVX-512 is never detected off x86-64")
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-pub(super) fn dot_row_group_split(_: [&[u8]; ROW_GROUP], _: &Q8Activations) -> [f32; ROW_GROUP] {
+pub(super) fn dot_row_group_split(
+    _: crate::Format,
+    _: [&[u8]; ROW_GROUP],
+    _: &Q8Activations,
+) -> [f32; ROW_GROUP] {
     unreachable!("AVX-512 is never detected off x86-64")
 }
 
@@ -142,6 +150,7 @@ mod imp {
     use super::{Q8Activations, ROW_GROUP};
     use crate::Format;
     use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
+    use crate::kernels::RowLayout;
 
     // `dot` gathers each block's first four bytes as its scale `d` and, for
     // Q4_1 and Q5_1, its minimum `m` right after.
@@ -158,6 +167,8 @@ mod imp {
     const Q5_1: u8 = 4;
     /// Q8_0 rows split at load (`split.rs`): codes, then scales.
     const Q8_0_SPLIT: u8 = 5;
+    /// Q4_1 rows split at load: nibbles, then scales, then minimums.
+    const Q4_1_SPLIT: u8 = 6;
 
     /// Whether `F` is Q8_0, as files store it or split.
     const fn is_q8(f: u8) -> bool {
@@ -176,7 +187,7 @@ mod imp {
         row: &[u8],
         xs: [&Q8Activations; T],
     ) -> [f32; T] {
-        dot_any::<1, T>(Some(format), [row], xs)[0]
+        dot_any::<1, T>((format, RowLayout::Blocks), [row], xs)[0]
     }
 
     /// Each of [`ROW_GROUP`] rows (of one length) times
@@ -187,41 +198,44 @@ mod imp {
         rows: [&[u8]; ROW_GROUP],
         x: &Q8Activations,
     ) -> [f32; ROW_GROUP] {
-        dot_any::<{ ROW_GROUP }, 1>(Some(format), rows, [x]).map(|[y]| y)
+        dot_any::<{ ROW_GROUP }, 1>((format, RowLayout::Blocks), rows, [x]).map(|[y]| y)
     }
 
-    /// [`dot_rows_q8`] of a Q8_0 row split at load (`split.rs`): the same
-    /// sums, in the same order, as for the row joined.
+    /// [`dot_rows_q8`] of a Q8_0 or Q4_1 row split at load (`split.rs`):
+    /// the same sums, in the same order, as for the row joined.
     pub(in crate::kernels) fn dot_rows_split<const T: usize>(
+        format: Format,
         row: &[u8],
         xs: [&Q8Activations; T],
     ) -> [f32; T] {
-        dot_any::<1, T>(SPLIT, [row], xs)[0]
+        dot_any::<1, T>((format, RowLayout::Split), [row], xs)[0]
     }
 
-    /// [`dot_row_group_q8`] of Q8_0 rows split at load.
+    /// [`dot_row_group_q8`] of Q8_0 or Q4_1 rows split at load.
     pub(in crate::kernels) fn dot_row_group_split(
+        format: Format,
         rows: [&[u8]; ROW_GROUP],
         x: &Q8Activations,
     ) -> [f32; ROW_GROUP] {
-        dot_any::<{ ROW_GROUP }, 1>(SPLIT, rows, [x]).map(|[y]| y)
+        dot_any::<{ ROW_GROUP }, 1>((format, RowLayout::Split), rows, [x]).map(|[y]| y)
     }
 
-    /// `dot_any`'s stand-in format for Q8_0 rows split at load.
-    const SPLIT: Option<Format> = None;
-
-    /// `format`'s dot (`None`: split Q8_0 rows).
+    /// The dot of `format`'s rows in their layout.
     fn dot_any<const R: usize, const T: usize>(
-        format: Option<Format>,
+        (format, layout): (Format, RowLayout),
         rows: [&[u8]; R],
         xs: [&Q8Activations; T],
     ) -> [[f32; T]; R] {
         // SAFETY: `Isa::best` chose this kernel only where the CPU has
         // AVX-512 F/BW/VL and VNNI (and AVX2, FMA and F16C).
         unsafe {
-            let Some(format) = format else {
-                return dot::<Q8_0_SPLIT, R, T>(rows, xs);
-            };
+            if layout == RowLayout::Split {
+                return match format {
+                    Format::Q8_0 => dot::<Q8_0_SPLIT, R, T>(rows, xs),
+                    Format::Q4_1 => dot::<Q4_1_SPLIT, R, T>(rows, xs),
+                    _ => unreachable!("RowLayout::check lets only Q8_0 and Q4_1 rows split"),
+                };
+            }
             match format {
                 Format::Q8_0 => dot::<Q8_0, R, T>(rows, xs),
                 Format::Q4_0 => dot::<Q4_0, R, T>(rows, xs),
@@ -237,7 +251,7 @@ mod imp {
         match f {
             Q8_0 | Q8_0_SPLIT => size_of::<BlockQ8_0>(),
             Q4_0 => size_of::<BlockQ4_0>(),
-            Q4_1 => size_of::<BlockQ4_1>(),
+            Q4_1 | Q4_1_SPLIT => size_of::<BlockQ4_1>(),
             Q5_0 => size_of::<BlockQ5_0>(),
             _ => size_of::<BlockQ5_1>(),
         }
@@ -299,17 +313,25 @@ mod imp {
                 let mut scale = zeros();
                 for r in 0..R {
                     let (d, m) = match F {
-                        // Split rows: the scales after all the codes.
+                        // Split rows: the scales after all the codes (and
+                        // Q4_1's minimums after the scales).
                         Q8_0_SPLIT => (
                             split_scales(rows[r].as_ptr().add(n_blocks * 32 + g * 2), n),
                             _mm512_setzero_ps(),
                         ),
+                        Q4_1_SPLIT => {
+                            let scales = rows[r].as_ptr().add(n_blocks * 16);
+                            (
+                                split_scales(scales.add(g * 2), n),
+                                split_scales(scales.add(n_blocks * 2 + g * 2), n),
+                            )
+                        }
                         _ => block_scales::<F>(rows[r].as_ptr().add(g * bb), n),
                     };
                     // What multiplies each block's activation sum: the
                     // minimum, or the offset times d.
                     let c = match F {
-                        Q4_1 | Q5_1 => Some(m),
+                        Q4_1 | Q4_1_SPLIT | Q5_1 => Some(m),
                         Q4_0 => Some(_mm512_mul_ps(d, _mm512_set1_ps(-8.0))),
                         Q5_0 => Some(_mm512_mul_ps(d, _mm512_set1_ps(-16.0))),
                         _ => None,
@@ -359,8 +381,13 @@ mod imp {
                         let xhi: [__m512i; T] =
                             std::array::from_fn(|t| _mm512_loadu_si512(at(t, 64).cast()));
                         for r in 0..R {
-                            let first = rows[r].as_ptr().add((g + k) * bb);
-                            let (lo, hi) = quad_codes::<F>(first, (n - k).min(4));
+                            let count = (n - k).min(4);
+                            let (lo, hi) = match F {
+                                Q4_1_SPLIT => {
+                                    split_nibbles(rows[r].as_ptr().add((g + k) * 16), count)
+                                }
+                                _ => quad_codes::<F>(rows[r].as_ptr().add((g + k) * bb), count),
+                            };
                             for t in 0..T {
                                 let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xlo[t]);
                                 let dot = _mm512_dpbusd_epi32(dot, hi, xhi[t]);
@@ -486,8 +513,27 @@ mod imp {
         }
     }
 
-    /// The `n` (at most 16) f16 scales of a split Q8_0 row from `at`, as
-    /// f32; zeros past `n`.
+    /// The codes of `count` (1 to 4) blocks of a split Q4_1 row from `at`
+    /// (their first nibbles' byte), as [`quad_codes`] gives a quad's: one
+    /// 64-byte load, masked to the blocks there are.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn split_nibbles(at: *const u8, count: usize) -> (__m512i, __m512i) {
+        // SAFETY: `count` blocks' 16 bytes of nibbles start at `at`; the
+        // load is masked to them.
+        unsafe {
+            let q = match count {
+                4 => _mm512_loadu_si512(at.cast()),
+                _ => _mm512_maskz_loadu_epi8((1u64 << (16 * count)) - 1, at.cast()),
+            };
+            let nibble = _mm512_set1_epi8(0x0F);
+            let lo = _mm512_and_si512(q, nibble);
+            let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(q), nibble);
+            (lo, hi)
+        }
+    }
+
+    /// The `n` (at most 16) f16 scales (or minimums) of a split row from
+    /// `at`, as f32; zeros past `n`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     unsafe fn split_scales(at: *const u8, n: usize) -> __m512 {
         // SAFETY: `n` scales of 2 bytes start at `at`; the load is masked

@@ -62,7 +62,7 @@ pub fn matmul_q8_with(
     matmul_q8_laid_out(config, weights, (rows, cols, n_tokens), x, y)
 }
 
-/// [`matmul_q8_with`] of Q8_0 rows split at load
+/// [`matmul_q8_with`] of Q8_0 or Q4_1 rows split at load
 /// ([`RowLayout::Split`], [`crate::split_rows`]): the same results, bit for
 /// bit. Only the AVX-512 VNNI dot reads split rows as they are; elsewhere
 /// the rows are joined back into blocks first (the prompts of an
@@ -104,7 +104,7 @@ fn matmul_q8_laid_out(
             }
             (None, RowLayout::Split) => {
                 let row_bytes = check_matmul(format, weights, (rows, cols, n_tokens), x, y)?;
-                let blocks = joined(weights, row_bytes);
+                let blocks = joined(format, weights, row_bytes);
                 matmul_with(config, format, &blocks, rows, cols, n_tokens, x, y)
             }
         };
@@ -133,7 +133,7 @@ pub fn matmul_q8_dots_with(
     matmul_q8_dots_laid_out(config, weights, (rows, cols, n_tokens), x, y)
 }
 
-/// [`matmul_q8_dots_with`] of Q8_0 rows split at load, as
+/// [`matmul_q8_dots_with`] of Q8_0 or Q4_1 rows split at load, as
 /// [`matmul_q8_split_with`] takes them: the same results, bit for bit.
 #[allow(clippy::too_many_arguments)] // the matrix, its shape, the tokens: none is optional
 pub fn matmul_q8_dots_split_with(
@@ -152,7 +152,7 @@ pub fn matmul_q8_dots_split_with(
 }
 
 /// [`matmul_q8_dots_with`] of weights in either [`RowLayout`] (split rows
-/// are Q8_0's, checked by the callers).
+/// are Q8_0's or Q4_1's, checked by the callers).
 fn matmul_q8_dots_laid_out(
     config: &Config,
     (format, layout, weights): (Format, RowLayout, &[u8]),
@@ -174,7 +174,7 @@ fn matmul_q8_dots_laid_out(
     let dot = |row: &[u8], out: &mut [f32]| {
         // Split rows joined for the other instruction sets' dots.
         let (row, layout) = match layout {
-            RowLayout::Split if !vnni => (&joined(row, row_bytes)[..], RowLayout::Blocks),
+            RowLayout::Split if !vnni => (&joined(format, row, row_bytes)[..], RowLayout::Blocks),
             _ => (row, layout),
         };
         // With VNNI, the row's codes decoded once for each group of
@@ -188,7 +188,7 @@ fn matmul_q8_dots_laid_out(
                 let xs: [&Q8Activations; DOT_GROUP] = std::array::from_fn(|t| &xs[t]);
                 ys.copy_from_slice(&match layout {
                     RowLayout::Blocks => dot_vnni::dot_rows_q8(format, row, xs),
-                    RowLayout::Split => dot_vnni::dot_rows_split(row, xs),
+                    RowLayout::Split => dot_vnni::dot_rows_split(format, row, xs),
                 });
                 done += DOT_GROUP;
             }
@@ -196,7 +196,7 @@ fn matmul_q8_dots_laid_out(
         for (y, x) in out[done..].iter_mut().zip(&tokens[done..]) {
             *y = match layout {
                 RowLayout::Blocks => dot_row_q8(isa, format, row, x),
-                RowLayout::Split => dot_vnni::dot_rows_split(row, [x])[0],
+                RowLayout::Split => dot_vnni::dot_rows_split(format, row, [x])[0],
             };
         }
     };
@@ -293,7 +293,7 @@ fn matmul_q8_tiled(
                 let bytes = match layout {
                     RowLayout::Blocks => bytes,
                     RowLayout::Split => {
-                        tile_blocks = joined(bytes, row_bytes);
+                        tile_blocks = joined(format, bytes, row_bytes);
                         &tile_blocks
                     }
                 };
@@ -437,7 +437,7 @@ pub(super) fn token_rows(
     if layout == RowLayout::Split {
         if isa.0 != Kind::Avx512Vnni {
             // Joined for the other instruction sets' dots.
-            let blocks = joined(rows, row_bytes);
+            let blocks = joined(format, rows, row_bytes);
             let layout = (format, RowLayout::Blocks);
             return token_rows(isa, layout, x, (&blocks, row_bytes), out);
         }
@@ -445,11 +445,11 @@ pub(super) fn token_rows(
         for (rows, ys) in groups.zip(out.chunks_exact_mut(ROW_GROUP)) {
             let rows: [&[u8]; ROW_GROUP] =
                 std::array::from_fn(|r| &rows[r * row_bytes..][..row_bytes]);
-            ys.copy_from_slice(&dot_vnni::dot_row_group_split(rows, x));
+            ys.copy_from_slice(&dot_vnni::dot_row_group_split(format, rows, x));
         }
         let rest = rows[whole * row_bytes..].chunks_exact(row_bytes);
         for (row, y) in rest.zip(&mut out[whole..]) {
-            *y = dot_vnni::dot_rows_split(row, [x])[0];
+            *y = dot_vnni::dot_rows_split(format, row, [x])[0];
         }
         return;
     }

@@ -67,6 +67,8 @@ pub use norm::{LayerNorm, RmsNorm};
 pub use padded_attention::{padded_attention, padded_self_attention};
 pub use rope::{RopeLayout, RopeScaling, Rotary};
 
+use radix_quant::RowLayout;
+
 use crate::io::WeightStore;
 use crate::quant::{
     Format, Layout, Products, blocks_format, blocks_layout, blocks_shape_with, panels_shape,
@@ -98,8 +100,8 @@ pub enum MatrixFormat {
     /// As the file stores them: a block-format matrix (GGUF's Q4_K, ...)
     /// stays in blocks, read by the quantized kernels with 8-bit activations
     /// where the format has an integer kernel ([`Products::Int8`], as
-    /// llama.cpp does); F16 and BF16 stay 16-bit; F32 stays f32. Q8_0 rows
-    /// are split at load where the CPU's dot reads them so
+    /// llama.cpp does); F16 and BF16 stay 16-bit; F32 stays f32. Q8_0 and
+    /// Q4_1 rows are split at load where the CPU's dot reads them so
     /// ([`Layout::Split`](crate::quant::Layout::Split): the same values,
     /// each row's codes before its scales).
     #[default]
@@ -162,10 +164,10 @@ pub fn set_matrix_formats<M: Module + ?Sized>(
             && format == Some(Format::F32)
             && rows.0 == linear::OUT
             && rows.1 % radix_quant::PANEL_ROWS as i64 == 0;
-        // Q8_0 rows with 8-bit products are split where this CPU's dot
-        // reads them so (a decode token's Q8_0 products ~20 % sooner);
-        // a table's lookups join the rows they read.
-        let split = format == Some(Format::Q8_0)
+        // Q8_0 and Q4_1 rows with 8-bit products are split where this
+        // CPU's dot reads them so (a decode token's products 20–35 %
+        // sooner); a table's lookups join the rows they read.
+        let split = format.is_some_and(|f| RowLayout::Split.check(f).is_ok())
             && products == Products::Int8
             && radix_quant::Isa::best().reads_split_rows();
         let blocks = match format {

@@ -267,7 +267,8 @@ fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
 }
 
 /// `Err` unless `w`'s rows in `format` can have `layout`: panels hold
-/// F32 rows in whole panels, split rows are Q8_0's with 8-bit products.
+/// F32 rows in whole panels, split rows are Q8_0's or Q4_1's with 8-bit
+/// products.
 pub(super) fn check_layout(
     layout: Layout,
     format: Format,
@@ -285,11 +286,12 @@ pub(super) fn check_layout(
                 format.name()
             ))
         }
-        Layout::Split if format != Format::Q8_0 => {
-            Err(format!("split rows are Q8_0's, not {}'s", format.name()))
-        }
+        Layout::Split if radix_quant::RowLayout::Split.check(format).is_err() => Err(format!(
+            "split rows are Q8_0's or Q4_1's, not {}'s",
+            format.name()
+        )),
         Layout::Split if attrs.str("products")? != Products::Int8.name() => Err(format!(
-            "split Q8_0 rows take {} products, not {}",
+            "split rows take {} products, not {}",
             Products::Int8.name(),
             attrs.str("products")?
         )),

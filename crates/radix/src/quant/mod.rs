@@ -32,8 +32,8 @@ const EXACT_SUFFIX: &str = ":exact";
 /// panels ([`Layout::Panels`]).
 const PANELS_SUFFIX: &str = ":panels";
 
-/// What a blocks axis's tag ends with when its Q8_0 rows are split
-/// ([`Layout::Split`]).
+/// What a blocks axis's tag ends with when its rows are split
+/// ([`Layout::Split`]: Q8_0 and Q4_1).
 const SPLIT_SUFFIX: &str = ":split";
 
 /// The order of a blocks matrix's bytes.
@@ -48,9 +48,10 @@ pub enum Layout {
     /// weights per load and nothing is rearranged per call. The shape is
     /// the row-major one (`[rows, cols × 4]`); only the tag differs.
     Panels,
-    /// Q8_0 only: each row's codes (as unsigned bytes, `w ^ 0x80`), then
-    /// its scales ([`radix_quant::split_rows`]), split once at load so
-    /// that the VNNI decode dot takes a pair of blocks' codes per load and
+    /// Q8_0 and Q4_1 only: each row's codes (Q8_0's as unsigned bytes, `w
+    /// ^ 0x80`), then its scales (then Q4_1's minimums)
+    /// ([`radix_quant::split_rows`]), split once at load so that the VNNI
+    /// decode dot takes two Q8_0 or four Q4_1 blocks' codes per load and
     /// sixteen blocks' scales per load. The shape is the row-major one and
     /// a row is still a row; only the tag differs. Products are
     /// [`Products::Int8`].
@@ -171,11 +172,11 @@ pub fn panels_shape(rows: (&str, i64), cols: i64) -> Result<Shape, String> {
     ))
 }
 
-/// A Q8_0 matrix of `rows` (an axis `(tag, size)`) by `cols` with its
-/// rows split ([`Layout::Split`]): `u8 [rows, row_bytes]` as
-/// [`blocks_shape`] gives, the last axis tagged `blocks:Q8_0:split`. `Err`
-/// for another format (only Q8_0 rows split) or sizes `blocks_shape`
-/// refuses.
+/// A Q8_0 or Q4_1 matrix of `rows` (an axis `(tag, size)`) by `cols`
+/// with its rows split ([`Layout::Split`]): `u8 [rows, row_bytes]` as
+/// [`blocks_shape`] gives, the last axis tagged `blocks:<format>:split`.
+/// `Err` for another format (only Q8_0 and Q4_1 rows split) or sizes
+/// `blocks_shape` refuses.
 ///
 /// ```
 /// use radix::quant::{Format, Layout, blocks_format, blocks_layout, split_shape};
@@ -183,7 +184,7 @@ pub fn panels_shape(rows: (&str, i64), cols: i64) -> Result<Shape, String> {
 /// assert_eq!(s.dims(), &[8, 68]);
 /// assert_eq!(blocks_format(&s), Some((Format::Q8_0, 64)));
 /// assert_eq!(blocks_layout(&s), Some(Layout::Split));
-/// assert!(split_shape(Format::Q4_1, ("out", 8), 64).is_err());
+/// assert!(split_shape(Format::Q4_0, ("out", 8), 64).is_err());
 /// ```
 pub fn split_shape(format: Format, rows: (&str, i64), cols: i64) -> Result<Shape, String> {
     radix_quant::RowLayout::Split
@@ -210,6 +211,11 @@ pub fn blocks_layout(shape: &Shape) -> Option<Layout> {
     })
 }
 
+/// Whether rows of the format named `name` may be split ([`Layout::Split`]).
+fn splits(name: &str) -> bool {
+    Format::from_name(name).is_some_and(|f| radix_quant::RowLayout::Split.check(f).is_ok())
+}
+
 /// The block format of a blocks shape ([`blocks_shape`]) and the number of
 /// elements in each row, or `None` for any other shape.
 pub fn blocks_format(shape: &Shape) -> Option<(Format, i64)> {
@@ -224,7 +230,7 @@ pub fn blocks_format(shape: &Shape) -> Option<(Format, i64)> {
         name.strip_suffix(SPLIT_SUFFIX),
     ) {
         (Some(f32), _) if f32 == Format::F32.name() => f32,
-        (_, Some(q8)) if q8 == Format::Q8_0.name() => q8,
+        (_, Some(split)) if splits(split) => split,
         (Some(_), _) | (_, Some(_)) => return None,
         (None, None) => name,
     };

@@ -61,6 +61,7 @@ pub fn dequantize(blocks: Tensor, tag: &str) -> Tensor {
     let block_bytes = format.block_bytes() as i64;
     let n_blocks = s.dims()[last] / block_bytes;
     let b = match blocks_layout(&s) {
+        Some(Layout::Split) if format == Format::Q4_1 => joined_q4_1(blocks, rows, n_blocks),
         Some(Layout::Split) => joined_q8_0(blocks, rows, n_blocks),
         _ => blocks.reshape(&[rows, n_blocks, block_bytes]),
     };
@@ -166,6 +167,27 @@ fn joined_q8_0(split: Tensor, rows: i64, n_blocks: i64) -> Tensor {
             && size_of::<BlockQ8_0>() == 34
     );
     Tensor::concatenate(&[d, codes], 2)
+}
+
+/// Split Q4_1 rows (`u8 [.., n_blocks × 20]`: each row's nibbles, 16
+/// bytes a block, then its scales, then its minimums; [`Layout::Split`])
+/// as blocks again, `u8 [rows, n_blocks, 20]`.
+#[track_caller]
+fn joined_q4_1(split: Tensor, rows: i64, n_blocks: i64) -> Tensor {
+    let flat = split.reshape(&[rows, n_blocks * 20]);
+    let part = |at: i64, len: i64| {
+        flat.slice(1, n_blocks * at..n_blocks * (at + len))
+            .reshape(&[rows, n_blocks, len])
+    };
+    // A block is its f16 scale, its f16 minimum, then its 16 bytes of
+    // nibbles.
+    const _: () = assert!(
+        std::mem::offset_of!(BlockQ4_1, d) == 0
+            && std::mem::offset_of!(BlockQ4_1, m) == 2
+            && std::mem::offset_of!(BlockQ4_1, qs) == 4
+            && size_of::<BlockQ4_1>() == 20
+    );
+    Tensor::concatenate(&[part(16, 2), part(18, 2), part(0, 16)], 2)
 }
 
 /// One field of every block `B` in `b` (`u8 [rows, n_blocks, bytes]`), at
