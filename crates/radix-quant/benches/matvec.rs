@@ -38,9 +38,9 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use radix_quant::blocks::f16_offsets;
 use radix_quant::testing::Rng;
 use radix_quant::{
-    Config, DOT_MAX_TOKENS, Format, Isa, Parallel, ScopedThreads, Serial, SpinPool, dequantize,
-    matmul_panels_with, matmul_q8_split_with, matmul_q8_with, matmul_with, matvec_q8_with,
-    matvec_with, pack_panels, split_rows,
+    Config, DOT_MAX_TOKENS, Format, Isa, Parallel, RowLayout, ScopedThreads, Serial, SpinPool,
+    dequantize, matmul_panels_with, matmul_q8_laid_out_with, matmul_q8_with, matmul_with,
+    matvec_q8_with, matvec_with, pack_panels, split_rows,
 };
 
 const SHAPES: [(usize, usize); 4] = [(576, 576), (1536, 576), (576, 1536), (49152, 576)];
@@ -166,10 +166,9 @@ fn bench_matmul(c: &mut Criterion) {
             if split_rows(format, cols, &weights, &mut split).is_ok() {
                 group.bench_function(BenchmarkId::new("matmul q8 split", &shape), |b| {
                     b.iter(|| {
-                        matmul_q8_split_with(
-                            &serial, format, &split, rows, cols, n_tokens, &x, &mut y,
-                        )
-                        .expect("shapes")
+                        let w = (format, RowLayout::Split, &split[..]);
+                        matmul_q8_laid_out_with(&serial, w, (rows, cols, n_tokens), &x, &mut y)
+                            .expect("shapes")
                     })
                 });
             }
@@ -338,7 +337,10 @@ fn bench_products(c: &mut Criterion, name: &str, matrices: &[(Format, usize, usi
                 for ((format, rows, cols, w), split) in matrices.iter().zip(&split) {
                     let (x, y) = (&x[..*cols], &mut y[..*rows]);
                     match split {
-                        Some(s) => matmul_q8_split_with(&config, *format, s, *rows, *cols, 1, x, y),
+                        Some(s) => {
+                            let w = (*format, RowLayout::Split, &s[..]);
+                            matmul_q8_laid_out_with(&config, w, (*rows, *cols, 1), x, y)
+                        }
                         None => matvec_q8_with(&config, *format, w, *rows, *cols, x, y),
                     }
                     .expect("shapes");

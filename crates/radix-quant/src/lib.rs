@@ -6,7 +6,7 @@
 //! packed once in panels of 16 rows ([`pack_panels`]) for
 //! [`matmul_panels_with`], a vector of weights per load; Q8_0 rows may be
 //! split at load into their codes, then their scales ([`split_rows`]), for
-//! [`matmul_q8_split_with`].
+//! [`matmul_q8_laid_out_with`].
 //!
 //! Pure Rust on byte slices: nothing here knows radix, PJRT or tracing, so
 //! radix can wrap the kernels as XLA custom calls and pass its thread pool as
@@ -43,8 +43,8 @@ pub use error::Error;
 pub use format::{Format, QK_K};
 pub use kernels::{
     Config, DOT_MAX_TOKENS, Isa, PANEL_ROWS, RowLayout, Stacked, join_rows, matmul,
-    matmul_panels_f32_with, matmul_panels_with, matmul_q8_dots_split_with, matmul_q8_dots_with,
-    matmul_q8_split_with, matmul_q8_with, matmul_with, matvec, matvec_q8_stacked_with,
+    matmul_panels_f32_with, matmul_panels_with, matmul_q8_dots_laid_out_with, matmul_q8_dots_with,
+    matmul_q8_laid_out_with, matmul_q8_with, matmul_with, matvec, matvec_q8_stacked_with,
     matvec_q8_with, matvec_with, pack_panels, pack_panels_f32, split_rows, unpack_panels,
 };
 pub use threads::{Parallel, ScopedThreads, Serial, SpinPool};

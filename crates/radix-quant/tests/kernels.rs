@@ -13,7 +13,7 @@ use common::{Codes, FineGrained, Rng, random_weights, random_x, reference};
 use proptest::prelude::*;
 use radix_quant::{
     Config, Error, Format, Isa, Parallel, RowLayout, ScopedThreads, Serial, SpinPool, Stacked,
-    dequantize, matmul_q8_dots_split_with, matmul_q8_dots_with, matmul_q8_split_with,
+    dequantize, matmul_q8_dots_laid_out_with, matmul_q8_dots_with, matmul_q8_laid_out_with,
     matmul_q8_with, matmul_with, matvec_q8_stacked_with, matvec_q8_with, matvec_with,
     quantize_q8_0, split_rows,
 };
@@ -246,7 +246,7 @@ fn stacked_matrices_get_their_bits_alone() {
     );
 }
 
-/// Q8_0 rows split at load give the bits their blocks give, on every
+/// Q8_0 and Q4_1 rows split at load give the bits their blocks give, on every
 /// instruction set (the VNNI dot reads them in place, the others join them
 /// first): a decode token, batches of sequences, prompts (tiles), odd
 /// numbers of blocks and more than 16 of them, and rows that are not a
@@ -256,10 +256,14 @@ fn split_rows_give_the_bits_of_blocks() {
     let mut rng = Rng(31);
     let pool = SpinPool::new(2);
     let bits = |y: &[f32]| y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-    for (rows, cols) in [(1, 32), (7, 96), (33, 576), (9, 1056)] {
-        let weights = random_weights(Format::Q8_0, rows, cols, Codes::Random, 1.0, &mut rng);
+    let cases = [(1, 32), (7, 96), (33, 576), (9, 1056), (6, 160)];
+    for (format, (rows, cols)) in [Format::Q8_0, Format::Q4_1]
+        .into_iter()
+        .flat_map(|f| cases.map(|c| (f, c)))
+    {
+        let weights = random_weights(format, rows, cols, Codes::Random, 1.0, &mut rng);
         let mut split = vec![0u8; weights.len()];
-        split_rows(Format::Q8_0, cols, &weights, &mut split).expect("whole rows");
+        split_rows(format, cols, &weights, &mut split).expect("whole rows");
         for n_tokens in [1, 2, 5, 16, 17, 40] {
             let x: Vec<f32> = (0..n_tokens)
                 .flat_map(|_| random_x(cols, &mut rng))
@@ -267,21 +271,20 @@ fn split_rows_give_the_bits_of_blocks() {
             for isa in Isa::available() {
                 for parallel in [&Serial as &dyn Parallel, &pool] {
                     let config = Config { isa, parallel };
-                    let at = format!("{} {rows}x{cols}, {n_tokens} tokens", isa.name());
+                    let at = format!("{format:?} {} {rows}x{cols}, {n_tokens}", isa.name());
                     let run = |f: &dyn Fn(&mut [f32]) -> Result<(), Error>| {
                         let mut y = vec![f32::NAN; n_tokens * rows];
                         f(&mut y).expect("shapes");
                         bits(&y)
                     };
-                    let (r, c, n) = (rows, cols, n_tokens);
-                    let q8 = Format::Q8_0;
-                    let blocks = run(&|y| matmul_q8_with(&config, q8, &weights, r, c, n, &x, y));
-                    let got = run(&|y| matmul_q8_split_with(&config, q8, &split, r, c, n, &x, y));
+                    let (r, c, n, f) = (rows, cols, n_tokens, format);
+                    let (w, shape) = ((f, RowLayout::Split, &split[..]), (r, c, n));
+                    let blocks = run(&|y| matmul_q8_with(&config, f, &weights, r, c, n, &x, y));
+                    let got = run(&|y| matmul_q8_laid_out_with(&config, w, shape, &x, y));
                     assert_eq!(got, blocks, "matmul_q8 {at}");
                     let blocks =
-                        run(&|y| matmul_q8_dots_with(&config, q8, &weights, r, c, n, &x, y));
-                    let got =
-                        run(&|y| matmul_q8_dots_split_with(&config, q8, &split, r, c, n, &x, y));
+                        run(&|y| matmul_q8_dots_with(&config, f, &weights, r, c, n, &x, y));
+                    let got = run(&|y| matmul_q8_dots_laid_out_with(&config, w, shape, &x, y));
                     assert_eq!(got, blocks, "matmul_q8_dots {at}");
                 }
             }
@@ -292,16 +295,8 @@ fn split_rows_give_the_bits_of_blocks() {
         parallel: &Serial,
     };
     let mut y = [f32::NAN; 2];
-    let err = matmul_q8_split_with(
-        &config,
-        Format::Q4_0,
-        &[0u8; 36],
-        2,
-        32,
-        1,
-        &[0.0; 32],
-        &mut y,
-    );
+    let w = (Format::Q4_0, RowLayout::Split, &[0u8; 36][..]);
+    let err = matmul_q8_laid_out_with(&config, w, (2, 32, 1), &[0.0; 32], &mut y);
     assert_eq!(err, Err(Error::NoSplit(Format::Q4_0)));
     assert!(y.iter().all(|v| v.is_nan()), "y is left alone");
 }

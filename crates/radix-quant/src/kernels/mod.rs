@@ -24,7 +24,7 @@ pub use panels::{
 };
 use q8::Q8Activations;
 pub use q8::{
-    DOT_MAX_TOKENS, matmul_q8_dots_split_with, matmul_q8_dots_with, matmul_q8_split_with,
+    DOT_MAX_TOKENS, matmul_q8_dots_laid_out_with, matmul_q8_dots_with, matmul_q8_laid_out_with,
     matmul_q8_with, matvec_q8_with,
 };
 pub use split::{RowLayout, join_rows, split_rows};

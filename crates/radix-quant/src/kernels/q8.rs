@@ -59,39 +59,24 @@ pub fn matmul_q8_with(
     y: &mut [f32],
 ) -> Result<(), Error> {
     let weights = (format, RowLayout::Blocks, weights);
-    matmul_q8_laid_out(config, weights, (rows, cols, n_tokens), x, y)
+    matmul_q8_laid_out_with(config, weights, (rows, cols, n_tokens), x, y)
 }
 
-/// [`matmul_q8_with`] of Q8_0 or Q4_1 rows split at load
-/// ([`RowLayout::Split`], [`crate::split_rows`]): the same results, bit for
-/// bit. Only the AVX-512 VNNI dot reads split rows as they are; elsewhere
-/// the rows are joined back into blocks first (the prompts of an
-/// instruction set without integer prompts join the whole matrix). `Err`
-/// for another format.
-#[allow(clippy::too_many_arguments)] // the matrix, its shape, the tokens: none is optional
-pub fn matmul_q8_split_with(
-    config: &Config,
-    format: Format,
-    weights: &[u8],
-    rows: usize,
-    cols: usize,
-    n_tokens: usize,
-    x: &[f32],
-    y: &mut [f32],
-) -> Result<(), Error> {
-    RowLayout::Split.check(format)?;
-    let weights = (format, RowLayout::Split, weights);
-    matmul_q8_laid_out(config, weights, (rows, cols, n_tokens), x, y)
-}
-
-/// [`matmul_q8_with`] of weights in either [`RowLayout`].
-fn matmul_q8_laid_out(
+/// [`matmul_q8_with`] of `weights` in `format` and either [`RowLayout`]
+/// (`rows × cols`, times `n_tokens` tokens): Q8_0 or Q4_1 rows split at
+/// load ([`RowLayout::Split`], [`crate::split_rows`]) give the results
+/// their blocks give, bit for bit. Only the AVX-512 VNNI dot reads split
+/// rows as they are; elsewhere they are joined back into blocks first (a
+/// prompt on an instruction set without integer prompts joins the whole
+/// matrix). `Err` for split rows of another format.
+pub fn matmul_q8_laid_out_with(
     config: &Config,
     (format, layout, weights): (Format, RowLayout, &[u8]),
     (rows, cols, n_tokens): (usize, usize, usize),
     x: &[f32],
     y: &mut [f32],
 ) -> Result<(), Error> {
+    layout.check(format)?;
     if n_tokens > DOT_MAX_TOKENS {
         let codes = prompt_q8::Codes::of(format).filter(|_| config.isa.integer_prompts());
         return match (codes, layout) {
@@ -110,7 +95,7 @@ fn matmul_q8_laid_out(
         };
     }
     let weights = (format, layout, weights);
-    matmul_q8_dots_laid_out(config, weights, (rows, cols, n_tokens), x, y)
+    matmul_q8_dots_laid_out_with(config, weights, (rows, cols, n_tokens), x, y)
 }
 
 /// [`matmul_q8_with`]'s products of up to [`DOT_MAX_TOKENS`] tokens, for
@@ -130,36 +115,20 @@ pub fn matmul_q8_dots_with(
     y: &mut [f32],
 ) -> Result<(), Error> {
     let weights = (format, RowLayout::Blocks, weights);
-    matmul_q8_dots_laid_out(config, weights, (rows, cols, n_tokens), x, y)
+    matmul_q8_dots_laid_out_with(config, weights, (rows, cols, n_tokens), x, y)
 }
 
-/// [`matmul_q8_dots_with`] of Q8_0 or Q4_1 rows split at load, as
-/// [`matmul_q8_split_with`] takes them: the same results, bit for bit.
-#[allow(clippy::too_many_arguments)] // the matrix, its shape, the tokens: none is optional
-pub fn matmul_q8_dots_split_with(
-    config: &Config,
-    format: Format,
-    weights: &[u8],
-    rows: usize,
-    cols: usize,
-    n_tokens: usize,
-    x: &[f32],
-    y: &mut [f32],
-) -> Result<(), Error> {
-    RowLayout::Split.check(format)?;
-    let weights = (format, RowLayout::Split, weights);
-    matmul_q8_dots_laid_out(config, weights, (rows, cols, n_tokens), x, y)
-}
-
-/// [`matmul_q8_dots_with`] of weights in either [`RowLayout`] (split rows
-/// are Q8_0's or Q4_1's, checked by the callers).
-fn matmul_q8_dots_laid_out(
+/// [`matmul_q8_dots_with`] of `weights` in either [`RowLayout`], as
+/// [`matmul_q8_laid_out_with`] takes them: split rows give the results
+/// their blocks give, bit for bit.
+pub fn matmul_q8_dots_laid_out_with(
     config: &Config,
     (format, layout, weights): (Format, RowLayout, &[u8]),
     (rows, cols, n_tokens): (usize, usize, usize),
     x: &[f32],
     y: &mut [f32],
 ) -> Result<(), Error> {
+    layout.check(format)?;
     if !Q8_FORMATS.contains(&format) {
         return match n_tokens {
             1 => matvec_with(config, format, weights, rows, cols, x, y),

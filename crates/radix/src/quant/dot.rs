@@ -7,7 +7,7 @@
 
 use std::sync::LazyLock;
 
-use radix_quant::{Config, Isa};
+use radix_quant::{Config, Isa, RowLayout};
 
 use crate::custom_call::{Attrs, CustomCall, Kernel};
 use crate::quant::{Format, Layout, Products, blocks_format, blocks_layout, blocks_products};
@@ -465,13 +465,13 @@ pub(super) fn products(
             return radix_quant::matmul_panels_with(config, w, rows, cols, n, x, y)
                 .map_err(|e| e.to_string());
         }
-        Layout::Split if dots => {
-            return radix_quant::matmul_q8_dots_split_with(config, format, w, rows, cols, n, x, y)
-                .map_err(|e| e.to_string());
-        }
         Layout::Split => {
-            return radix_quant::matmul_q8_split_with(config, format, w, rows, cols, n, x, y)
-                .map_err(|e| e.to_string());
+            let (w, shape) = ((format, RowLayout::Split, w), (rows, cols, n));
+            let res = match dots {
+                true => radix_quant::matmul_q8_dots_laid_out_with(config, w, shape, x, y),
+                false => radix_quant::matmul_q8_laid_out_with(config, w, shape, x, y),
+            };
+            return res.map_err(|e| e.to_string());
         }
         Layout::Rows => {}
     }
