@@ -360,6 +360,17 @@ fn misuse_is_a_trace_error_at_the_callers_line() {
     assert_eq!((e.op, e.file, e.line), ("quant_dot", file!(), line));
     let err = trace_fn(&inputs, |t| radix::quant::rows(t[1], t[0], "d")).expect_err("no table");
     assert!(err.to_string().contains("blocks table"), "{err}");
+    // Tags that say two things at once, or split rows of a format that has
+    // none, are no blocks shapes.
+    for tag in [
+        "blocks:Q8_0:split:exact",
+        "blocks:F32:panels:exact",
+        "blocks:Q4_0:split",
+        "blocks:Q8_0:panels",
+    ] {
+        let s = Shape::tagged(DType::U8, &[("out", 4), (tag, 68)]);
+        assert_eq!(radix::quant::blocks_format(&s), None, "{tag}");
+    }
 }
 
 /// The gradient through `quant::dot` (plain, with a bias, with the bias and

@@ -224,7 +224,12 @@ pub fn blocks_format(shape: &Shape) -> Option<(Format, i64)> {
     }
     let last = shape.rank() - 1;
     let name = shape.tag(last)?.as_str().strip_prefix(TAG_PREFIX)?;
-    let name = name.strip_suffix(EXACT_SUFFIX).unwrap_or(name);
+    // At most one suffix: exact products, panels and split rows each
+    // stand alone (panels and split rows take their own products).
+    if let Some(name) = name.strip_suffix(EXACT_SUFFIX) {
+        return Format::from_name(name)
+            .and_then(|f| Some((f, f.row_cols(shape.dims()[last] as usize)? as i64)));
+    }
     let name = match (
         name.strip_suffix(PANELS_SUFFIX),
         name.strip_suffix(SPLIT_SUFFIX),
