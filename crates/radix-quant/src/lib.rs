@@ -45,6 +45,7 @@ pub use kernels::{
     Config, DOT_MAX_TOKENS, Isa, PANEL_ROWS, RowLayout, Stacked, join_rows, matmul,
     matmul_panels_f32_with, matmul_panels_with, matmul_q8_dots_laid_out_with, matmul_q8_dots_with,
     matmul_q8_laid_out_with, matmul_q8_with, matmul_with, matvec, matvec_q8_stacked_with,
-    matvec_q8_with, matvec_with, pack_panels, pack_panels_f32, split_rows, unpack_panels,
+    matvec_q8_with, matvec_with, pack_panels, pack_panels_f32, split_parts, split_rows,
+    unpack_panels,
 };
 pub use threads::{Parallel, ScopedThreads, Serial, SpinPool};

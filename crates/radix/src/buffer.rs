@@ -125,8 +125,8 @@ impl Buffer {
         Ok(Buffer::from_shards(vec![shard], shape, None))
     }
 
-    /// [`Buffer::weights_from_host`] of `host`'s `format` blocks (Q8_0 or
-    /// Q4_1, rows of `cols` elements) with their rows split on the way
+    /// [`Buffer::weights_from_host`] of `host`'s `format` blocks (Q8_0,
+    /// Q4_1 or Q5_0, rows of `cols` elements) with their rows split on the way
     /// ([`Layout::Split`](crate::quant::Layout::Split),
     /// [`radix_quant::split_rows`]): a few megabytes of rows at a time,
     /// each range of the file's map let go once split into the buffer, so

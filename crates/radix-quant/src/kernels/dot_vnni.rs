@@ -169,6 +169,8 @@ mod imp {
     const Q8_0_SPLIT: u8 = 5;
     /// Q4_1 rows split at load: nibbles, then scales, then minimums.
     const Q4_1_SPLIT: u8 = 6;
+    /// Q5_0 rows split at load: nibbles, then fifth bits, then scales.
+    const Q5_0_SPLIT: u8 = 7;
 
     /// Whether `F` is Q8_0, as files store it or split.
     const fn is_q8(f: u8) -> bool {
@@ -201,7 +203,7 @@ mod imp {
         dot_any::<{ ROW_GROUP }, 1>((format, RowLayout::Blocks), rows, [x]).map(|[y]| y)
     }
 
-    /// [`dot_rows_q8`] of a Q8_0 or Q4_1 row split at load (`split.rs`):
+    /// [`dot_rows_q8`] of a Q8_0, Q4_1 or Q5_0 row split at load (`split.rs`):
     /// the same sums, in the same order, as for the row joined.
     pub(in crate::kernels) fn dot_rows_split<const T: usize>(
         format: Format,
@@ -211,7 +213,7 @@ mod imp {
         dot_any::<1, T>((format, RowLayout::Split), [row], xs)[0]
     }
 
-    /// [`dot_row_group_q8`] of Q8_0 or Q4_1 rows split at load.
+    /// [`dot_row_group_q8`] of Q8_0, Q4_1 or Q5_0 rows split at load.
     pub(in crate::kernels) fn dot_row_group_split(
         format: Format,
         rows: [&[u8]; ROW_GROUP],
@@ -233,7 +235,8 @@ mod imp {
                 return match format {
                     Format::Q8_0 => dot::<Q8_0_SPLIT, R, T>(rows, xs),
                     Format::Q4_1 => dot::<Q4_1_SPLIT, R, T>(rows, xs),
-                    _ => unreachable!("RowLayout::check lets only Q8_0 and Q4_1 rows split"),
+                    Format::Q5_0 => dot::<Q5_0_SPLIT, R, T>(rows, xs),
+                    _ => unreachable!("RowLayout::check lets only Q8_0, Q4_1 and Q5_0 rows split"),
                 };
             }
             match format {
@@ -252,7 +255,7 @@ mod imp {
             Q8_0 | Q8_0_SPLIT => size_of::<BlockQ8_0>(),
             Q4_0 => size_of::<BlockQ4_0>(),
             Q4_1 | Q4_1_SPLIT => size_of::<BlockQ4_1>(),
-            Q5_0 => size_of::<BlockQ5_0>(),
+            Q5_0 | Q5_0_SPLIT => size_of::<BlockQ5_0>(),
             _ => size_of::<BlockQ5_1>(),
         }
     }
@@ -326,6 +329,10 @@ mod imp {
                                 split_scales(scales.add(n_blocks * 2 + g * 2), n),
                             )
                         }
+                        Q5_0_SPLIT => (
+                            split_scales(rows[r].as_ptr().add(n_blocks * 20 + g * 2), n),
+                            _mm512_setzero_ps(),
+                        ),
                         _ => block_scales::<F>(rows[r].as_ptr().add(g * bb), n),
                     };
                     // What multiplies each block's activation sum: the
@@ -333,7 +340,7 @@ mod imp {
                     let c = match F {
                         Q4_1 | Q4_1_SPLIT | Q5_1 => Some(m),
                         Q4_0 => Some(_mm512_mul_ps(d, _mm512_set1_ps(-8.0))),
-                        Q5_0 => Some(_mm512_mul_ps(d, _mm512_set1_ps(-16.0))),
+                        Q5_0 | Q5_0_SPLIT => Some(_mm512_mul_ps(d, _mm512_set1_ps(-16.0))),
                         _ => None,
                     };
                     for t in 0..T {
@@ -385,6 +392,12 @@ mod imp {
                             let (lo, hi) = match F {
                                 Q4_1_SPLIT => {
                                     split_nibbles(rows[r].as_ptr().add((g + k) * 16), count)
+                                }
+                                Q5_0_SPLIT => {
+                                    let row = rows[r].as_ptr();
+                                    let (lo, hi) = split_nibbles(row.add((g + k) * 16), count);
+                                    let qh = row.add(n_blocks * 16 + (g + k) * 4);
+                                    split_fifth_bits((lo, hi), qh, count)
                                 }
                                 _ => quad_codes::<F>(rows[r].as_ptr().add((g + k) * bb), count),
                             };
@@ -529,6 +542,34 @@ mod imp {
             let lo = _mm512_and_si512(q, nibble);
             let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(q), nibble);
             (lo, hi)
+        }
+    }
+
+    /// A split Q5_0 quad's codes: its nibbles `lo` and `hi`
+    /// ([`split_nibbles`]) with the fifth bits of `count` blocks from `qh`
+    /// (4 bytes a block, side by side) added, as [`quad_codes`] adds them:
+    /// one 16-byte load and a byte shuffle instead of a load per block.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn split_fifth_bits(
+        (lo, hi): (__m512i, __m512i),
+        qh: *const u8,
+        count: usize,
+    ) -> (__m512i, __m512i) {
+        // SAFETY: `count` blocks' 4 bytes of fifth bits start at `qh`; the
+        // load is masked to them.
+        unsafe {
+            let h = _mm_maskz_loadu_epi8(((1u32 << (4 * count)) - 1) as u16, qh.cast());
+            // Bits 0..16 of each block's u32 (its low nibbles' codes) in
+            // the low 8 bytes, bits 16..32 (its high nibbles') in the high.
+            let order = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+            let h = _mm_shuffle_epi8(h, order);
+            let lo_bits = _mm_cvtsi128_si64(h) as u64;
+            let hi_bits = _mm_extract_epi64::<1>(h) as u64;
+            let five = _mm512_set1_epi8(0x10);
+            (
+                _mm512_mask_add_epi8(lo, lo_bits, lo, five),
+                _mm512_mask_add_epi8(hi, hi_bits, hi, five),
+            )
         }
     }
 

@@ -27,7 +27,7 @@ pub use q8::{
     DOT_MAX_TOKENS, matmul_q8_dots_laid_out_with, matmul_q8_dots_with, matmul_q8_laid_out_with,
     matmul_q8_with, matvec_q8_with,
 };
-pub use split::{RowLayout, join_rows, split_rows};
+pub use split::{RowLayout, join_rows, split_parts, split_rows};
 pub use stacked::{Stacked, matvec_q8_stacked_with};
 
 /// An instruction set the kernels can use. Only [`Isa::SCALAR`] can be named;

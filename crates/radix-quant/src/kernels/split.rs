@@ -1,7 +1,10 @@
-//! Q8_0 and Q4_1 rows split at load ([`RowLayout::Split`]): each row's
-//! codes first, then its scales (and Q4_1's minimums), so that a decode
-//! dot reads two Q8_0 blocks' or four Q4_1 blocks' codes in one 64-byte
-//! load and sixteen blocks' scales in one 32-byte load.
+//! Q8_0, Q4_1 and Q5_0 rows split at load ([`RowLayout::Split`]): each
+//! row's codes first, then its scales (and Q4_1's minimums), so that a
+//! decode dot reads two Q8_0 blocks' or four 4- or 5-bit blocks' codes in
+//! one 64-byte load and sixteen blocks' scales in one 32-byte load. A
+//! Q5_0 row's fifth bits (4 bytes a block) sit between its nibbles and its
+//! scales: a quad's are one 16-byte load and a byte shuffle, where blocks
+//! take a load per block.
 //!
 //! A file's Q8_0 block is 34 bytes: an f16 scale, then 32 signed codes.
 //! Read as they are, a pair of blocks' codes is two 32-byte loads and an
@@ -31,7 +34,9 @@
 //! other instruction sets' dots, a prompt's tiles, dequantization) joins
 //! the rows it needs back into blocks first ([`join_rows`]).
 
-use crate::blocks::{BlockQ4_1, BlockQ8_0, F16, blocks, blocks_mut};
+use std::ops::Range;
+
+use crate::blocks::{BlockQ4_1, BlockQ5_0, BlockQ8_0, field_range};
 use crate::{Error, Format};
 
 /// The order of the bytes inside each row of a blocks matrix.
@@ -40,10 +45,11 @@ pub enum RowLayout {
     /// Block after block, as files store them.
     #[default]
     Blocks,
-    /// Q8_0 and Q4_1 only ([`split_rows`]): a Q8_0 row's codes as
+    /// Q8_0, Q4_1 and Q5_0 only ([`split_rows`]): a Q8_0 row's codes as
     /// unsigned bytes (`w ^ 0x80`), then its f16 scales; a Q4_1 row's
     /// packed nibbles (16 bytes a block, as in the block), then its f16
-    /// scales `d`, then its f16 minimums `m`.
+    /// scales `d`, then its f16 minimums `m`; a Q5_0 row's nibbles, then
+    /// its fifth bits (4 bytes a block), then its scales.
     Split,
 }
 
@@ -58,9 +64,9 @@ impl RowLayout {
 }
 
 /// The formats whose rows split ([`RowLayout::Split`]).
-const SPLITS: [Format; 2] = [Format::Q8_0, Format::Q4_1];
+const SPLITS: [Format; 3] = [Format::Q8_0, Format::Q4_1, Format::Q5_0];
 
-/// Rows of `format` `blocks` (Q8_0 or Q4_1, whole rows of `cols`
+/// Rows of `format` `blocks` (Q8_0, Q4_1 or Q5_0, whole rows of `cols`
 /// elements) in the split layout, into `out` (as long as `blocks`). `Err`
 /// for another format or lengths that are not whole rows.
 pub fn split_rows(format: Format, cols: usize, blocks: &[u8], out: &mut [u8]) -> Result<(), Error> {
@@ -69,10 +75,7 @@ pub fn split_rows(format: Format, cols: usize, blocks: &[u8], out: &mut [u8]) ->
         .chunks_exact(row_bytes)
         .zip(out.chunks_exact_mut(row_bytes))
     {
-        match format {
-            Format::Q8_0 => split_q8_0(row, out),
-            _ => split_q4_1(row, out),
-        }
+        split_row(format, row, out);
     }
     Ok(())
 }
@@ -101,10 +104,7 @@ fn join_into(format: Format, row_bytes: usize, split: &[u8], out: &mut [u8]) {
         .chunks_exact(row_bytes)
         .zip(out.chunks_exact_mut(row_bytes))
     {
-        match format {
-            Format::Q8_0 => join_q8_0(row, out),
-            _ => join_q4_1(row, out),
-        }
+        join_row(format, row, out);
     }
 }
 
@@ -131,59 +131,75 @@ fn check(format: Format, cols: usize, a: &[u8], b: &[u8]) -> Result<usize, Error
     Ok(row_bytes)
 }
 
-fn split_q8_0(row: &[u8], out: &mut [u8]) {
-    let row: &[BlockQ8_0] = blocks(row);
-    let (codes, scales) = out.split_at_mut(row.len() * 32);
-    for ((block, codes), d) in row
-        .iter()
-        .zip(codes.chunks_exact_mut(32))
-        .zip(scales.chunks_exact_mut(2))
-    {
-        for (c, &q) in codes.iter_mut().zip(&block.qs) {
-            *c = q ^ 0x80;
+/// A split row's parts, in order: each the same field of every block,
+/// as the block's byte range (`blocks.rs`'s types say where). Q8_0's
+/// first part, its codes, is stored flipped (`w ^ 0x80`). Empty for a
+/// format whose rows do not split.
+pub fn split_parts(format: Format) -> Vec<Range<usize>> {
+    if RowLayout::Split.check(format).is_err() {
+        return vec![];
+    }
+    parts(format)
+}
+
+fn parts(format: Format) -> Vec<Range<usize>> {
+    match format {
+        Format::Q8_0 => vec![
+            field_range(|b: &BlockQ8_0| &b.qs),
+            field_range(|b: &BlockQ8_0| &b.d),
+        ],
+        Format::Q4_1 => vec![
+            field_range(|b: &BlockQ4_1| &b.qs),
+            field_range(|b: &BlockQ4_1| &b.d),
+            field_range(|b: &BlockQ4_1| &b.m),
+        ],
+        _ => vec![
+            field_range(|b: &BlockQ5_0| &b.qs),
+            field_range(|b: &BlockQ5_0| &b.qh),
+            field_range(|b: &BlockQ5_0| &b.d),
+        ],
+    }
+}
+
+/// Q8_0's codes as the unsigned bytes the VNNI dot multiplies (`w ^ 0x80`)
+/// and back.
+fn flip(codes: &mut [u8]) {
+    codes.iter_mut().for_each(|c| *c ^= 0x80);
+}
+
+/// One row of `format` blocks, split into `out`.
+fn split_row(format: Format, row: &[u8], out: &mut [u8]) {
+    let bb = format.block_bytes();
+    let n = row.len() / bb;
+    let mut at = 0;
+    for field in parts(format) {
+        let len = field.len();
+        for (b, block) in row.chunks_exact(bb).enumerate() {
+            out[at + b * len..][..len].copy_from_slice(&block[field.clone()]);
         }
-        d.copy_from_slice(&block.d.0);
+        at += n * len;
+    }
+    if format == Format::Q8_0 {
+        flip(&mut out[..n * 32]);
     }
 }
 
-fn join_q8_0(row: &[u8], out: &mut [u8]) {
-    let out: &mut [BlockQ8_0] = blocks_mut(out);
-    let (codes, scales) = row.split_at(out.len() * 32);
-    for ((block, codes), d) in out
-        .iter_mut()
-        .zip(codes.chunks_exact(32))
-        .zip(scales.chunks_exact(2))
-    {
-        for (q, &c) in block.qs.iter_mut().zip(codes) {
-            *q = c ^ 0x80;
+/// One split row of `format`, joined into blocks in `out`.
+fn join_row(format: Format, row: &[u8], out: &mut [u8]) {
+    let bb = format.block_bytes();
+    let n = row.len() / bb;
+    let mut at = 0;
+    for field in parts(format) {
+        let len = field.len();
+        for (b, block) in out.chunks_exact_mut(bb).enumerate() {
+            block[field.clone()].copy_from_slice(&row[at + b * len..][..len]);
         }
-        block.d = F16([d[0], d[1]]);
+        at += n * len;
     }
-}
-
-/// A Q4_1 row as its blocks' nibbles (16 bytes each), then their `d`s,
-/// then their `m`s.
-fn split_q4_1(row: &[u8], out: &mut [u8]) {
-    let row: &[BlockQ4_1] = blocks(row);
-    let n = row.len();
-    let (codes, scales) = out.split_at_mut(n * 16);
-    let (d, m) = scales.split_at_mut(n * 2);
-    for (b, block) in row.iter().enumerate() {
-        codes[b * 16..][..16].copy_from_slice(&block.qs);
-        d[b * 2..][..2].copy_from_slice(&block.d.0);
-        m[b * 2..][..2].copy_from_slice(&block.m.0);
-    }
-}
-
-fn join_q4_1(row: &[u8], out: &mut [u8]) {
-    let out: &mut [BlockQ4_1] = blocks_mut(out);
-    let n = out.len();
-    let (codes, scales) = row.split_at(n * 16);
-    let (d, m) = scales.split_at(n * 2);
-    for (b, block) in out.iter_mut().enumerate() {
-        block.qs.copy_from_slice(&codes[b * 16..][..16]);
-        block.d = F16([d[b * 2], d[b * 2 + 1]]);
-        block.m = F16([m[b * 2], m[b * 2 + 1]]);
+    if format == Format::Q8_0 {
+        for block in out.chunks_exact_mut(bb) {
+            flip(&mut block[field_range(|b: &BlockQ8_0| &b.qs)]);
+        }
     }
 }
 

@@ -267,7 +267,7 @@ fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
 }
 
 /// `Err` unless `w`'s rows in `format` can have `layout`: panels hold
-/// F32 rows in whole panels, split rows are Q8_0's or Q4_1's with 8-bit
+/// F32 rows in whole panels, split rows are Q8_0's, Q4_1's or Q5_0's with 8-bit
 /// products.
 pub(super) fn check_layout(
     layout: Layout,
@@ -287,7 +287,7 @@ pub(super) fn check_layout(
             ))
         }
         Layout::Split if radix_quant::RowLayout::Split.check(format).is_err() => Err(format!(
-            "split rows are Q8_0's or Q4_1's, not {}'s",
+            "split rows are Q8_0's, Q4_1's or Q5_0's, not {}'s",
             format.name()
         )),
         Layout::Split if attrs.str("products")? != Products::Int8.name() => Err(format!(

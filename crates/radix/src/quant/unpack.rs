@@ -61,8 +61,7 @@ pub fn dequantize(blocks: Tensor, tag: &str) -> Tensor {
     let block_bytes = format.block_bytes() as i64;
     let n_blocks = s.dims()[last] / block_bytes;
     let b = match blocks_layout(&s) {
-        Some(Layout::Split) if format == Format::Q4_1 => joined_q4_1(blocks, rows, n_blocks),
-        Some(Layout::Split) => joined_q8_0(blocks, rows, n_blocks),
+        Some(Layout::Split) => joined(blocks, format, rows, n_blocks),
         _ => blocks.reshape(&[rows, n_blocks, block_bytes]),
     };
     let values = match format {
@@ -147,47 +146,32 @@ pub fn dequantize(blocks: Tensor, tag: &str) -> Tensor {
     values.reshape_to(out)
 }
 
-/// Split Q8_0 rows (`u8 [.., n_blocks × 34]`: each row's codes as `w ^
-/// 0x80`, then its scales; [`Layout::Split`]) as blocks again, `u8 [rows,
-/// n_blocks, 34]`: each block's scale, then its codes.
+/// Split rows of `format` (`u8 [.., n_blocks × block_bytes]`: each part
+/// of [`radix_quant::split_parts`] for every block in turn;
+/// [`Layout::Split`]) as blocks again, `u8 [rows, n_blocks, block_bytes]`.
 #[track_caller]
-fn joined_q8_0(split: Tensor, rows: i64, n_blocks: i64) -> Tensor {
-    let flat = split.reshape(&[rows, n_blocks * 34]);
-    let codes = flat
-        .slice(1, 0..n_blocks * 32)
-        .xor(Tensor::scalar(128.0, DType::U8))
-        .reshape(&[rows, n_blocks, 32]);
-    let d = flat
-        .slice(1, n_blocks * 32..n_blocks * 34)
-        .reshape(&[rows, n_blocks, 2]);
-    // A block is its f16 scale, then its 32 codes.
-    const _: () = assert!(
-        std::mem::offset_of!(BlockQ8_0, d) == 0
-            && std::mem::offset_of!(BlockQ8_0, qs) == 2
-            && size_of::<BlockQ8_0>() == 34
-    );
-    Tensor::concatenate(&[d, codes], 2)
-}
-
-/// Split Q4_1 rows (`u8 [.., n_blocks × 20]`: each row's nibbles, 16
-/// bytes a block, then its scales, then its minimums; [`Layout::Split`])
-/// as blocks again, `u8 [rows, n_blocks, 20]`.
-#[track_caller]
-fn joined_q4_1(split: Tensor, rows: i64, n_blocks: i64) -> Tensor {
-    let flat = split.reshape(&[rows, n_blocks * 20]);
-    let part = |at: i64, len: i64| {
-        flat.slice(1, n_blocks * at..n_blocks * (at + len))
-            .reshape(&[rows, n_blocks, len])
-    };
-    // A block is its f16 scale, its f16 minimum, then its 16 bytes of
-    // nibbles.
-    const _: () = assert!(
-        std::mem::offset_of!(BlockQ4_1, d) == 0
-            && std::mem::offset_of!(BlockQ4_1, m) == 2
-            && std::mem::offset_of!(BlockQ4_1, qs) == 4
-            && size_of::<BlockQ4_1>() == 20
-    );
-    Tensor::concatenate(&[part(16, 2), part(18, 2), part(0, 16)], 2)
+fn joined(split: Tensor, format: Format, rows: i64, n_blocks: i64) -> Tensor {
+    let block_bytes = format.block_bytes() as i64;
+    let flat = split.reshape(&[rows, n_blocks * block_bytes]);
+    let mut parts = vec![];
+    let mut at = 0;
+    for field in radix_quant::split_parts(format) {
+        let len = field.len() as i64;
+        let part = flat
+            .slice(1, n_blocks * at..n_blocks * (at + len))
+            .reshape(&[rows, n_blocks, len]);
+        // Q8_0's codes are stored as `w ^ 0x80`.
+        let part = match (format, at) {
+            (Format::Q8_0, 0) => part.xor(Tensor::scalar(128.0, DType::U8)),
+            _ => part,
+        };
+        parts.push((field.start, part));
+        at += len;
+    }
+    // The fields in the order the block holds them.
+    parts.sort_by_key(|&(start, _)| start);
+    let parts: Vec<Tensor> = parts.into_iter().map(|(_, p)| p).collect();
+    Tensor::concatenate(&parts, 2)
 }
 
 /// One field of every block `B` in `b` (`u8 [rows, n_blocks, bytes]`), at
