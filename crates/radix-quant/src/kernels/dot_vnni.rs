@@ -96,9 +96,7 @@ pub(super) fn pair_offsets(format: Format, pairs: &[u8]) -> Vec<i32> {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(super) use imp::{
-    dot_row_group_q8, dot_row_group_split, dot_row_q8, dot_rows_q8, dot_rows_split,
-};
+pub(super) use imp::{dot_laid_out, dot_row_group_q8, dot_row_q8, dot_rows_q8};
 
 #[cfg(not(target_arch = "x86_64"))]
 pub(super) fn dot_row_q8(_: crate::Format, _: &[u8], _: &Q8Activations) -> f32 {
@@ -124,20 +122,11 @@ pub(super) fn dot_rows_q8<const T: usize>(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-pub(super) fn dot_rows_split<const T: usize>(
-    _: crate::Format,
-    _: &[u8],
+pub(super) fn dot_laid_out<const R: usize, const T: usize>(
+    _: (crate::Format, super::RowLayout),
+    _: [&[u8]; R],
     _: [&Q8Activations; T],
-) -> [f32; T] {
-    unreachable!("AVX-512 is never detected off x86-64")
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-pub(super) fn dot_row_group_split(
-    _: crate::Format,
-    _: [&[u8]; ROW_GROUP],
-    _: &Q8Activations,
-) -> [f32; ROW_GROUP] {
+) -> [[f32; T]; R] {
     unreachable!("AVX-512 is never detected off x86-64")
 }
 
@@ -189,7 +178,7 @@ mod imp {
         row: &[u8],
         xs: [&Q8Activations; T],
     ) -> [f32; T] {
-        dot_any::<1, T>((format, RowLayout::Blocks), [row], xs)[0]
+        dot_laid_out::<1, T>((format, RowLayout::Blocks), [row], xs)[0]
     }
 
     /// Each of [`ROW_GROUP`] rows (of one length) times
@@ -200,30 +189,13 @@ mod imp {
         rows: [&[u8]; ROW_GROUP],
         x: &Q8Activations,
     ) -> [f32; ROW_GROUP] {
-        dot_any::<{ ROW_GROUP }, 1>((format, RowLayout::Blocks), rows, [x]).map(|[y]| y)
+        dot_laid_out::<{ ROW_GROUP }, 1>((format, RowLayout::Blocks), rows, [x]).map(|[y]| y)
     }
 
-    /// [`dot_rows_q8`] of a Q8_0, Q4_1 or Q5_0 row split at load (`split.rs`):
-    /// the same sums, in the same order, as for the row joined.
-    pub(in crate::kernels) fn dot_rows_split<const T: usize>(
-        format: Format,
-        row: &[u8],
-        xs: [&Q8Activations; T],
-    ) -> [f32; T] {
-        dot_any::<1, T>((format, RowLayout::Split), [row], xs)[0]
-    }
-
-    /// [`dot_row_group_q8`] of Q8_0, Q4_1 or Q5_0 rows split at load.
-    pub(in crate::kernels) fn dot_row_group_split(
-        format: Format,
-        rows: [&[u8]; ROW_GROUP],
-        x: &Q8Activations,
-    ) -> [f32; ROW_GROUP] {
-        dot_any::<{ ROW_GROUP }, 1>((format, RowLayout::Split), rows, [x]).map(|[y]| y)
-    }
-
-    /// The dot of `format`'s rows in their layout.
-    fn dot_any<const R: usize, const T: usize>(
+    /// Each of `rows` of `format` in `layout` times each token of `xs`:
+    /// split rows (Q8_0, Q4_1 or Q5_0, `split.rs`) get the same sums, in
+    /// the same order, as their blocks.
+    pub(in crate::kernels) fn dot_laid_out<const R: usize, const T: usize>(
         (format, layout): (Format, RowLayout),
         rows: [&[u8]; R],
         xs: [&Q8Activations; T],

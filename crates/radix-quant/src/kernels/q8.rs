@@ -157,7 +157,7 @@ pub fn matmul_q8_dots_laid_out_with(
                 let xs: [&Q8Activations; DOT_GROUP] = std::array::from_fn(|t| &xs[t]);
                 ys.copy_from_slice(&match layout {
                     RowLayout::Blocks => dot_vnni::dot_rows_q8(format, row, xs),
-                    RowLayout::Split => dot_vnni::dot_rows_split(format, row, xs),
+                    RowLayout::Split => dot_vnni::dot_laid_out((format, layout), [row], xs)[0],
                 });
                 done += DOT_GROUP;
             }
@@ -165,7 +165,7 @@ pub fn matmul_q8_dots_laid_out_with(
         for (y, x) in out[done..].iter_mut().zip(&tokens[done..]) {
             *y = match layout {
                 RowLayout::Blocks => dot_row_q8(isa, format, row, x),
-                RowLayout::Split => dot_vnni::dot_rows_split(format, row, [x])[0],
+                RowLayout::Split => dot_vnni::dot_laid_out((format, layout), [row], [x])[0][0],
             };
         }
     };
@@ -414,11 +414,12 @@ pub(super) fn token_rows(
         for (rows, ys) in groups.zip(out.chunks_exact_mut(ROW_GROUP)) {
             let rows: [&[u8]; ROW_GROUP] =
                 std::array::from_fn(|r| &rows[r * row_bytes..][..row_bytes]);
-            ys.copy_from_slice(&dot_vnni::dot_row_group_split(format, rows, x));
+            let y = dot_vnni::dot_laid_out((format, RowLayout::Split), rows, [x]);
+            ys.copy_from_slice(&y.map(|[y]| y));
         }
         let rest = rows[whole * row_bytes..].chunks_exact(row_bytes);
         for (row, y) in rest.zip(&mut out[whole..]) {
-            *y = dot_vnni::dot_rows_split(format, row, [x])[0];
+            *y = dot_vnni::dot_laid_out((format, RowLayout::Split), [row], [x])[0][0];
         }
         return;
     }
