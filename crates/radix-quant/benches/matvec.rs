@@ -28,8 +28,9 @@
 //! Q4_K_M token (18 Q4_K 640×1024, 9 Q4_K and 9 Q6_K 640×2048: 23 MB; its
 //! Q5_0 layers and Q8_0 head are formats the groups before time),
 //! with 8-bit activations, on one thread and on the spinning [`SpinPool`],
-//! in each instruction set this CPU runs, and (`q8 split`) with the Q8_0
-//! matrices' rows split at load, on the best instruction set.
+//! in each instruction set this CPU runs, and (`q8 split`) with the rows
+//! of every format that splits (Q8_0, Q4_1, Q5_0) split at load, on the
+//! best instruction set.
 //!
 //! Weights are random blocks with finite scales; the speed of these kernels
 //! does not depend on the values.
@@ -317,8 +318,9 @@ fn bench_products(c: &mut Criterion, name: &str, matrices: &[(Format, usize, usi
             });
         }
     }
-    // The Q8_0 matrices' rows split at load (`RowLayout::Split`), as radix
-    // loads them where the VNNI dot reads them.
+    // The rows of every format that splits, split at load
+    // (`RowLayout::Split`), as radix loads them where the VNNI dot reads
+    // them.
     let split: Vec<Option<Vec<u8>>> = matrices
         .iter()
         .map(|(format, _, cols, w)| {

@@ -36,9 +36,11 @@
 //! masked for the low nibbles and shifted for the high (two blocks a
 //! vector wasted half of each 16-byte load's insert and shift).
 //!
-//! Q8_0 rows split at load (`split.rs`) take the same path with their
-//! codes already unsigned and in pair order (one 64-byte load, no `xor`)
-//! and their scales side by side (one masked load instead of the gather).
+//! Rows split at load (`split.rs`) take the same path with their codes
+//! side by side (a Q8_0 pair's or a 4- or 5-bit quad's in one 64-byte
+//! load; Q8_0's already unsigned, no `xor`; a Q5_0 quad's fifth bits in
+//! one 16-byte load) and their scales side by side (one masked load
+//! instead of the gather or the windows).
 
 use super::Q8Activations;
 use super::q8::ROW_GROUP;
@@ -510,10 +512,7 @@ mod imp {
                 4 => _mm512_loadu_si512(at.cast()),
                 _ => _mm512_maskz_loadu_epi8((1u64 << (16 * count)) - 1, at.cast()),
             };
-            let nibble = _mm512_set1_epi8(0x0F);
-            let lo = _mm512_and_si512(q, nibble);
-            let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(q), nibble);
-            (lo, hi)
+            nibbles(q)
         }
     }
 
@@ -535,13 +534,11 @@ mod imp {
             // the low 8 bytes, bits 16..32 (its high nibbles') in the high.
             let order = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
             let h = _mm_shuffle_epi8(h, order);
-            let lo_bits = _mm_cvtsi128_si64(h) as u64;
-            let hi_bits = _mm_extract_epi64::<1>(h) as u64;
-            let five = _mm512_set1_epi8(0x10);
-            (
-                _mm512_mask_add_epi8(lo, lo_bits, lo, five),
-                _mm512_mask_add_epi8(hi, hi_bits, hi, five),
-            )
+            let bits = (
+                _mm_cvtsi128_si64(h) as u64,
+                _mm_extract_epi64::<1>(h) as u64,
+            );
+            with_fifth_bits((lo, hi), bits)
         }
     }
 
@@ -588,24 +585,46 @@ mod imp {
                 let q23 = _mm256_set_m128i(q[3], q[2]);
                 _mm512_inserti64x4::<1>(_mm512_castsi256_si512(q01), q23)
             };
-            let nibble = _mm512_set1_epi8(0x0F);
-            let mut lo = _mm512_and_si512(q, nibble);
-            let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(q), nibble);
-            if let Some(at) = qh_at {
-                // Bit i of a block's qh is the fifth bit of its code i:
-                // the low nibbles take bits 0..16, the high 16..32.
-                let (mut lo_bits, mut hi_bits) = (0u64, 0u64);
-                for j in 0..count {
-                    let h = u64::from(first.add(j * bb + at).cast::<u32>().read_unaligned());
-                    lo_bits |= (h & 0xFFFF) << (16 * j);
-                    hi_bits |= (h >> 16) << (16 * j);
-                }
-                let five = _mm512_set1_epi8(0x10);
-                lo = _mm512_mask_add_epi8(lo, lo_bits, lo, five);
-                hi = _mm512_mask_add_epi8(hi, hi_bits, hi, five);
+            let codes = nibbles(q);
+            let Some(at) = qh_at else {
+                return codes;
+            };
+            // Bit i of a block's qh is the fifth bit of its code i: the
+            // low nibbles take bits 0..16, the high 16..32.
+            let (mut lo_bits, mut hi_bits) = (0u64, 0u64);
+            for j in 0..count {
+                let h = u64::from(first.add(j * bb + at).cast::<u32>().read_unaligned());
+                lo_bits |= (h & 0xFFFF) << (16 * j);
+                hi_bits |= (h >> 16) << (16 * j);
             }
-            (lo, hi)
+            with_fifth_bits(codes, (lo_bits, hi_bits))
         }
+    }
+
+    /// A quad's 64 bytes of packed nibbles `q` as its codes in quad order:
+    /// the low nibbles, then the high ones.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    fn nibbles(q: __m512i) -> (__m512i, __m512i) {
+        let nibble = _mm512_set1_epi8(0x0F);
+        let lo = _mm512_and_si512(q, nibble);
+        let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(q), nibble);
+        (lo, hi)
+    }
+
+    /// A quad's 4-bit codes `lo` and `hi` ([`nibbles`]) with 16 added to
+    /// the codes whose bit is set in `lo_bits` and `hi_bits` (bit `16j +
+    /// i`: block `j`'s code `i`, or `16 + i` for `hi`): Q5_0's and Q5_1's
+    /// fifth bits.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    fn with_fifth_bits(
+        (lo, hi): (__m512i, __m512i),
+        (lo_bits, hi_bits): (u64, u64),
+    ) -> (__m512i, __m512i) {
+        let five = _mm512_set1_epi8(0x10);
+        (
+            _mm512_mask_add_epi8(lo, lo_bits, lo, five),
+            _mm512_mask_add_epi8(hi, hi_bits, hi, five),
+        )
     }
 
     /// The integer products of a pair of Q8_0 blocks' unsigned codes `u =

@@ -94,7 +94,7 @@ impl Isa {
         matches!(self.0, Kind::Scalar | Kind::Avx512Vnni)
     }
 
-    /// Whether this instruction set's dots read Q8_0 rows split at load
+    /// Whether this instruction set's dots read rows split at load
     /// ([`RowLayout::Split`]) as they are, and faster than blocks: with
     /// VNNI. The others join split rows back into blocks first, so a
     /// loader splits rows only where this holds.

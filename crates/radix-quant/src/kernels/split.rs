@@ -15,10 +15,10 @@
 //! then the `n` f16 scales: the same bytes, a row still a row (slicing
 //! rows for tensor parallelism still works). Measured on a 2-core AMD
 //! EPYC (Zen 4) with one SmolLM2 Q8_0 token's matrices
-//! (`benches/matvec.rs`, `token Q8_0`): 9.07 → 6.93 ms on one thread,
-//! 7.09 → 5.60 ms on the spinning pool, with equal results bit for bit
-//! (the integer sums and the f32 operations are the same, in the same
-//! order).
+//! (`benches/matvec.rs`, `token Q8_0`): 8.87–9.33 → 6.70–8.25 ms on one
+//! thread, 6.06–7.36 → 5.85–6.64 ms on the spinning pool, with equal
+//! results bit for bit (the integer sums and the f32 operations are the
+//! same, in the same order).
 //!
 //! A Q4_1 block is 20 bytes: its f16 scale `d`, its f16 minimum `m`, then
 //! 16 bytes of nibbles. Read as they are, a quad of blocks' codes is four
@@ -71,19 +71,14 @@ const SPLITS: [Format; 3] = [Format::Q8_0, Format::Q4_1, Format::Q5_0];
 /// for another format or lengths that are not whole rows.
 pub fn split_rows(format: Format, cols: usize, blocks: &[u8], out: &mut [u8]) -> Result<(), Error> {
     let row_bytes = check(format, cols, blocks, out)?;
-    for (row, out) in blocks
-        .chunks_exact(row_bytes)
-        .zip(out.chunks_exact_mut(row_bytes))
-    {
-        split_row(format, row, out);
-    }
+    each_row(format, row_bytes, (blocks, out), split_row);
     Ok(())
 }
 
 /// The inverse of [`split_rows`]: split rows back into blocks.
 pub fn join_rows(format: Format, cols: usize, split: &[u8], out: &mut [u8]) -> Result<(), Error> {
     let row_bytes = check(format, cols, split, out)?;
-    join_into(format, row_bytes, split, out);
+    each_row(format, row_bytes, (split, out), join_row);
     Ok(())
 }
 
@@ -91,20 +86,27 @@ pub fn join_rows(format: Format, cols: usize, split: &[u8], out: &mut [u8]) -> R
 /// lengths checked by the caller).
 pub(super) fn joined(format: Format, split: &[u8], row_bytes: usize) -> Vec<u8> {
     let mut out = vec![0u8; split.len()];
-    join_into(format, row_bytes, split, &mut out);
+    each_row(format, row_bytes, (split, &mut out), join_row);
     out
 }
 
-/// [`join_rows`] on checked lengths.
-fn join_into(format: Format, row_bytes: usize, split: &[u8], out: &mut [u8]) {
+/// A row of `format` rearranged from `from` into `to` (split or joined),
+/// given the format's [`parts`].
+type RowFn = fn(Format, &[Range<usize>], &[u8], &mut [u8]);
+
+/// `row` on each row of `row_bytes` of `from` and of `to` (lengths
+/// checked by the caller; rows of no bytes have nothing to move), with
+/// the format's parts found once.
+fn each_row(format: Format, row_bytes: usize, (from, to): (&[u8], &mut [u8]), row: RowFn) {
     if row_bytes == 0 {
         return;
     }
-    for (row, out) in split
+    let parts = parts(format);
+    for (from, to) in from
         .chunks_exact(row_bytes)
-        .zip(out.chunks_exact_mut(row_bytes))
+        .zip(to.chunks_exact_mut(row_bytes))
     {
-        join_row(format, row, out);
+        row(format, &parts, from, to);
     }
 }
 
@@ -167,39 +169,49 @@ fn flip(codes: &mut [u8]) {
     codes.iter_mut().for_each(|c| *c ^= 0x80);
 }
 
-/// One row of `format` blocks, split into `out`.
-fn split_row(format: Format, row: &[u8], out: &mut [u8]) {
+/// For each of `parts` of each block of a row of `row_bytes` in `format`,
+/// `f(in blocks, in the split row)`: the two byte ranges of the row that
+/// hold that field of that block.
+fn each_part(
+    format: Format,
+    parts: &[Range<usize>],
+    row_bytes: usize,
+    mut f: impl FnMut(Range<usize>, Range<usize>),
+) {
     let bb = format.block_bytes();
-    let n = row.len() / bb;
+    let n = row_bytes / bb;
     let mut at = 0;
-    for field in parts(format) {
+    for field in parts {
         let len = field.len();
-        for (b, block) in row.chunks_exact(bb).enumerate() {
-            out[at + b * len..][..len].copy_from_slice(&block[field.clone()]);
+        for b in 0..n {
+            let split = at + b * len;
+            f(b * bb + field.start..b * bb + field.end, split..split + len);
         }
         at += n * len;
     }
+}
+
+/// One row of `format` blocks, split into `out`.
+fn split_row(format: Format, parts: &[Range<usize>], row: &[u8], out: &mut [u8]) {
+    each_part(format, parts, row.len(), |block, split| {
+        out[split].copy_from_slice(&row[block]);
+    });
     if format == Format::Q8_0 {
-        flip(&mut out[..n * 32]);
+        let n_blocks = row.len() / format.block_bytes();
+        flip(&mut out[..n_blocks * parts[0].len()]);
     }
 }
 
 /// One split row of `format`, joined into blocks in `out`.
-fn join_row(format: Format, row: &[u8], out: &mut [u8]) {
-    let bb = format.block_bytes();
-    let n = row.len() / bb;
-    let mut at = 0;
-    for field in parts(format) {
-        let len = field.len();
-        for (b, block) in out.chunks_exact_mut(bb).enumerate() {
-            block[field.clone()].copy_from_slice(&row[at + b * len..][..len]);
-        }
-        at += n * len;
-    }
+fn join_row(format: Format, parts: &[Range<usize>], row: &[u8], out: &mut [u8]) {
+    each_part(format, parts, row.len(), |block, split| {
+        out[block].copy_from_slice(&row[split]);
+    });
     if format == Format::Q8_0 {
-        for block in out.chunks_exact_mut(bb) {
-            flip(&mut block[field_range(|b: &BlockQ8_0| &b.qs)]);
-        }
+        // The codes, the first part, back to signed.
+        each_part(format, &parts[..1], row.len(), |block, _| {
+            flip(&mut out[block])
+        });
     }
 }
 
@@ -237,6 +249,16 @@ mod tests {
         let mut back = vec![0u8; blocks.len()];
         join_rows(Format::Q4_1, cols, &split, &mut back).unwrap();
         assert_eq!(back, blocks);
+    }
+
+    /// Rows of no elements split and join to nothing.
+    #[test]
+    fn empty_rows_move_nothing() {
+        for format in SPLITS {
+            split_rows(format, 0, &[], &mut []).unwrap();
+            join_rows(format, 0, &[], &mut []).unwrap();
+            assert!(joined(format, &[], 0).is_empty());
+        }
     }
 
     #[test]
