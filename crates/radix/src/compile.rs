@@ -8,14 +8,18 @@ use crate::custom_call;
 use crate::error::Error;
 use crate::exe::{Compiled, Executable};
 use crate::module::{Module, with_field};
-use crate::program::{ArgSpec, Program};
+use crate::program::{ArgSpec, Program, TakenWeights};
 use crate::sharding::Mesh;
 use crate::tensor::{check_result, parameter, with_trace};
 use crate::{Platform, Result, Tensor};
 
-/// Traces `forward(model, inputs)`: every tensor of `model` and `inputs`
-/// (made with [`Tensor::param`]) becomes an argument, in their visit order.
-/// The first misuse of an op while tracing comes back as [`Error::Trace`].
+/// Traces `forward(model, inputs)`: every tensor of `inputs`, and every
+/// tensor of `model` that `forward` reads (made with [`Tensor::param`]),
+/// becomes an argument, in their visit order ([`Program::args`] names
+/// each by its path). A model tensor `forward` does not read is left out,
+/// as JAX's `jit` leaves out unused arguments: a step that reads the
+/// embedding alone takes one weight, not the model's 272. The first misuse
+/// of an op while tracing comes back as [`Error::Trace`].
 ///
 /// The program is as traced: the passes run when it is compiled, or earlier
 /// through [`Program::optimize`] (to read the text that will be compiled).
@@ -27,7 +31,7 @@ where
     O: Module,
     F: FnOnce(&M, I) -> O,
 {
-    Ok(trace_outputs(model, inputs, forward)?.0)
+    Ok(trace_outputs(model, inputs, forward)?.program)
 }
 
 /// Traces a function of `inputs` alone, with no model (see [`trace`]): every
@@ -56,10 +60,18 @@ where
 /// program has no weights.
 const NO_MODEL: () = ();
 
-/// [`trace`], also returning the traced outputs: the tree a call's results
-/// are put back into.
+/// What [`trace_outputs`] gives: the program, the traced outputs (the tree
+/// a call's results are put back into) and which of the model's tensors
+/// the program takes.
+pub(crate) struct Traced<O> {
+    pub(crate) program: Program,
+    pub(crate) outputs: O,
+    pub(crate) weights: TakenWeights,
+}
+
+/// [`trace`], also returning the traced outputs and the weights taken.
 #[track_caller]
-pub(crate) fn trace_outputs<M, I, O, F>(model: &M, inputs: &I, forward: F) -> Result<(Program, O)>
+pub(crate) fn trace_outputs<M, I, O, F>(model: &M, inputs: &I, forward: F) -> Result<Traced<O>>
 where
     M: Module + Clone,
     I: Module + Clone,
@@ -107,7 +119,21 @@ where
     function.results = results.iter().map(|r| r.1).collect();
     crate::ir::verify::debug_check(&function, "tracing");
     let results = results.into_iter().map(|r| r.0).collect();
-    Ok((Program::new(function, args, n_weights, results), out))
+    let (function, taken) = crate::ir::passes::params::without_unread(&function, n_weights);
+    let inputs = args.split_off(n_weights);
+    let args = (taken.iter().map(|&k| args[k].clone()))
+        .chain(inputs)
+        .collect();
+    let program = Program::new(function, args, taken.len(), results);
+    let weights = TakenWeights {
+        of_model: n_weights,
+        taken,
+    };
+    Ok(Traced {
+        program,
+        outputs: out,
+        weights,
+    })
 }
 
 /// Traces `forward(model, inputs)` (see [`trace`]) and compiles it for
@@ -146,8 +172,16 @@ where
     O: Module,
     F: FnOnce(&M, I) -> O,
 {
-    let (program, outputs) = trace_outputs(model, inputs, forward)?;
-    Ok(Compiled::new(compile_program(platform, program)?, outputs))
+    let Traced {
+        program,
+        outputs,
+        weights,
+    } = trace_outputs(model, inputs, forward)?;
+    Ok(Compiled::new(
+        compile_program(platform, program)?,
+        outputs,
+        weights,
+    ))
 }
 
 /// Traces and compiles a function of `inputs` alone, with no model: a

@@ -8,7 +8,7 @@ use radix_pjrt::{ExecuteOptions, LoadedExecutable};
 
 use crate::cache::{CacheKey, Origin};
 use crate::module::{Bufferized, Module};
-use crate::program::{ArgSpec, Program};
+use crate::program::{ArgSpec, Program, TakenWeights};
 use crate::{Buffer, Error, Platform, Result, Shape};
 
 /// A program compiled from `forward(&M, I) -> O` (see [`crate::compile`]):
@@ -40,33 +40,39 @@ pub struct Compiled<M: Module, I: Module, O: Module> {
     exe: Executable,
     /// The traced outputs: the tree the results are put back into.
     outputs: O,
+    /// Which of the model's buffers the program takes.
+    weights: TakenWeights,
     types: PhantomData<fn(&M, I)>,
 }
 
 impl<M: Module, I: Module, O: Module> Compiled<M, I, O> {
-    pub(crate) fn new(exe: Executable, outputs: O) -> Self {
+    pub(crate) fn new(exe: Executable, outputs: O, weights: TakenWeights) -> Self {
         Compiled {
             exe,
             outputs,
+            weights,
             types: PhantomData,
         }
     }
 
-    /// Runs on the model's buffers and `inputs`; returns the outputs. The
-    /// weights are never donated; inputs the program donates
+    /// Runs on the model's buffers and `inputs`; returns the outputs. Of
+    /// the model's buffers it passes those the program reads. The weights
+    /// are never donated; inputs the program donates
     /// ([`Program::aliases`]) are spent after the call (their memory holds
     /// a result), which is why inputs are moved in.
     pub fn call(&self, model: &Bufferized<M>, inputs: Bufferized<I>) -> Result<Bufferized<O>> {
-        let mut args: Vec<&Buffer> = Vec::with_capacity(self.exe.program.args().len());
-        M::visit_leaves(model, &mut String::new(), &mut |_, b| args.push(b));
-        let n_weights = args.len();
-        if n_weights != self.exe.program.n_weights() {
+        let TakenWeights { of_model, taken } = &self.weights;
+        let mut leaves: Vec<&Buffer> = Vec::with_capacity(*of_model);
+        M::visit_leaves(model, &mut String::new(), &mut |_, b| leaves.push(b));
+        if leaves.len() != *of_model {
             return Err(Error::ArgumentCount {
                 what: "weights",
-                expected: self.exe.program.n_weights(),
-                got: n_weights,
+                expected: *of_model,
+                got: leaves.len(),
             });
         }
+        let mut args: Vec<&Buffer> = Vec::with_capacity(self.exe.program.args().len());
+        args.extend(taken.iter().map(|&k| leaves[k]));
         I::visit_leaves(&inputs, &mut String::new(), &mut |_, b| args.push(b));
         let mut results = self.exe.call(&args)?.into_iter();
         drop(args);
@@ -109,7 +115,8 @@ impl<I: Module, O: Module> Compiled<(), I, O> {
 }
 
 /// A compiled program that takes and returns buffers by position: the
-/// model's weights, then the inputs, in ABI order ([`Program::args`]).
+/// model's weights it reads, then the inputs, in ABI order
+/// ([`Program::args`]).
 /// [`Compiled`] calls it with structs instead.
 pub struct Executable {
     platform: Platform,

@@ -21,6 +21,14 @@ pub struct ArgSpec {
     pub shape: Shape,
 }
 
+/// Which of a model's tensors (its leaves in visit order) a program takes
+/// as its weights, in order, and how many the model has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TakenWeights {
+    pub(crate) of_model: usize,
+    pub(crate) taken: Vec<usize>,
+}
+
 /// A traced function: the IR, its arguments (weights, then inputs) and results.
 ///
 /// As [`crate::trace`] returns it, the IR is as traced; [`Program::optimize`]
@@ -235,12 +243,15 @@ impl Program {
         }
     }
 
-    /// The arguments in ABI order: the model's tensors, then the inputs'.
+    /// The arguments in ABI order: the model's tensors the program reads
+    /// (in the model's visit order; [`crate::trace`] leaves out the
+    /// others), then the inputs'.
     pub fn args(&self) -> &[ArgSpec] {
         &self.args
     }
 
-    /// How many leading arguments are model weights.
+    /// How many leading arguments are model weights (the model's tensors
+    /// the program reads).
     pub fn n_weights(&self) -> usize {
         self.n_weights
     }

@@ -187,3 +187,67 @@ fn trace_leaves_nested_functions_as_traced() {
     assert!(text.contains("stablehlo.tanh"), "{text}");
     assert!(text.contains("stablehlo.multiply"), "{text}");
 }
+
+/// A forward that reads some of the model's tensors takes only those: the
+/// program's arguments are the tensors read (in the model's order) and
+/// the inputs, and a call still takes the whole model.
+#[test]
+fn a_program_takes_only_the_weights_it_reads() {
+    let platform = platform();
+    let model = Stack {
+        layers: vec![Linear::new(3, 2), Linear::new(2, 2)],
+        extra: [None, Some(Tensor::param(Shape::new(DType::I32, &[])))],
+        pair: (Tensor::param(Shape::new(DType::F32, &[1])), 1.0),
+    };
+    let x = Tensor::param(Shape::tagged(DType::F32, &[("b", 1), ("d", 2)]));
+    // Reads the second layer and `pair.0`; a value it computes from the
+    // first layer's weight is dead.
+    let forward = |m: &Stack, x: Tensor| {
+        let _dead = m.layers[0].weight * 2.0;
+        let y = m.layers[1].forward(x);
+        y + m.pair.0.reshape(&[]).broadcast(y.shape())
+    };
+    let exe = radix::compile(&platform, &model, &x, forward).unwrap();
+    let args: Vec<&str> = exe
+        .program()
+        .args()
+        .iter()
+        .map(|a| a.path.as_str())
+        .collect();
+    assert_eq!(
+        args,
+        ["layers.1.weight", "layers.1.bias", "pair.0", "input"]
+    );
+    assert_eq!(exe.program().n_weights(), 3);
+    let buf = |v: &[f32], t: Tensor| Buffer::from_slice(&platform, v, t.shape()).unwrap();
+    let layer = |w: &[f32], l: &Linear| LinearWith {
+        weight: buf(w, l.weight),
+        bias: Some(buf(&[10., 20.], l.bias.unwrap())),
+        _name: "",
+        n_out: 2,
+    };
+    let seven = Buffer::from_slice(&platform, &[7i32], Shape::new(DType::I32, &[])).unwrap();
+    let weights = StackWith {
+        layers: vec![
+            layer(&[0.; 6], &model.layers[0]),
+            layer(&[1., 0., 0., 2.], &model.layers[1]),
+        ],
+        extra: [None, Some(seven)],
+        pair: (buf(&[0.5], model.pair.0), 1.0),
+    };
+    let y = exe.call(&weights, buf(&[3., 4.], x)).unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), [13.5, 28.5]);
+    // The whole model is still what a call checks against.
+    let short = StackWith {
+        layers: vec![],
+        ..weights
+    };
+    assert!(matches!(
+        exe.call(&short, buf(&[3., 4.], x)),
+        Err(radix::Error::ArgumentCount {
+            what: "weights",
+            expected: 6,
+            got: 2,
+        })
+    ));
+}

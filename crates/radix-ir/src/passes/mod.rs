@@ -10,6 +10,10 @@
 //! these rules, because every operand is already in canonical form when its
 //! user is visited.
 //!
+//! [`params::without_unread`] is not one of them: radix's tracer runs it
+//! once on a traced program, to leave out the model tensors it does not
+//! read.
+//!
 //! Nested functions (`call` bodies, `while`/`if` regions, reduction, sort
 //! and scatter bodies) are optimized the same way, each on its own, before
 //! the node holding them is visited; nothing rewrites across a body's edge.
@@ -22,6 +26,7 @@
 pub mod canonicalize;
 pub mod cse;
 pub mod dce;
+pub mod params;
 
 use crate::{Function, Op, ValueId, verify};
 
