@@ -14,7 +14,7 @@ mod scalar;
 mod split;
 mod stacked;
 
-use std::sync::Mutex;
+use std::sync::{LazyLock, Mutex};
 
 use crate::{Error, Format, Parallel, ScopedThreads};
 
@@ -36,7 +36,8 @@ pub use stacked::{Stacked, matvec_q8_stacked_with};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Isa(Kind);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// In order: each runs what the ones before it run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Kind {
     Scalar,
     /// AVX2 with FMA and F16C (Haswell, Zen and later).
@@ -54,9 +55,29 @@ impl Isa {
     /// Portable Rust, on any CPU.
     pub const SCALAR: Isa = Isa(Kind::Scalar);
 
-    /// The fastest instruction set this CPU runs.
+    /// The fastest instruction set this CPU runs, or the fastest up to
+    /// the one [`MAX_ISA_VAR`] names: to compare the paths on one machine
+    /// (an AVX-512 machine's figures for an AVX2 one), or to step around a
+    /// path. Read once; a value that names no instruction set is reported
+    /// on stderr and changes nothing.
     pub fn best() -> Isa {
-        *Isa::available().last().expect("scalar is always available")
+        *BEST
+    }
+
+    /// The fastest of [`Isa::available`] that is at most `cap`.
+    fn best_within(cap: Option<Isa>) -> Isa {
+        let fits = |isa: &&Isa| cap.is_none_or(|cap| isa.0 <= cap.0);
+        let isas = Isa::available();
+        *isas.iter().rfind(fits).expect("scalar is always available")
+    }
+
+    /// The instruction set called `name` ([`Isa::name`]), whether or not
+    /// this CPU runs it.
+    pub fn from_name(name: &str) -> Option<Isa> {
+        [Kind::Scalar, Kind::Avx2, Kind::Avx512, Kind::Avx512Vnni]
+            .into_iter()
+            .map(Isa)
+            .find(|isa| isa.name() == name)
     }
 
     /// Every instruction set this CPU runs, slowest first; tests run each.
@@ -102,6 +123,26 @@ impl Isa {
         self.0 == Kind::Avx512Vnni
     }
 }
+
+/// The environment variable that caps the instruction set of
+/// [`Isa::best`]: `scalar`, `avx2`, `avx512` or `avx512-vnni`.
+pub const MAX_ISA_VAR: &str = "RADIX_MAX_ISA";
+
+/// [`Isa::best`], found once.
+static BEST: LazyLock<Isa> = LazyLock::new(|| {
+    let cap = std::env::var(MAX_ISA_VAR).ok().filter(|v| !v.is_empty());
+    let cap = cap.and_then(|value| {
+        let isa = Isa::from_name(&value);
+        if isa.is_none() {
+            eprintln!(
+                "{MAX_ISA_VAR}={value:?} names no instruction set (scalar, avx2, avx512, \
+                 avx512-vnni): the kernels use the CPU's best"
+            );
+        }
+        isa
+    });
+    Isa::best_within(cap)
+});
 
 /// Where and how a kernel runs.
 #[derive(Clone, Copy)]
@@ -684,5 +725,25 @@ fn dot_tile_lanes(isa: Isa, tile: &Tile, x: &TokenLanes, out: &mut [f32], stride
         Kind::Scalar => unreachable!("TokenLanes::wanted is false for scalar code"),
         Kind::Avx2 => avx2::dot_tile_lanes(tile, x, out, stride),
         Kind::Avx512 | Kind::Avx512Vnni => avx512::dot_tile_lanes(tile, x, out, stride),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cap_picks_the_fastest_set_up_to_it() {
+        let available = Isa::available();
+        assert_eq!(Isa::best_within(None), *available.last().unwrap());
+        for name in ["scalar", "avx2", "avx512", "avx512-vnni"] {
+            let cap = Isa::from_name(name).unwrap();
+            assert_eq!(cap.name(), name);
+            let best = Isa::best_within(Some(cap));
+            assert!(best.0 <= cap.0 && available.contains(&best), "{name}");
+            // Nothing faster than it and within the cap runs here.
+            assert!(!available.iter().any(|i| i.0 > best.0 && i.0 <= cap.0));
+        }
+        assert_eq!(Isa::from_name("sse2"), None);
     }
 }
