@@ -140,3 +140,32 @@ fn a_capture_in_a_hermetic_block_is_an_error() {
         "{msg}"
     );
 }
+
+/// A value captured by an open block keeps the tags of each handle that
+/// uses it: `rename` emits no op, so two handles of one value may differ
+/// in tags, and the block's second use (here renamed) must see its own.
+#[test]
+fn a_captured_value_keeps_each_handles_tags() {
+    let x = [Literal::new(
+        Shape::tagged(DType::F32, &[("s", 2)]),
+        vec![1., 2.],
+    )];
+    let program = trace_fn(&x, |x| {
+        let s = x[0];
+        let out = while_(
+            &[Tensor::scalar(0.0, DType::F32)],
+            |st| st[0].lt(Tensor::scalar(1.0, DType::F32)),
+            |st| {
+                // Captured with `s` first, then used renamed to `q`.
+                let by_s = s.sum("s");
+                let q = s.rename("s", "q") * 2.0;
+                assert_eq!(q.shape().to_string(), "{q=2, f32}");
+                vec![st[0] + by_s + q.sum("q")]
+            },
+        );
+        out[0]
+    })
+    .unwrap();
+    let got = program.interpret(&x);
+    assert_eq!(got[0].to_vec::<f32>(), [9.0]);
+}

@@ -417,7 +417,9 @@ fn capture(t: Tensor) -> Result<Tensor, String> {
             .find(|c| c.0.trace == t.trace && c.0.id == t.id)
             .map(|c| c.1)
     }) {
-        return Ok(c);
+        // `rename` and `with_tags` emit no op, so two handles of one value
+        // may carry other tags: the parameter is this handle's, with its tags.
+        return Ok(c.retag(t.shape));
     }
     let index = BUILDER.with(|b| b.borrow().function.params.len());
     let p = parameter(index, t.shape, Location::caller());
