@@ -31,6 +31,12 @@ def load(results):
     return runs
 
 
+def kernels_of(m):
+    """` (radix-quant's kernels on `avx512-vnni`)`, from a radix report's meta, or nothing where
+    the run did not record it (results from before it did)."""
+    return f" (radix-quant's kernels on `{m['kernels']}`)" if m.get("kernels") else ""
+
+
 def meta(runs, name):
     """The facts of the run called `name`, or of its first round (`name-1`)."""
     for key in (name, f"{name}-1"):
@@ -361,7 +367,8 @@ def files_section(w, runs, g):
     w("Files: " + "; ".join(FILES.values()) + ". Each pair runs one after the other on the same file, "
       "their order swapped each round (2 rounds). radix: `radix-bench smollm2 --gguf FILE` (a 128-token "
       "prompt, then 128 greedy tokens; its decode here is whole runs of 128 tokens, as llama-bench "
-      f"times them), matrices {rm.get('matrices', '?')}, a key/value cache of {rm.get('cache_type', '?')}. "
+      f"times them), matrices {rm.get('matrices', '?')}{kernels_of(rm)}, a key/value cache of "
+      f"{rm.get('cache_type', '?')}. "
       f"llama.cpp: `{lm.get('llama-bench command', 'llama-bench')}` (its cache "
       f"{bench.get('type_k', '?')}/{bench.get('type_v', '?')}, weight repacking "
       f"{lm.get('repack', '?')}). At a depth D: `--prompt D --decode 128` against `llama-bench -p 0 -n 128 "
@@ -572,7 +579,8 @@ def main(results, out=os.path.join(ROOT, "BENCHMARKS.md")):
     mm = meta(runs, "minilm-ort")
     w("Sentences of exactly 16 and 128 tokens (`hello` repeated, with `[CLS]`/`[SEP]`, no padding), "
       "batches of 1 and 32; tokenization, mean pooling and L2 normalization are timed for every "
-      "system. radix: `Embedder::embed`. sentence-transformers: `encode(..., normalize_embeddings=True)` "
+      f"system. radix: `Embedder::embed`{kernels_of(meta(runs, 'minilm-radix'))}. sentence-transformers: "
+      "`encode(..., normalize_embeddings=True)` "
       "on PyTorch. onnxruntime: the model exported by `torch.onnx` (TorchScript exporter, eager attention), fused by "
       "`onnxruntime.transformers.optimizer` (BERT fusions: "
       f"{', '.join(o for o in mm.get('fused_ops', []) if o in ('Attention', 'MultiHeadAttention', 'SkipLayerNormalization', 'EmbedLayerNormalization', 'FastGelu', 'BiasGelu', 'Gelu')) or '—'}), "

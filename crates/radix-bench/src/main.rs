@@ -376,6 +376,7 @@ fn minilm(
         .with_context(|| format!("loading MiniLM from {}", dir.display()))?;
     let mut report = Report::new("minilm");
     report.meta("matrices", json!(format!("{matrices:?}")));
+    report.meta("kernels", json!(radix_quant::Isa::best().name()));
     // 1×20 and 32×100 are no bucket: radix pads them to 32 and 128 tokens,
     // the others run them as they are. The same list as bench/peers/minilm.py.
     for (batch, len, calls) in [(1, 16, 10), (32, 128, 1), (1, 20, 10), (32, 100, 1)] {
@@ -438,6 +439,7 @@ fn smollm2(label: &str, args: &Smollm2Args) -> Result<Report> {
     let mut report = Report::new("smollm2");
     report.meta("plan", json!(format!("{plan:?}")));
     report.meta("matrices", json!(format!("{matrices:?}")));
+    report.meta("kernels", json!(radix_quant::Isa::best().name()));
     report.meta("cache_type", json!(args.cache_type));
     report.meta("load_s", json!(t.elapsed().as_secs_f64()));
     report.meta("weight_bytes_f32", json!(weight_bytes));
