@@ -29,7 +29,7 @@
 //! Q5_0 layers and Q8_0 head are formats the groups before time),
 //! with 8-bit activations, on one thread and on the spinning [`SpinPool`],
 //! in each instruction set this CPU runs, and (`q8 split`) with the rows
-//! of every format that splits (Q8_0, Q4_1, Q5_0) split at load, on the
+//! of every format that splits (Q8_0, Q4_0, Q4_1, Q5_0) split at load, on the
 //! best instruction set.
 //!
 //! Weights are random blocks with finite scales; the speed of these kernels

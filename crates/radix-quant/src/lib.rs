@@ -4,9 +4,9 @@
 //! activations: [`matvec`] for decoding one token, [`matmul`] for several,
 //! on a [`Parallel`] such as the spinning [`SpinPool`]. F32 matrices may be
 //! packed once in panels of 16 rows ([`pack_panels`]) for
-//! [`matmul_panels_with`], a vector of weights per load; Q8_0 rows may be
-//! split at load into their codes, then their scales ([`split_rows`]), for
-//! [`matmul_q8_laid_out_with`].
+//! [`matmul_panels_with`], a vector of weights per load; Q8_0, Q4_0, Q4_1
+//! and Q5_0 rows may be split at load into their codes, then their scales
+//! ([`split_rows`]), for [`matmul_q8_laid_out_with`].
 //!
 //! Pure Rust on byte slices: nothing here knows radix, PJRT or tracing, so
 //! radix can wrap the kernels as XLA custom calls and pass its thread pool as

@@ -246,7 +246,7 @@ fn stacked_matrices_get_their_bits_alone() {
     );
 }
 
-/// Q8_0, Q4_1 and Q5_0 rows split at load give the bits their blocks give, on every
+/// Q8_0, Q4_0, Q4_1 and Q5_0 rows split at load give the bits their blocks give, on every
 /// instruction set (the VNNI dot reads them in place, the others join them
 /// first): a decode token, batches of sequences, prompts (tiles), odd
 /// numbers of blocks and more than 16 of them, and rows that are not a
@@ -257,7 +257,7 @@ fn split_rows_give_the_bits_of_blocks() {
     let pool = SpinPool::new(2);
     let bits = |y: &[f32]| y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
     let cases = [(1, 32), (7, 96), (33, 576), (9, 1056), (6, 160)];
-    for (format, (rows, cols)) in [Format::Q8_0, Format::Q4_1, Format::Q5_0]
+    for (format, (rows, cols)) in [Format::Q8_0, Format::Q4_0, Format::Q4_1, Format::Q5_0]
         .into_iter()
         .flat_map(|f| cases.map(|c| (f, c)))
     {
@@ -295,9 +295,9 @@ fn split_rows_give_the_bits_of_blocks() {
         parallel: &Serial,
     };
     let mut y = [f32::NAN; 2];
-    let w = (Format::Q4_0, RowLayout::Split, &[0u8; 36][..]);
+    let w = (Format::Q5_1, RowLayout::Split, &[0u8; 48][..]);
     let err = matmul_q8_laid_out_with(&config, w, (2, 32, 1), &[0.0; 32], &mut y);
-    assert_eq!(err, Err(Error::NoSplit(Format::Q4_0)));
+    assert_eq!(err, Err(Error::NoSplit(Format::Q5_1)));
     assert!(y.iter().all(|v| v.is_nan()), "y is left alone");
 }
 

@@ -126,7 +126,7 @@ impl Buffer {
     }
 
     /// [`Buffer::weights_from_host`] of `host`'s `format` blocks (Q8_0,
-    /// Q4_1 or Q5_0, rows of `cols` elements) with their rows split on the way
+    /// Q4_0, Q4_1 or Q5_0, rows of `cols` elements) with their rows split on the way
     /// ([`Layout::Split`](crate::quant::Layout::Split),
     /// [`radix_quant::split_rows`]): a few megabytes of rows at a time,
     /// each range of the file's map let go once split into the buffer, so

@@ -365,7 +365,7 @@ fn misuse_is_a_trace_error_at_the_callers_line() {
     for tag in [
         "blocks:Q8_0:split:exact",
         "blocks:F32:panels:exact",
-        "blocks:Q4_0:split",
+        "blocks:Q5_1:split",
         "blocks:Q8_0:panels",
     ] {
         let s = Shape::tagged(DType::U8, &[("out", 4), (tag, 68)]);
@@ -515,14 +515,14 @@ fn dots_give_each_matrix_its_own_dot() {
     }
 }
 
-/// Q8_0, Q4_1 and Q5_0 rows split at load (`Layout::Split`) give the bits their blocks
+/// Q8_0, Q4_0, Q4_1 and Q5_0 rows split at load (`Layout::Split`) give the bits their blocks
 /// give, in every op that reads them: `dot` of one token, of a batch and
 /// of a prompt (tiles), `dots` beside a matrix of blocks, `rows` and
 /// `dequantize`, on the kernels, in the fallback and in the interpreter.
 #[test]
 fn split_rows_give_the_bits_of_their_blocks() {
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
-    for format in [Format::Q8_0, Format::Q4_1, Format::Q5_0] {
+    for format in [Format::Q8_0, Format::Q4_0, Format::Q4_1, Format::Q5_0] {
         check_split(format, &mut rng);
     }
 }

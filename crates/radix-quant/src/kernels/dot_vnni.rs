@@ -162,6 +162,8 @@ mod imp {
     const Q4_1_SPLIT: u8 = 6;
     /// Q5_0 rows split at load: nibbles, then fifth bits, then scales.
     const Q5_0_SPLIT: u8 = 7;
+    /// Q4_0 rows split at load: nibbles, then scales.
+    const Q4_0_SPLIT: u8 = 8;
 
     /// Whether `F` is Q8_0, as files store it or split.
     const fn is_q8(f: u8) -> bool {
@@ -195,7 +197,7 @@ mod imp {
     }
 
     /// Each of `rows` of `format` in `layout` times each token of `xs`:
-    /// split rows (Q8_0, Q4_1 or Q5_0, `split.rs`) get the same sums, in
+    /// split rows (Q8_0, Q4_0, Q4_1 or Q5_0, `split.rs`) get the same sums, in
     /// the same order, as their blocks.
     pub(in crate::kernels) fn dot_laid_out<const R: usize, const T: usize>(
         (format, layout): (Format, RowLayout),
@@ -208,9 +210,12 @@ mod imp {
             if layout == RowLayout::Split {
                 return match format {
                     Format::Q8_0 => dot::<Q8_0_SPLIT, R, T>(rows, xs),
+                    Format::Q4_0 => dot::<Q4_0_SPLIT, R, T>(rows, xs),
                     Format::Q4_1 => dot::<Q4_1_SPLIT, R, T>(rows, xs),
                     Format::Q5_0 => dot::<Q5_0_SPLIT, R, T>(rows, xs),
-                    _ => unreachable!("RowLayout::check lets only Q8_0, Q4_1 and Q5_0 rows split"),
+                    _ => unreachable!(
+                        "RowLayout::check lets only Q8_0, Q4_0, Q4_1 and Q5_0 rows split"
+                    ),
                 };
             }
             match format {
@@ -227,7 +232,7 @@ mod imp {
     const fn block_bytes(f: u8) -> usize {
         match f {
             Q8_0 | Q8_0_SPLIT => size_of::<BlockQ8_0>(),
-            Q4_0 => size_of::<BlockQ4_0>(),
+            Q4_0 | Q4_0_SPLIT => size_of::<BlockQ4_0>(),
             Q4_1 | Q4_1_SPLIT => size_of::<BlockQ4_1>(),
             Q5_0 | Q5_0_SPLIT => size_of::<BlockQ5_0>(),
             _ => size_of::<BlockQ5_1>(),
@@ -307,13 +312,17 @@ mod imp {
                             split_scales(rows[r].as_ptr().add(n_blocks * 20 + g * 2), n),
                             _mm512_setzero_ps(),
                         ),
+                        Q4_0_SPLIT => (
+                            split_scales(rows[r].as_ptr().add(n_blocks * 16 + g * 2), n),
+                            _mm512_setzero_ps(),
+                        ),
                         _ => block_scales::<F>(rows[r].as_ptr().add(g * bb), n),
                     };
                     // What multiplies each block's activation sum: the
                     // minimum, or the offset times d.
                     let c = match F {
                         Q4_1 | Q4_1_SPLIT | Q5_1 => Some(m),
-                        Q4_0 => Some(_mm512_mul_ps(d, _mm512_set1_ps(-8.0))),
+                        Q4_0 | Q4_0_SPLIT => Some(_mm512_mul_ps(d, _mm512_set1_ps(-8.0))),
                         Q5_0 | Q5_0_SPLIT => Some(_mm512_mul_ps(d, _mm512_set1_ps(-16.0))),
                         _ => None,
                     };
@@ -364,7 +373,7 @@ mod imp {
                         for r in 0..R {
                             let count = (n - k).min(4);
                             let (lo, hi) = match F {
-                                Q4_1_SPLIT => {
+                                Q4_0_SPLIT | Q4_1_SPLIT => {
                                     split_nibbles(rows[r].as_ptr().add((g + k) * 16), count)
                                 }
                                 Q5_0_SPLIT => {

@@ -63,7 +63,7 @@ pub fn matmul_q8_with(
 }
 
 /// [`matmul_q8_with`] of `weights` in `format` and either [`RowLayout`]
-/// (`rows × cols`, times `n_tokens` tokens): Q8_0, Q4_1 or Q5_0 rows split at
+/// (`rows × cols`, times `n_tokens` tokens): Q8_0, Q4_0, Q4_1 or Q5_0 rows split at
 /// load ([`RowLayout::Split`], [`crate::split_rows`]) give the results
 /// their blocks give, bit for bit. Only the AVX-512 VNNI dot reads split
 /// rows as they are; elsewhere they are joined back into blocks first (a

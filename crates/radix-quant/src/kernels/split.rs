@@ -1,5 +1,5 @@
-//! Q8_0, Q4_1 and Q5_0 rows split at load ([`RowLayout::Split`]): each
-//! row's codes first, then its scales (and Q4_1's minimums), so that a
+//! Q8_0, Q4_0, Q4_1 and Q5_0 rows split at load ([`RowLayout::Split`]):
+//! each row's codes first, then its scales (and Q4_1's minimums), so that a
 //! decode dot reads two Q8_0 blocks' or four 4- or 5-bit blocks' codes in
 //! one 64-byte load and sixteen blocks' scales in one 32-byte load. A
 //! Q5_0 row's fifth bits (4 bytes a block) sit between its nibbles and its
@@ -36,7 +36,7 @@
 
 use std::ops::Range;
 
-use crate::blocks::{BlockQ4_1, BlockQ5_0, BlockQ8_0, field_range};
+use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, field_range};
 use crate::{Error, Format};
 
 /// The order of the bytes inside each row of a blocks matrix.
@@ -45,11 +45,12 @@ pub enum RowLayout {
     /// Block after block, as files store them.
     #[default]
     Blocks,
-    /// Q8_0, Q4_1 and Q5_0 only ([`split_rows`]): a Q8_0 row's codes as
-    /// unsigned bytes (`w ^ 0x80`), then its f16 scales; a Q4_1 row's
-    /// packed nibbles (16 bytes a block, as in the block), then its f16
-    /// scales `d`, then its f16 minimums `m`; a Q5_0 row's nibbles, then
-    /// its fifth bits (4 bytes a block), then its scales.
+    /// Q8_0, Q4_0, Q4_1 and Q5_0 only ([`split_rows`]): a Q8_0 row's
+    /// codes as unsigned bytes (`w ^ 0x80`), then its f16 scales; a Q4_0
+    /// row's packed nibbles (16 bytes a block, as in the block), then its
+    /// f16 scales; a Q4_1 row's nibbles, then its f16 scales `d`, then its
+    /// f16 minimums `m`; a Q5_0 row's nibbles, then its fifth bits (4 bytes
+    /// a block), then its scales.
     Split,
 }
 
@@ -64,9 +65,9 @@ impl RowLayout {
 }
 
 /// The formats whose rows split ([`RowLayout::Split`]).
-const SPLITS: [Format; 3] = [Format::Q8_0, Format::Q4_1, Format::Q5_0];
+const SPLITS: [Format; 4] = [Format::Q8_0, Format::Q4_0, Format::Q4_1, Format::Q5_0];
 
-/// Rows of `format` `blocks` (Q8_0, Q4_1 or Q5_0, whole rows of `cols`
+/// Rows of `format` `blocks` (Q8_0, Q4_0, Q4_1 or Q5_0, whole rows of `cols`
 /// elements) in the split layout, into `out` (as long as `blocks`). `Err`
 /// for another format or lengths that are not whole rows.
 pub fn split_rows(format: Format, cols: usize, blocks: &[u8], out: &mut [u8]) -> Result<(), Error> {
@@ -149,6 +150,10 @@ fn parts(format: Format) -> Vec<Range<usize>> {
         Format::Q8_0 => vec![
             field_range(|b: &BlockQ8_0| &b.qs),
             field_range(|b: &BlockQ8_0| &b.d),
+        ],
+        Format::Q4_0 => vec![
+            field_range(|b: &BlockQ4_0| &b.qs),
+            field_range(|b: &BlockQ4_0| &b.d),
         ],
         Format::Q4_1 => vec![
             field_range(|b: &BlockQ4_1| &b.qs),
@@ -264,8 +269,8 @@ mod tests {
     #[test]
     fn other_formats_and_lengths_are_refused() {
         let mut out = vec![0u8; 40];
-        let err = split_rows(Format::Q4_0, 32, &[0u8; 18], &mut out[..18]).unwrap_err();
-        assert_eq!(err, Error::NoSplit(Format::Q4_0));
+        let err = split_rows(Format::Q5_1, 32, &[0u8; 24], &mut out[..24]).unwrap_err();
+        assert_eq!(err, Error::NoSplit(Format::Q5_1));
         let err = split_rows(Format::Q8_0, 32, &[0u8; 40], &mut out).unwrap_err();
         assert!(matches!(err, Error::Length { expected: 68, .. }), "{err}");
         let err = join_rows(Format::Q8_0, 32, &[0u8; 34], &mut out).unwrap_err();

@@ -164,7 +164,7 @@ pub fn set_matrix_formats<M: Module + ?Sized>(
             && format == Some(Format::F32)
             && rows.0 == linear::OUT
             && rows.1 % radix_quant::PANEL_ROWS as i64 == 0;
-        // Q8_0, Q4_1 and Q5_0 rows with 8-bit products are split where this
+        // Q8_0, Q4_0, Q4_1 and Q5_0 rows with 8-bit products are split where this
         // CPU's dot reads them so (a decode token's products 20–35 %
         // sooner); a table's lookups join the rows they read.
         let split = format.is_some_and(|f| RowLayout::Split.check(f).is_ok())

@@ -33,7 +33,7 @@ const EXACT_SUFFIX: &str = ":exact";
 const PANELS_SUFFIX: &str = ":panels";
 
 /// What a blocks axis's tag ends with when its rows are split
-/// ([`Layout::Split`]: Q8_0, Q4_1 and Q5_0).
+/// ([`Layout::Split`]: Q8_0, Q4_0, Q4_1 and Q5_0).
 const SPLIT_SUFFIX: &str = ":split";
 
 /// The order of a blocks matrix's bytes.
@@ -48,7 +48,7 @@ pub enum Layout {
     /// weights per load and nothing is rearranged per call. The shape is
     /// the row-major one (`[rows, cols × 4]`); only the tag differs.
     Panels,
-    /// Q8_0, Q4_1 and Q5_0 only: each row's codes (Q8_0's as unsigned
+    /// Q8_0, Q4_0, Q4_1 and Q5_0 only: each row's codes (Q8_0's as unsigned
     /// bytes, `w ^ 0x80`; Q5_0's nibbles, then their fifth bits), then its
     /// scales (then Q4_1's minimums) ([`radix_quant::split_rows`]), split
     /// once at load so that the VNNI decode dot takes two Q8_0 or four
@@ -173,10 +173,10 @@ pub fn panels_shape(rows: (&str, i64), cols: i64) -> Result<Shape, String> {
     ))
 }
 
-/// A Q8_0, Q4_1 or Q5_0 matrix of `rows` (an axis `(tag, size)`) by `cols`
+/// A Q8_0, Q4_0, Q4_1 or Q5_0 matrix of `rows` (an axis `(tag, size)`) by `cols`
 /// with its rows split ([`Layout::Split`]): `u8 [rows, row_bytes]` as
 /// [`blocks_shape`] gives, the last axis tagged `blocks:<format>:split`.
-/// `Err` for another format (only Q8_0, Q4_1 and Q5_0 rows split) or sizes
+/// `Err` for another format (only Q8_0, Q4_0, Q4_1 and Q5_0 rows split) or sizes
 /// `blocks_shape` refuses.
 ///
 /// ```
