@@ -185,7 +185,7 @@ pub fn panels_shape(rows: (&str, i64), cols: i64) -> Result<Shape, String> {
 /// assert_eq!(s.dims(), &[8, 68]);
 /// assert_eq!(blocks_format(&s), Some((Format::Q8_0, 64)));
 /// assert_eq!(blocks_layout(&s), Some(Layout::Split));
-/// assert!(split_shape(Format::Q4_0, ("out", 8), 64).is_err());
+/// assert!(split_shape(Format::Q5_1, ("out", 8), 64).is_err());
 /// ```
 pub fn split_shape(format: Format, rows: (&str, i64), cols: i64) -> Result<Shape, String> {
     radix_quant::RowLayout::Split
