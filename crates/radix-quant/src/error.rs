@@ -26,7 +26,7 @@ pub enum Error {
     PartialPanel { rows: usize },
     /// A layout of split rows ([`crate::RowLayout::Split`]) asked of a
     /// format that has none.
-    #[error("{0:?} rows have no split layout (only Q8_0's, Q4_1's and Q5_0's)")]
+    #[error("{0:?} rows have no split layout (only Q8_0's, Q4_0's, Q4_1's and Q5_0's)")]
     NoSplit(Format),
     /// A shape whose element or byte count overflows `usize`.
     #[error("{what}: the shape's size overflows usize")]

@@ -62,17 +62,22 @@ impl<M: Module, I: Module, O: Module> Compiled<M, I, O> {
     /// a result), which is why inputs are moved in.
     pub fn call(&self, model: &Bufferized<M>, inputs: Bufferized<I>) -> Result<Bufferized<O>> {
         let TakenWeights { of_model, taken } = &self.weights;
-        let mut leaves: Vec<&Buffer> = Vec::with_capacity(*of_model);
-        M::visit_leaves(model, &mut String::new(), &mut |_, b| leaves.push(b));
-        if leaves.len() != *of_model {
+        let mut args: Vec<&Buffer> = Vec::with_capacity(self.exe.program.args().len());
+        // `taken` is in the model's order: one walk picks them.
+        let (mut leaf, mut next) = (0, taken.iter().peekable());
+        M::visit_leaves(model, &mut String::new(), &mut |_, b| {
+            if next.next_if_eq(&&leaf).is_some() {
+                args.push(b);
+            }
+            leaf += 1;
+        });
+        if leaf != *of_model {
             return Err(Error::ArgumentCount {
                 what: "weights",
                 expected: *of_model,
-                got: leaves.len(),
+                got: leaf,
             });
         }
-        let mut args: Vec<&Buffer> = Vec::with_capacity(self.exe.program.args().len());
-        args.extend(taken.iter().map(|&k| leaves[k]));
         I::visit_leaves(&inputs, &mut String::new(), &mut |_, b| args.push(b));
         let mut results = self.exe.call(&args)?.into_iter();
         drop(args);

@@ -18,7 +18,9 @@ use crate::{Function, Op, ValueId};
 /// kept. Dead nodes stay as they are, but for those that read a dropped
 /// parameter (through other dead nodes or not), which go with it.
 pub fn without_unread(f: &Function, among: usize) -> (Function, Vec<usize>) {
-    let live = live_nodes(f);
+    // Parameters count as reachable, but they read nothing, so only the
+    // nodes the results and side effects need add reads.
+    let live = f.reachable();
     let mut read = vec![false; f.params.len()];
     let mut param_of = vec![None::<usize>; f.nodes.len()];
     for (k, p) in f.params.iter().enumerate() {
@@ -38,13 +40,14 @@ pub fn without_unread(f: &Function, among: usize) -> (Function, Vec<usize>) {
     for r in read.iter_mut().skip(among) {
         *r = true;
     }
-    let kept: Vec<usize> = (0..among.min(read.len())).filter(|&k| read[k]).collect();
-    if read.iter().all(|&r| r) {
+    // The parameters kept, in order: `index[old]` is the new index of each.
+    let all_kept: Vec<usize> = (0..read.len()).filter(|&k| read[k]).collect();
+    let kept = all_kept.iter().copied().filter(|&k| k < among).collect();
+    if all_kept.len() == read.len() {
         return (f.clone(), kept);
     }
-    // The new index of each kept parameter.
     let mut index = vec![None::<usize>; read.len()];
-    for (new, old) in (0..read.len()).filter(|&k| read[k]).enumerate() {
+    for (new, &old) in all_kept.iter().enumerate() {
         index[old] = Some(new);
     }
     let mut out = Function::default();
@@ -64,10 +67,7 @@ pub fn without_unread(f: &Function, among: usize) -> (Function, Vec<usize>) {
         renamed[i] = Some(out.push_rebuilt(node, loc));
     }
     let renamed = |v: &ValueId| renamed[v.0 as usize].expect("a value the results need is kept");
-    out.params = (0..read.len())
-        .filter(|&k| read[k])
-        .map(|k| renamed(&f.params[k]))
-        .collect();
+    out.params = all_kept.iter().map(|&k| renamed(&f.params[k])).collect();
     out.results = f.results.iter().map(renamed).collect();
     out.reuses = f
         .reuses
@@ -75,18 +75,6 @@ pub fn without_unread(f: &Function, among: usize) -> (Function, Vec<usize>) {
         .map(|(v, k)| (renamed(v), index[*k].expect("a reused parameter is kept")))
         .collect();
     (out, kept)
-}
-
-/// Per node of `f`, whether its results or side effects need it.
-fn live_nodes(f: &Function) -> Vec<bool> {
-    let mut live = vec![false; f.nodes.len()];
-    let mut stack: Vec<ValueId> = f.results.iter().chain(&f.effects).copied().collect();
-    while let Some(v) = stack.pop() {
-        if !std::mem::replace(&mut live[v.0 as usize], true) {
-            stack.extend(&f.node(v).args);
-        }
-    }
-    live
 }
 
 #[cfg(test)]

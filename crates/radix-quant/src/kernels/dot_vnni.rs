@@ -98,7 +98,7 @@ pub(super) fn pair_offsets(format: Format, pairs: &[u8]) -> Vec<i32> {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(super) use imp::{dot_laid_out, dot_row_group_q8, dot_row_q8, dot_rows_q8};
+pub(super) use imp::{dot_laid_out, dot_row_group_q8, dot_row_q8};
 
 #[cfg(not(target_arch = "x86_64"))]
 pub(super) fn dot_row_q8(_: crate::Format, _: &[u8], _: &Q8Activations) -> f32 {
@@ -111,15 +111,6 @@ pub(super) fn dot_row_group_q8(
     _: [&[u8]; ROW_GROUP],
     _: &Q8Activations,
 ) -> [f32; ROW_GROUP] {
-    unreachable!("AVX-512 is never detected off x86-64")
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-pub(super) fn dot_rows_q8<const T: usize>(
-    _: crate::Format,
-    _: &[u8],
-    _: [&Q8Activations; T],
-) -> [f32; T] {
     unreachable!("AVX-512 is never detected off x86-64")
 }
 
@@ -173,16 +164,7 @@ mod imp {
     /// A row of `format` blocks times `x`, whose `pairs` hold its codes in
     /// pair order. Reached only through `Isa(Kind::Avx512Vnni)`.
     pub(in crate::kernels) fn dot_row_q8(format: Format, row: &[u8], x: &Q8Activations) -> f32 {
-        dot_rows_q8::<1>(format, row, [x])[0]
-    }
-
-    /// A row times each of the tokens `xs`.
-    pub(in crate::kernels) fn dot_rows_q8<const T: usize>(
-        format: Format,
-        row: &[u8],
-        xs: [&Q8Activations; T],
-    ) -> [f32; T] {
-        dot_laid_out::<1, T>((format, RowLayout::Blocks), [row], xs)[0]
+        dot_laid_out::<1, 1>((format, RowLayout::Blocks), [row], [x])[0][0]
     }
 
     /// Each of [`ROW_GROUP`] rows (of one length) times

@@ -155,10 +155,7 @@ pub fn matmul_q8_dots_laid_out_with(
                 .zip(tokens.chunks_exact(DOT_GROUP))
             {
                 let xs: [&Q8Activations; DOT_GROUP] = std::array::from_fn(|t| &xs[t]);
-                ys.copy_from_slice(&match layout {
-                    RowLayout::Blocks => dot_vnni::dot_rows_q8(format, row, xs),
-                    RowLayout::Split => dot_vnni::dot_laid_out((format, layout), [row], xs)[0],
-                });
+                ys.copy_from_slice(&dot_vnni::dot_laid_out((format, layout), [row], xs)[0]);
                 done += DOT_GROUP;
             }
         }

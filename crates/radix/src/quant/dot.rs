@@ -267,8 +267,8 @@ fn shape_rule(s: &[Shape], attrs: &Attrs) -> Result<Vec<Shape>, String> {
 }
 
 /// `Err` unless `w`'s rows in `format` can have `layout`: panels hold
-/// F32 rows in whole panels, split rows are Q8_0's, Q4_1's or Q5_0's with 8-bit
-/// products.
+/// F32 rows in whole panels, split rows are of a format that splits
+/// ([`radix_quant::RowLayout::check`] names them) with 8-bit products.
 pub(super) fn check_layout(
     layout: Layout,
     format: Format,
@@ -286,15 +286,19 @@ pub(super) fn check_layout(
                 format.name()
             ))
         }
-        Layout::Split if radix_quant::RowLayout::Split.check(format).is_err() => Err(format!(
-            "split rows are Q8_0's, Q4_1's or Q5_0's, not {}'s",
-            format.name()
-        )),
-        Layout::Split if attrs.str("products")? != Products::Int8.name() => Err(format!(
-            "split rows take {} products, not {}",
-            Products::Int8.name(),
-            attrs.str("products")?
-        )),
+        Layout::Split => {
+            radix_quant::RowLayout::Split
+                .check(format)
+                .map_err(|e| e.to_string())?;
+            let products = attrs.str("products")?;
+            if products != Products::Int8.name() {
+                return Err(format!(
+                    "split rows take {} products, not {products}",
+                    Products::Int8.name()
+                ));
+            }
+            Ok(())
+        }
         _ => Ok(()),
     }
 }
