@@ -33,7 +33,7 @@ use radix::{Buffer, Bufferized, Compiled, DType, Module, Platform, Program, Shap
 
 use crate::prompt_cache::PromptCache;
 use crate::sampling::Sampler;
-use crate::transformer::{Decoder, DecoderConfig};
+use crate::transformer::{Decoder, DecoderConfig, Stacked};
 use crate::{Error, Result};
 
 mod executables;
@@ -42,7 +42,7 @@ mod open;
 mod slots;
 
 pub(crate) use executables::{LayerByLayer, Tokens, TokensWith};
-use executables::{StepExe, one_program_inputs, one_program_step, step_exe};
+use executables::{StepExe, step_exe, unrolled_inputs, unrolled_step};
 pub use model_file::ModelFile;
 pub use open::{config_of, weight_store};
 pub use slots::SeqId;
@@ -53,7 +53,13 @@ use slots::Slots;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Plan {
     /// One program per step length holding every layer: one dispatch per
-    /// step.
+    /// step. Consecutive layers of one kind are one loop over their
+    /// weights stacked ([`Stacked`]), so the program holds one block per
+    /// run of layers and loads from the executable cache about as fast as
+    /// the per-block ones; the stacked weights are made on the device at
+    /// the first step, beside the layers' own (the blocks' weights are
+    /// held twice), and the cache is one stack of every layer's. Such an
+    /// engine runs one sequence at a time: it holds no slots.
     OneProgram,
     /// Per step length, an embedding, a block and a head executable; the
     /// block executable runs once per layer with that layer's weights and
@@ -82,14 +88,13 @@ pub(crate) fn in_place((new, old): (KvCache, KvCache)) -> KvCache {
 }
 
 /// Traces and optimizes the model as one step over `len` tokens with a
-/// cache of `capacity` positions (what [`Plan::OneProgram`] compiles).
+/// cache of `capacity` positions per layer, every layer written out (a
+/// `func.call` of one block function each): the program the benchmarks
+/// trace. [`Plan::OneProgram`] compiles its layers as loops instead
+/// ([`Stacked`](crate::transformer::Stacked)).
 pub fn trace_step(model: &Decoder, len: usize, capacity: usize) -> radix::Result<Program> {
-    radix::trace(
-        model,
-        &one_program_inputs(model, len, capacity),
-        one_program_step,
-    )
-    .map(Program::optimize)
+    radix::trace(model, &unrolled_inputs(model, len, capacity), unrolled_step)
+        .map(Program::optimize)
 }
 
 /// The prompt-length bucket of `n` tokens: 8, 16, 32, ... (a prefill
@@ -173,6 +178,9 @@ pub struct Engine {
     /// The ids after which generation stops.
     stops: Vec<u32>,
     plan: Plan,
+    /// The weights with the layers stacked, once a step of
+    /// [`Plan::OneProgram`] needed them.
+    stacked: Option<Bufferized<Stacked>>,
     /// By step length: 1 for decode, a bucket for a prefill.
     steps: HashMap<usize, StepExe>,
     /// By sequence length: the negative log-likelihoods of next tokens.
@@ -204,6 +212,7 @@ impl Engine {
             capacity,
             stops: eos.into_iter().collect(),
             plan: Plan::default(),
+            stacked: None,
             steps: HashMap::new(),
             nll: HashMap::new(),
             slots: None,
@@ -431,8 +440,20 @@ impl Engine {
             start: self.i32_scalar(start)?,
             last: self.i32_scalar(last)?,
         };
+        let one_program = matches!(self.steps[&ids.len()], StepExe::OneProgram(_));
+        if one_program && self.stacked.is_none() {
+            // Stacked on the device once, beside the layers' own buffers
+            // (which the per-layer programs of perplexity read): the
+            // blocks' weights are held twice.
+            let stacked = Stacked::new(&self.model);
+            let weights = stacked.stack_weights(&self.platform, &self.model, &self.weights)?;
+            self.stacked = Some(weights);
+        }
         let out = match &self.steps[&ids.len()] {
-            StepExe::OneProgram(exe) => exe.call(&self.weights, (tokens, caches))?,
+            StepExe::OneProgram(exe) => {
+                let stacked = self.stacked.as_ref().expect("stacked above");
+                exe.call(stacked, (tokens, caches))?
+            }
             StepExe::PerBlock(exe) => exe.run(&self.weights, tokens, caches)?,
         };
         Ok((out.logits.to_vec::<f32>()?, out.caches))
@@ -483,7 +504,10 @@ impl Engine {
     /// ready from the cache in 24.6 ms (median of 5 rounds of 5–8 runs)
     /// without it against 28.4 ms with it.
     pub fn empty_cache(&mut self) -> Result<Cache> {
-        let shapes = self.model.cache_shapes(self.capacity);
+        let shapes = match self.plan {
+            Plan::PerBlock => self.model.cache_shapes(self.capacity),
+            Plan::OneProgram => vec![self.model.stacked_cache_shape(self.capacity)],
+        };
         Ok(Cache::new(zero_caches(&self.platform, &shapes)?, 0))
     }
 

@@ -19,9 +19,11 @@ use radix::{Bufferized, DType, Module, Shape, Size, Tensor};
 mod block;
 pub(crate) mod gguf;
 pub(crate) mod hf;
+mod stacked;
 mod tensor_parallel;
 
 pub use block::Block;
+pub use stacked::Stacked;
 pub use tensor_parallel::{Partials, Shard};
 
 /// The architectures radix runs.
@@ -303,11 +305,20 @@ impl Attention {
             let mask = nn::window_mask(q_pos, pos.rename("s", "k"), self.window);
             (nn::attention(q, k, v, Some(mask)), step.cache)
         } else {
-            let cache = step.cache.write(step.start, k, v);
+            let (cache, read) = match step.layer {
+                None => {
+                    let cache = step.cache.write(step.start, k, v);
+                    (cache, cache)
+                }
+                Some(i) => {
+                    let cache = step.cache.write_layer(i, step.start, k, v);
+                    (cache, cache.layer(i))
+                }
+            };
             // Reads the step's rows of the cache (a batch's cache may hold
             // more: free slots after the running sequences), each query the
             // positions up to its own (and within the window).
-            (nn::cached_attention(q, q_pos, cache, self.window), cache)
+            (nn::cached_attention(q, q_pos, read, self.window), cache)
         };
         let out = out.merge_axes(["h", "hd"], "d").rename("q", "s");
         (self.o.forward(out), cache)
@@ -318,10 +329,14 @@ impl Attention {
 /// written (rank-0 `i32`, or one per row `(b)`).
 #[derive(Module, Clone, Copy, Debug)]
 pub struct Step {
-    /// The layer's keys and values.
+    /// The layer's keys and values, or, with `layer`, every layer's
+    /// stacked ([`KvCache::stacked_shape`]).
     pub cache: KvCache,
     /// Where the step's tokens go in the cache.
     pub start: Tensor,
+    /// Which layer of a stacked `cache` is this one's (a rank-0 integer:
+    /// a loop over the layers), or `None` where `cache` is the layer's own.
+    pub layer: Option<Tensor>,
 }
 
 /// A decoder: embedding, blocks, final norm and (unless tied) output
@@ -404,6 +419,37 @@ impl Decoder {
         vec![shape; cfg.n_layers]
     }
 
+    /// The shape of one sequence's cache of every layer, stacked along a
+    /// leading `layer` axis ([`KvCache::stacked_shape`]): what
+    /// [`Stacked::forward`] carries.
+    pub fn stacked_cache_shape(&self, capacity: usize) -> Shape {
+        let (cfg, capacity) = (&self.cfg, capacity as i64);
+        let shape = KvCache::shape(1, capacity, cfg.n_kv_heads, cfg.head_dim, self.cache_type)
+            .expect("with_cache_type checked the heads' width; sizes are not negative");
+        KvCache::stacked_shape(cfg.n_layers as i64, shape).expect("a cache has rank 4")
+    }
+
+    /// The decoder without its blocks: its embedding, final norm and head.
+    pub(crate) fn without_blocks(&self) -> Decoder {
+        Decoder {
+            layers: vec![],
+            ..self.clone()
+        }
+    }
+
+    /// The weights of [`Decoder::without_blocks`] within the model's
+    /// (shared, not copied).
+    pub(crate) fn ends_of(weights: &Bufferized<Decoder>) -> Bufferized<Decoder> {
+        DecoderWith {
+            embed: weights.embed.clone(),
+            layers: vec![],
+            norm: weights.norm.clone(),
+            output: weights.output.clone(),
+            cfg: weights.cfg.clone(),
+            cache_type: weights.cache_type,
+        }
+    }
+
     /// The hidden states `(b, s, d)` of token `ids` `(b, s)` placed at
     /// positions `start..start + s` (`start` rank-0 `i32`), and those
     /// positions `(b, s)`.
@@ -444,6 +490,7 @@ impl Decoder {
             let step = Step {
                 cache: *cache,
                 start,
+                layer: None,
             };
             (x, *cache) = radix::call(
                 "block",

@@ -57,6 +57,7 @@ use radix_pjrt::provision::Target;
 pub use radix_io::attr::{AttrValue, Attrs};
 
 use crate::ir::ops::custom_call::{HostKernel, Site};
+use crate::ir::passes::layers;
 use crate::ir::{Function, Op};
 use crate::literal::Literal;
 use crate::{DType, Element, Error, Platform, Result, Shape, Tensor};
@@ -258,6 +259,7 @@ impl CustomCall {
                     let inputs = (0..frame.n_args())
                         .map(|i| view(frame.arg(i)?))
                         .collect::<std::result::Result<Vec<_>, _>>()?;
+                    let (attrs, inputs) = layers_read(&attrs, inputs)?;
                     let outputs = (0..frame.n_rets())
                         .map(|i| view(frame.ret(i)?))
                         .collect::<std::result::Result<Vec<_>, _>>()?;
@@ -480,6 +482,41 @@ impl CustomCallBuilder {
         declared.push(call.clone());
         Ok(call)
     }
+}
+
+/// The buffers a kernel reads for a call with `attrs` on `inputs`: each
+/// stack the call reads a layer of ([`layers`]) replaced by a view of
+/// that layer where it lies, the layers' indices dropped; and `attrs`
+/// without the list. `Err` names what does not fit.
+fn layers_read(
+    attrs: &Attrs,
+    mut inputs: Vec<View>,
+) -> std::result::Result<(Attrs, Vec<View>), String> {
+    let stacked = layers::stacked_operands(attrs, inputs.len())?;
+    if stacked.is_empty() {
+        return Ok((attrs.clone(), inputs));
+    }
+    let n = inputs.len() - stacked.len();
+    for (j, &k) in stacked.iter().enumerate() {
+        let index = &inputs[n + j];
+        let i = match (index.shape.rank(), index.shape.dtype()) {
+            // SAFETY: a rank-0 buffer of its dtype holds one aligned value.
+            (0, DType::I32) => Some(i64::from(unsafe { index.ptr.cast::<i32>().read() })),
+            (0, DType::I64) => Some(unsafe { index.ptr.cast::<i64>().read() }),
+            _ => None,
+        };
+        let stack = &inputs[k];
+        let dims = stack.shape.dims();
+        let at = layers::layer_index(i, dims.first().copied().unwrap_or(0))?;
+        let layer = Shape::new(stack.shape.dtype(), &dims[1..]);
+        let bytes = layer.count() * layer.dtype().size_in_bytes();
+        // SAFETY: `at` is below the stack's leading size, so the layer's
+        // bytes lie inside the stack's buffer.
+        let ptr = unsafe { stack.ptr.add(at * bytes) };
+        inputs[k] = View { shape: layer, ptr };
+    }
+    inputs.truncate(n);
+    Ok((layers::without_layers(attrs), inputs))
 }
 
 /// A buffer a kernel reads or writes.
@@ -766,9 +803,10 @@ fn native_platform(platform: &Platform) -> std::result::Result<&'static str, Str
 }
 
 /// `f` with each custom call the platform cannot run (or every one, with
-/// [`CustomCallMode::Fallback`]) replaced by a call of its fallback;
-/// `None` when nothing changes. An [`Error::CustomCall`] names a call
-/// without a fallback.
+/// [`CustomCallMode::Fallback`]) replaced by a call of its fallback, or,
+/// where the kernels run, with the layers of stacks that calls read taken
+/// in place ([`layers::fold`]); `None` when nothing changes. An
+/// [`Error::CustomCall`] names a call without a fallback.
 pub(crate) fn lower(
     platform: &Platform,
     f: &Function,
@@ -780,7 +818,7 @@ pub(crate) fn lower(
         return Ok(None);
     }
     let why = match (mode, native_platform(platform)) {
-        (CustomCallMode::Native, Ok(_)) => return Ok(None),
+        (CustomCallMode::Native, Ok(_)) => return Ok(layers::fold(f)),
         (CustomCallMode::Native, Err(why)) => why,
         (CustomCallMode::Fallback, _) => "fallbacks are forced".to_string(),
     };

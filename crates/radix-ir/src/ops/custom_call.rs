@@ -169,10 +169,15 @@ fn string(s: &str) -> String {
     out
 }
 
-/// The reference semantics: the kernel run on copies of `args`. A kernel
+/// The reference semantics: the kernel run on copies of `args` (a stack's
+/// layer where the call reads one, [`crate::passes::layers`]). A kernel
 /// error is a panic here, naming the call.
 pub fn eval(site: &Site, args: &[&Literal]) -> Vec<Literal> {
-    match site.call.run_on_host(args, &site.results, &site.attrs) {
+    let read = crate::passes::layers::layers_read(&site.attrs, args);
+    let (attrs, read) =
+        read.unwrap_or_else(|msg| panic!("custom call {}: {msg}", site.call.name()));
+    let args: Vec<&Literal> = read.iter().map(|a| a.as_ref()).collect();
+    match site.call.run_on_host(&args, &site.results, &attrs) {
         Ok(outs) => outs,
         Err(msg) => panic!("custom call {} failed: {msg}", site.call.name()),
     }

@@ -12,7 +12,9 @@
 //!
 //! [`params::without_unread`] is not one of them: radix's tracer runs it
 //! once on a traced program, to leave out the model tensors it does not
-//! read.
+//! read. Nor is [`layers::fold`]: radix's compiler runs it where the
+//! custom calls' kernels run, so that they read a layer of a stack in
+//! place.
 //!
 //! Nested functions (`call` bodies, `while`/`if` regions, reduction, sort
 //! and scatter bodies) are optimized the same way, each on its own, before
@@ -26,6 +28,7 @@
 pub mod canonicalize;
 pub mod cse;
 pub mod dce;
+pub mod layers;
 pub mod params;
 
 use crate::{Function, Op, ValueId, verify};

@@ -9,7 +9,7 @@ use radix::{Bufferized, Compiled, DType, Module, Platform, Shape, Tensor};
 
 use super::{Plan, in_place};
 use crate::Result;
-use crate::transformer::{Block, Decoder, Step, StepWith};
+use crate::transformer::{Block, Decoder, Stacked, Step, StepWith};
 
 /// The tokens of a step.
 #[derive(Module, Clone, Copy, Debug)]
@@ -41,7 +41,9 @@ pub(super) type BlockExe = Compiled<Block, (Tensor, Tensor, Step), (Tensor, KvCa
     reason = "an engine holds a few, one per step length"
 )]
 pub(super) enum StepExe {
-    OneProgram(Compiled<Decoder, (Tokens, Vec<KvCache>), Stepped>),
+    /// The layers as loops over stacked weights ([`Stacked`]): the
+    /// caches are one stacked cache.
+    OneProgram(Compiled<Stacked, (Tokens, Vec<KvCache>), Stepped>),
     PerBlock(LayerByLayer),
 }
 
@@ -52,7 +54,7 @@ pub(super) enum StepExe {
 pub(crate) struct LayerByLayer {
     /// `(ids, start)` to the hidden states and their positions.
     embed: Compiled<Decoder, (Tensor, Tensor), (Tensor, Tensor)>,
-    /// One per block key ([`block_key`]), in the order the keys first
+    /// One per block key ([`Block::program_key`]), in the order the keys first
     /// occur.
     blocks: Vec<BlockExe>,
     /// Per layer, its executable's index in `blocks` (found once here, not
@@ -82,11 +84,12 @@ impl LayerByLayer {
             Step {
                 cache: KvCache::param(cache),
                 start,
+                layer: None,
             },
         );
         let (mut keys, mut blocks, mut of_layer) = (vec![], vec![], vec![]);
         for b in model.blocks() {
-            let key = block_key(b);
+            let key = b.program_key();
             let i = match keys.iter().position(|k| *k == key) {
                 Some(i) => i,
                 None => {
@@ -120,7 +123,18 @@ impl LayerByLayer {
         for ((weights, cache), &i) in layers.iter().zip(caches).zip(&self.of_layer) {
             let start = start.clone();
             let block = &self.blocks[i];
-            let (y, cache) = block.call(weights, (x, pos.clone(), StepWith { cache, start }))?;
+            let (y, cache) = block.call(
+                weights,
+                (
+                    x,
+                    pos.clone(),
+                    StepWith {
+                        cache,
+                        start,
+                        layer: None,
+                    },
+                ),
+            )?;
             x = y;
             written.push(cache);
         }
@@ -142,8 +156,12 @@ pub(super) fn step_exe(
 ) -> Result<StepExe> {
     let exe = match plan {
         Plan::OneProgram => {
-            let inputs = one_program_inputs(model, len, capacity);
-            StepExe::OneProgram(radix::compile(platform, model, &inputs, one_program_step)?)
+            let inputs = (
+                step_inputs(len),
+                vec![KvCache::param(model.stacked_cache_shape(capacity))],
+            );
+            let stacked = Stacked::new(model);
+            StepExe::OneProgram(radix::compile(platform, &stacked, &inputs, looped_step)?)
         }
         Plan::PerBlock => StepExe::PerBlock(LayerByLayer::compile(
             platform,
@@ -168,8 +186,9 @@ pub(super) fn step_inputs(len: usize) -> Tokens {
     }
 }
 
-/// What a step takes: `len` tokens and the caches (placeholders).
-pub(super) fn one_program_inputs(
+/// What a step of every layer written out takes: `len` tokens and the
+/// caches, a layer each (placeholders).
+pub(super) fn unrolled_inputs(
     model: &Decoder,
     len: usize,
     capacity: usize,
@@ -178,8 +197,9 @@ pub(super) fn one_program_inputs(
     (step_inputs(len), caches.collect())
 }
 
-/// The whole model as one step: the caches passed in are written in place.
-pub(super) fn one_program_step(
+/// The whole model as one step, every layer written out: the caches
+/// passed in are written in place.
+pub(super) fn unrolled_step(
     m: &Decoder,
     (Tokens { ids, start, last }, caches): (Tokens, Vec<KvCache>),
 ) -> Stepped {
@@ -190,18 +210,21 @@ pub(super) fn one_program_step(
     }
 }
 
+/// The whole model as one step, its layers loops ([`Stacked::forward`]):
+/// the stacked cache passed in is written in place.
+fn looped_step(
+    m: &Stacked,
+    (Tokens { ids, start, last }, caches): (Tokens, Vec<KvCache>),
+) -> Stepped {
+    let (logits, cache) = m.forward(ids, start, last, caches[0]);
+    Stepped {
+        logits,
+        caches: vec![in_place((cache, caches[0]))],
+    }
+}
+
 /// One layer as a step of its own: its cache is written in place.
 fn block_step(b: &Block, (x, pos, step): (Tensor, Tensor, Step)) -> (Tensor, KvCache) {
     let (x, cache) = b.forward(x, pos, step);
     (x, in_place((cache, step.cache)))
-}
-
-/// What decides a block's program: its kind and its weights' shapes (a
-/// quantized file may store one layer's matrix in another block format).
-fn block_key(block: &Block) -> String {
-    let shapes: Vec<_> = radix::module::tensors(block)
-        .into_iter()
-        .map(|(_, t)| t.shape())
-        .collect();
-    format!("{} {shapes:?}", block.kind())
 }

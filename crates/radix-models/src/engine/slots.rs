@@ -40,7 +40,7 @@ use std::collections::HashMap;
 use radix::nn::KvCache;
 use radix::{Buffer, Bufferized, Compiled, DType, Platform, Shape, Tensor};
 
-use super::{Cache, Engine, LayerByLayer, Tokens, TokensWith, bucket};
+use super::{Cache, Engine, LayerByLayer, Plan, Tokens, TokensWith, bucket};
 use crate::prompt_cache::resized;
 use crate::transformer::Decoder;
 use crate::{Error, Result};
@@ -100,6 +100,14 @@ impl Engine {
         self.slots = None;
         if slots == 0 {
             return Err(Error::Input("a batch of 0 slots".into()));
+        }
+        if self.plan == Plan::OneProgram {
+            // A slot's sequence alone takes the engine's own step, whose
+            // cache would be a stack of every layer's, and the slots hold
+            // a cache per layer.
+            return Err(Error::Input(
+                "slots run with Plan::PerBlock; this engine's plan is OneProgram".into(),
+            ));
         }
         let (platform, model) = (&self.platform, &self.model);
         let one = model.cache_shapes(self.capacity);

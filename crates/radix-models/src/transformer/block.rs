@@ -69,6 +69,18 @@ impl Block {
         self.attn.is_sliding().into()
     }
 
+    /// What decides the block's program: its kind and its weights'
+    /// shapes (a quantized file may store one layer's matrix in another
+    /// block format). Blocks of one key run one executable, or one loop
+    /// body over their stacked weights.
+    pub(crate) fn program_key(&self) -> String {
+        let shapes: Vec<_> = radix::module::tensors(self)
+            .into_iter()
+            .map(|(_, t)| t.shape())
+            .collect();
+        format!("{} {shapes:?}", self.kind())
+    }
+
     /// The block's linear layers, each with its path in the block (the
     /// GGUF name of its weight without `.weight`: `attn_q`, `ffn_down`):
     /// where adapters go ([`Decoder::with_lora`](crate::lora)).

@@ -12,9 +12,9 @@
 
 use radix_quant::blocks::{BlockQ8_0, field_range};
 
-use crate::nn::tags::{B, H, HD, K};
+use crate::nn::tags::{B, H, HD, K, LAYER};
 use crate::quant::{Format, blocks_format, blocks_shape, dequantize};
-use crate::tensor::located;
+use crate::tensor::{fail, located};
 use crate::{DType, Module, Shape, Tensor};
 use std::panic::Location;
 
@@ -177,6 +177,66 @@ impl KvCache {
             cache.dynamic_update_slice(encode(new, &cache.shape()), &starts)
         };
         // The closure's nodes too are at the caller's line.
+        located(Location::caller(), || KvCache {
+            k: write(self.k, k),
+            v: write(self.v, v),
+        })
+    }
+
+    /// The shape of `layers` caches of `shape` ([`KvCache::shape`]) stacked
+    /// along a leading axis tagged `layer`: what a loop over a model's
+    /// layers carries ([`KvCache::layer`], [`KvCache::write_layer`]).
+    pub fn stacked_shape(layers: i64, shape: Shape) -> Option<Shape> {
+        shape.insert_axis(0, layers, LAYER)
+    }
+
+    /// Layer `i` (a rank-0 integer tensor) of a stacked cache
+    /// ([`KvCache::stacked_shape`]): what its attention reads, in place
+    /// where a kernel reads it ([`Tensor::layer`]).
+    #[track_caller]
+    pub fn layer(self, i: Tensor) -> KvCache {
+        KvCache {
+            k: self.k.layer(i),
+            v: self.v.layer(i),
+        }
+    }
+
+    /// [`KvCache::write`] into layer `layer` (a rank-0 integer tensor) of a
+    /// stacked cache ([`KvCache::stacked_shape`]), in place: one
+    /// `dynamic_update_slice` of the stack, where writing a slice of it and
+    /// putting the slice back would copy the layer twice. `start` is one
+    /// position (rank 0): a stack of one sequence's caches.
+    #[track_caller]
+    pub fn write_layer(self, layer: Tensor, start: Tensor, k: Tensor, v: Tensor) -> KvCache {
+        let stack = self.k.shape();
+        let Some(one) = stack
+            .remove_axis(0)
+            .filter(|_| stack.tag(0).map(|t| t.as_str()) == Some(LAYER))
+        else {
+            let msg = format!("wants a cache stacked along a leading axis {LAYER}, got {stack}");
+            let kf = fail("write_layer", msg.clone(), &[self.k, k], stack);
+            return KvCache {
+                k: kf,
+                v: fail("write_layer", msg, &[self.v, v], stack),
+            };
+        };
+        if start.shape().rank() != 0 {
+            let msg = format!("wants one first position (rank 0), got {}", start.shape());
+            let kf = fail("write_layer", msg.clone(), &[self.k, start], stack);
+            return KvCache {
+                k: kf,
+                v: fail("write_layer", msg, &[self.v, start], stack),
+            };
+        }
+        let zero = Tensor::scalar(0.0, start.dtype());
+        let layer = layer.convert(start.dtype());
+        let starts = [layer, zero, start, zero, zero];
+        let [b, k_, h, last] = order(&one);
+        let write = |cache: Tensor, new: Tensor| {
+            let cache = cache.transpose([LAYER, b, k_, h, last]);
+            let new = encode(new, &one).unsqueeze(0, LAYER);
+            cache.dynamic_update_slice(new, &starts)
+        };
         located(Location::caller(), || KvCache {
             k: write(self.k, k),
             v: write(self.v, v),

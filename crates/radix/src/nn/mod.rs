@@ -52,6 +52,9 @@ pub mod tags {
     pub const QKV: &str = "qkv";
     /// The vocabulary.
     pub const VOC: &str = "voc";
+    /// The layers of a stack of layers' weights or caches (a loop over
+    /// them reads one at a time: [`Tensor::layer`](crate::Tensor::layer)).
+    pub const LAYER: &str = "layer";
 }
 
 pub use attention::{attention, causal_mask, padding_mask, window_mask};

@@ -15,6 +15,25 @@ use std::panic::Location;
 use std::sync::Arc;
 
 impl Tensor {
+    /// Entry `i` (an integer scalar, clamped into the axis) of a stack's
+    /// leading axis, without that axis: a `dynamic_slice` of the whole
+    /// entry and a reshape. Where a custom call's kernel reads it, the
+    /// kernel reads it inside the stack, with no copy
+    /// ([`crate::ir::passes::layers`]): a loop over a model's stacked
+    /// layers reads each layer's matrices where they lie.
+    #[track_caller]
+    pub fn layer(self, i: Tensor) -> Tensor {
+        let dims = self.shape().dims().to_vec();
+        let zero = Tensor::scalar(0.0, i.dtype());
+        let mut starts = vec![i];
+        starts.resize(dims.len().max(1), zero);
+        let mut sizes = dims.clone();
+        if let Some(lead) = sizes.first_mut() {
+            *lead = 1;
+        }
+        self.dynamic_slice(&starts, &sizes).squeeze(0)
+    }
+
     /// A box of sizes `sizes` starting at `starts` (one integer scalar tensor
     /// per axis); starts are clamped so the box fits (`stablehlo.dynamic_slice`).
     #[track_caller]
