@@ -118,8 +118,9 @@ def start_section(w, runs, g):
       "downloaded); *warm*: the same folder again. *Executables* is the time until every program of the "
       "command was ready (compiled, or loaded from the cache), *load* the weights' read and upload, both as "
       "radix logs them (`RUST_LOG=info`). Per-block: an embedding, one block and a head executable per step "
-      "length (the block called once per layer); one program: every layer in one program (one `radix::call` "
-      "body, inlined by XLA).\n")
+      "length (the block called once per layer); one program: every layer in one program, each run of "
+      "consecutive layers of one kind a loop over its weights stacked on the device at the first step (SmolLM2: one "
+      "loop of 30), so the first step's time and the wall include the stacking.\n")
     rows = []
     for name, unit_note in [("warm wall", "warm wall (s)"), ("warm executables", "warm: executables ready (s)"),
                             ("warm load", "warm: weights loaded (s)"), ("cold executables", "cold: executables compiled (s)"),

@@ -84,3 +84,13 @@ fn one_program_engines_hold_no_slots() {
     let err = engine.open_slots(2).expect_err("slots are per block");
     assert!(err.to_string().contains("PerBlock"), "{err}");
 }
+
+/// Matrices XLA multiplies itself (f32 here) would be copied out of a
+/// stack at every step: each such layer runs alone, on its own weights.
+#[test]
+fn layers_of_f32_matrices_run_alone() {
+    use radix_models::transformer::{Arch, Decoder, DecoderConfig};
+    let cfg = DecoderConfig::new(Arch::Llama, 3, 64, (4, 2), 128, 100);
+    let runs = Stacked::new(&Decoder::new(&cfg)).runs().to_vec();
+    assert_eq!(runs, [0..1, 1..2, 2..3]);
+}

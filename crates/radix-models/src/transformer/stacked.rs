@@ -17,7 +17,7 @@ use std::ops::Range;
 
 use radix::nn::KvCache;
 use radix::nn::tags::LAYER;
-use radix::{Bufferized, Module, Platform, Shape, Tensor};
+use radix::{Bufferized, DType, Module, Platform, Shape, Tensor};
 
 use super::{Block, Decoder, Step};
 use crate::Result;
@@ -29,7 +29,8 @@ pub struct Stacked {
     /// The embedding, the final norm and the head: the decoder without
     /// its blocks.
     ends: Decoder,
-    /// Per run, its blocks' weights, each with a leading `layer` axis.
+    /// Per run, its blocks' weights, each with a leading `layer` axis (a
+    /// run of one layer: that layer's own).
     runs: Vec<Block>,
     /// Per run, its layers.
     #[module(skip)]
@@ -44,6 +45,10 @@ impl Stacked {
             .iter()
             .map(|r| {
                 let mut b = model.blocks()[r.start].clone();
+                if r.len() == 1 {
+                    // A layer alone runs as it is, on its own weights.
+                    return b;
+                }
                 b.visit_mut(&mut String::new(), &mut |_, t| {
                     let s = t.shape();
                     *t = Tensor::param(s.insert_axis(0, r.len() as i64, LAYER).unwrap_or(s));
@@ -65,7 +70,8 @@ impl Stacked {
 
     /// `model`'s `weights` on `platform` as this stack holds them: each
     /// run's stacked by a program of its own (the blocks' buffers are
-    /// read, not taken; the embedding's and the head's are shared).
+    /// read, not taken; the embedding's and the head's, and those of a
+    /// layer that runs alone, are shared).
     pub fn stack_weights(
         &self,
         platform: &Platform,
@@ -74,6 +80,10 @@ impl Stacked {
     ) -> Result<Bufferized<Stacked>> {
         let mut runs = Vec::with_capacity(self.layers.len());
         for r in &self.layers {
+            if r.len() == 1 {
+                runs.push(weights.layers[r.start].clone());
+                continue;
+            }
             let blocks: Vec<Block> = model.blocks()[r.clone()].to_vec();
             let exe = radix::compile_fn(platform, &blocks, |bs: Vec<Block>| stack(&bs))?;
             runs.push(exe.call(&(), weights.layers[r.clone()].to_vec())?);
@@ -104,6 +114,15 @@ impl Stacked {
         let (mut x, pos) = self.ends.embed(ids, start);
         let mut cache = cache;
         for (block, r) in self.runs.iter().zip(&self.layers) {
+            if r.len() == 1 {
+                let step = Step {
+                    cache,
+                    start,
+                    layer: Some(Tensor::scalar(r.start as f64, DType::I32)),
+                };
+                (x, cache) = block.forward(x, pos, step);
+                continue;
+            }
             let first = r.start as f64;
             let (state, _) = radix::for_(r.len() as i64, LAYER, &[x, cache.k, cache.v], |i, s| {
                 let layer = block.layer(i);
@@ -150,15 +169,31 @@ fn stack(bs: &[Block]) -> Block {
     out
 }
 
-/// The layers of `blocks` in runs of one [`Block::program_key`], in order.
+/// The layers of `blocks` in runs of one [`Block::program_key`], in order;
+/// a layer whose matrices a loop would copy ([`read_in_place`]) is a run
+/// of its own.
 fn runs(blocks: &[Block]) -> Vec<Range<usize>> {
     let keys: Vec<String> = blocks.iter().map(Block::program_key).collect();
     let mut runs: Vec<Range<usize>> = vec![];
     for (i, key) in keys.iter().enumerate() {
         match runs.last_mut() {
-            Some(r) if keys[r.start] == *key => r.end = i + 1,
+            Some(r) if keys[r.start] == *key && read_in_place(&blocks[i]) => r.end = i + 1,
             _ => runs.push(i..i + 1),
         }
     }
     runs
+}
+
+/// Whether a loop body reads each of `block`'s matrices where it lies in
+/// the stack: a matrix in blocks is read by a kernel, which takes the
+/// stack ([`Tensor::layer`]), but one that XLA multiplies itself (f32 or
+/// bf16 matrices, an adapter's) would be copied out of the stack at every
+/// step (a whole layer's f32 matrices: SmolLM2 decoded at 19 tokens/s
+/// against 30 per block). Such a layer runs alone: a loop of one
+/// iteration, which XLA writes out.
+fn read_in_place(block: &Block) -> bool {
+    radix::module::tensors(block).iter().all(|(_, t)| {
+        let s = t.shape();
+        s.rank() < 2 || radix::quant::blocks_format(&s).is_some()
+    })
 }
