@@ -101,6 +101,28 @@ fn a_kernel_reads_one_layer_of_a_stack_in_place() {
 }
 
 #[test]
+fn an_index_the_handler_does_not_read_keeps_its_slice() {
+    let mut rng = Rng(0x94D0_49BB_1331_11EB);
+    let (w, one) = stack(&mut rng);
+    let stacked = one.insert_axis(0, LAYERS as i64, "layer").expect("rank");
+    let x = x_literal(&mut rng);
+    // The handler reads i32 and i64 indices; a u32 one stays a slice.
+    let inputs = [
+        Literal::from_bytes(stacked, &w),
+        x.clone(),
+        Literal::from_slice(&[2u32], &[]),
+    ];
+    let program =
+        trace_fn(&inputs, |t| radix::quant::dot(t[1], t[0].layer(t[2]), "d")).expect("trace");
+    let compiled = radix::compile_program(&platform(), program.clone()).expect("compile");
+    let text = compiled.program().stablehlo();
+    assert!(!text.contains("radix.layers"), "{text}");
+    assert!(text.contains("dynamic_slice"), "{text}");
+    let native = run(program, &inputs, CustomCallMode::Native);
+    assert_eq!(native[0], alone(layer_bytes(&w, 2), one, &x));
+}
+
+#[test]
 fn a_loop_over_stacked_layers_reads_each_in_place() {
     let mut rng = Rng(0xBF58_476D_1CE4_E5B9);
     let (w, one) = stack(&mut rng);

@@ -20,7 +20,7 @@
 use crate::literal::Literal;
 use crate::ops::custom_call::Site;
 use crate::ops::{Indexing, Movement, Op, Source};
-use crate::{Function, Node, ValueId};
+use crate::{DType, Function, Node, ValueId};
 use radix_io::attr::{AttrValue, Attrs};
 use std::sync::Arc;
 
@@ -124,7 +124,10 @@ fn layer_of(f: &Function, v: ValueId) -> Option<(ValueId, ValueId)> {
         && sizes[1..] == *rest
         && reshape.shape.dims() == rest;
     let zeros = starts[1..].iter().all(|&s| is_zero(f.node(s)));
-    (one_layer && zeros).then_some((*stack, starts[0]))
+    // The handler reads the index as an i32 or an i64.
+    let index = f.node(*starts.first()?).shape;
+    let readable = index.rank() == 0 && matches!(index.dtype(), DType::I32 | DType::I64);
+    (one_layer && zeros && readable).then_some((*stack, starts[0]))
 }
 
 /// Whether `node` is a constant zero.
