@@ -64,7 +64,8 @@ pub struct GenerateArgs {
     json: bool,
     /// How a step runs: each layer as a call of one block executable (fast
     /// to compile and to load), or the whole model as one program (one
-    /// dispatch per token).
+    /// dispatch per token; runs of layers of one kind are loops over their
+    /// weights stacked at the first step, which holds those weights twice).
     #[arg(long, value_enum, default_value_t = PlanArg::PerBlock)]
     plan: PlanArg,
     /// The form of the model's matrices on the device: as the file stores
@@ -177,7 +178,7 @@ impl From<DtypeArg> for MatrixFormat {
 enum PlanArg {
     /// Each layer a call of one block executable.
     PerBlock,
-    /// The whole model as one program.
+    /// The whole model as one program, runs of layers of one kind as loops.
     OneProgram,
 }
 
@@ -536,7 +537,7 @@ impl Session {
                 None => (self.open)(platform, path, capacity, self.matrices),
                 Some(dir) => Engine::open_with_lora(platform, path, dir, capacity, self.matrices),
             };
-            let engine = engine
+            let mut engine = engine
                 .and_then(|r| r.with_cache_type(self.cache_type))
                 .with_context(|| match &self.lora {
                     None => format!("cannot load {}", path.display()),
@@ -547,6 +548,8 @@ impl Session {
                     ),
                 })?
                 .with_plan(self.plan);
+            // One program's stacked weights are part of the load.
+            engine.prepare_weights()?;
             bar.finish_and_clear();
             self.load_time = t.elapsed();
             tracing::info!("loaded {name} in {:.2?}", self.load_time);

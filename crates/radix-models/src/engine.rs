@@ -412,6 +412,21 @@ impl Engine {
         Ok(())
     }
 
+    /// Makes the weights the plan's steps read where they are not the
+    /// loaded ones: [`Plan::OneProgram`]'s stacked runs ([`Stacked`]), on
+    /// the device, beside the layers' own buffers (which the per-layer
+    /// programs of perplexity read), so the blocks' weights are held
+    /// twice. The first step does it if it is not done; a caller that
+    /// times its load does it there.
+    pub fn prepare_weights(&mut self) -> Result<()> {
+        if self.plan == Plan::OneProgram && self.stacked.is_none() {
+            let stacked = Stacked::new(&self.model);
+            let weights = stacked.stack_weights(&self.platform, &self.model, &self.weights)?;
+            self.stacked = Some(weights);
+        }
+        Ok(())
+    }
+
     fn i32_scalar(&self, v: usize) -> Result<Buffer> {
         Ok(Buffer::from_slice(
             &self.platform,
@@ -440,15 +455,7 @@ impl Engine {
             start: self.i32_scalar(start)?,
             last: self.i32_scalar(last)?,
         };
-        let one_program = matches!(self.steps[&ids.len()], StepExe::OneProgram(_));
-        if one_program && self.stacked.is_none() {
-            // Stacked on the device once, beside the layers' own buffers
-            // (which the per-layer programs of perplexity read): the
-            // blocks' weights are held twice.
-            let stacked = Stacked::new(&self.model);
-            let weights = stacked.stack_weights(&self.platform, &self.model, &self.weights)?;
-            self.stacked = Some(weights);
-        }
+        self.prepare_weights()?;
         let out = match &self.steps[&ids.len()] {
             StepExe::OneProgram(exe) => {
                 let stacked = self.stacked.as_ref().expect("stacked above");
