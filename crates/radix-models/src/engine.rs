@@ -271,6 +271,8 @@ impl Engine {
         Engine {
             plan,
             steps: HashMap::new(),
+            // Only one program reads the stacked weights.
+            stacked: self.stacked.filter(|_| plan == Plan::OneProgram),
             ..self
         }
     }

