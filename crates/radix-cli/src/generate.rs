@@ -65,7 +65,7 @@ pub struct GenerateArgs {
     /// How a step runs: each layer as a call of one block executable (fast
     /// to compile and to load), or the whole model as one program (one
     /// dispatch per token; runs of layers of one kind are loops over their
-    /// weights stacked at the first step, which holds those weights twice).
+    /// weights, stacked at load, which holds those weights twice).
     #[arg(long, value_enum, default_value_t = PlanArg::PerBlock)]
     plan: PlanArg,
     /// The form of the model's matrices on the device: as the file stores

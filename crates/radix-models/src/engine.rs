@@ -42,7 +42,7 @@ mod open;
 mod slots;
 
 pub(crate) use executables::{LayerByLayer, Tokens, TokensWith};
-use executables::{StepExe, step_exe, unrolled_inputs, unrolled_step};
+use executables::{StepExe, cache_shapes, step_exe, unrolled_inputs, unrolled_step};
 pub use model_file::ModelFile;
 pub use open::{config_of, weight_store};
 pub use slots::SeqId;
@@ -56,9 +56,10 @@ pub enum Plan {
     /// step. Consecutive layers of one kind are one loop over their
     /// weights stacked ([`Stacked`]), so the program holds one block per
     /// run of layers and loads from the executable cache about as fast as
-    /// the per-block ones; the stacked weights are made on the device at
-    /// the first step, beside the layers' own (the blocks' weights are
-    /// held twice), and the cache is one stack of every layer's. Such an
+    /// the per-block ones; the stacked weights are made on the device by
+    /// [`Engine::prepare_weights`] (or the first step), beside the layers'
+    /// own (the blocks' weights are held twice), and the cache is one
+    /// stack of every layer's. Such an
     /// engine runs one sequence at a time: it holds no slots.
     OneProgram,
     /// Per step length, an embedding, a block and a head executable; the
@@ -178,8 +179,8 @@ pub struct Engine {
     /// The ids after which generation stops.
     stops: Vec<u32>,
     plan: Plan,
-    /// The weights with the layers stacked, once a step of
-    /// [`Plan::OneProgram`] needed them.
+    /// The weights with the layers stacked, once [`Plan::OneProgram`]
+    /// needed them ([`Engine::prepare_weights`]).
     stacked: Option<Bufferized<Stacked>>,
     /// By step length: 1 for decode, a bucket for a prefill.
     steps: HashMap<usize, StepExe>,
@@ -513,10 +514,7 @@ impl Engine {
     /// ready from the cache in 24.6 ms (median of 5 rounds of 5–8 runs)
     /// without it against 28.4 ms with it.
     pub fn empty_cache(&mut self) -> Result<Cache> {
-        let shapes = match self.plan {
-            Plan::PerBlock => self.model.cache_shapes(self.capacity),
-            Plan::OneProgram => vec![self.model.stacked_cache_shape(self.capacity)],
-        };
+        let shapes = cache_shapes(&self.model, self.plan, self.capacity);
         Ok(Cache::new(zero_caches(&self.platform, &shapes)?, 0))
     }
 

@@ -412,21 +412,24 @@ impl Decoder {
     /// The shape of the keys (and values) of each layer's cache of
     /// `capacity` positions for one sequence (see [`KvCache::shape`]).
     pub fn cache_shapes(&self, capacity: usize) -> Vec<Shape> {
-        let (cfg, capacity) = (&self.cfg, capacity as i64);
-        let (kv, hd) = (cfg.n_kv_heads, cfg.head_dim);
-        let shape = KvCache::shape(1, capacity, kv, hd, self.cache_type)
-            .expect("with_cache_type checked the heads' width; sizes are not negative");
-        vec![shape; cfg.n_layers]
+        vec![self.layer_cache_shape(capacity); self.cfg.n_layers]
     }
 
     /// The shape of one sequence's cache of every layer, stacked along a
     /// leading `layer` axis ([`KvCache::stacked_shape`]): what
     /// [`Stacked::forward`] carries.
     pub fn stacked_cache_shape(&self, capacity: usize) -> Shape {
-        let (cfg, capacity) = (&self.cfg, capacity as i64);
-        let shape = KvCache::shape(1, capacity, cfg.n_kv_heads, cfg.head_dim, self.cache_type)
-            .expect("with_cache_type checked the heads' width; sizes are not negative");
-        KvCache::stacked_shape(cfg.n_layers as i64, shape).expect("a cache has rank 4")
+        let shape = self.layer_cache_shape(capacity);
+        KvCache::stacked_shape(self.cfg.n_layers as i64, shape).expect("a cache has rank 4")
+    }
+
+    /// The shape of one layer's cache of `capacity` positions for one
+    /// sequence.
+    fn layer_cache_shape(&self, capacity: usize) -> Shape {
+        let cfg = &self.cfg;
+        let (kv, hd) = (cfg.n_kv_heads, cfg.head_dim);
+        KvCache::shape(1, capacity as i64, kv, hd, self.cache_type)
+            .expect("with_cache_type checked the heads' width; sizes are not negative")
     }
 
     /// The decoder without its blocks: its embedding, final norm and head.

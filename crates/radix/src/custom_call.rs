@@ -236,9 +236,13 @@ impl CustomCall {
             .get_or_init(|| {
                 let call = self.clone();
                 Arc::new(move |frame: &CallFrame<'_>| {
-                    let mut attrs = Attrs::new();
+                    let (mut attrs, mut stacked) = (Attrs::new(), None);
                     for (name, v) in frame.attrs()? {
-                        if name != NAME_ATTR {
+                        // The kernel sees neither radix's name for the
+                        // call nor which operands are stacks.
+                        if name == layers::LAYERS_ATTR {
+                            stacked = Some(v);
+                        } else if name != NAME_ATTR {
                             attrs = attrs.with(&name, v);
                         }
                     }
@@ -259,7 +263,7 @@ impl CustomCall {
                     let inputs = (0..frame.n_args())
                         .map(|i| view(frame.arg(i)?))
                         .collect::<std::result::Result<Vec<_>, _>>()?;
-                    let (attrs, inputs) = layers_read(&attrs, inputs)?;
+                    let inputs = layers_read(stacked.as_ref(), inputs)?;
                     let outputs = (0..frame.n_rets())
                         .map(|i| view(frame.ret(i)?))
                         .collect::<std::result::Result<Vec<_>, _>>()?;
@@ -484,17 +488,17 @@ impl CustomCallBuilder {
     }
 }
 
-/// The buffers a kernel reads for a call with `attrs` on `inputs`: each
-/// stack the call reads a layer of ([`layers`]) replaced by a view of
-/// that layer where it lies, the layers' indices dropped; and `attrs`
-/// without the list. `Err` names what does not fit.
+/// The buffers a kernel reads for a call on `inputs` whose
+/// [`layers::LAYERS_ATTR`] is `stacked`: each stack the call reads a
+/// layer of replaced by a view of that layer where it lies, the layers'
+/// indices dropped. `Err` names what does not fit.
 fn layers_read(
-    attrs: &Attrs,
+    stacked: Option<&AttrValue>,
     mut inputs: Vec<View>,
-) -> std::result::Result<(Attrs, Vec<View>), String> {
-    let stacked = layers::stacked_operands(attrs, inputs.len())?;
+) -> std::result::Result<Vec<View>, String> {
+    let stacked = layers::stacked_operands(stacked, inputs.len())?;
     if stacked.is_empty() {
-        return Ok((attrs.clone(), inputs));
+        return Ok(inputs);
     }
     let n = inputs.len() - stacked.len();
     for (j, &k) in stacked.iter().enumerate() {
@@ -516,7 +520,7 @@ fn layers_read(
         inputs[k] = View { shape: layer, ptr };
     }
     inputs.truncate(n);
-    Ok((layers::without_layers(attrs), inputs))
+    Ok(inputs)
 }
 
 /// A buffer a kernel reads or writes.

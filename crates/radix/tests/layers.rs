@@ -26,14 +26,16 @@ fn run(program: Program, inputs: &[Literal], mode: CustomCallMode) -> Vec<Vec<f3
     .collect()
 }
 
-/// `LAYERS` Q4_1 matrices of `ROWS × COLS`, stacked, and the shape of one.
-fn stack(rng: &mut Rng) -> (Vec<u8>, Shape) {
+/// `LAYERS` Q4_1 matrices of `ROWS × COLS`, stacked, the shape of one
+/// and the stack's.
+fn stack(rng: &mut Rng) -> (Vec<u8>, Shape, Shape) {
     let one = blocks_shape(Format::Q4_1, ("out", ROWS as i64), COLS as i64).expect("blocks");
+    let stacked = one.insert_axis(0, LAYERS as i64, "layer").expect("rank");
     let per_layer = ROWS * COLS / Format::Q4_1.block_len();
     let bytes = (0..LAYERS * per_layer)
         .flat_map(|_| block(Format::Q4_1, Kind::Random, rng))
         .collect();
-    (bytes, one)
+    (bytes, one, stacked)
 }
 
 /// Layer `i` of `stack`'s bytes.
@@ -57,8 +59,7 @@ fn alone(w: &[u8], one: Shape, x: &Literal) -> Vec<f32> {
 #[test]
 fn a_kernel_reads_one_layer_of_a_stack_in_place() {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-    let (w, one) = stack(&mut rng);
-    let stacked = one.insert_axis(0, LAYERS as i64, "layer").expect("rank");
+    let (w, one, stacked) = stack(&mut rng);
     let x = x_literal(&mut rng);
     // In range, and clamped from above and below.
     for (index, read) in [(0, 0), (2, 2), (1, 1), (7, 2), (-4, 0)] {
@@ -103,8 +104,7 @@ fn a_kernel_reads_one_layer_of_a_stack_in_place() {
 #[test]
 fn an_index_the_handler_does_not_read_keeps_its_slice() {
     let mut rng = Rng(0x94D0_49BB_1331_11EB);
-    let (w, one) = stack(&mut rng);
-    let stacked = one.insert_axis(0, LAYERS as i64, "layer").expect("rank");
+    let (w, one, stacked) = stack(&mut rng);
     let x = x_literal(&mut rng);
     // The handler reads i32 and i64 indices; a u32 one stays a slice.
     let inputs = [
@@ -125,8 +125,7 @@ fn an_index_the_handler_does_not_read_keeps_its_slice() {
 #[test]
 fn a_loop_over_stacked_layers_reads_each_in_place() {
     let mut rng = Rng(0xBF58_476D_1CE4_E5B9);
-    let (w, one) = stack(&mut rng);
-    let stacked = one.insert_axis(0, LAYERS as i64, "layer").expect("rank");
+    let (w, one, stacked) = stack(&mut rng);
     let x = x_literal(&mut rng);
     let inputs = [Literal::from_bytes(stacked, &w), x.clone()];
     let program = trace_fn(&inputs, |t| {

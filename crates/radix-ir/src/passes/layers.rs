@@ -143,7 +143,7 @@ pub fn layers_read<'a>(
     attrs: &Attrs,
     args: &[&'a Literal],
 ) -> Result<(Attrs, Vec<std::borrow::Cow<'a, Literal>>), String> {
-    let stacked = stacked_operands(attrs, args.len())?;
+    let stacked = stacked_operands(attrs.get(LAYERS_ATTR), args.len())?;
     let n = args.len() - stacked.len();
     let mut read: Vec<std::borrow::Cow<'a, Literal>> = args[..n]
         .iter()
@@ -164,10 +164,11 @@ pub fn layers_read<'a>(
     Ok((without_layers(attrs), read))
 }
 
-/// The operands [`LAYERS_ATTR`] lists for a call of `n_args` operands (in
-/// order, each before the indices), or why the list does not fit.
-pub fn stacked_operands(attrs: &Attrs, n_args: usize) -> Result<Vec<usize>, String> {
-    let stacked = match attrs.get(LAYERS_ATTR) {
+/// The operands that `layers`, a call's [`LAYERS_ATTR`] if it has one,
+/// lists for a call of `n_args` operands (in order, each before the
+/// indices), or why the list does not fit.
+pub fn stacked_operands(layers: Option<&AttrValue>, n_args: usize) -> Result<Vec<usize>, String> {
+    let stacked = match layers {
         None => return Ok(vec![]),
         Some(AttrValue::I64s(ks)) => ks,
         Some(v) => return Err(format!("{LAYERS_ATTR} is {v:?}, not i64s")),

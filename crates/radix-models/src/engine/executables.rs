@@ -156,9 +156,10 @@ pub(super) fn step_exe(
 ) -> Result<StepExe> {
     let exe = match plan {
         Plan::OneProgram => {
+            let caches = cache_shapes(model, plan, capacity);
             let inputs = (
                 step_inputs(len),
-                vec![KvCache::param(model.stacked_cache_shape(capacity))],
+                caches.into_iter().map(KvCache::param).collect(),
             );
             let stacked = Stacked::new(model);
             StepExe::OneProgram(radix::compile(platform, &stacked, &inputs, looped_step)?)
@@ -173,6 +174,15 @@ pub(super) fn step_exe(
         )?),
     };
     Ok(exe)
+}
+
+/// The shapes of one sequence's caches as `plan`'s steps take them, of
+/// `capacity` positions: a layer each, or one stack of every layer's.
+pub(super) fn cache_shapes(model: &Decoder, plan: Plan, capacity: usize) -> Vec<Shape> {
+    match plan {
+        Plan::PerBlock => model.cache_shapes(capacity),
+        Plan::OneProgram => vec![model.stacked_cache_shape(capacity)],
+    }
 }
 
 /// A sequence's step of `len` tokens (placeholders).

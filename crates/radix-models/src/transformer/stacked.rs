@@ -17,7 +17,7 @@ use std::ops::Range;
 
 use radix::nn::KvCache;
 use radix::nn::tags::LAYER;
-use radix::{Bufferized, DType, Module, Platform, Shape, Tensor};
+use radix::{Bufferized, DType, Module, Platform, Tensor};
 
 use super::{Block, Decoder, Step};
 use crate::Result;
@@ -95,14 +95,8 @@ impl Stacked {
         })
     }
 
-    /// The shape of one sequence's cache of every layer: `capacity`
-    /// positions, stacked ([`Decoder::stacked_cache_shape`]).
-    pub fn cache_shape(&self, capacity: usize) -> Shape {
-        self.ends.stacked_cache_shape(capacity)
-    }
-
     /// [`Decoder::forward`] with every layer's keys and values in `cache`
-    /// (stacked, [`Stacked::cache_shape`]): logits at `last` and the cache
+    /// (stacked, [`Decoder::stacked_cache_shape`]): logits at `last` and the cache
     /// with the tokens written.
     pub fn forward(
         &self,

@@ -209,24 +209,23 @@ impl KvCache {
     #[track_caller]
     pub fn write_layer(self, layer: Tensor, start: Tensor, k: Tensor, v: Tensor) -> KvCache {
         let stack = self.k.shape();
+        let failed = |msg: String| KvCache {
+            k: fail("write_layer", msg.clone(), &[self.k, k, start], stack),
+            v: fail("write_layer", msg, &[self.v, v, start], stack),
+        };
         let Some(one) = stack
             .remove_axis(0)
             .filter(|_| stack.tag(0).map(|t| t.as_str()) == Some(LAYER))
         else {
-            let msg = format!("wants a cache stacked along a leading axis {LAYER}, got {stack}");
-            let kf = fail("write_layer", msg.clone(), &[self.k, k], stack);
-            return KvCache {
-                k: kf,
-                v: fail("write_layer", msg, &[self.v, v], stack),
-            };
+            return failed(format!(
+                "wants a cache stacked along a leading axis {LAYER}, got {stack}"
+            ));
         };
         if start.shape().rank() != 0 {
-            let msg = format!("wants one first position (rank 0), got {}", start.shape());
-            let kf = fail("write_layer", msg.clone(), &[self.k, start], stack);
-            return KvCache {
-                k: kf,
-                v: fail("write_layer", msg, &[self.v, start], stack),
-            };
+            return failed(format!(
+                "wants one first position (rank 0), got {}",
+                start.shape()
+            ));
         }
         let zero = Tensor::scalar(0.0, start.dtype());
         let layer = layer.convert(start.dtype());
